@@ -1,0 +1,201 @@
+//! The native tool catalog: the single source of truth for `tool_allowlist` validation.
+//!
+//! `llm_generate` is deliberately not offered (seed 002, C.9).
+
+use serde_json::{Value, json};
+
+/// Risk of a tool call, shown to users who approve calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RiskLevel {
+    /// Reads only.
+    Low,
+    /// Writes inside the workspace or talks to outside services.
+    Medium,
+    /// Runs arbitrary code.
+    High,
+}
+
+impl RiskLevel {
+    /// The wire spelling: `LOW`, `MEDIUM`, `HIGH`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Low => "LOW",
+            Self::Medium => "MEDIUM",
+            Self::High => "HIGH",
+        }
+    }
+}
+
+/// One native tool as the catalog describes it.
+#[derive(Debug, Clone)]
+pub struct NativeTool {
+    /// Name used in allowlists (case-sensitive).
+    pub name: &'static str,
+    /// What the tool does, for humans and LLMs.
+    pub description: &'static str,
+    /// Whether a call must be approved by a user first.
+    pub requires_approval: bool,
+    /// Risk shown with the approval.
+    pub risk: RiskLevel,
+    /// JSON schema of the arguments.
+    pub parameters_schema: Value,
+}
+
+/// The names of all native tools, in catalog order.
+pub const NATIVE_TOOL_NAMES: [&str; 9] = [
+    "web_search",
+    "web_fetch",
+    "file_read",
+    "file_write",
+    "python",
+    "git",
+    "github",
+    "powershell",
+    "ask_user",
+];
+
+/// True when `name` is a native tool (exact, case-sensitive match).
+pub fn is_native_tool(name: &str) -> bool {
+    NATIVE_TOOL_NAMES.contains(&name)
+}
+
+fn object(properties: Value, required: &[&str]) -> Value {
+    json!({ "type": "object", "properties": properties, "required": required })
+}
+
+/// The full native catalog, in [`NATIVE_TOOL_NAMES`] order.
+pub fn native_tools() -> Vec<NativeTool> {
+    let string = |d: &str| json!({ "type": "string", "description": d });
+    vec![
+        NativeTool {
+            name: "web_search",
+            description: "Search the web and return titles, URLs and snippets of the top results",
+            requires_approval: false,
+            risk: RiskLevel::Low,
+            parameters_schema: object(
+                json!({
+                    "query": string("What to search for"),
+                    "num_results": { "type": "integer", "minimum": 1, "maximum": 20, "default": 5 }
+                }),
+                &["query"],
+            ),
+        },
+        NativeTool {
+            name: "web_fetch",
+            description: "Fetch a URL and return its content as text (HTML converted to text)",
+            requires_approval: false,
+            risk: RiskLevel::Low,
+            parameters_schema: object(json!({ "url": string("The http(s) URL to fetch") }), &["url"]),
+        },
+        NativeTool {
+            name: "file_read",
+            description: "Read a text file inside the agent's workspace",
+            requires_approval: false,
+            risk: RiskLevel::Low,
+            parameters_schema: object(
+                json!({
+                    "path": string("Path relative to the workspace"),
+                    "max_bytes": { "type": "integer", "minimum": 1 }
+                }),
+                &["path"],
+            ),
+        },
+        NativeTool {
+            name: "file_write",
+            description: "Write a text file inside the agent's workspace, creating directories as needed",
+            requires_approval: true,
+            risk: RiskLevel::Medium,
+            parameters_schema: object(
+                json!({
+                    "path": string("Path relative to the workspace"),
+                    "content": string("The full new content"),
+                    "append": { "type": "boolean", "default": false }
+                }),
+                &["path", "content"],
+            ),
+        },
+        NativeTool {
+            name: "python",
+            description: "Run a Python program in the agent's workspace and return stdout, stderr and exit code",
+            requires_approval: true,
+            risk: RiskLevel::High,
+            parameters_schema: object(
+                json!({
+                    "code": string("Python source to run"),
+                    "timeout_seconds": { "type": "integer", "minimum": 1, "maximum": 600 }
+                }),
+                &["code"],
+            ),
+        },
+        NativeTool {
+            name: "git",
+            description: "Run a git command in the agent's workspace",
+            requires_approval: true,
+            risk: RiskLevel::Medium,
+            parameters_schema: object(
+                json!({
+                    "args": { "type": "array", "items": { "type": "string" }, "description": "Arguments after `git`" }
+                }),
+                &["args"],
+            ),
+        },
+        NativeTool {
+            name: "github",
+            description: "Call the GitHub REST API (issues, pull requests, repositories)",
+            requires_approval: true,
+            risk: RiskLevel::Medium,
+            parameters_schema: object(
+                json!({
+                    "method": { "type": "string", "enum": ["GET", "POST", "PATCH", "PUT", "DELETE"] },
+                    "path": string("API path such as /repos/{owner}/{repo}/issues"),
+                    "body": { "type": "object" }
+                }),
+                &["method", "path"],
+            ),
+        },
+        NativeTool {
+            name: "powershell",
+            description: "Run a PowerShell script through pwsh in the agent's workspace",
+            requires_approval: true,
+            risk: RiskLevel::High,
+            parameters_schema: object(
+                json!({
+                    "script": string("PowerShell source to run"),
+                    "timeout_seconds": { "type": "integer", "minimum": 1, "maximum": 600 }
+                }),
+                &["script"],
+            ),
+        },
+        NativeTool {
+            name: "ask_user",
+            description: "Ask the user a question and pause until they answer",
+            requires_approval: false,
+            risk: RiskLevel::Low,
+            parameters_schema: object(json!({ "question": string("The question to ask") }), &["question"]),
+        },
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn catalog_has_the_nine_native_tools_in_order_and_no_llm_generate() {
+        let names: Vec<_> = native_tools().iter().map(|t| t.name).collect();
+        assert_eq!(names, NATIVE_TOOL_NAMES);
+        assert!(!is_native_tool("llm_generate"));
+        assert!(!is_native_tool("Web_Search"));
+    }
+
+    #[test]
+    fn every_schema_is_an_object_with_its_required_fields_declared() {
+        for t in native_tools() {
+            assert_eq!(t.parameters_schema["type"], "object", "{}", t.name);
+            let props = t.parameters_schema["properties"].as_object().cloned().unwrap_or_default();
+            for r in t.parameters_schema["required"].as_array().cloned().unwrap_or_default() {
+                assert!(props.contains_key(r.as_str().unwrap_or_default()), "{}", t.name);
+            }
+        }
+    }
+}

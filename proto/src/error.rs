@@ -1,0 +1,321 @@
+//! One error model, two transports: every error kind maps to exactly one gRPC code and one HTTP
+//! status, and travels over gRPC as a `google.rpc.Status` with an `ErrorInfo` (reason plus
+//! metadata) and, for bad input, a `BadRequest` with field violations. The gateway decodes it back
+//! into the JSON error body the seeds specify.
+
+use std::collections::HashMap;
+
+use serde_json::{Value, json};
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+
+/// `ErrorInfo.domain` of Taskforce errors.
+pub const DOMAIN: &str = "taskforce.dev";
+
+/// Every kind of error a client can see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The request is malformed or a field is invalid.
+    InvalidArgument,
+    /// `tool_allowlist` names tools the service does not offer.
+    InvalidTools,
+    /// `mcp_tool_allowlist` names tools the agent's MCP servers do not expose.
+    InvalidMcpTools,
+    /// An `mcp_servers` entry is not a valid server configuration.
+    InvalidMcpConfig,
+    /// No such agent.
+    NotFound,
+    /// The id is taken.
+    AlreadyExists,
+    /// `expected_version` does not match the stored version.
+    VersionConflict,
+    /// The agent cannot be changed through the API (profile agents).
+    ReadOnly,
+    /// The request body exceeds the size limit.
+    PayloadTooLarge,
+    /// The service (or one it depends on) is not reachable right now.
+    Unavailable,
+    /// The operation did not finish in time.
+    Timeout,
+    /// A bug or an I/O failure on the server.
+    Internal,
+}
+
+impl ErrorKind {
+    /// Every kind, for exhaustive tests.
+    pub const ALL: [Self; 12] = [
+        Self::InvalidArgument,
+        Self::InvalidTools,
+        Self::InvalidMcpTools,
+        Self::InvalidMcpConfig,
+        Self::NotFound,
+        Self::AlreadyExists,
+        Self::VersionConflict,
+        Self::ReadOnly,
+        Self::PayloadTooLarge,
+        Self::Unavailable,
+        Self::Timeout,
+        Self::Internal,
+    ];
+
+    /// The `ErrorInfo.reason`, upper snake case.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::InvalidArgument => "INVALID_ARGUMENT",
+            Self::InvalidTools => "INVALID_TOOLS",
+            Self::InvalidMcpTools => "INVALID_MCP_TOOLS",
+            Self::InvalidMcpConfig => "INVALID_MCP_CONFIG",
+            Self::NotFound => "NOT_FOUND",
+            Self::AlreadyExists => "ALREADY_EXISTS",
+            Self::VersionConflict => "VERSION_CONFLICT",
+            Self::ReadOnly => "READ_ONLY",
+            Self::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+            Self::Unavailable => "UNAVAILABLE",
+            Self::Timeout => "TIMEOUT",
+            Self::Internal => "INTERNAL",
+        }
+    }
+
+    /// The `error` field of the JSON body (the reason in lower case, e.g. `invalid_tools`).
+    pub fn body_code(self) -> String {
+        self.reason().to_ascii_lowercase()
+    }
+
+    /// The gRPC status code.
+    pub fn grpc_code(self) -> Code {
+        match self {
+            Self::InvalidArgument
+            | Self::InvalidTools
+            | Self::InvalidMcpTools
+            | Self::InvalidMcpConfig => Code::InvalidArgument,
+            Self::NotFound => Code::NotFound,
+            Self::AlreadyExists => Code::AlreadyExists,
+            Self::VersionConflict => Code::Aborted,
+            Self::ReadOnly => Code::FailedPrecondition,
+            Self::PayloadTooLarge => Code::ResourceExhausted,
+            Self::Unavailable => Code::Unavailable,
+            Self::Timeout => Code::DeadlineExceeded,
+            Self::Internal => Code::Internal,
+        }
+    }
+
+    /// The HTTP status code.
+    pub fn http_status(self) -> u16 {
+        match self {
+            Self::InvalidArgument
+            | Self::InvalidTools
+            | Self::InvalidMcpTools
+            | Self::InvalidMcpConfig => 400,
+            Self::NotFound => 404,
+            Self::AlreadyExists | Self::VersionConflict | Self::ReadOnly => 409,
+            Self::PayloadTooLarge => 413,
+            Self::Unavailable => 503,
+            Self::Timeout => 504,
+            Self::Internal => 500,
+        }
+    }
+
+    /// The kind with this reason, if any.
+    pub fn from_reason(reason: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.reason() == reason)
+    }
+
+    /// The kind for a status without Taskforce details (e.g. from a proxy or tonic itself).
+    pub fn from_code(code: Code) -> Self {
+        match code {
+            Code::InvalidArgument | Code::OutOfRange => Self::InvalidArgument,
+            Code::NotFound => Self::NotFound,
+            Code::AlreadyExists => Self::AlreadyExists,
+            Code::Aborted => Self::VersionConflict,
+            Code::FailedPrecondition => Self::ReadOnly,
+            Code::ResourceExhausted => Self::PayloadTooLarge,
+            Code::Unavailable | Code::Cancelled => Self::Unavailable,
+            Code::DeadlineExceeded => Self::Timeout,
+            Code::Ok
+            | Code::Unknown
+            | Code::PermissionDenied
+            | Code::Unimplemented
+            | Code::Internal
+            | Code::DataLoss
+            | Code::Unauthenticated => Self::Internal,
+        }
+    }
+}
+
+/// A client-facing error: kind, message, and structured details.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct ApiError {
+    /// What went wrong, in one word.
+    pub kind: ErrorKind,
+    /// A sentence that names the problem.
+    pub message: String,
+    /// `(field, description)` pairs for bad input.
+    pub field_violations: Vec<(String, String)>,
+    /// Extra top-level body fields, such as `invalid_tools` and `available_tools` (JSON values).
+    pub extra: Vec<(String, Value)>,
+}
+
+impl ApiError {
+    /// An error with no details.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            field_violations: Vec::new(),
+            extra: Vec::new(),
+        }
+    }
+
+    /// A bad field.
+    pub fn field(field: impl Into<String>, description: impl Into<String>) -> Self {
+        let description = description.into();
+        let field = field.into();
+        Self {
+            message: format!("{field}: {description}"),
+            field_violations: vec![(field, description)],
+            ..Self::new(ErrorKind::InvalidArgument, String::new())
+        }
+    }
+
+    /// Several bad fields at once (the message lists them all).
+    pub fn fields(violations: Vec<(String, String)>) -> Self {
+        let message = violations
+            .iter()
+            .map(|(f, d)| format!("{f}: {d}"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        Self {
+            message,
+            field_violations: violations,
+            ..Self::new(ErrorKind::InvalidArgument, String::new())
+        }
+    }
+
+    /// The seed 002 `invalid_tools` error (or its MCP twin).
+    pub fn invalid_tools(kind: ErrorKind, message: &str, invalid: &[String], available: &[String]) -> Self {
+        Self {
+            extra: vec![
+                ("invalid_tools".to_owned(), json!(invalid)),
+                ("available_tools".to_owned(), json!(available)),
+            ],
+            ..Self::new(kind, message)
+        }
+    }
+
+    /// Encodes as a gRPC status with `ErrorInfo` and `BadRequest` details.
+    pub fn to_status(&self) -> Status {
+        let metadata: HashMap<String, String> = self
+            .extra
+            .iter()
+            .map(|(k, v)| (k.clone(), v.to_string()))
+            .collect();
+        let mut details = ErrorDetails::with_error_info(self.kind.reason(), DOMAIN, metadata);
+        if !self.field_violations.is_empty() {
+            details.set_bad_request(
+                self.field_violations
+                    .iter()
+                    .map(|(f, d)| tonic_types::FieldViolation::new(f.clone(), d.clone()))
+                    .collect::<Vec<_>>(),
+            );
+        }
+        Status::with_error_details(self.kind.grpc_code(), self.message.clone(), details)
+    }
+
+    /// Decodes a gRPC status produced by [`ApiError::to_status`] (or any other status).
+    pub fn from_status(status: &Status) -> Self {
+        let details = status.get_error_details();
+        let info = details.error_info();
+        let kind = info
+            .and_then(|i| ErrorKind::from_reason(&i.reason))
+            .unwrap_or_else(|| ErrorKind::from_code(status.code()));
+        let mut extra: Vec<(String, Value)> = info
+            .map(|i| {
+                i.metadata
+                    .iter()
+                    .map(|(k, v)| (k.clone(), serde_json::from_str(v).unwrap_or_else(|_| json!(v))))
+                    .collect()
+            })
+            .unwrap_or_default();
+        extra.sort_by(|a, b| b.0.cmp(&a.0));
+        let field_violations = details
+            .bad_request()
+            .map(|b| {
+                b.field_violations
+                    .iter()
+                    .map(|v| (v.field.clone(), v.description.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Self {
+            kind,
+            message: status.message().to_owned(),
+            field_violations,
+            extra,
+        }
+    }
+
+    /// The JSON error body: `{"error", "message", ...extra, "details"?}`.
+    pub fn to_json(&self) -> Value {
+        let mut body = serde_json::Map::new();
+        body.insert("error".into(), json!(self.kind.body_code()));
+        body.insert("message".into(), json!(self.message));
+        for (k, v) in &self.extra {
+            body.insert(k.clone(), v.clone());
+        }
+        if !self.field_violations.is_empty() {
+            body.insert(
+                "details".into(),
+                self.field_violations
+                    .iter()
+                    .map(|(f, d)| json!({ "field": f, "description": d }))
+                    .collect(),
+            );
+        }
+        Value::Object(body)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_round_trips_through_a_grpc_status() {
+        for kind in ErrorKind::ALL {
+            let e = ApiError::new(kind, "boom");
+            let back = ApiError::from_status(&e.to_status());
+            assert_eq!(back.kind, kind);
+            assert_eq!(back.message, "boom");
+        }
+    }
+
+    #[test]
+    fn invalid_tools_body_matches_the_seed_shape() {
+        let e = ApiError::invalid_tools(
+            ErrorKind::InvalidTools,
+            "Unknown tool(s) in tool_allowlist",
+            &["foo_tool".into()],
+            &["web_search".into()],
+        );
+        let body = ApiError::from_status(&e.to_status()).to_json();
+        assert_eq!(
+            body,
+            json!({
+                "error": "invalid_tools",
+                "message": "Unknown tool(s) in tool_allowlist",
+                "invalid_tools": ["foo_tool"],
+                "available_tools": ["web_search"]
+            })
+        );
+        assert_eq!(e.kind.http_status(), 400);
+    }
+
+    #[test]
+    fn field_violations_survive_and_are_listed() {
+        let e = ApiError::fields(vec![("name".into(), "must not be empty".into())]);
+        let back = ApiError::from_status(&e.to_status());
+        assert_eq!(back.field_violations, e.field_violations);
+        assert_eq!(back.to_json()["details"][0]["field"], "name");
+    }
+}

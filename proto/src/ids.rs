@@ -1,0 +1,64 @@
+//! The agent id rule: `[a-z0-9][a-z0-9-_]{2,63}`, which is also the file name without `.yaml`.
+
+/// Why an id was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdError {
+    /// Shorter than 3 or longer than 64 characters.
+    #[error("agent_id must be 3 to 64 characters long, got {0}")]
+    Length(usize),
+    /// The first character is not a lowercase letter or digit.
+    #[error("agent_id must start with a lowercase letter or digit")]
+    Start,
+    /// A character outside `[a-z0-9-_]`.
+    #[error("agent_id may only contain lowercase letters, digits, '-' and '_', found {0:?}")]
+    Char(char),
+}
+
+/// Smallest allowed id length.
+pub const MIN_LEN: usize = 3;
+/// Largest allowed id length.
+pub const MAX_LEN: usize = 64;
+
+/// Checks `id` against the agent id rule.
+pub fn validate_agent_id(id: &str) -> Result<(), IdError> {
+    let len = id.chars().count();
+    if !(MIN_LEN..=MAX_LEN).contains(&len) {
+        return Err(IdError::Length(len));
+    }
+    let mut chars = id.chars();
+    if !chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+    {
+        return Err(IdError::Start);
+    }
+    match chars.find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-' || *c == '_')) {
+        Some(c) => Err(IdError::Char(c)),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_ids_of_the_rule() {
+        for ok in ["abc", "invoice-extractor", "a_b-c", "0ab", &"a".repeat(64)] {
+            assert_eq!(validate_agent_id(ok), Ok(()), "{ok}");
+        }
+    }
+
+    #[test]
+    fn refuses_paths_case_and_lengths() {
+        assert_eq!(validate_agent_id("ab"), Err(IdError::Length(2)));
+        assert_eq!(validate_agent_id(&"a".repeat(65)), Err(IdError::Length(65)));
+        assert_eq!(validate_agent_id("AB"), Err(IdError::Length(2)));
+        assert_eq!(validate_agent_id("ABC"), Err(IdError::Start));
+        assert_eq!(validate_agent_id(".hidden"), Err(IdError::Start));
+        assert_eq!(validate_agent_id("../x"), Err(IdError::Start));
+        assert_eq!(validate_agent_id("a/b"), Err(IdError::Char('/')));
+        assert_eq!(validate_agent_id("-abc"), Err(IdError::Start));
+        assert_eq!(validate_agent_id("abc.yaml"), Err(IdError::Char('.')));
+    }
+}

@@ -1,0 +1,25 @@
+//! The Taskforce wire contract, shared by every service and the gateway.
+//!
+//! # Layout
+//! - [`v1`]: generated protobuf types and tonic clients/servers for `taskforce.v1`.
+//! - [`ids`]: the agent id rule (`[a-z0-9][a-z0-9-_]{2,63}`).
+//! - [`catalog`]: the native tool catalog: names, descriptions, JSON schemas, approval risk.
+//! - [`error`]: error kinds with one mapping to gRPC codes and one to HTTP statuses.
+//! - [`json`]: `google.protobuf.Struct` ⇄ `serde_json::Value`.
+//!
+//! No I/O and no business logic live here.
+
+pub mod catalog;
+pub mod error;
+pub mod ids;
+pub mod json;
+
+/// Generated code for the `taskforce.v1` package.
+#[allow(clippy::all, missing_docs)]
+pub mod v1 {
+    tonic::include_proto!("taskforce.v1");
+}
+
+/// Encoded `FileDescriptorSet` of every Taskforce proto (and its imports), for server reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/taskforce_descriptor.bin"));

@@ -85,7 +85,10 @@ pub fn native_tools() -> Vec<NativeTool> {
             description: "Fetch a URL and return its content as text (HTML converted to text)",
             requires_approval: false,
             risk: RiskLevel::Low,
-            parameters_schema: object(json!({ "url": string("The http(s) URL to fetch") }), &["url"]),
+            parameters_schema: object(
+                json!({ "url": string("The http(s) URL to fetch") }),
+                &["url"],
+            ),
         },
         NativeTool {
             name: "file_read",
@@ -171,7 +174,10 @@ pub fn native_tools() -> Vec<NativeTool> {
             description: "Ask the user a question and pause until they answer",
             requires_approval: false,
             risk: RiskLevel::Low,
-            parameters_schema: object(json!({ "question": string("The question to ask") }), &["question"]),
+            parameters_schema: object(
+                json!({ "question": string("The question to ask") }),
+                &["question"],
+            ),
         },
     ]
 }
@@ -192,9 +198,20 @@ mod tests {
     fn every_schema_is_an_object_with_its_required_fields_declared() {
         for t in native_tools() {
             assert_eq!(t.parameters_schema["type"], "object", "{}", t.name);
-            let props = t.parameters_schema["properties"].as_object().cloned().unwrap_or_default();
-            for r in t.parameters_schema["required"].as_array().cloned().unwrap_or_default() {
-                assert!(props.contains_key(r.as_str().unwrap_or_default()), "{}", t.name);
+            let props = t.parameters_schema["properties"]
+                .as_object()
+                .cloned()
+                .unwrap_or_default();
+            for r in t.parameters_schema["required"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+            {
+                assert!(
+                    props.contains_key(r.as_str().unwrap_or_default()),
+                    "{}",
+                    t.name
+                );
             }
         }
     }

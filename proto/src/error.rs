@@ -33,6 +33,8 @@ pub enum ErrorKind {
     ReadOnly,
     /// The request body exceeds the size limit.
     PayloadTooLarge,
+    /// The route exists but not with this method (REST), or the RPC is not implemented (gRPC).
+    MethodNotAllowed,
     /// The service (or one it depends on) is not reachable right now.
     Unavailable,
     /// The operation did not finish in time.
@@ -43,7 +45,7 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// Every kind, for exhaustive tests.
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 13] = [
         Self::InvalidArgument,
         Self::InvalidTools,
         Self::InvalidMcpTools,
@@ -53,6 +55,7 @@ impl ErrorKind {
         Self::VersionConflict,
         Self::ReadOnly,
         Self::PayloadTooLarge,
+        Self::MethodNotAllowed,
         Self::Unavailable,
         Self::Timeout,
         Self::Internal,
@@ -70,6 +73,7 @@ impl ErrorKind {
             Self::VersionConflict => "VERSION_CONFLICT",
             Self::ReadOnly => "READ_ONLY",
             Self::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+            Self::MethodNotAllowed => "METHOD_NOT_ALLOWED",
             Self::Unavailable => "UNAVAILABLE",
             Self::Timeout => "TIMEOUT",
             Self::Internal => "INTERNAL",
@@ -93,6 +97,7 @@ impl ErrorKind {
             Self::VersionConflict => Code::Aborted,
             Self::ReadOnly => Code::FailedPrecondition,
             Self::PayloadTooLarge => Code::ResourceExhausted,
+            Self::MethodNotAllowed => Code::Unimplemented,
             Self::Unavailable => Code::Unavailable,
             Self::Timeout => Code::DeadlineExceeded,
             Self::Internal => Code::Internal,
@@ -109,6 +114,7 @@ impl ErrorKind {
             Self::NotFound => 404,
             Self::AlreadyExists | Self::VersionConflict | Self::ReadOnly => 409,
             Self::PayloadTooLarge => 413,
+            Self::MethodNotAllowed => 405,
             Self::Unavailable => 503,
             Self::Timeout => 504,
             Self::Internal => 500,
@@ -131,10 +137,10 @@ impl ErrorKind {
             Code::ResourceExhausted => Self::PayloadTooLarge,
             Code::Unavailable | Code::Cancelled => Self::Unavailable,
             Code::DeadlineExceeded => Self::Timeout,
+            Code::Unimplemented => Self::MethodNotAllowed,
             Code::Ok
             | Code::Unknown
             | Code::PermissionDenied
-            | Code::Unimplemented
             | Code::Internal
             | Code::DataLoss
             | Code::Unauthenticated => Self::Internal,
@@ -193,7 +199,12 @@ impl ApiError {
     }
 
     /// The seed 002 `invalid_tools` error (or its MCP twin).
-    pub fn invalid_tools(kind: ErrorKind, message: &str, invalid: &[String], available: &[String]) -> Self {
+    pub fn invalid_tools(
+        kind: ErrorKind,
+        message: &str,
+        invalid: &[String],
+        available: &[String],
+    ) -> Self {
         Self {
             extra: vec![
                 ("invalid_tools".to_owned(), json!(invalid)),
@@ -233,7 +244,12 @@ impl ApiError {
             .map(|i| {
                 i.metadata
                     .iter()
-                    .map(|(k, v)| (k.clone(), serde_json::from_str(v).unwrap_or_else(|_| json!(v))))
+                    .map(|(k, v)| {
+                        (
+                            k.clone(),
+                            serde_json::from_str(v).unwrap_or_else(|_| json!(v)),
+                        )
+                    })
                     .collect()
             })
             .unwrap_or_default();

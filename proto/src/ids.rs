@@ -32,7 +32,8 @@ pub fn validate_agent_id(id: &str) -> Result<(), IdError> {
     {
         return Err(IdError::Start);
     }
-    match chars.find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-' || *c == '_')) {
+    match chars.find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-' || *c == '_'))
+    {
         Some(c) => Err(IdError::Char(c)),
         None => Ok(()),
     }

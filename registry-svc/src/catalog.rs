@@ -1,0 +1,241 @@
+//! The tool catalog: native tools from the contract plus tools of globally configured MCP servers.
+//!
+//! Serving the catalog never waits on MCP: a background task discovers the global servers and
+//! swaps in a new snapshot. Validation of an agent's own MCP servers does discover them, bounded
+//! by the discovery timeout.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::Path,
+    sync::{Arc, RwLock},
+    time::Duration,
+};
+
+use futures::future::join_all;
+use serde::Deserialize;
+use taskforce_proto::{
+    catalog,
+    error::{ApiError, ErrorKind},
+    json, v1,
+};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::{
+    definition::{self, CustomAgentFile, McpServerConfig},
+    error::RegistryError,
+    mcp,
+};
+
+/// `configs/catalog/mcp_servers.yaml`: servers whose tools every agent's catalog lists.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GlobalMcpFile {
+    /// Servers by id (the id becomes `mcp_server_id`).
+    #[serde(default)]
+    pub mcp_servers: BTreeMap<String, McpServerConfig>,
+}
+
+impl GlobalMcpFile {
+    /// Reads the file; a missing file means no global servers.
+    pub fn load(path: &Path) -> Result<Self, RegistryError> {
+        let bad = |e: String| RegistryError::Config(format!("{}: {e}", path.display()));
+        match std::fs::read(path) {
+            Ok(bytes) => {
+                let f: Self = serde_yaml::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+                for (id, s) in &f.mcp_servers {
+                    definition::validate_mcp_server(s)
+                        .map_err(|e| bad(format!("mcp_servers.{id}: {e}")))?;
+                }
+                Ok(f)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
+            Err(e) => Err(RegistryError::io(path, e)),
+        }
+    }
+}
+
+/// The catalog snapshot holder.
+pub struct ToolCatalog {
+    native: Vec<v1::Tool>,
+    mcp: RwLock<Arc<Vec<v1::Tool>>>,
+    discovery_timeout: Duration,
+}
+
+impl ToolCatalog {
+    /// A catalog with the native tools and no MCP tools yet.
+    pub fn new(discovery_timeout: Duration) -> Self {
+        let pwsh = which("pwsh");
+        let native = catalog::native_tools()
+            .into_iter()
+            .map(|t| v1::Tool {
+                name: t.name.to_owned(),
+                description: t.description.to_owned(),
+                parameters_schema: Some(json::to_struct(&t.parameters_schema)),
+                requires_approval: t.requires_approval,
+                approval_risk_level: t.risk.as_str().to_owned(),
+                origin: "native".to_owned(),
+                mcp_server_id: String::new(),
+                available: t.name != "powershell" || pwsh,
+            })
+            .collect();
+        Self {
+            native,
+            mcp: RwLock::new(Arc::new(Vec::new())),
+            discovery_timeout,
+        }
+    }
+
+    /// The discovery timeout for agent MCP servers.
+    pub fn discovery_timeout(&self) -> Duration {
+        self.discovery_timeout
+    }
+
+    /// Every tool: native first, then MCP tools by server id.
+    pub fn tools(&self) -> Vec<v1::Tool> {
+        let mcp = self.mcp.read().map(|g| Arc::clone(&g)).unwrap_or_default();
+        self.native.iter().chain(mcp.iter()).cloned().collect()
+    }
+
+    /// Discovers the global servers until `stop` fires: at once, then every `refresh`
+    /// (a server that failed is retried sooner, every 30 s).
+    pub async fn run_global_discovery(
+        self: Arc<Self>,
+        servers: BTreeMap<String, McpServerConfig>,
+        refresh: Duration,
+        stop: CancellationToken,
+    ) {
+        if servers.is_empty() {
+            return;
+        }
+        let mut known: BTreeMap<String, Vec<v1::Tool>> = BTreeMap::new();
+        loop {
+            let timeout = self.discovery_timeout;
+            let results = join_all(
+                servers
+                    .iter()
+                    .map(|(id, s)| async move { (id.clone(), mcp::discover(s, timeout).await) }),
+            )
+            .await;
+            let mut failed = false;
+            for (id, r) in results {
+                match r {
+                    Ok(tools) => {
+                        info!(mcp_server_id = %id, tools = tools.len(), "discovered global MCP tools");
+                        known.insert(
+                            id.clone(),
+                            tools.into_iter().map(|t| mcp_tool(&id, t)).collect(),
+                        );
+                    }
+                    Err(e) => {
+                        failed = true;
+                        warn!(mcp_server_id = %id, error = %e, "global MCP server discovery failed; keeping its last known tools");
+                    }
+                }
+            }
+            let snapshot: Vec<v1::Tool> = known.values().flatten().cloned().collect();
+            if let Ok(mut g) = self.mcp.write() {
+                *g = Arc::new(snapshot);
+            }
+            let wait = if failed {
+                refresh.min(Duration::from_secs(30))
+            } else {
+                refresh
+            };
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+}
+
+fn mcp_tool(server_id: &str, t: mcp::DiscoveredTool) -> v1::Tool {
+    v1::Tool {
+        name: t.name,
+        description: t.description,
+        parameters_schema: Some(json::to_struct(&t.input_schema)),
+        requires_approval: false,
+        approval_risk_level: "MEDIUM".to_owned(),
+        origin: "mcp".to_owned(),
+        mcp_server_id: server_id.to_owned(),
+        available: true,
+    }
+}
+
+fn which(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(program).is_file()))
+}
+
+/// What MCP validation found.
+#[derive(Debug, Default)]
+pub struct McpCheck {
+    /// Tool names discovered across the agent's servers.
+    pub discovered: Vec<String>,
+    /// Servers that could not be discovered, with the reason.
+    pub warnings: Vec<String>,
+}
+
+/// Discovers the agent's MCP servers and checks `mcp_tool_allowlist` against them (seed 002
+/// B.6): if discovery fails entirely, an empty allowlist is accepted and any other is refused.
+pub async fn check_agent_mcp(
+    def: &CustomAgentFile,
+    timeout: Duration,
+) -> Result<McpCheck, ApiError> {
+    let mut check = McpCheck::default();
+    if def.mcp_servers.is_empty() {
+        return Ok(check);
+    }
+    let results = join_all(def.mcp_servers.iter().map(|s| mcp::discover(s, timeout))).await;
+    let mut names = BTreeSet::new();
+    let mut any_ok = false;
+    for (i, r) in results.into_iter().enumerate() {
+        match r {
+            Ok(tools) => {
+                any_ok = true;
+                names.extend(tools.into_iter().map(|t| t.name));
+            }
+            Err(e) => {
+                warn!(server = i, error = %e, "MCP discovery failed for an agent's server");
+                check
+                    .warnings
+                    .push(format!("mcp_servers[{i}]: discovery failed: {e}"));
+            }
+        }
+    }
+    check.discovered = names.iter().cloned().collect();
+    let allow = def.mcp_allowlist();
+    if allow.is_empty() {
+        return Ok(check);
+    }
+    if !any_ok {
+        return Err(ApiError::invalid_tools(
+            ErrorKind::InvalidMcpTools,
+            &format!(
+                "MCP discovery failed for every server, so mcp_tool_allowlist cannot be validated: {}",
+                check.warnings.join("; ")
+            ),
+            allow,
+            &[],
+        ));
+    }
+    let unknown: Vec<String> = allow
+        .iter()
+        .filter(|t| !names.contains(*t))
+        .cloned()
+        .collect();
+    if !unknown.is_empty() {
+        let mut msg = "Unknown tool(s) in mcp_tool_allowlist".to_owned();
+        if !check.warnings.is_empty() {
+            msg.push_str(&format!(" ({})", check.warnings.join("; ")));
+        }
+        return Err(ApiError::invalid_tools(
+            ErrorKind::InvalidMcpTools,
+            &msg,
+            &unknown,
+            &check.discovered,
+        ));
+    }
+    Ok(check)
+}

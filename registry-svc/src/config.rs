@@ -1,0 +1,55 @@
+//! Flags with environment fallbacks; the defaults work from the repository root on a laptop.
+
+use std::{net::SocketAddr, path::PathBuf};
+
+/// registry-svc configuration.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(name = "registry-svc", about = "Taskforce agent registry (gRPC)")]
+pub struct Config {
+    /// Address to serve gRPC on.
+    #[arg(
+        long,
+        env = "TASKFORCE_REGISTRY_LISTEN",
+        default_value = "127.0.0.1:50051"
+    )]
+    pub listen: SocketAddr,
+    /// The config directory: profiles in it, custom agents in its `custom/`.
+    #[arg(long, env = "TASKFORCE_CONFIG_DIR", default_value = "configs")]
+    pub config_dir: PathBuf,
+    /// Where the sled cache lives (rebuilt from YAML when missing or broken).
+    #[arg(
+        long,
+        env = "TASKFORCE_REGISTRY_DATA_DIR",
+        default_value = ".tf-data/registry"
+    )]
+    pub data_dir: PathBuf,
+    /// Globally configured MCP servers whose tools the catalog lists
+    /// (default: `<config-dir>/catalog/mcp_servers.yaml`; a missing file means none).
+    #[arg(long, env = "TASKFORCE_CATALOG_MCP_FILE")]
+    pub catalog_mcp_file: Option<PathBuf>,
+    /// Timeout of one MCP server's discovery, in milliseconds.
+    #[arg(
+        long,
+        env = "TASKFORCE_MCP_DISCOVERY_TIMEOUT_MS",
+        default_value_t = 5000
+    )]
+    pub mcp_discovery_timeout_ms: u64,
+    /// Seconds between full reconciles of the cache with the files (the watcher's backstop).
+    #[arg(long, env = "TASKFORCE_RECONCILE_INTERVAL_SECS", default_value_t = 30)]
+    pub reconcile_interval_secs: u64,
+    /// Seconds between rediscoveries of the global MCP servers.
+    #[arg(long, env = "TASKFORCE_CATALOG_REFRESH_SECS", default_value_t = 300)]
+    pub catalog_refresh_secs: u64,
+    /// Write the bound address to this file once listening (for tests and scripts using port 0).
+    #[arg(long, env = "TASKFORCE_REGISTRY_ADDR_FILE")]
+    pub addr_file: Option<PathBuf>,
+}
+
+impl Config {
+    /// The global MCP servers file.
+    pub fn catalog_file(&self) -> PathBuf {
+        self.catalog_mcp_file
+            .clone()
+            .unwrap_or_else(|| self.config_dir.join("catalog").join("mcp_servers.yaml"))
+    }
+}

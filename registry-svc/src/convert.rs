@@ -1,0 +1,113 @@
+//! Conversions between the YAML domain types and the protobuf messages.
+
+use taskforce_proto::{
+    json,
+    v1::{self, AgentSource, agent::Kind},
+};
+
+use crate::definition::{Allowlist, CustomAgentFile, McpServerConfig, ProfileFile, Prompt};
+
+impl From<&McpServerConfig> for v1::McpServer {
+    fn from(s: &McpServerConfig) -> Self {
+        Self {
+            r#type: s.kind.clone(),
+            command: s.command.clone(),
+            args: s.args.clone(),
+            env: s.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            url: s.url.clone(),
+            headers: s
+                .headers
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        }
+    }
+}
+
+impl From<v1::McpServer> for McpServerConfig {
+    fn from(s: v1::McpServer) -> Self {
+        Self {
+            kind: s.r#type,
+            command: s.command,
+            args: s.args,
+            env: s.env.into_iter().collect(),
+            url: s.url,
+            headers: s.headers.into_iter().collect(),
+        }
+    }
+}
+
+/// A request spec as a file body (timestamps are set by the store).
+pub fn spec_to_file(spec: v1::AgentSpec) -> CustomAgentFile {
+    CustomAgentFile {
+        agent_id: Some(spec.agent_id),
+        name: spec.name,
+        description: spec.description,
+        prompt: Prompt {
+            system_prompt: spec.system_prompt,
+        },
+        tools: Allowlist {
+            allowlist: spec.tool_allowlist,
+        },
+        mcp_servers: spec.mcp_servers.into_iter().map(Into::into).collect(),
+        mcp_tools: (!spec.mcp_tool_allowlist.is_empty()).then_some(Allowlist {
+            allowlist: spec.mcp_tool_allowlist,
+        }),
+        created_at: None,
+        updated_at: None,
+    }
+}
+
+/// A validated custom agent file as an `Agent` message.
+pub fn custom_to_proto(id: &str, version: String, f: &CustomAgentFile) -> v1::Agent {
+    v1::Agent {
+        agent_id: id.to_owned(),
+        source: AgentSource::Custom.into(),
+        version,
+        kind: Some(Kind::Custom(v1::CustomAgent {
+            spec: Some(v1::AgentSpec {
+                agent_id: id.to_owned(),
+                name: f.name.clone(),
+                description: f.description.clone(),
+                system_prompt: f.prompt.system_prompt.clone(),
+                tool_allowlist: f.tools.allowlist.clone(),
+                mcp_servers: f.mcp_servers.iter().map(Into::into).collect(),
+                mcp_tool_allowlist: f.mcp_allowlist().to_vec(),
+            }),
+            created_at: f.created_at.clone().unwrap_or_default(),
+            updated_at: f.updated_at.clone().unwrap_or_default(),
+        })),
+    }
+}
+
+/// A profile file as an `Agent` message.
+pub fn profile_to_proto(profile: &str, version: String, f: &ProfileFile) -> v1::Agent {
+    v1::Agent {
+        agent_id: profile.to_owned(),
+        source: AgentSource::Profile.into(),
+        version,
+        kind: Some(Kind::Profile(v1::ProfileAgent {
+            profile: profile.to_owned(),
+            specialist: f.specialist.clone(),
+            tools_config: f
+                .tools
+                .iter()
+                .map(|t| v1::ToolConfig {
+                    r#type: t.kind.clone(),
+                    module: t.module.clone(),
+                    params: Some(if t.params.is_null() {
+                        prost_types::Struct::default()
+                    } else {
+                        json::to_struct(&t.params)
+                    }),
+                })
+                .collect(),
+            mcp_servers: f.mcp_servers.iter().map(Into::into).collect(),
+            llm: Some(v1::LlmRef {
+                config_path: f.llm.config_path.clone(),
+                default_model: f.llm.default_model.clone(),
+            }),
+            description: f.description.clone(),
+        })),
+    }
+}

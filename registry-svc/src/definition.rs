@@ -1,0 +1,340 @@
+//! Agent definitions as they live in YAML, and the rules they must follow.
+//!
+//! Custom agents follow seed 000 §1 (`configs/custom/{agent_id}.yaml`); profile agents are the
+//! free-form `configs/{profile}.yaml` files of which only the listed fields are read.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use taskforce_proto::{
+    catalog,
+    error::{ApiError, ErrorKind},
+    ids,
+};
+
+/// Longest allowed `name`.
+pub const MAX_NAME: usize = 100;
+/// Longest allowed `description`.
+pub const MAX_DESCRIPTION: usize = 500;
+/// Longest allowed `system_prompt` (a sanity cap, 256 KiB).
+pub const MAX_PROMPT: usize = 256 * 1024;
+
+/// One MCP server, in the `configs/dev.yaml` style.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerConfig {
+    /// `stdio`, `http` or `sse`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// stdio: program to start.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub command: String,
+    /// stdio: its arguments.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// stdio: extra environment (values may be `${VAR}` placeholders).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// http/sse: endpoint.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub url: String,
+    /// http/sse: extra headers (values may be `${VAR}` placeholders).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+}
+
+/// `prompt:` block.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Prompt {
+    /// The complete system prompt.
+    pub system_prompt: String,
+}
+
+/// An `allowlist:` block (`tools:` and `mcp_tools:`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Allowlist {
+    /// Tool names, case-sensitive.
+    #[serde(default)]
+    pub allowlist: Vec<String>,
+}
+
+/// A custom agent file, field for field as seed 000 §1 shows it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CustomAgentFile {
+    /// Must equal the file name when present.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    /// Display name, 1–100 characters.
+    pub name: String,
+    /// 1–500 characters.
+    pub description: String,
+    /// The system prompt.
+    pub prompt: Prompt,
+    /// Native tools the agent may use.
+    pub tools: Allowlist,
+    /// MCP servers whose tools the agent may use.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_servers: Vec<McpServerConfig>,
+    /// Restricts the MCP tools further when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_tools: Option<Allowlist>,
+    /// RFC 3339, managed by the service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<String>,
+    /// RFC 3339, managed by the service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<String>,
+}
+
+impl CustomAgentFile {
+    /// The MCP allowlist, empty when unset.
+    pub fn mcp_allowlist(&self) -> &[String] {
+        self.mcp_tools.as_ref().map_or(&[], |a| &a.allowlist)
+    }
+}
+
+/// A profile's `tools:` entry.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProfileTool {
+    /// Tool type (a native tool name or a class name).
+    #[serde(rename = "type", default)]
+    pub kind: String,
+    /// Where the tool lives, informational.
+    #[serde(default)]
+    pub module: String,
+    /// Tool parameters.
+    #[serde(default)]
+    pub params: serde_json::Value,
+}
+
+/// A profile's `llm:` block.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProfileLlm {
+    /// Path of the LLM configuration.
+    #[serde(default)]
+    pub config_path: String,
+    /// Model alias used by default.
+    #[serde(default)]
+    pub default_model: String,
+}
+
+/// The fields of a profile file that the registry reads; everything else is ignored.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct ProfileFile {
+    /// Free text.
+    #[serde(default)]
+    pub description: String,
+    /// Specialist preset.
+    #[serde(default)]
+    pub specialist: String,
+    /// Native tools.
+    #[serde(default)]
+    pub tools: Vec<ProfileTool>,
+    /// MCP servers.
+    #[serde(default)]
+    pub mcp_servers: Vec<McpServerConfig>,
+    /// LLM settings.
+    #[serde(default)]
+    pub llm: ProfileLlm,
+}
+
+/// Checks every rule that needs no I/O; all violations are reported together.
+pub fn validate(id: &str, def: &CustomAgentFile) -> Result<(), ApiError> {
+    if id.is_empty() {
+        return Err(ApiError::field("agent_id", "is required"));
+    }
+    if let Err(e) = ids::validate_agent_id(id) {
+        return Err(ApiError::field("agent_id", e.to_string()));
+    }
+    let mut v: Vec<(String, String)> = Vec::new();
+    let mut bad = |f: &str, d: String| v.push((f.to_owned(), d));
+    if def.agent_id.as_deref().is_some_and(|a| a != id) {
+        bad("agent_id", format!("must equal the file name {id:?}"));
+    }
+    check_len(&mut bad, "name", &def.name, MAX_NAME);
+    check_len(&mut bad, "description", &def.description, MAX_DESCRIPTION);
+    check_len(
+        &mut bad,
+        "system_prompt",
+        &def.prompt.system_prompt,
+        MAX_PROMPT,
+    );
+    if def.tools.allowlist.is_empty() {
+        bad("tool_allowlist", "must name at least one tool".into());
+    }
+    for (i, s) in def.mcp_servers.iter().enumerate() {
+        if let Err(d) = validate_mcp_server(s) {
+            bad(&format!("mcp_servers[{i}]"), d);
+        }
+    }
+    if !def.mcp_allowlist().is_empty() && def.mcp_servers.is_empty() {
+        bad(
+            "mcp_tool_allowlist",
+            "is set but no mcp_servers are configured".into(),
+        );
+    }
+    if !v.is_empty() {
+        let mcp_only = v.iter().all(|(f, _)| f.starts_with("mcp_servers["));
+        let mut e = ApiError::fields(v);
+        if mcp_only {
+            e.kind = ErrorKind::InvalidMcpConfig;
+        }
+        return Err(e);
+    }
+    let unknown: Vec<String> = def
+        .tools
+        .allowlist
+        .iter()
+        .filter(|t| !catalog::is_native_tool(t))
+        .cloned()
+        .collect();
+    if !unknown.is_empty() {
+        let available: Vec<String> = catalog::NATIVE_TOOL_NAMES
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        return Err(ApiError::invalid_tools(
+            ErrorKind::InvalidTools,
+            "Unknown tool(s) in tool_allowlist",
+            &unknown,
+            &available,
+        ));
+    }
+    Ok(())
+}
+
+fn check_len(bad: &mut impl FnMut(&str, String), field: &str, value: &str, max: usize) {
+    let n = value.chars().count();
+    if value.trim().is_empty() {
+        bad(field, "is required and must not be empty".into());
+    } else if n > max {
+        bad(field, format!("must be at most {max} characters, got {n}"));
+    }
+}
+
+/// Checks one MCP server entry (seed 000 §5.1: `stdio` needs `command`, `sse`/`http` need `url`).
+pub fn validate_mcp_server(s: &McpServerConfig) -> Result<(), String> {
+    match s.kind.as_str() {
+        "stdio" => {
+            if s.command.trim().is_empty() {
+                return Err("type stdio requires a command".into());
+            }
+            if !s.url.is_empty() || !s.headers.is_empty() {
+                return Err("type stdio takes no url or headers".into());
+            }
+        }
+        "sse" | "http" => {
+            if s.url.trim().is_empty() {
+                return Err(format!("type {} requires a url", s.kind));
+            }
+            if !(s.url.starts_with("http://") || s.url.starts_with("https://")) {
+                return Err(format!(
+                    "url must start with http:// or https://, got {:?}",
+                    s.url
+                ));
+            }
+            if !s.command.is_empty() || !s.args.is_empty() || !s.env.is_empty() {
+                return Err(format!("type {} takes no command, args or env", s.kind));
+            }
+        }
+        other => {
+            return Err(format!(
+                "type must be one of stdio, sse, http, got {other:?}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn good() -> CustomAgentFile {
+        CustomAgentFile {
+            name: "Invoice Extractor".into(),
+            description: "Extracts fields".into(),
+            prompt: Prompt {
+                system_prompt: "You are a LeanAgent.".into(),
+            },
+            tools: Allowlist {
+                allowlist: vec!["file_read".into()],
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_complete_definition_is_valid() {
+        assert_eq!(validate("invoice-extractor", &good()), Ok(()));
+    }
+
+    #[test]
+    fn missing_fields_are_all_reported() {
+        let e = validate("abc", &CustomAgentFile::default()).err();
+        let fields: Vec<_> = e
+            .iter()
+            .flat_map(|e| e.field_violations.iter().map(|f| f.0.clone()))
+            .collect();
+        assert_eq!(
+            fields,
+            ["name", "description", "system_prompt", "tool_allowlist"]
+        );
+    }
+
+    #[test]
+    fn over_long_name_and_description_are_refused() {
+        let mut d = good();
+        d.name = "n".repeat(101);
+        d.description = "d".repeat(501);
+        let e = validate("abc", &d)
+            .err()
+            .map(|e| e.message)
+            .unwrap_or_default();
+        assert!(e.contains("name: must be at most 100"), "{e}");
+        assert!(e.contains("description: must be at most 500"), "{e}");
+    }
+
+    #[test]
+    fn unknown_and_wrong_case_tools_give_the_invalid_tools_error() {
+        let mut d = good();
+        d.tools.allowlist = vec!["file_read".into(), "foo_tool".into(), "Python".into()];
+        let e = validate("abc", &d).err();
+        assert_eq!(e.as_ref().map(|e| e.kind), Some(ErrorKind::InvalidTools));
+        let body = e.map(|e| e.to_json()).unwrap_or_default();
+        assert_eq!(
+            body["invalid_tools"],
+            serde_json::json!(["foo_tool", "Python"])
+        );
+    }
+
+    #[test]
+    fn mcp_server_shapes_are_checked() {
+        let stdio = McpServerConfig {
+            kind: "stdio".into(),
+            ..Default::default()
+        };
+        assert!(validate_mcp_server(&stdio).is_err());
+        let sse = McpServerConfig {
+            kind: "sse".into(),
+            url: "http://x/sse".into(),
+            ..Default::default()
+        };
+        assert!(validate_mcp_server(&sse).is_ok());
+        let ws = McpServerConfig {
+            kind: "websocket".into(),
+            ..Default::default()
+        };
+        assert!(validate_mcp_server(&ws).is_err());
+    }
+
+    #[test]
+    fn id_must_match_the_file_name() {
+        let mut d = good();
+        d.agent_id = Some("other".into());
+        assert!(validate("abc", &d).is_err());
+    }
+}

@@ -1,0 +1,139 @@
+//! The YAML directory: atomic durable writes, deletes, scans, and content versions.
+
+use std::{
+    fs::{self, File},
+    io::{self, Write},
+    path::{Path, PathBuf},
+    sync::atomic::{AtomicU64, Ordering},
+};
+
+use sha2::{Digest, Sha256};
+
+/// The file extension of agent definitions.
+pub const EXT: &str = "yaml";
+/// Prefix of temporary files; such files are never read as definitions.
+const TMP_PREFIX: &str = ".tmp-";
+
+/// The version of a definition: the first 16 hex digits of the SHA-256 of its file's bytes, so
+/// any change, also by hand, gives a new version, and a rebuilt cache gives the same one.
+pub fn version_of(bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
+    hex::encode(&digest[..8])
+}
+
+/// Writes `bytes` to `path` atomically and durably: temp file in the same directory, fsync,
+/// rename over the target, fsync the directory. A crash leaves either the old or the new file.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let dir = parent(path)?;
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let tmp = dir.join(format!(
+        "{TMP_PREFIX}{name}.{}.{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    let result = (|| {
+        let mut f = File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)?;
+        sync_dir(dir)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Removes `path` durably (fsyncs the directory).
+pub fn remove_durable(path: &Path) -> io::Result<()> {
+    fs::remove_file(path)?;
+    sync_dir(parent(path)?)
+}
+
+fn parent(path: &Path) -> io::Result<&Path> {
+    path.parent()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no parent directory"))
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Removes temp files left behind by a crash mid-write.
+pub fn remove_stale_temp_files(dir: &Path) -> io::Result<usize> {
+    let mut n = 0;
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_name().to_string_lossy().starts_with(TMP_PREFIX) {
+            fs::remove_file(entry.path())?;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+/// The `*.yaml` files directly in `dir` (hidden and temp files excluded), sorted.
+pub fn yaml_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    match fs::read_dir(dir) {
+        Ok(rd) => {
+            for entry in rd {
+                let entry = entry?;
+                let path = entry.path();
+                if is_definition_file(&path) && entry.file_type()?.is_file() {
+                    out.push(path);
+                }
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// True for `name.yaml` that is not hidden or temporary.
+pub fn is_definition_file(path: &Path) -> bool {
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    !name.starts_with('.') && path.extension().is_some_and(|e| e == EXT)
+}
+
+/// The file stem, which is the agent id.
+pub fn stem(path: &Path) -> Option<&str> {
+    path.file_stem().and_then(|s| s.to_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_write_replaces_content_and_leaves_no_temp_file() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let p = dir.path().join("abc.yaml");
+        write_atomic(&p, b"one")?;
+        write_atomic(&p, b"two")?;
+        assert_eq!(fs::read(&p)?, b"two");
+        assert_eq!(yaml_files(dir.path())?, vec![p]);
+        assert_eq!(remove_stale_temp_files(dir.path())?, 0);
+        Ok(())
+    }
+
+    #[test]
+    fn version_changes_with_content_only() {
+        assert_eq!(version_of(b"a"), version_of(b"a"));
+        assert_ne!(version_of(b"a"), version_of(b"b"));
+        assert_eq!(version_of(b"a").len(), 16);
+    }
+
+    #[test]
+    fn hidden_and_temp_files_are_not_definitions() {
+        assert!(is_definition_file(Path::new("/x/abc.yaml")));
+        assert!(!is_definition_file(Path::new("/x/.hidden.yaml")));
+        assert!(!is_definition_file(Path::new("/x/.tmp-abc.yaml.1.2")));
+        assert!(!is_definition_file(Path::new("/x/abc.yml.bak")));
+    }
+}

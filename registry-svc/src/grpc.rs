@@ -1,0 +1,234 @@
+//! The `taskforce.v1.AgentRegistry` gRPC service.
+
+use std::sync::Arc;
+
+use taskforce_proto::{
+    error::{ApiError, ErrorKind},
+    v1::{self, agent_registry_server::AgentRegistry},
+};
+use tokio::sync::{broadcast::error::RecvError, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+use tracing::{info, instrument, warn};
+
+use crate::{
+    catalog::{self, ToolCatalog},
+    convert,
+    definition::{self, CustomAgentFile},
+    error::RegistryError,
+    store::Store,
+};
+
+/// The service, shared by all connections.
+#[derive(Clone)]
+pub struct RegistryService {
+    store: Arc<Store>,
+    catalog: Arc<ToolCatalog>,
+    shutdown: CancellationToken,
+}
+
+impl RegistryService {
+    /// A service over `store` and `catalog`; watch streams end when `shutdown` fires.
+    pub fn new(store: Arc<Store>, catalog: Arc<ToolCatalog>, shutdown: CancellationToken) -> Self {
+        Self {
+            store,
+            catalog,
+            shutdown,
+        }
+    }
+
+    /// Runs a blocking store operation off the async threads.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Store) -> Result<T, RegistryError> + Send + 'static,
+    ) -> Result<T, Status> {
+        let store = Arc::clone(&self.store);
+        Ok(tokio::task::spawn_blocking(move || f(&store))
+            .await
+            .map_err(RegistryError::from)??)
+    }
+
+    /// Validates a definition completely: static rules, then its MCP servers.
+    async fn check(&self, id: &str, def: &CustomAgentFile) -> Result<catalog::McpCheck, Status> {
+        definition::validate(id, def).map_err(|e| e.to_status())?;
+        catalog::check_agent_mcp(def, self.catalog.discovery_timeout())
+            .await
+            .map_err(|e| e.to_status())
+    }
+}
+
+fn spec_of(spec: Option<v1::AgentSpec>) -> Result<v1::AgentSpec, Status> {
+    spec.ok_or_else(|| ApiError::field("spec", "is required").to_status())
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+#[tonic::async_trait]
+impl AgentRegistry for RegistryService {
+    #[instrument(skip_all, fields(agent_id))]
+    async fn create_agent(
+        &self,
+        req: Request<v1::CreateAgentRequest>,
+    ) -> Result<Response<v1::Agent>, Status> {
+        let spec = spec_of(req.into_inner().spec)?;
+        let id = spec.agent_id.clone();
+        tracing::Span::current().record("agent_id", id.as_str());
+        let def = convert::spec_to_file(spec);
+        definition::validate(&id, &def).map_err(|e| e.to_status())?;
+        // Fail fast on a taken id before the (slow) MCP discovery; `create` re-checks under lock.
+        if self.store.get(&id).is_ok() {
+            return Err(ApiError::new(
+                ErrorKind::AlreadyExists,
+                format!("agent {id:?} already exists"),
+            )
+            .to_status());
+        }
+        self.check(&id, &def).await?;
+        let now = now();
+        let agent = self.blocking(move |s| s.create(&id, def, &now)).await?;
+        info!(version = %agent.version, "agent created");
+        Ok(Response::new(agent))
+    }
+
+    #[instrument(skip_all, fields(agent_id))]
+    async fn get_agent(
+        &self,
+        req: Request<v1::GetAgentRequest>,
+    ) -> Result<Response<v1::Agent>, Status> {
+        let id = req.into_inner().agent_id;
+        tracing::Span::current().record("agent_id", id.as_str());
+        taskforce_proto::ids::validate_agent_id(&id)
+            .map_err(|e| ApiError::field("agent_id", e.to_string()).to_status())?;
+        Ok(Response::new(self.store.get(&id)?))
+    }
+
+    async fn list_agents(
+        &self,
+        req: Request<v1::ListAgentsRequest>,
+    ) -> Result<Response<v1::ListAgentsResponse>, Status> {
+        let r = req.into_inner();
+        let source = v1::AgentSource::try_from(r.source).map_err(|_| {
+            ApiError::field("source", format!("unknown source {}", r.source)).to_status()
+        })?;
+        let (agents, next_page_token) = self
+            .blocking(move |s| s.list(r.page_size as usize, &r.page_token, source))
+            .await?;
+        Ok(Response::new(v1::ListAgentsResponse {
+            agents,
+            next_page_token,
+        }))
+    }
+
+    #[instrument(skip_all, fields(agent_id))]
+    async fn update_agent(
+        &self,
+        req: Request<v1::UpdateAgentRequest>,
+    ) -> Result<Response<v1::Agent>, Status> {
+        let r = req.into_inner();
+        let id = r.agent_id;
+        tracing::Span::current().record("agent_id", id.as_str());
+        let mut spec = spec_of(r.spec)?;
+        // The path's id is authoritative (seed 000 §5.4).
+        spec.agent_id.clone_from(&id);
+        let def = convert::spec_to_file(spec);
+        definition::validate(&id, &def).map_err(|e| e.to_status())?;
+        if self.store.get(&id).is_err()
+            && !self.store.custom_dir().join(format!("{id}.yaml")).exists()
+        {
+            return Err(
+                ApiError::new(ErrorKind::NotFound, format!("agent {id:?} not found")).to_status(),
+            );
+        }
+        self.check(&id, &def).await?;
+        let now = now();
+        let expected = r.expected_version;
+        let agent = self
+            .blocking(move |s| s.update(&id, def, &expected, &now))
+            .await?;
+        info!(version = %agent.version, "agent updated");
+        Ok(Response::new(agent))
+    }
+
+    #[instrument(skip_all, fields(agent_id))]
+    async fn delete_agent(
+        &self,
+        req: Request<v1::DeleteAgentRequest>,
+    ) -> Result<Response<v1::DeleteAgentResponse>, Status> {
+        let r = req.into_inner();
+        tracing::Span::current().record("agent_id", r.agent_id.as_str());
+        self.blocking(move |s| s.delete(&r.agent_id, &r.expected_version))
+            .await?;
+        info!("agent deleted");
+        Ok(Response::new(v1::DeleteAgentResponse {}))
+    }
+
+    async fn list_tools(
+        &self,
+        _req: Request<v1::ListToolsRequest>,
+    ) -> Result<Response<v1::ListToolsResponse>, Status> {
+        Ok(Response::new(v1::ListToolsResponse {
+            tools: self.catalog.tools(),
+        }))
+    }
+
+    async fn validate_agent(
+        &self,
+        req: Request<v1::ValidateAgentRequest>,
+    ) -> Result<Response<v1::ValidateAgentResponse>, Status> {
+        let spec = spec_of(req.into_inner().spec)?;
+        let id = spec.agent_id.clone();
+        let check = self.check(&id, &convert::spec_to_file(spec)).await?;
+        Ok(Response::new(v1::ValidateAgentResponse {
+            discovered_mcp_tools: check.discovered,
+            warnings: check.warnings,
+        }))
+    }
+
+    type WatchAgentsStream = ReceiverStream<Result<v1::AgentChange, Status>>;
+
+    async fn watch_agents(
+        &self,
+        _req: Request<v1::WatchAgentsRequest>,
+    ) -> Result<Response<Self::WatchAgentsStream>, Status> {
+        let mut changes = self.store.subscribe();
+        let (tx, rx) = mpsc::channel(256);
+        let stop = self.shutdown.clone();
+        tokio::spawn(async move {
+            loop {
+                let item = tokio::select! {
+                    () = stop.cancelled() => Err(Status::unavailable("registry is shutting down")),
+                    () = tx.closed() => return,
+                    c = changes.recv() => match c {
+                        Ok(c) => Ok(c),
+                        Err(RecvError::Lagged(n)) => {
+                            warn!(missed = n, "watcher fell behind; ending its stream");
+                            Err(Status::data_loss(format!("missed {n} changes; list again and watch again")))
+                        }
+                        Err(RecvError::Closed) => return,
+                    },
+                };
+                let last = item.is_err();
+                if tx.send(item).await.is_err() || last {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn list_diagnostics(
+        &self,
+        _req: Request<v1::ListDiagnosticsRequest>,
+    ) -> Result<Response<v1::ListDiagnosticsResponse>, Status> {
+        let diagnostics = self
+            .store
+            .diagnostics()
+            .into_iter()
+            .map(|(path, error)| v1::Diagnostic { path, error })
+            .collect();
+        Ok(Response::new(v1::ListDiagnosticsResponse { diagnostics }))
+    }
+}

@@ -1,0 +1,115 @@
+//! registry-svc: owns agent definitions and the tool catalog.
+//!
+//! Source of truth is YAML on disk (`configs/custom/{agent_id}.yaml` for custom agents,
+//! `configs/{profile}.yaml` for profiles); sled is a cache and index, reconciled on start, kept
+//! current by a file watcher, and rebuilt from YAML when it cannot be opened.
+//!
+//! # Layout
+//! - [`config`]: flags and environment.
+//! - [`definition`]: the YAML shapes and their validation rules.
+//! - [`convert`]: YAML shapes ⇄ protobuf messages.
+//! - [`files`]: atomic durable writes, scans, content versions.
+//! - [`store`]: the sled-backed store; every mutation goes through it under one lock.
+//! - [`watcher`]: file watcher plus periodic reconcile.
+//! - [`mcp`]: MCP discovery through `rmcp`.
+//! - [`catalog`]: the tool catalog and MCP allowlist validation.
+//! - [`grpc`]: the `taskforce.v1.AgentRegistry` service.
+//! - [`error`]: the crate's error type.
+
+pub mod catalog;
+pub mod config;
+pub mod convert;
+pub mod definition;
+pub mod error;
+pub mod files;
+pub mod grpc;
+pub mod mcp;
+pub mod store;
+pub mod watcher;
+
+use std::{sync::Arc, time::Duration};
+
+use taskforce_proto::v1::agent_registry_server::AgentRegistryServer;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+pub use config::Config;
+pub use error::RegistryError;
+
+/// Serves the registry on `listener` until `shutdown` fires, then stops every background task
+/// and flushes the cache.
+pub async fn run(
+    listener: TcpListener,
+    config: Config,
+    shutdown: CancellationToken,
+) -> Result<(), RegistryError> {
+    let started = std::time::Instant::now();
+    let (root, data) = (config.config_dir.clone(), config.data_dir.clone());
+    let store =
+        Arc::new(tokio::task::spawn_blocking(move || store::Store::open(&root, &data)).await??);
+    let (profiles, customs) = store.counts();
+    info!(
+        profiles,
+        customs,
+        elapsed_ms = started.elapsed().as_millis(),
+        "registry cache ready"
+    );
+
+    let catalog = Arc::new(catalog::ToolCatalog::new(Duration::from_millis(
+        config.mcp_discovery_timeout_ms,
+    )));
+    let global = catalog::GlobalMcpFile::load(&config.catalog_file())?;
+
+    let tasks = CancellationToken::new();
+    let discovery = tokio::spawn(Arc::clone(&catalog).run_global_discovery(
+        global.mcp_servers,
+        Duration::from_secs(config.catalog_refresh_secs),
+        tasks.clone(),
+    ));
+    let watch = tokio::spawn(watcher::run(
+        Arc::clone(&store),
+        Duration::from_secs(config.reconcile_interval_secs.max(1)),
+        tasks.clone(),
+    ));
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<AgentRegistryServer<grpc::RegistryService>>()
+        .await;
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(taskforce_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(|e| RegistryError::Config(format!("reflection: {e}")))?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(taskforce_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()
+        .map_err(|e| RegistryError::Config(format!("reflection: {e}")))?;
+    let service = grpc::RegistryService::new(Arc::clone(&store), catalog, tasks.clone());
+
+    info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "registry listening");
+    let stopping = shutdown.clone();
+    let health_on_stop = health.clone();
+    let result = tonic::transport::Server::builder()
+        .timeout(Duration::from_secs(60))
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(AgentRegistryServer::new(service))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
+            stopping.cancelled().await;
+            health_on_stop
+                .set_not_serving::<AgentRegistryServer<grpc::RegistryService>>()
+                .await;
+            tasks.cancel();
+        })
+        .await;
+    let _ = tokio::join!(discovery, watch);
+    let flushed = tokio::task::spawn_blocking(move || store.flush()).await?;
+    info!("registry stopped");
+    result.map_err(|e| RegistryError::Config(format!("server: {e}")))?;
+    flushed
+}

@@ -1,0 +1,537 @@
+//! The agent store: YAML files are the source of truth, sled is the cache and index.
+//!
+//! Every mutation (API writes, watcher events, periodic reconciles) runs under one write lock,
+//! so the cache always moves from one file state to the next. Methods are blocking: call them
+//! from `spawn_blocking` (reads are sub-millisecond sled lookups and may run inline).
+
+use std::{
+    collections::{BTreeMap, HashSet},
+    fs,
+    ops::Bound,
+    path::{Path, PathBuf},
+    sync::Mutex,
+};
+
+use prost::Message;
+use taskforce_proto::{
+    error::{ApiError, ErrorKind},
+    ids,
+    v1::{self, AgentSource, agent_change::Kind as ChangeKind},
+};
+use tokio::sync::broadcast;
+use tracing::{info, warn};
+
+use crate::{
+    convert,
+    definition::{self, CustomAgentFile, ProfileFile},
+    error::{RegistryError, Result},
+    files,
+};
+
+/// Files in the config directory that are not profiles.
+const NOT_PROFILES: [&str; 1] = ["llm_config.yaml"];
+/// Default and largest page sizes of `list`.
+pub const DEFAULT_PAGE: usize = 100;
+/// Largest page size of `list`.
+pub const MAX_PAGE: usize = 1000;
+
+/// What a full reconcile did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ReconcileStats {
+    /// Files looked at.
+    pub files: usize,
+    /// Cache entries added or replaced.
+    pub updated: usize,
+    /// Cache entries dropped.
+    pub removed: usize,
+    /// Files skipped as invalid.
+    pub invalid: usize,
+}
+
+/// The store. Cheap to share behind an `Arc`.
+pub struct Store {
+    root: PathBuf,
+    custom_dir: PathBuf,
+    db: sled::Db,
+    custom: sled::Tree,
+    profile: sled::Tree,
+    write_lock: Mutex<()>,
+    diagnostics: Mutex<BTreeMap<String, String>>,
+    changes: broadcast::Sender<v1::AgentChange>,
+}
+
+impl Store {
+    /// Opens (or rebuilds) the cache at `data_dir` for the config directory `root`, and
+    /// reconciles it with the files.
+    pub fn open(root: &Path, data_dir: &Path) -> Result<Self> {
+        let custom_dir = root.join("custom");
+        fs::create_dir_all(&custom_dir).map_err(|e| RegistryError::io(&custom_dir, e))?;
+        // Watcher events carry canonical paths; compare like with like.
+        let root = fs::canonicalize(root).map_err(|e| RegistryError::io(root, e))?;
+        let custom_dir = root.join("custom");
+        fs::create_dir_all(&custom_dir).map_err(|e| RegistryError::io(&custom_dir, e))?;
+        let removed = files::remove_stale_temp_files(&custom_dir)
+            .map_err(|e| RegistryError::io(&custom_dir, e))?;
+        if removed > 0 {
+            warn!(removed, dir = %custom_dir.display(), "removed temp files left by an interrupted write");
+        }
+        let db = open_or_rebuild(data_dir)?;
+        let (changes, _) = broadcast::channel(4096);
+        let store = Self {
+            root,
+            custom: db.open_tree("custom")?,
+            profile: db.open_tree("profile")?,
+            db,
+            custom_dir,
+            write_lock: Mutex::new(()),
+            diagnostics: Mutex::new(BTreeMap::new()),
+            changes,
+        };
+        let stats = store.reconcile_all()?;
+        info!(?stats, "reconciled cache with the config directory");
+        Ok(store)
+    }
+
+    /// The config directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The custom agents directory.
+    pub fn custom_dir(&self) -> &Path {
+        &self.custom_dir
+    }
+
+    /// A receiver of every change from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<v1::AgentChange> {
+        self.changes.subscribe()
+    }
+
+    /// Flushes the cache to disk (on shutdown; the files are durable anyway).
+    pub fn flush(&self) -> Result<()> {
+        self.db.flush()?;
+        Ok(())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.write_lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn tree(&self, source: AgentSource) -> &sled::Tree {
+        match source {
+            AgentSource::Profile => &self.profile,
+            AgentSource::Custom | AgentSource::Unspecified => &self.custom,
+        }
+    }
+
+    // ---- reads -------------------------------------------------------------------------
+
+    /// One agent: a custom agent, else a profile agent of that name.
+    pub fn get(&self, id: &str) -> Result<v1::Agent> {
+        for tree in [&self.custom, &self.profile] {
+            if let Some(bytes) = tree.get(id)? {
+                return Ok(v1::Agent::decode(bytes.as_ref())?);
+            }
+        }
+        Err(ApiError::new(ErrorKind::NotFound, format!("agent {id:?} not found")).into())
+    }
+
+    /// One page of agents: profiles first, then custom agents, each by id.
+    pub fn list(
+        &self,
+        page_size: usize,
+        token: &str,
+        source: AgentSource,
+    ) -> Result<(Vec<v1::Agent>, String)> {
+        let page_size = match page_size {
+            0 => DEFAULT_PAGE,
+            n => n.min(MAX_PAGE),
+        };
+        let (start_source, after) = parse_token(token)?;
+        let order: &[AgentSource] = match source {
+            AgentSource::Unspecified => &[AgentSource::Profile, AgentSource::Custom],
+            AgentSource::Profile => &[AgentSource::Profile],
+            AgentSource::Custom => &[AgentSource::Custom],
+        };
+        let mut out = Vec::with_capacity(page_size.min(256));
+        let mut started = start_source.is_none();
+        for &src in order {
+            let lower = if start_source == Some(src) {
+                started = true;
+                Bound::Excluded(after.as_bytes().to_vec())
+            } else if started {
+                Bound::Unbounded
+            } else {
+                continue;
+            };
+            for item in self
+                .tree(src)
+                .range::<Vec<u8>, _>((lower, Bound::Unbounded))
+            {
+                let (key, value) = item?;
+                if out.len() == page_size {
+                    // There is more; the token points after the last agent of this page.
+                    let token = match out.last() {
+                        Some(last) => make_token(&self.last_source(&out, src), &last.agent_id),
+                        None => make_token(&src, &String::from_utf8_lossy(&key)),
+                    };
+                    return Ok((out, token));
+                }
+                out.push(v1::Agent::decode(value.as_ref())?);
+            }
+        }
+        Ok((out, String::new()))
+    }
+
+    fn last_source(&self, page: &[v1::Agent], fallback: AgentSource) -> AgentSource {
+        page.last()
+            .and_then(|a| AgentSource::try_from(a.source).ok())
+            .unwrap_or(fallback)
+    }
+
+    /// Files that could not be loaded, with the reason, by path relative to the config dir.
+    pub fn diagnostics(&self) -> Vec<(String, String)> {
+        self.diagnostics
+            .lock()
+            .map(|d| d.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default()
+    }
+
+    /// Number of cached agents by source (profile, custom).
+    pub fn counts(&self) -> (usize, usize) {
+        (self.profile.len(), self.custom.len())
+    }
+
+    // ---- writes ------------------------------------------------------------------------
+
+    /// Creates a custom agent from a validated definition.
+    pub fn create(&self, id: &str, mut def: CustomAgentFile, now: &str) -> Result<v1::Agent> {
+        let path = self.custom_path(id)?;
+        let _guard = self.lock();
+        if path.exists() || self.custom.contains_key(id)? || self.profile.contains_key(id)? {
+            return Err(ApiError::new(
+                ErrorKind::AlreadyExists,
+                format!("agent {id:?} already exists"),
+            )
+            .into());
+        }
+        def.agent_id = Some(id.to_owned());
+        def.created_at = Some(now.to_owned());
+        def.updated_at = Some(now.to_owned());
+        self.write_custom(id, &path, &def)
+    }
+
+    /// Replaces a custom agent, keeping its `created_at`.
+    pub fn update(
+        &self,
+        id: &str,
+        mut def: CustomAgentFile,
+        expected_version: &str,
+        now: &str,
+    ) -> Result<v1::Agent> {
+        let path = self.custom_path(id)?;
+        let _guard = self.lock();
+        let current = self.read_current(id, &path, expected_version)?;
+        let created = serde_yaml::from_slice::<CustomAgentFile>(&current)
+            .ok()
+            .and_then(|f| f.created_at)
+            .unwrap_or_else(|| now.to_owned());
+        def.agent_id = Some(id.to_owned());
+        def.created_at = Some(created);
+        def.updated_at = Some(now.to_owned());
+        self.write_custom(id, &path, &def)
+    }
+
+    /// Deletes a custom agent.
+    pub fn delete(&self, id: &str, expected_version: &str) -> Result<()> {
+        let path = self.custom_path(id)?;
+        let _guard = self.lock();
+        self.read_current(id, &path, expected_version)?;
+        files::remove_durable(&path).map_err(|e| RegistryError::io(&path, e))?;
+        self.custom.remove(id)?;
+        self.forget_diagnostic(&path);
+        self.notify(ChangeKind::Deleted, id, AgentSource::Custom, String::new());
+        Ok(())
+    }
+
+    fn custom_path(&self, id: &str) -> Result<PathBuf> {
+        ids::validate_agent_id(id).map_err(|e| ApiError::field("agent_id", e.to_string()))?;
+        Ok(self.custom_dir.join(format!("{id}.{}", files::EXT)))
+    }
+
+    /// Reads the current file of `id` and checks the expected version against it.
+    fn read_current(&self, id: &str, path: &Path, expected_version: &str) -> Result<Vec<u8>> {
+        let bytes = match fs::read(path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let err = if self.profile.contains_key(id)? {
+                    ApiError::new(
+                        ErrorKind::ReadOnly,
+                        format!("agent {id:?} is a profile agent; edit configs/{id}.yaml instead"),
+                    )
+                } else {
+                    ApiError::new(ErrorKind::NotFound, format!("agent {id:?} not found"))
+                };
+                return Err(err.into());
+            }
+            Err(e) => return Err(RegistryError::io(path, e)),
+        };
+        let version = files::version_of(&bytes);
+        if !expected_version.is_empty() && expected_version != version {
+            return Err(ApiError::new(
+                ErrorKind::VersionConflict,
+                format!("agent {id:?} is at version {version}, not the expected {expected_version}; get it again and retry"),
+            )
+            .into());
+        }
+        Ok(bytes)
+    }
+
+    fn write_custom(&self, id: &str, path: &Path, def: &CustomAgentFile) -> Result<v1::Agent> {
+        let yaml = serde_yaml::to_string(def)?;
+        files::write_atomic(path, yaml.as_bytes()).map_err(|e| RegistryError::io(path, e))?;
+        let agent = convert::custom_to_proto(id, files::version_of(yaml.as_bytes()), def);
+        self.custom.insert(id, agent.encode_to_vec())?;
+        self.forget_diagnostic(path);
+        self.notify(
+            ChangeKind::Upserted,
+            id,
+            AgentSource::Custom,
+            agent.version.clone(),
+        );
+        Ok(agent)
+    }
+
+    fn notify(&self, kind: ChangeKind, id: &str, source: AgentSource, version: String) {
+        // No receivers is fine: nobody is watching.
+        let _ = self.changes.send(v1::AgentChange {
+            kind: kind.into(),
+            agent_id: id.to_owned(),
+            source: source.into(),
+            version,
+        });
+    }
+
+    // ---- reconcile ---------------------------------------------------------------------
+
+    /// Brings the cache in line with every file in the config directory.
+    pub fn reconcile_all(&self) -> Result<ReconcileStats> {
+        let _guard = self.lock();
+        let mut stats = ReconcileStats::default();
+        for source in [AgentSource::Profile, AgentSource::Custom] {
+            let dir = self.dir_of(source);
+            let paths = files::yaml_files(dir).map_err(|e| RegistryError::io(dir, e))?;
+            let mut seen = HashSet::with_capacity(paths.len());
+            for path in paths {
+                if source == AgentSource::Profile && is_not_profile(&path) {
+                    continue;
+                }
+                stats.files += 1;
+                if let Some(id) = files::stem(&path) {
+                    seen.insert(id.to_owned());
+                }
+                self.reconcile_file(source, &path, &mut stats)?;
+            }
+            let tree = self.tree(source);
+            for key in tree.iter().keys() {
+                let key = key?;
+                let id = String::from_utf8_lossy(&key).into_owned();
+                if !seen.contains(&id) {
+                    tree.remove(&key)?;
+                    stats.removed += 1;
+                    self.notify(ChangeKind::Deleted, &id, source, String::new());
+                }
+            }
+            self.retain_diagnostics(dir, &seen);
+        }
+        Ok(stats)
+    }
+
+    /// Brings the cache in line with one file (created, changed or deleted).
+    pub fn reconcile_path(&self, path: &Path) -> Result<ReconcileStats> {
+        let mut stats = ReconcileStats::default();
+        let Some(source) = self.source_of(path) else {
+            return Ok(stats);
+        };
+        let _guard = self.lock();
+        stats.files = 1;
+        self.reconcile_file(source, path, &mut stats)?;
+        Ok(stats)
+    }
+
+    fn source_of(&self, path: &Path) -> Option<AgentSource> {
+        if !files::is_definition_file(path) {
+            return None;
+        }
+        let dir = path.parent()?;
+        if dir == self.custom_dir {
+            Some(AgentSource::Custom)
+        } else if dir == self.root && !is_not_profile(path) {
+            Some(AgentSource::Profile)
+        } else {
+            None
+        }
+    }
+
+    fn dir_of(&self, source: AgentSource) -> &Path {
+        match source {
+            AgentSource::Profile => &self.root,
+            AgentSource::Custom | AgentSource::Unspecified => &self.custom_dir,
+        }
+    }
+
+    fn reconcile_file(
+        &self,
+        source: AgentSource,
+        path: &Path,
+        stats: &mut ReconcileStats,
+    ) -> Result<()> {
+        let Some(id) = files::stem(path).map(str::to_owned) else {
+            return Ok(());
+        };
+        let tree = self.tree(source);
+        let bytes = match fs::read(path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                self.forget_diagnostic(path);
+                if tree.remove(id.as_bytes())?.is_some() {
+                    stats.removed += 1;
+                    self.notify(ChangeKind::Deleted, &id, source, String::new());
+                }
+                return Ok(());
+            }
+            Err(e) => return Err(RegistryError::io(path, e)),
+        };
+        let version = files::version_of(&bytes);
+        if let Some(cached) = tree.get(id.as_bytes())?
+            && v1::Agent::decode(cached.as_ref()).is_ok_and(|a| a.version == version)
+        {
+            return Ok(());
+        }
+        match load(source, &id, version.clone(), &bytes) {
+            Ok(agent) => {
+                tree.insert(id.as_bytes(), agent.encode_to_vec())?;
+                self.forget_diagnostic(path);
+                stats.updated += 1;
+                self.notify(ChangeKind::Upserted, &id, source, version);
+            }
+            Err(reason) => {
+                warn!(path = %path.display(), error = %reason, "skipping invalid definition");
+                stats.invalid += 1;
+                self.remember_diagnostic(path, reason);
+                if tree.remove(id.as_bytes())?.is_some() {
+                    stats.removed += 1;
+                    self.notify(ChangeKind::Deleted, &id, source, String::new());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn rel(&self, path: &Path) -> String {
+        path.strip_prefix(&self.root)
+            .unwrap_or(path)
+            .display()
+            .to_string()
+    }
+
+    fn remember_diagnostic(&self, path: &Path, reason: String) {
+        if let Ok(mut d) = self.diagnostics.lock() {
+            d.insert(self.rel(path), reason);
+        }
+    }
+
+    fn forget_diagnostic(&self, path: &Path) {
+        if let Ok(mut d) = self.diagnostics.lock() {
+            d.remove(&self.rel(path));
+        }
+    }
+
+    /// Drops diagnostics of files in `dir` that are gone.
+    fn retain_diagnostics(&self, dir: &Path, present: &HashSet<String>) {
+        let prefix = self.rel(dir);
+        if let Ok(mut d) = self.diagnostics.lock() {
+            d.retain(|rel, _| {
+                let p = Path::new(rel);
+                let parent = p
+                    .parent()
+                    .map(|x| x.display().to_string())
+                    .unwrap_or_default();
+                parent != prefix || files::stem(p).is_some_and(|s| present.contains(s))
+            });
+        }
+    }
+}
+
+/// Parses and validates one file into an `Agent`, or says why it cannot be served.
+fn load(source: AgentSource, id: &str, version: String, bytes: &[u8]) -> Result<v1::Agent, String> {
+    ids::validate_agent_id(id).map_err(|e| format!("file name is not a valid agent id: {e}"))?;
+    match source {
+        AgentSource::Profile => {
+            let f: ProfileFile =
+                serde_yaml::from_slice(bytes).map_err(|e| format!("invalid YAML: {e}"))?;
+            Ok(convert::profile_to_proto(id, version, &f))
+        }
+        AgentSource::Custom | AgentSource::Unspecified => {
+            let f: CustomAgentFile =
+                serde_yaml::from_slice(bytes).map_err(|e| format!("invalid YAML: {e}"))?;
+            definition::validate(id, &f)
+                .map_err(|e| format!("invalid definition: {}", e.message))?;
+            Ok(convert::custom_to_proto(id, version, &f))
+        }
+    }
+}
+
+fn is_not_profile(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| NOT_PROFILES.contains(&n))
+}
+
+fn make_token(source: &AgentSource, id: &str) -> String {
+    let tag = match source {
+        AgentSource::Profile => 'p',
+        AgentSource::Custom | AgentSource::Unspecified => 'c',
+    };
+    format!("{tag}:{id}")
+}
+
+fn parse_token(token: &str) -> Result<(Option<AgentSource>, String)> {
+    if token.is_empty() {
+        return Ok((None, String::new()));
+    }
+    let bad = || ApiError::field("page_token", "is not a token returned by a previous page");
+    let (tag, id) = token.split_once(':').ok_or_else(bad)?;
+    let source = match tag {
+        "p" => AgentSource::Profile,
+        "c" => AgentSource::Custom,
+        _ => return Err(bad().into()),
+    };
+    Ok((Some(source), id.to_owned()))
+}
+
+/// Opens sled at `dir`; a database that cannot be opened is moved aside and rebuilt (the files
+/// are the source of truth, so nothing is lost).
+fn open_or_rebuild(dir: &Path) -> Result<sled::Db> {
+    let config = |d: &Path| {
+        sled::Config::new()
+            .path(d)
+            .cache_capacity(8 * 1024 * 1024)
+            .mode(sled::Mode::LowSpace)
+            .flush_every_ms(Some(1000))
+    };
+    match config(dir).open() {
+        Ok(db) => Ok(db),
+        Err(e) => {
+            let aside = dir.with_extension(format!(
+                "broken-{}",
+                chrono::Utc::now().format("%Y%m%dT%H%M%S")
+            ));
+            warn!(dir = %dir.display(), aside = %aside.display(), error = %e, "cache cannot be opened; moving it aside and rebuilding from YAML");
+            fs::rename(dir, &aside).map_err(|e| RegistryError::io(dir, e))?;
+            Ok(config(dir).open()?)
+        }
+    }
+}

@@ -1,0 +1,100 @@
+//! Keeps the cache current with hand edits: a file watcher for quick updates and a periodic
+//! full reconcile as the backstop (for missed events and network file systems).
+
+use std::{collections::BTreeSet, path::PathBuf, sync::Arc, time::Duration};
+
+use notify::{RecursiveMode, Watcher};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use crate::store::Store;
+
+/// A path to reconcile, or `None` for "reconcile everything".
+type Event = Option<PathBuf>;
+
+/// How long to gather events before reconciling (editors write in several steps).
+const DEBOUNCE: Duration = Duration::from_millis(25);
+
+/// Watches the config directories until `stop` fires.
+pub async fn run(store: Arc<Store>, interval: Duration, stop: CancellationToken) {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Event>();
+    let _watcher = match watch(&store, tx) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            warn!(error = %e, "file watcher unavailable; relying on the periodic reconcile");
+            None
+        }
+    };
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        let mut batch: BTreeSet<PathBuf> = BTreeSet::new();
+        let mut full = false;
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = tick.tick() => full = true,
+            ev = rx.recv() => {
+                let Some(ev) = ev else { return };
+                gather(ev, &mut batch, &mut full);
+                tokio::time::sleep(DEBOUNCE).await;
+                while let Ok(ev) = rx.try_recv() {
+                    gather(ev, &mut batch, &mut full);
+                }
+            }
+        }
+        let store = Arc::clone(&store);
+        let result = tokio::task::spawn_blocking(move || {
+            if full {
+                store
+                    .reconcile_all()
+                    .map(|s| debug!(?s, "periodic reconcile"))
+            } else {
+                batch
+                    .iter()
+                    .try_for_each(|p| store.reconcile_path(p).map(|_| ()))
+            }
+        })
+        .await;
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => warn!(error = %e, "reconcile failed; will retry"),
+            Err(e) => warn!(error = %e, "reconcile task failed"),
+        }
+    }
+}
+
+fn gather(ev: Event, batch: &mut BTreeSet<PathBuf>, full: &mut bool) {
+    match ev {
+        Some(p) => {
+            batch.insert(p);
+        }
+        None => *full = true,
+    }
+}
+
+fn watch(
+    store: &Store,
+    tx: mpsc::UnboundedSender<Event>,
+) -> notify::Result<notify::RecommendedWatcher> {
+    let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+        // Sending fails only once the watch loop has stopped; nothing to do then.
+        match res {
+            Ok(ev) if ev.need_rescan() || ev.paths.is_empty() => {
+                let _ = tx.send(None);
+            }
+            Ok(ev) => {
+                for p in ev.paths {
+                    let _ = tx.send(Some(p));
+                }
+            }
+            Err(_) => {
+                let _ = tx.send(None);
+            }
+        }
+    })?;
+    watcher.watch(store.root(), RecursiveMode::NonRecursive)?;
+    watcher.watch(store.custom_dir(), RecursiveMode::NonRecursive)?;
+    Ok(watcher)
+}

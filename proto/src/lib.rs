@@ -6,6 +6,7 @@
 //! - [`catalog`]: the native tool catalog: names, descriptions, JSON schemas, approval risk.
 //! - [`error`]: error kinds with one mapping to gRPC codes and one to HTTP statuses.
 //! - [`json`]: `google.protobuf.Struct` ⇄ `serde_json::Value`.
+//! - `runtime` (feature `runtime`): logging set-up, binding, shutdown signals for the binaries.
 //!
 //! No I/O and no business logic live here.
 
@@ -13,6 +14,8 @@ pub mod catalog;
 pub mod error;
 pub mod ids;
 pub mod json;
+#[cfg(feature = "runtime")]
+pub mod runtime;
 
 /// Generated code for the `taskforce.v1` package.
 #[allow(clippy::all, missing_docs)]

@@ -1,1 +1,22 @@
-fn main(){}
+//! gateway binary: parse config, start logging, bind, serve until SIGINT/SIGTERM.
+
+use anyhow::Context;
+use clap::Parser;
+use gateway::Config;
+use taskforce_proto::runtime;
+use tokio_util::sync::CancellationToken;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let config = Config::parse();
+    runtime::init_tracing();
+    config.validate()?;
+    let listener = runtime::bind(config.listen, config.addr_file.as_deref())
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    let shutdown = CancellationToken::new();
+    let signals = tokio::spawn(runtime::cancel_on_signals(shutdown.clone()));
+    let result = gateway::run(listener, config, shutdown).await;
+    signals.abort();
+    Ok(result?)
+}

@@ -12,6 +12,7 @@
 //! - [`store`]: the sled-backed store; every mutation goes through it under one lock.
 //! - [`watcher`]: file watcher plus periodic reconcile.
 //! - [`mcp`]: MCP discovery through `rmcp`.
+//! - [`metadata`]: workspace metadata from `Taskfile.yml` tasks, run with `task`, cached.
 //! - [`catalog`]: the tool catalog and MCP allowlist validation.
 //! - [`grpc`]: the `taskforce.v1.AgentRegistry` service.
 //! - [`error`]: the crate's error type.
@@ -24,6 +25,7 @@ pub mod error;
 pub mod files;
 pub mod grpc;
 pub mod mcp;
+pub mod metadata;
 pub mod store;
 pub mod watcher;
 

@@ -1,0 +1,294 @@
+//! `/api/v1/agents`: create, list, get, replace, delete and validate agents.
+
+use axum::{
+    Json,
+    extract::State,
+    http::{HeaderMap, HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use serde::Deserialize;
+use taskforce_proto::{error::ApiError, v1};
+use tracing::{error, instrument};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::{
+    error::RestError,
+    extract::{AgentId, JsonBody, QueryParams, expected_version},
+    model::{AgentJson, AgentListJson, AgentRequest, CustomAgentJson, ValidateJson},
+    openapi::ErrorBody,
+    registry::AppState,
+};
+
+/// Page size used to collect every agent when the client asks for no `page_size`.
+const FULL_LIST_PAGE: u32 = 1000;
+/// Largest `page_size` a client may ask for.
+const MAX_PAGE_SIZE: u32 = 1000;
+
+/// Which agents to list.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceParam {
+    /// `configs/custom/*.yaml`.
+    Custom,
+    /// `configs/*.yaml`.
+    Profile,
+}
+
+/// Query of `GET /api/v1/agents`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    /// Only agents of this source.
+    source: Option<SourceParam>,
+    /// Agents per page (1..1000). Without it, every agent is returned in one answer.
+    #[param(minimum = 1, maximum = 1000)]
+    page_size: Option<u32>,
+    /// `next_page_token` of the previous page.
+    page_token: Option<String>,
+}
+
+/// Query of `DELETE /api/v1/agents/{agent_id}`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct DeleteQuery {
+    /// Delete only if the stored version is this one (like `If-Match`).
+    expected_version: Option<String>,
+}
+
+/// The response for one registry agent: `status`, its JSON, `ETag: "<version>"`, and with
+/// `location` a `Location` header. An agent without a definition is a registry bug (500).
+fn agent_response(
+    status: StatusCode,
+    agent: v1::Agent,
+    location: bool,
+) -> Result<Response, RestError> {
+    if agent.kind.is_none() {
+        error!(agent_id = %agent.agent_id, "registry returned an agent without a definition");
+        return Err(RestError::internal());
+    }
+    let etag = HeaderValue::from_str(&format!("\"{}\"", agent.version)).ok();
+    let location = location
+        .then(|| HeaderValue::from_str(&format!("/api/v1/agents/{}", agent.agent_id)).ok())
+        .flatten();
+    let body = AgentJson::from_proto(agent).ok_or_else(RestError::internal)?;
+    let mut res = (status, Json(body)).into_response();
+    if let Some(v) = etag {
+        res.headers_mut().insert(header::ETAG, v);
+    }
+    if let Some(v) = location {
+        res.headers_mut().insert(header::LOCATION, v);
+    }
+    Ok(res)
+}
+
+/// Create a custom agent.
+#[utoipa::path(post, path = "/api/v1/agents", tag = "agents", request_body = AgentRequest,
+    responses(
+        (status = 201, description = "Created", body = CustomAgentJson, headers(
+            ("Location" = String, description = "/api/v1/agents/{agent_id}"),
+            ("ETag" = String, description = "\"<version>\""))),
+        (status = 400, description = "Invalid body, id, tools or MCP configuration", body = ErrorBody),
+        (status = 409, description = "`already_exists`", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`", body = ErrorBody),
+        (status = 503, description = "`unavailable`: the registry is down", body = ErrorBody),
+        (status = 504, description = "`timeout`", body = ErrorBody)))]
+#[instrument(level = "debug", skip_all, fields(agent_id = %body.agent_id))]
+pub async fn create_agent(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<AgentRequest>,
+) -> Result<Response, RestError> {
+    let req = v1::CreateAgentRequest {
+        spec: Some(body.into_spec(None)),
+    };
+    let agent = state
+        .registry
+        .clone()
+        .create_agent(state.request(req))
+        .await?
+        .into_inner();
+    agent_response(StatusCode::CREATED, agent, true)
+}
+
+/// List agents: profile agents first, then custom agents, each ordered by id.
+#[utoipa::path(get, path = "/api/v1/agents", tag = "agents", params(ListQuery),
+    responses(
+        (status = 200, description = "Agents", body = AgentListJson),
+        (status = 400, description = "Invalid query", body = ErrorBody),
+        (status = 503, description = "`unavailable`", body = ErrorBody),
+        (status = 504, description = "`timeout`", body = ErrorBody)))]
+#[instrument(level = "debug", skip_all)]
+pub async fn list_agents(
+    State(state): State<AppState>,
+    QueryParams(q): QueryParams<ListQuery>,
+) -> Result<Json<AgentListJson>, RestError> {
+    let source = match q.source {
+        None => v1::AgentSource::Unspecified,
+        Some(SourceParam::Custom) => v1::AgentSource::Custom,
+        Some(SourceParam::Profile) => v1::AgentSource::Profile,
+    } as i32;
+    if let Some(n) = q.page_size
+        && !(1..=MAX_PAGE_SIZE).contains(&n)
+    {
+        return Err(ApiError::field(
+            "page_size",
+            format!("must be between 1 and {MAX_PAGE_SIZE}, got {n}"),
+        )
+        .into());
+    }
+    let mut client = state.registry.clone();
+    let mut page_token = q.page_token.unwrap_or_default();
+    let mut agents = Vec::new();
+    loop {
+        let req = v1::ListAgentsRequest {
+            page_size: q.page_size.unwrap_or(FULL_LIST_PAGE),
+            page_token: page_token.clone(),
+            source,
+        };
+        let page = client.list_agents(state.request(req)).await?.into_inner();
+        agents.reserve(page.agents.len());
+        agents.extend(page.agents.into_iter().filter_map(|a| {
+            let id = (a.kind.is_none()).then(|| a.agent_id.clone());
+            let json = AgentJson::from_proto(a);
+            if let Some(id) = id {
+                error!(agent_id = %id, "registry listed an agent without a definition; skipped");
+            }
+            json
+        }));
+        // One page when the client pages itself; otherwise until the last page.
+        if q.page_size.is_some() || page.next_page_token.is_empty() {
+            return Ok(Json(AgentListJson {
+                agents,
+                next_page_token: page.next_page_token,
+            }));
+        }
+        if page.next_page_token == page_token {
+            // A registry that hands back the token it was given would make this loop forever.
+            error!(page_token = %page_token, "registry repeated a page token while listing every agent");
+            return Err(RestError::internal());
+        }
+        page_token = page.next_page_token;
+    }
+}
+
+/// Get one agent, custom or profile.
+#[utoipa::path(get, path = "/api/v1/agents/{agent_id}", tag = "agents",
+    params(("agent_id" = String, Path, description = "`[a-z0-9][a-z0-9-_]{2,63}`")),
+    responses(
+        (status = 200, description = "The agent", body = AgentJson,
+            headers(("ETag" = String, description = "\"<version>\""))),
+        (status = 400, description = "Invalid agent_id", body = ErrorBody),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+        (status = 503, description = "`unavailable`", body = ErrorBody),
+        (status = 504, description = "`timeout`", body = ErrorBody)))]
+#[instrument(level = "debug", skip_all, fields(agent_id = %id))]
+pub async fn get_agent(
+    State(state): State<AppState>,
+    AgentId(id): AgentId,
+) -> Result<Response, RestError> {
+    let req = v1::GetAgentRequest { agent_id: id };
+    let agent = state
+        .registry
+        .clone()
+        .get_agent(state.request(req))
+        .await?
+        .into_inner();
+    agent_response(StatusCode::OK, agent, false)
+}
+
+/// Replace a custom agent. The path's id is authoritative.
+#[utoipa::path(put, path = "/api/v1/agents/{agent_id}", tag = "agents", request_body = AgentRequest,
+    params(
+        ("agent_id" = String, Path, description = "`[a-z0-9][a-z0-9-_]{2,63}`"),
+        ("If-Match" = Option<String>, Header, description = "`\"<version>\"`: replace only that version")),
+    responses(
+        (status = 200, description = "Replaced", body = CustomAgentJson,
+            headers(("ETag" = String, description = "\"<version>\""))),
+        (status = 400, description = "Invalid id, body, tools or MCP configuration", body = ErrorBody),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+        (status = 409, description = "`version_conflict` (stale version) or `read_only` (profile agent)", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`", body = ErrorBody),
+        (status = 503, description = "`unavailable`", body = ErrorBody),
+        (status = 504, description = "`timeout`", body = ErrorBody)))]
+#[instrument(level = "debug", skip_all, fields(agent_id = %id))]
+pub async fn update_agent(
+    State(state): State<AppState>,
+    AgentId(id): AgentId,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<AgentRequest>,
+) -> Result<Response, RestError> {
+    let expected = expected_version(&headers, Some(&body.expected_version))?;
+    let req = v1::UpdateAgentRequest {
+        agent_id: id.clone(),
+        spec: Some(body.into_spec(Some(id))),
+        expected_version: expected,
+    };
+    let agent = state
+        .registry
+        .clone()
+        .update_agent(state.request(req))
+        .await?
+        .into_inner();
+    agent_response(StatusCode::OK, agent, false)
+}
+
+/// Delete a custom agent.
+#[utoipa::path(delete, path = "/api/v1/agents/{agent_id}", tag = "agents",
+    params(
+        ("agent_id" = String, Path, description = "`[a-z0-9][a-z0-9-_]{2,63}`"),
+        ("If-Match" = Option<String>, Header, description = "`\"<version>\"`: delete only that version"),
+        DeleteQuery),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 400, description = "Invalid agent_id or If-Match", body = ErrorBody),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+        (status = 409, description = "`version_conflict` or `read_only`", body = ErrorBody),
+        (status = 503, description = "`unavailable`", body = ErrorBody),
+        (status = 504, description = "`timeout`", body = ErrorBody)))]
+#[instrument(level = "debug", skip_all, fields(agent_id = %id))]
+pub async fn delete_agent(
+    State(state): State<AppState>,
+    AgentId(id): AgentId,
+    headers: HeaderMap,
+    QueryParams(q): QueryParams<DeleteQuery>,
+) -> Result<StatusCode, RestError> {
+    let expected = expected_version(&headers, q.expected_version.as_deref())?;
+    let req = v1::DeleteAgentRequest {
+        agent_id: id,
+        expected_version: expected,
+    };
+    state
+        .registry
+        .clone()
+        .delete_agent(state.request(req))
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Check a definition exactly as create would, without saving it.
+#[utoipa::path(post, path = "/api/v1/agents:validate", tag = "agents", request_body = AgentRequest,
+    responses(
+        (status = 200, description = "Valid", body = ValidateJson),
+        (status = 400, description = "Invalid body, id, tools or MCP configuration", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`", body = ErrorBody),
+        (status = 503, description = "`unavailable`", body = ErrorBody),
+        (status = 504, description = "`timeout`", body = ErrorBody)))]
+#[instrument(level = "debug", skip_all, fields(agent_id = %body.agent_id))]
+pub async fn validate_agent(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<AgentRequest>,
+) -> Result<Json<ValidateJson>, RestError> {
+    let req = v1::ValidateAgentRequest {
+        spec: Some(body.into_spec(None)),
+    };
+    let res = state
+        .registry
+        .clone()
+        .validate_agent(state.request(req))
+        .await?
+        .into_inner();
+    Ok(Json(ValidateJson {
+        valid: true,
+        discovered_mcp_tools: res.discovered_mcp_tools,
+        warnings: res.warnings,
+    }))
+}

@@ -1,0 +1,124 @@
+//! Flags with environment fallbacks; the defaults work on a laptop next to a local registry.
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use crate::error::GatewayError;
+
+/// Default `--listen`.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+/// Default `--registry-url`.
+pub const DEFAULT_REGISTRY_URL: &str = "http://127.0.0.1:50051";
+/// Default `--max-body-bytes` (1 MiB).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+/// Default `--request-timeout-secs`.
+pub const DEFAULT_REQUEST_TIMEOUT_SECS: u64 = 30;
+
+/// gateway configuration.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(
+    name = "gateway",
+    about = "Taskforce gateway (REST front door over the registry's gRPC API)"
+)]
+pub struct Config {
+    /// Address to serve HTTP on.
+    #[arg(long, env = "TASKFORCE_GATEWAY_LISTEN", default_value = DEFAULT_LISTEN)]
+    pub listen: SocketAddr,
+    /// The registry's gRPC endpoint. The connection is made lazily, so the gateway starts (and
+    /// answers 503) while the registry is not up yet.
+    #[arg(long, env = "TASKFORCE_REGISTRY_URL", default_value = DEFAULT_REGISTRY_URL)]
+    pub registry_url: String,
+    /// Write the bound address to this file once listening (for tests and scripts using port 0).
+    #[arg(long, env = "TASKFORCE_GATEWAY_ADDR_FILE")]
+    pub addr_file: Option<PathBuf>,
+    /// Largest accepted request body; larger ones get 413 `payload_too_large`.
+    #[arg(long, env = "TASKFORCE_GATEWAY_MAX_BODY_BYTES", default_value_t = DEFAULT_MAX_BODY_BYTES)]
+    pub max_body_bytes: usize,
+    /// Time limit of one ordinary (non-streaming) request, in seconds; past it the client gets
+    /// 504 `timeout` and the registry call is cancelled.
+    #[arg(long, env = "TASKFORCE_GATEWAY_REQUEST_TIMEOUT_SECS", default_value_t = DEFAULT_REQUEST_TIMEOUT_SECS)]
+    pub request_timeout_secs: u64,
+}
+
+impl Default for Config {
+    /// The documented defaults, without reading flags or the environment (for tests).
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            registry_url: DEFAULT_REGISTRY_URL.to_owned(),
+            addr_file: None,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            request_timeout_secs: DEFAULT_REQUEST_TIMEOUT_SECS,
+        }
+    }
+}
+
+impl Config {
+    /// The defaults, talking to the registry at `registry_url`.
+    pub fn with_registry(registry_url: impl Into<String>) -> Self {
+        Self {
+            registry_url: registry_url.into(),
+            ..Self::default()
+        }
+    }
+
+    /// Checks the values that clap cannot check on its own.
+    pub fn validate(&self) -> Result<(), GatewayError> {
+        if self.max_body_bytes == 0 {
+            return Err(GatewayError::Config(
+                "--max-body-bytes must be at least 1".into(),
+            ));
+        }
+        if self.request_timeout_secs == 0 {
+            return Err(GatewayError::Config(
+                "--request-timeout-secs must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The time limit of one ordinary request.
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_secs(self.request_timeout_secs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn defaults_match_the_flag_defaults() {
+        let parsed = Config::try_parse_from(["gateway"]);
+        let Ok(parsed) = parsed else {
+            panic!("defaults must parse: {parsed:?}");
+        };
+        let built = Config::default();
+        // The environment may override flags on a developer machine; compare only when unset.
+        if std::env::var_os("TASKFORCE_GATEWAY_LISTEN").is_none() {
+            assert_eq!(parsed.listen, built.listen);
+        }
+        if std::env::var_os("TASKFORCE_REGISTRY_URL").is_none() {
+            assert_eq!(parsed.registry_url, built.registry_url);
+        }
+        assert_eq!(
+            DEFAULT_LISTEN.parse::<SocketAddr>().ok(),
+            Some(built.listen)
+        );
+        assert!(built.validate().is_ok());
+    }
+
+    #[test]
+    fn zero_limits_are_refused() {
+        let c = Config {
+            max_body_bytes: 0,
+            ..Config::default()
+        };
+        assert!(c.validate().is_err());
+        let c = Config {
+            request_timeout_secs: 0,
+            ..Config::default()
+        };
+        assert!(c.validate().is_err());
+    }
+}

@@ -1,0 +1,308 @@
+//! The crate's error type, the REST error response, and the safety net that turns every
+//! non-JSON 4xx/5xx (from axum, tower-http or hyper) into the JSON error body.
+//!
+//! The error model itself (kinds, HTTP statuses, body shape) lives in
+//! [`taskforce_proto::error`]; this module only carries it over HTTP.
+
+use std::future::{Ready, ready};
+
+use axum::{
+    body::Body,
+    http::{HeaderMap, HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use taskforce_proto::error::{ApiError, ErrorKind};
+use tracing::{error, warn};
+
+/// Everything that can stop the gateway from starting or serving.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// A flag or environment variable has an unusable value.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// `--registry-url` is not a valid endpoint URI.
+    #[error("invalid registry url {url:?}: {source}")]
+    RegistryUrl {
+        /// The value given.
+        url: String,
+        /// Why tonic refused it.
+        source: tonic::transport::Error,
+    },
+    /// The HTTP server failed.
+    #[error("server error: {0}")]
+    Serve(#[from] std::io::Error),
+}
+
+/// A client-facing error as an HTTP response: status from the kind, body from
+/// [`ApiError::to_json`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct RestError(pub ApiError);
+
+impl RestError {
+    /// An error with no details.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self(ApiError::new(kind, message))
+    }
+
+    /// A 500 whose body says nothing; the caller logs the cause.
+    pub fn internal() -> Self {
+        Self::new(ErrorKind::Internal, "internal error; see the gateway log")
+    }
+
+    /// The HTTP status of this error.
+    pub fn status(&self) -> StatusCode {
+        StatusCode::from_u16(self.0.kind.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    }
+}
+
+impl From<ApiError> for RestError {
+    fn from(e: ApiError) -> Self {
+        Self(e)
+    }
+}
+
+impl From<tonic::Status> for RestError {
+    /// Decodes the registry's rich status. 5xx causes are logged here and replaced by a short
+    /// message, so the body says little and the log says everything.
+    fn from(status: tonic::Status) -> Self {
+        let api = ApiError::from_status(&status);
+        match api.kind {
+            ErrorKind::Unavailable => {
+                warn!(code = ?status.code(), error = %cause(&status), "registry unavailable");
+                Self::new(
+                    ErrorKind::Unavailable,
+                    "the registry is unavailable; try again later",
+                )
+            }
+            ErrorKind::Timeout => {
+                warn!(code = ?status.code(), error = %cause(&status), "registry call timed out");
+                Self::new(ErrorKind::Timeout, "the registry did not answer in time")
+            }
+            ErrorKind::Internal => {
+                error!(code = ?status.code(), error = %cause(&status), "registry call failed");
+                Self::new(
+                    ErrorKind::Internal,
+                    "internal error; see the gateway and registry logs",
+                )
+            }
+            ErrorKind::InvalidArgument
+            | ErrorKind::InvalidTools
+            | ErrorKind::InvalidMcpTools
+            | ErrorKind::InvalidMcpConfig
+            | ErrorKind::NotFound
+            | ErrorKind::AlreadyExists
+            | ErrorKind::VersionConflict
+            | ErrorKind::ReadOnly
+            | ErrorKind::PayloadTooLarge
+            | ErrorKind::MethodNotAllowed => Self(api),
+        }
+    }
+}
+
+/// The status message followed by its source chain (`tcp connect error: Connection refused`).
+pub fn cause(status: &tonic::Status) -> String {
+    let mut out = status.message().to_owned();
+    let mut source = std::error::Error::source(status);
+    while let Some(e) = source {
+        out.push_str(": ");
+        out.push_str(&e.to_string());
+        source = e.source();
+    }
+    out
+}
+
+impl IntoResponse for RestError {
+    fn into_response(self) -> Response {
+        json_response(self.status(), &self.0)
+    }
+}
+
+/// `status` with the JSON body of `e`.
+fn json_response(status: StatusCode, e: &ApiError) -> Response {
+    // Serialising a `Value` cannot fail; an empty object is the (unreachable) fallback.
+    let body = serde_json::to_vec(&e.to_json()).unwrap_or_else(|_| b"{}".to_vec());
+    let mut res = Response::new(Body::from(body));
+    *res.status_mut() = status;
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    res
+}
+
+/// The kind for an HTTP error status that did not come with a JSON body.
+pub fn kind_for_http(status: StatusCode) -> ErrorKind {
+    match status.as_u16() {
+        404 => ErrorKind::NotFound,
+        405 => ErrorKind::MethodNotAllowed,
+        408 | 504 => ErrorKind::Timeout,
+        413 => ErrorKind::PayloadTooLarge,
+        502 | 503 => ErrorKind::Unavailable,
+        s if (400..500).contains(&s) => ErrorKind::InvalidArgument,
+        _ => ErrorKind::Internal,
+    }
+}
+
+/// A message for an HTTP error status that did not come with one.
+fn message_for_http(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        404 => "no such resource",
+        405 => "method not allowed on this route",
+        408 | 504 => "the request did not finish in time",
+        413 => "request body is larger than the limit",
+        415 => "expected a request with Content-Type: application/json",
+        502 | 503 => "the service is unavailable; try again later",
+        s if (400..500).contains(&s) => "the request is invalid",
+        _ => "internal error; see the gateway log",
+    }
+}
+
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json") || v.contains("+json"))
+}
+
+/// Response middleware: a 4xx/5xx without a JSON body becomes the JSON error body for its
+/// status; headers such as `Allow` are kept. Success responses pass untouched, so the cost on the
+/// hot path is one status check.
+pub fn json_errors(res: Response) -> Ready<Response> {
+    let status = res.status();
+    if !(status.is_client_error() || status.is_server_error()) || is_json(res.headers()) {
+        return ready(res);
+    }
+    match status {
+        StatusCode::GATEWAY_TIMEOUT => warn!("request timed out"),
+        s if s.is_server_error() => warn!(status = s.as_u16(), "server error without a json body"),
+        _ => {}
+    }
+    let (mut parts, _) = res.into_parts();
+    let fresh = json_response(
+        status,
+        &ApiError::new(kind_for_http(status), message_for_http(status)),
+    );
+    let (fresh_parts, body) = fresh.into_parts();
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.extend(fresh_parts.headers);
+    ready(Response::from_parts(parts, body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::to_bytes;
+    use serde_json::{Value, json};
+
+    async fn body_json(res: Response) -> Value {
+        let bytes = to_bytes(res.into_body(), 1 << 20).await.unwrap_or_default();
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+    }
+
+    #[tokio::test]
+    async fn registry_client_errors_keep_their_details() {
+        let status = ApiError::invalid_tools(
+            ErrorKind::InvalidTools,
+            "Unknown tool(s) in tool_allowlist",
+            &["foo_tool".into()],
+            &["web_search".into()],
+        )
+        .to_status();
+        let res = RestError::from(status).into_response();
+        assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(
+            body_json(res).await,
+            json!({
+                "error": "invalid_tools",
+                "message": "Unknown tool(s) in tool_allowlist",
+                "invalid_tools": ["foo_tool"],
+                "available_tools": ["web_search"]
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn conflicts_and_not_found_map_to_409_and_404() {
+        let stale = ApiError::new(ErrorKind::VersionConflict, "stale").to_status();
+        assert_eq!(RestError::from(stale).status(), StatusCode::CONFLICT);
+        let ro = ApiError::new(ErrorKind::ReadOnly, "profile").to_status();
+        assert_eq!(RestError::from(ro).status(), StatusCode::CONFLICT);
+        let missing = tonic::Status::not_found("agent \"x\" not found");
+        let res = RestError::from(missing).into_response();
+        assert_eq!(res.status(), StatusCode::NOT_FOUND);
+        assert_eq!(body_json(res).await["error"], "not_found");
+    }
+
+    #[tokio::test]
+    async fn transport_failures_are_503_without_internals() {
+        let down =
+            tonic::Status::unavailable("tcp connect error: Connection refused (os error 111)");
+        let res = RestError::from(down).into_response();
+        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let body = body_json(res).await;
+        assert_eq!(body["error"], "unavailable");
+        assert!(!body["message"].as_str().unwrap_or_default().contains("tcp"));
+        let boom = tonic::Status::internal("sled: corrupted page 7");
+        let body = body_json(RestError::from(boom).into_response()).await;
+        assert_eq!(body["error"], "internal");
+        assert!(
+            !body["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("sled")
+        );
+    }
+
+    #[tokio::test]
+    async fn plain_error_responses_become_json_and_keep_headers() {
+        let mut res = Response::new(Body::from("Method Not Allowed"));
+        *res.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
+        res.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET,HEAD"));
+        res.headers_mut()
+            .insert(header::CONTENT_LENGTH, HeaderValue::from_static("18"));
+        let out = json_errors(res).await;
+        assert_eq!(out.status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(out.headers()[header::ALLOW], "GET,HEAD");
+        assert!(out.headers().get(header::CONTENT_LENGTH).is_none());
+        assert_eq!(body_json(out).await["error"], "method_not_allowed");
+    }
+
+    #[tokio::test]
+    async fn success_and_json_errors_pass_untouched() {
+        let ok = json_errors(Response::new(Body::from("hi"))).await;
+        assert_eq!(ok.status(), StatusCode::OK);
+        let already =
+            RestError::new(ErrorKind::NotFound, "agent \"abc\" not found").into_response();
+        let out = json_errors(already).await;
+        assert_eq!(body_json(out).await["message"], "agent \"abc\" not found");
+    }
+
+    #[test]
+    fn http_statuses_map_to_kinds() {
+        assert_eq!(
+            kind_for_http(StatusCode::GATEWAY_TIMEOUT),
+            ErrorKind::Timeout
+        );
+        assert_eq!(
+            kind_for_http(StatusCode::REQUEST_TIMEOUT),
+            ErrorKind::Timeout
+        );
+        assert_eq!(
+            kind_for_http(StatusCode::PAYLOAD_TOO_LARGE),
+            ErrorKind::PayloadTooLarge
+        );
+        assert_eq!(
+            kind_for_http(StatusCode::UNSUPPORTED_MEDIA_TYPE),
+            ErrorKind::InvalidArgument
+        );
+        assert_eq!(
+            kind_for_http(StatusCode::BAD_GATEWAY),
+            ErrorKind::Unavailable
+        );
+        assert_eq!(
+            kind_for_http(StatusCode::INTERNAL_SERVER_ERROR),
+            ErrorKind::Internal
+        );
+    }
+}

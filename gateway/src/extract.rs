@@ -1,0 +1,219 @@
+//! Request extractors whose rejections are the JSON error body, and `If-Match` parsing.
+//!
+//! axum's own extractors answer with plain-text bodies and statuses such as 415 and 422; the REST
+//! contract wants 400 `invalid_argument` (413 `payload_too_large` for oversized bodies) with a
+//! message naming the problem.
+
+use axum::{
+    Json,
+    extract::{FromRequest, FromRequestParts, Path, Query, Request, rejection::JsonRejection},
+    http::{HeaderMap, StatusCode, header, request::Parts},
+};
+use serde::de::DeserializeOwned;
+use taskforce_proto::{
+    error::{ApiError, ErrorKind},
+    ids,
+};
+
+use crate::{error::RestError, registry::AppState};
+
+/// A JSON request body; any rejection is a JSON 400 (or 413).
+#[derive(Debug)]
+pub struct JsonBody<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
+    type Rejection = RestError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(v)) => Ok(Self(v)),
+            Err(r) => Err(json_rejection(&r, state.max_body_bytes)),
+        }
+    }
+}
+
+/// The REST error for a JSON body axum could not read.
+pub fn json_rejection(r: &JsonRejection, limit: usize) -> RestError {
+    if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        return RestError::new(
+            ErrorKind::PayloadTooLarge,
+            format!("request body is larger than the limit of {limit} bytes"),
+        );
+    }
+    let message = match r {
+        JsonRejection::MissingJsonContentType(_) => {
+            "expected a JSON body with `Content-Type: application/json`".to_owned()
+        }
+        JsonRejection::JsonSyntaxError(e) => format!("malformed JSON: {}", e.body_text()),
+        JsonRejection::JsonDataError(e) => format!("invalid request body: {}", e.body_text()),
+        other => format!("could not read the request body: {}", other.body_text()),
+    };
+    RestError::new(ErrorKind::InvalidArgument, message)
+}
+
+/// Query parameters; a malformed query string is a JSON 400.
+#[derive(Debug)]
+pub struct QueryParams<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for QueryParams<T> {
+    type Rejection = RestError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(v)) => Ok(Self(v)),
+            Err(r) => Err(RestError::new(
+                ErrorKind::InvalidArgument,
+                format!("invalid query string: {}", r.body_text()),
+            )),
+        }
+    }
+}
+
+/// The `{agent_id}` path segment, percent-decoded and checked against the id rule before
+/// anything is sent to the registry.
+#[derive(Debug, Clone)]
+pub struct AgentId(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for AgentId {
+    type Rejection = RestError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let Path(id) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|r| {
+                RestError::new(
+                    ErrorKind::InvalidArgument,
+                    format!("invalid agent_id: {}", r.body_text()),
+                )
+            })?;
+        check_agent_id(&id)?;
+        Ok(Self(id))
+    }
+}
+
+/// Checks a path id against the id rule; the error names the rule.
+pub fn check_agent_id(id: &str) -> Result<(), RestError> {
+    ids::validate_agent_id(id).map_err(|e| {
+        RestError(ApiError {
+            message: format!("invalid agent_id: {e} (ids match [a-z0-9][a-z0-9-_]{{2,63}})"),
+            field_violations: vec![("agent_id".to_owned(), e.to_string())],
+            ..ApiError::new(ErrorKind::InvalidArgument, String::new())
+        })
+    })
+}
+
+/// Parses one `If-Match` value into the expected version: `"v"` or a bare `v`; `*` means "any
+/// version" (`None`). Lists and weak tags cannot be expressed to the registry and are refused.
+pub fn parse_if_match(value: &str) -> Result<Option<String>, RestError> {
+    let v = value.trim();
+    let bad =
+        |why: &str| RestError::new(ErrorKind::InvalidArgument, format!("If-Match header {why}"));
+    if v == "*" {
+        return Ok(None);
+    }
+    if v.starts_with("W/") {
+        return Err(bad(
+            "must be a strong entity tag such as \"<version>\", not a weak one",
+        ));
+    }
+    let unquoted = match v.strip_prefix('"') {
+        Some(rest) => rest
+            .strip_suffix('"')
+            .ok_or_else(|| bad("has an unterminated quote"))?,
+        None => v,
+    };
+    if unquoted.contains(['"', ',']) {
+        return Err(bad("must name exactly one version"));
+    }
+    if unquoted.is_empty() {
+        return Err(bad("is empty"));
+    }
+    Ok(Some(unquoted.to_owned()))
+}
+
+/// The expected version of a write: from `If-Match`, or else from the body or query (`other`);
+/// empty when neither is given. Both given and different is a 400.
+pub fn expected_version(headers: &HeaderMap, other: Option<&str>) -> Result<String, RestError> {
+    let mut values = headers.get_all(header::IF_MATCH).iter();
+    let from_header = match (values.next(), values.next()) {
+        (None, _) => None,
+        (Some(h), None) => {
+            let text = h.to_str().map_err(|_| {
+                RestError::new(
+                    ErrorKind::InvalidArgument,
+                    "If-Match header is not valid ASCII",
+                )
+            })?;
+            parse_if_match(text)?
+        }
+        (Some(_), Some(_)) => {
+            return Err(RestError::new(
+                ErrorKind::InvalidArgument,
+                "If-Match header must name exactly one version",
+            ));
+        }
+    };
+    let other = other.filter(|s| !s.is_empty());
+    match (from_header, other) {
+        (Some(h), Some(o)) if h != o => Err(RestError(ApiError::field(
+            "expected_version",
+            format!("is {o:?} but the If-Match header says {h:?}"),
+        ))),
+        (Some(h), _) => Ok(h),
+        (None, Some(o)) => Ok(o.to_owned()),
+        (None, None) => Ok(String::new()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn ok(v: &str) -> Option<String> {
+        parse_if_match(v).expect("valid If-Match")
+    }
+
+    #[test]
+    fn if_match_accepts_quoted_and_bare_versions() {
+        assert_eq!(ok("\"0123456789abcdef\""), Some("0123456789abcdef".into()));
+        assert_eq!(ok("0123456789abcdef"), Some("0123456789abcdef".into()));
+        assert_eq!(ok("  \"abc\" "), Some("abc".into()));
+        assert_eq!(ok("*"), None);
+    }
+
+    #[test]
+    fn if_match_refuses_lists_weak_tags_and_broken_quotes() {
+        for bad in ["\"a\", \"b\"", "W/\"abc\"", "\"abc", "\"\"", "", "a,b"] {
+            let err = parse_if_match(bad).expect_err(bad);
+            assert_eq!(err.0.kind, ErrorKind::InvalidArgument, "{bad}");
+            assert!(err.0.message.contains("If-Match"), "{bad}");
+        }
+    }
+
+    #[test]
+    fn header_wins_and_must_agree_with_the_body() {
+        let mut h = HeaderMap::new();
+        assert_eq!(expected_version(&h, None).ok(), Some(String::new()));
+        assert_eq!(expected_version(&h, Some("")).ok(), Some(String::new()));
+        assert_eq!(expected_version(&h, Some("v1")).ok(), Some("v1".into()));
+        h.insert(header::IF_MATCH, HeaderValue::from_static("\"v1\""));
+        assert_eq!(expected_version(&h, None).ok(), Some("v1".into()));
+        assert_eq!(expected_version(&h, Some("v1")).ok(), Some("v1".into()));
+        let err = expected_version(&h, Some("v2")).expect_err("disagreeing versions");
+        assert_eq!(err.0.field_violations[0].0, "expected_version");
+        h.append(header::IF_MATCH, HeaderValue::from_static("\"v3\""));
+        assert!(expected_version(&h, None).is_err());
+    }
+
+    #[test]
+    fn path_ids_are_checked_against_the_rule() {
+        assert!(check_agent_id("invoice-extractor").is_ok());
+        for bad in ["../x", "..", "a/b", "AB", "ab", "x.yaml", ""] {
+            let err = check_agent_id(bad).expect_err(bad);
+            assert_eq!(err.0.kind, ErrorKind::InvalidArgument);
+            assert!(err.0.message.contains("[a-z0-9]"), "{}", err.0.message);
+            assert_eq!(err.0.field_violations[0].0, "agent_id");
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! The agent routes: paging, ids, ETag/If-Match, Location, status codes.
+
+use axum::http::{Method, StatusCode, header};
+use serde_json::json;
+
+use super::{JSON, assert_error, call, fake::FakeRegistry, fake_app, get};
+
+#[tokio::test]
+async fn listing_without_page_size_collects_every_page() {
+    let fake = FakeRegistry::new(5, 2);
+    let app = fake_app(&fake).await;
+    let r = get(&app, "/api/v1/agents").await;
+    assert_eq!(r.status, StatusCode::OK);
+    let ids: Vec<&str> = r.body["agents"]
+        .as_array()
+        .expect("agents")
+        .iter()
+        .filter_map(|a| a["agent_id"].as_str())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            "agent-000",
+            "agent-001",
+            "agent-002",
+            "agent-003",
+            "agent-004"
+        ]
+    );
+    assert!(r.body.get("next_page_token").is_none());
+    assert_eq!(
+        fake.calls(),
+        [
+            "list size=1000 token= source=0",
+            "list size=1000 token=2 source=0",
+            "list size=1000 token=4 source=0"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn listing_with_page_size_returns_one_page_and_its_token() {
+    let fake = FakeRegistry::new(5, 100);
+    let app = fake_app(&fake).await;
+    let r = get(&app, "/api/v1/agents?page_size=2&source=custom").await;
+    assert_eq!(r.body["agents"].as_array().map(Vec::len), Some(2));
+    assert_eq!(r.body["next_page_token"], "2");
+    let r = get(&app, "/api/v1/agents?page_size=3&page_token=2").await;
+    assert_eq!(r.body["agents"].as_array().map(Vec::len), Some(3));
+    assert!(r.body.get("next_page_token").is_none());
+    assert_eq!(
+        fake.calls(),
+        [
+            "list size=2 token= source=1",
+            "list size=3 token=2 source=0"
+        ]
+    );
+    for bad in [
+        "page_size=0",
+        "page_size=1001",
+        "page_size=x",
+        "source=both",
+    ] {
+        assert_error(
+            &get(&app, &format!("/api/v1/agents?{bad}")).await,
+            StatusCode::BAD_REQUEST,
+            "invalid_argument",
+        );
+    }
+}
+
+#[tokio::test]
+async fn get_sends_the_etag_and_bad_ids_never_reach_the_registry() {
+    let fake = FakeRegistry::new(1, 10);
+    let app = fake_app(&fake).await;
+    let r = get(&app, "/api/v1/agents/agent-000").await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.headers[header::ETAG], "\"0000000000000001\"");
+    assert_eq!(r.body["source"], "custom");
+    for bad in [
+        "..%2Fx",
+        "..%2F..%2Fetc%2Fpasswd",
+        "AB",
+        "x.yaml",
+        "%2e%2e",
+        "a%00b",
+        "%FF%FE",
+    ] {
+        let r = get(&app, &format!("/api/v1/agents/{bad}")).await;
+        assert_error(&r, StatusCode::BAD_REQUEST, "invalid_argument");
+        assert!(
+            r.body["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("agent_id")),
+            "{:?}",
+            r.body
+        );
+    }
+    assert_error(
+        &get(&app, "/api/v1/agents/nobody-here").await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    assert_eq!(fake.calls(), ["get agent-000", "get nobody-here"]);
+}
+
+#[tokio::test]
+async fn create_answers_201_with_location_and_etag() {
+    let fake = FakeRegistry::new(0, 10);
+    let app = fake_app(&fake).await;
+    let body = r#"{"agent_id":"agent-new","name":"n","description":"d","system_prompt":"p","tool_allowlist":["file_read"]}"#;
+    let r = call(&app, Method::POST, "/api/v1/agents", &[JSON], Some(body)).await;
+    assert_eq!(r.status, StatusCode::CREATED);
+    assert_eq!(r.headers[header::LOCATION], "/api/v1/agents/agent-new");
+    assert_eq!(r.headers[header::ETAG], "\"0000000000000001\"");
+    let taken = r#"{"agent_id":"taken-agent"}"#;
+    let r = call(&app, Method::POST, "/api/v1/agents", &[JSON], Some(taken)).await;
+    assert_error(&r, StatusCode::CONFLICT, "already_exists");
+}
+
+#[tokio::test]
+async fn put_uses_the_path_id_and_if_match_in_either_form() {
+    let fake = FakeRegistry::new(1, 10);
+    let app = fake_app(&fake).await;
+    let got = get(&app, "/api/v1/agents/agent-000").await;
+    let mut body = got.body.clone();
+    body["agent_id"] = json!("something-else");
+    let body = body.to_string();
+    for if_match in ["\"0000000000000001\"", "0000000000000001"] {
+        let r = call(
+            &app,
+            Method::PUT,
+            "/api/v1/agents/agent-000",
+            &[JSON, ("if-match", if_match)],
+            Some(&body),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+        assert_eq!(r.headers[header::ETAG], "\"0000000000000002\"");
+    }
+    let r = call(
+        &app,
+        Method::PUT,
+        "/api/v1/agents/agent-000",
+        &[JSON, ("if-match", "\"stale\"")],
+        Some(&body),
+    )
+    .await;
+    assert_error(&r, StatusCode::CONFLICT, "version_conflict");
+    let calls = fake.calls();
+    assert_eq!(
+        calls[1],
+        "update agent-000 spec=agent-000 expected=0000000000000001"
+    );
+    assert_eq!(calls[3], "update agent-000 spec=agent-000 expected=stale");
+}
+
+#[tokio::test]
+async fn delete_answers_204_with_an_empty_body() {
+    let fake = FakeRegistry::new(1, 10);
+    let app = fake_app(&fake).await;
+    let r = call(
+        &app,
+        Method::DELETE,
+        "/api/v1/agents/agent-000?expected_version=abc",
+        &[],
+        None,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    assert!(r.raw.is_empty());
+    let r = call(
+        &app,
+        Method::DELETE,
+        "/api/v1/agents/agent-000",
+        &[("if-match", "\"def\"")],
+        None,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    assert_eq!(
+        fake.calls(),
+        [
+            "delete agent-000 expected=abc",
+            "delete agent-000 expected=def"
+        ]
+    );
+}

@@ -1,0 +1,177 @@
+//! Error bodies and the routes around the agents: bad input, limits, missing or slow registry,
+//! probes, the catalog and the OpenAPI document.
+
+use axum::http::{Method, StatusCode, header};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    Headers, JSON, app, assert_error, call, dead_url, fake::FakeRegistry, fake_app, get, serve,
+};
+use crate::{AppState, Config, router};
+
+#[tokio::test]
+async fn bad_bodies_are_json_400s_that_name_the_problem() {
+    let fake = FakeRegistry::new(0, 10);
+    let app = fake_app(&fake).await;
+    let cases: [(Headers, &str, &str); 4] = [
+        (&[JSON], r#"{"agent_id": "abc", "colour": "red"}"#, "colour"),
+        (&[JSON], r#"{"agent_id": "abc""#, "malformed JSON"),
+        (
+            &[JSON],
+            r#"{"tool_allowlist": "file_read"}"#,
+            "tool_allowlist",
+        ),
+        (
+            &[("content-type", "text/plain")],
+            r#"{"agent_id": "abc"}"#,
+            "Content-Type",
+        ),
+    ];
+    for (headers, body, needle) in cases {
+        let r = call(&app, Method::POST, "/api/v1/agents", headers, Some(body)).await;
+        assert_error(&r, StatusCode::BAD_REQUEST, "invalid_argument");
+        assert!(
+            r.body["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(needle)),
+            "{needle}: {:?}",
+            r.body
+        );
+    }
+    let readonly =
+        r#"{"agent_id":"abc","source":"custom","version":"v","created_at":"t","updated_at":"t"}"#;
+    let r = call(
+        &app,
+        Method::POST,
+        "/api/v1/agents:validate",
+        &[JSON],
+        Some(readonly),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    assert_eq!(
+        r.body,
+        json!({"valid": true, "discovered_mcp_tools": ["get_current_time"], "warnings": []})
+    );
+    assert!(fake.calls().iter().all(|c| c.starts_with("validate")));
+}
+
+#[tokio::test]
+async fn oversized_bodies_are_413_json() {
+    let url = serve(FakeRegistry::new(0, 10)).await;
+    let app = app(Config {
+        max_body_bytes: 64,
+        ..Config::with_registry(url)
+    });
+    let big = format!(
+        r#"{{"agent_id":"abc","system_prompt":"{}"}}"#,
+        "x".repeat(200)
+    );
+    let r = call(&app, Method::POST, "/api/v1/agents", &[JSON], Some(&big)).await;
+    assert_error(&r, StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large");
+}
+
+#[tokio::test]
+async fn unknown_routes_and_methods_are_json() {
+    let app = app(Config::with_registry(dead_url().await));
+    assert_error(
+        &get(&app, "/nope").await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    assert_error(
+        &get(&app, "/api/v1/agents/abc/extra").await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    let r = call(&app, Method::PATCH, "/api/v1/agents/abc", &[], None).await;
+    assert_error(&r, StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed");
+    assert!(r.headers.contains_key(header::ALLOW));
+    let r = call(&app, Method::DELETE, "/api/v1/tools", &[], None).await;
+    assert_error(&r, StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed");
+}
+
+#[tokio::test]
+async fn a_missing_registry_is_503_and_not_ready_but_alive() {
+    let app = app(Config::with_registry(dead_url().await));
+    assert_error(
+        &get(&app, "/api/v1/agents/abc").await,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "unavailable",
+    );
+    assert_error(
+        &get(&app, "/api/v1/tools").await,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "unavailable",
+    );
+    assert_error(
+        &get(&app, "/readyz").await,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "unavailable",
+    );
+    let r = get(&app, "/healthz").await;
+    assert_eq!(
+        (r.status, r.body),
+        (StatusCode::OK, json!({"status": "ok"}))
+    );
+}
+
+#[tokio::test]
+async fn ready_when_the_registry_serves_and_not_while_stopping() {
+    let config = Config::with_registry(serve(FakeRegistry::new(0, 10)).await);
+    let stop = CancellationToken::new();
+    let app = router(
+        AppState::new(&config, stop.clone()).expect("valid config"),
+        &config,
+    );
+    let r = get(&app, "/readyz").await;
+    assert_eq!(
+        (r.status, r.body),
+        (StatusCode::OK, json!({"status": "ready"}))
+    );
+    stop.cancel();
+    assert_error(
+        &get(&app, "/readyz").await,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "unavailable",
+    );
+}
+
+#[tokio::test]
+async fn registry_internals_stay_out_of_5xx_bodies() {
+    let app = fake_app(&FakeRegistry::new(0, 10)).await;
+    let r = get(&app, "/api/v1/agents/broken-agent").await;
+    assert_error(&r, StatusCode::INTERNAL_SERVER_ERROR, "internal");
+    assert!(!r.body.to_string().contains("sled"));
+}
+
+#[tokio::test]
+async fn slow_registry_calls_time_out_with_504_json() {
+    let url = serve(FakeRegistry::new(0, 10)).await;
+    let app = app(Config {
+        request_timeout_secs: 1,
+        ..Config::with_registry(url)
+    });
+    assert_error(
+        &get(&app, "/api/v1/agents/slow-agent").await,
+        StatusCode::GATEWAY_TIMEOUT,
+        "timeout",
+    );
+}
+
+#[tokio::test]
+async fn tools_diagnostics_and_openapi_are_served() {
+    let app = fake_app(&FakeRegistry::new(0, 10)).await;
+    let r = get(&app, "/api/v1/tools").await;
+    assert_eq!(r.body["tools"][0]["name"], "file_read");
+    assert!(r.body["tools"][0].get("mcp_server_id").is_none());
+    let r = get(&app, "/api/v1/diagnostics").await;
+    assert_eq!(
+        r.body,
+        json!({"diagnostics": [{"path": "custom/bad.yaml", "error": "invalid YAML"}]})
+    );
+    let r = get(&app, "/openapi.json").await;
+    assert_eq!(r.headers[header::CONTENT_TYPE], "application/json");
+    assert!(r.body["paths"]["/api/v1/agents:validate"]["post"].is_object());
+}

@@ -1,0 +1,113 @@
+//! The router against an in-process fake registry (or none): routes, shapes, headers and error
+//! bodies as a REST client sees them.
+
+mod agents;
+mod errors;
+mod fake;
+
+use axum::{
+    Router,
+    body::{Body, to_bytes},
+    http::{HeaderMap, Method, Request, StatusCode, header},
+};
+use fake::FakeRegistry;
+use serde_json::Value;
+use taskforce_proto::v1::agent_registry_server::AgentRegistryServer;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+use crate::{AppState, Config, router};
+
+/// Serves `fake` (with a SERVING health service) on a free port; returns its URL.
+async fn serve(fake: FakeRegistry) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("local addr");
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<AgentRegistryServer<FakeRegistry>>()
+        .await;
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(health_service)
+            .add_service(AgentRegistryServer::new(fake))
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+    format!("http://{addr}")
+}
+
+/// A URL where nothing listens.
+async fn dead_url() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("local addr");
+    drop(listener);
+    format!("http://{addr}")
+}
+
+fn app(config: Config) -> Router {
+    router(
+        AppState::new(&config, CancellationToken::new()).expect("valid config"),
+        &config,
+    )
+}
+
+async fn fake_app(fake: &FakeRegistry) -> Router {
+    app(Config::with_registry(serve(fake.clone()).await))
+}
+
+type Headers<'a> = &'a [(&'a str, &'a str)];
+
+struct Reply {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Value,
+    raw: Vec<u8>,
+}
+
+async fn call(
+    app: &Router,
+    method: Method,
+    uri: &str,
+    headers: Headers<'_>,
+    body: Option<&str>,
+) -> Reply {
+    let mut req = Request::builder().method(method).uri(uri);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req
+        .body(body.map_or_else(Body::empty, |b| Body::from(b.to_owned())))
+        .expect("request");
+    let res = app.clone().oneshot(req).await.expect("infallible");
+    let status = res.status();
+    let headers = res.headers().clone();
+    let raw = to_bytes(res.into_body(), 16 << 20)
+        .await
+        .expect("body")
+        .to_vec();
+    let body = serde_json::from_slice(&raw).unwrap_or(Value::Null);
+    Reply {
+        status,
+        headers,
+        body,
+        raw,
+    }
+}
+
+async fn get(app: &Router, uri: &str) -> Reply {
+    call(app, Method::GET, uri, &[], None).await
+}
+
+const JSON: (&str, &str) = ("content-type", "application/json");
+
+fn assert_error(r: &Reply, status: StatusCode, code: &str) {
+    assert_eq!(r.status, status, "{:?}", r.body);
+    assert_eq!(r.headers[header::CONTENT_TYPE], "application/json");
+    assert_eq!(r.body["error"], code, "{:?}", r.body);
+    assert!(
+        r.body["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{:?}",
+        r.body
+    );
+}

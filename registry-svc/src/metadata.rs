@@ -1,0 +1,362 @@
+//! Workspace metadata (seed 001): each task with a `desc` in the workspace's `Taskfile.yml` is a
+//! field; its value is what the task prints, collected with the real `task` binary.
+//!
+//! Fields run in parallel (bounded by a semaphore shared by every collection), each under a
+//! timeout, in the workspace directory, with a minimal environment (none of this service's
+//! secrets), output capped. Results are cached per workspace for a TTL; concurrent requests for
+//! the same workspace share one collection.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    path::{Path, PathBuf},
+    process::Stdio,
+    sync::{Arc, Mutex, Once},
+    time::{Duration, Instant},
+};
+
+use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
+use serde::Deserialize;
+use serde_json::Value;
+use tokio::{io::AsyncReadExt, sync::Semaphore};
+use tracing::{debug, warn};
+
+/// Largest output of one field that is read; more is an error.
+pub const OUTPUT_CAP: usize = 64 * 1024;
+/// The Taskfile's name in a workspace.
+pub const TASKFILE: &str = "Taskfile.yml";
+/// Environment variables a task sees, taken from this process; nothing else is passed.
+const TASK_ENV: [&str; 4] = ["PATH", "HOME", "LANG", "TZ"];
+
+/// One metadata field.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Field {
+    /// The task's `desc`.
+    pub description: String,
+    /// `meta.include_in_list` (default false).
+    pub include_in_list: bool,
+    /// Trimmed stdout: JSON when it parses as JSON, else a string; `None` when empty or failed.
+    pub value: Option<Value>,
+    /// Why there is no value (the command and the reason).
+    pub error: Option<String>,
+}
+
+/// Every field of one workspace, by name.
+pub type Metadata = BTreeMap<String, Field>;
+
+/// Settings of the collector.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The `task` program (a name looked up in `PATH`, or a path).
+    pub task_bin: PathBuf,
+    /// Timeout of one field.
+    pub field_timeout: Duration,
+    /// How long a workspace's result is reused.
+    pub ttl: Duration,
+    /// Fields that may run at once, across all workspaces.
+    pub max_parallel: usize,
+}
+
+type Shared = futures::future::Shared<futures::future::BoxFuture<'static, Arc<Metadata>>>;
+
+/// Collects and caches workspace metadata.
+pub struct Collector {
+    settings: Settings,
+    permits: Arc<Semaphore>,
+    cache: Mutex<HashMap<PathBuf, (Instant, Shared)>>,
+    missing_task: Once,
+}
+
+impl Collector {
+    /// A collector with an empty cache.
+    pub fn new(settings: Settings) -> Self {
+        Self {
+            permits: Arc::new(Semaphore::new(settings.max_parallel.max(1))),
+            settings,
+            cache: Mutex::new(HashMap::new()),
+            missing_task: Once::new(),
+        }
+    }
+
+    /// The metadata of `workspace`: from the cache while fresh (unless `force_refresh`), else
+    /// collected now. Never fails: problems become empty metadata or per-field errors.
+    pub async fn collect(self: &Arc<Self>, workspace: &Path, force_refresh: bool) -> Arc<Metadata> {
+        let shared = {
+            let mut cache = self
+                .cache
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let fresh = cache
+                .get(workspace)
+                .filter(|(at, _)| !force_refresh && at.elapsed() < self.settings.ttl)
+                .map(|(_, f)| f.clone());
+            match fresh {
+                Some(f) => f,
+                None => {
+                    let this = Arc::clone(self);
+                    let ws = workspace.to_path_buf();
+                    let fut: futures::future::BoxFuture<'static, Arc<Metadata>> =
+                        Box::pin(async move { Arc::new(this.collect_now(&ws).await) });
+                    let shared = futures::FutureExt::shared(fut);
+                    cache.insert(workspace.to_path_buf(), (Instant::now(), shared.clone()));
+                    shared
+                }
+            }
+        };
+        shared.await
+    }
+
+    async fn collect_now(&self, workspace: &Path) -> Metadata {
+        let started = Instant::now();
+        let Some(tasks) = self.declared_fields(workspace).await else {
+            return Metadata::new();
+        };
+        let runs = tasks.into_iter().map(|(name, decl)| async move {
+            let result = self.run_field(workspace, &name, &decl).await;
+            let (value, error) = match result {
+                Ok(v) => (v, None),
+                Err(e) => (None, Some(e)),
+            };
+            let field = Field {
+                description: decl.desc,
+                include_in_list: decl.meta.include_in_list,
+                value,
+                error,
+            };
+            (name, field)
+        });
+        let out: Metadata = futures::future::join_all(runs).await.into_iter().collect();
+        debug!(workspace = %workspace.display(), fields = out.len(), elapsed_ms = started.elapsed().as_millis(), "collected workspace metadata");
+        out
+    }
+
+    /// The tasks with a `desc`, or `None` when there is no loadable Taskfile (or no `task`).
+    async fn declared_fields(&self, workspace: &Path) -> Option<BTreeMap<String, TaskDecl>> {
+        let path = workspace.join(TASKFILE);
+        let bytes = match tokio::fs::read(&path).await {
+            Ok(b) => b,
+            Err(e) => {
+                debug!(path = %path.display(), error = %e, "no Taskfile; no metadata");
+                return None;
+            }
+        };
+        let file: Taskfile = match serde_yaml::from_slice(&bytes) {
+            Ok(f) => f,
+            Err(e) => {
+                warn!(path = %path.display(), error = %e, "Taskfile cannot be loaded; no metadata");
+                return None;
+            }
+        };
+        if !self.task_available() {
+            return None;
+        }
+        Some(
+            file.tasks
+                .into_iter()
+                .filter(|(_, t)| !t.desc.trim().is_empty())
+                .collect(),
+        )
+    }
+
+    fn task_available(&self) -> bool {
+        let bin = &self.settings.task_bin;
+        let found = if bin.components().count() > 1 {
+            bin.is_file()
+        } else {
+            std::env::var_os("PATH")
+                .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()))
+        };
+        if !found {
+            self.missing_task.call_once(|| {
+                warn!(task_bin = %bin.display(), "the `task` binary was not found; workspace metadata stays empty (install go-task, e.g. `pip install go-task-bin`)");
+            });
+        }
+        found
+    }
+
+    /// Runs one task; `Ok(None)` for empty output, `Err` names the command and the reason.
+    async fn run_field(
+        &self,
+        workspace: &Path,
+        name: &str,
+        decl: &TaskDecl,
+    ) -> Result<Option<Value>, String> {
+        let shown = decl.command_label(name);
+        let _permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| format!("Command '{shown}' was not run: the service is stopping"))?;
+        let mut cmd = tokio::process::Command::new(&self.settings.task_bin);
+        cmd.arg("--silent")
+            .arg("--taskfile")
+            .arg(TASKFILE)
+            .arg(name)
+            .current_dir(workspace)
+            .env_clear()
+            .envs(
+                TASK_ENV
+                    .iter()
+                    .filter_map(|k| std::env::var(k).ok().map(|v| (*k, v))),
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut wrap = CommandWrap::from(cmd);
+        wrap.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
+        let mut child = wrap
+            .spawn()
+            .map_err(|e| format!("Command '{shown}' failed: could not start task: {e}"))?;
+        let timeout = self.settings.field_timeout;
+        let (stdout, stderr) = (child.stdout().take(), child.stderr().take());
+        let run = async {
+            let (out, err) = tokio::join!(read_capped(stdout), read_capped(stderr));
+            let status = child.wait().await;
+            (out, err, status)
+        };
+        let (out, err, status) = tokio::time::timeout(timeout, run)
+            .await
+            .map_err(|_| format!("Command '{shown}' timed out after {}", humanize(timeout)))?;
+        // The process group (and anything the task started) is killed when `child` drops.
+        let status = status.map_err(|e| format!("Command '{shown}' failed: {e}"))?;
+        let (out, truncated) = out.map_err(|e| format!("Command '{shown}' failed: {e}"))?;
+        if !status.success() {
+            let why = err
+                .ok()
+                .map(|(e, _)| last_line(&e))
+                .filter(|l| !l.is_empty())
+                .unwrap_or_else(|| status.to_string());
+            return Err(format!("Command '{shown}' failed: {why}"));
+        }
+        if truncated {
+            return Err(format!(
+                "Command '{shown}' printed more than {} KiB",
+                OUTPUT_CAP / 1024
+            ));
+        }
+        Ok(parse_value(&String::from_utf8_lossy(&out)))
+    }
+}
+
+/// Reads at most [`OUTPUT_CAP`] bytes, then drains the rest; says whether it cut.
+async fn read_capped<R: tokio::io::AsyncRead + Unpin>(
+    pipe: Option<R>,
+) -> std::io::Result<(Vec<u8>, bool)> {
+    let Some(mut pipe) = pipe else {
+        return Ok((Vec::new(), false));
+    };
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let mut truncated = false;
+    loop {
+        let n = pipe.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok((buf, truncated));
+        }
+        let room = OUTPUT_CAP.saturating_sub(buf.len());
+        buf.extend_from_slice(&chunk[..n.min(room)]);
+        truncated |= n > room;
+    }
+}
+
+/// Trimmed output as a value: JSON when it parses as JSON (`810`, `true`, `{"a":1}`), else the
+/// string; `None` when empty.
+pub fn parse_value(output: &str) -> Option<Value> {
+    let trimmed = output.trim();
+    if trimmed.is_empty() {
+        return None;
+    }
+    Some(serde_json::from_str(trimmed).unwrap_or_else(|_| Value::String(trimmed.to_owned())))
+}
+
+fn last_line(s: &[u8]) -> String {
+    let text = String::from_utf8_lossy(s);
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    // Task prefixes its own failures with "task: "; the reason is more useful without it.
+    let line = line.trim().trim_start_matches("task: ");
+    line.chars().take(500).collect()
+}
+
+fn humanize(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
+
+/// The parts of a `Taskfile.yml` that matter here.
+#[derive(Debug, Default, Deserialize)]
+struct Taskfile {
+    #[serde(default)]
+    tasks: BTreeMap<String, TaskDecl>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+struct TaskDecl {
+    #[serde(default)]
+    desc: String,
+    #[serde(default)]
+    meta: TaskMeta,
+    #[serde(default)]
+    cmds: Vec<serde_yaml::Value>,
+}
+
+impl TaskDecl {
+    /// The first command as written (what a user recognises), else `task <name>`.
+    fn command_label(&self, name: &str) -> String {
+        let first = self.cmds.first().and_then(|c| match c {
+            serde_yaml::Value::String(s) => Some(s.clone()),
+            serde_yaml::Value::Mapping(m) => {
+                m.get("cmd").and_then(|v| v.as_str()).map(str::to_owned)
+            }
+            _ => None,
+        });
+        first.map_or_else(|| format!("task {name}"), |c| c.trim().to_owned())
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+struct TaskMeta {
+    #[serde(default)]
+    include_in_list: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn output_is_typed_when_it_is_json() {
+        assert_eq!(parse_value(" 810\n"), Some(json!(810)));
+        assert_eq!(parse_value("true"), Some(json!(true)));
+        assert_eq!(parse_value("main\n"), Some(json!("main")));
+        assert_eq!(parse_value("{\"a\": 1}"), Some(json!({"a": 1})));
+        assert_eq!(parse_value("  \n"), None);
+    }
+
+    #[test]
+    fn taskfile_meta_and_commands_are_read() {
+        let f: Taskfile = serde_yaml::from_str(
+            "version: '3'\ntasks:\n  pr:\n    desc: PR number\n    meta: {include_in_list: true}\n    cmds: [gh pr view --json number]\n  helper:\n    cmds: [{cmd: echo hi}]\n",
+        )
+        .unwrap_or_default();
+        let pr = &f.tasks["pr"];
+        assert!(pr.meta.include_in_list);
+        assert_eq!(pr.command_label("pr"), "gh pr view --json number");
+        assert_eq!(f.tasks["helper"].command_label("helper"), "echo hi");
+        assert!(!f.tasks["helper"].meta.include_in_list);
+    }
+
+    #[test]
+    fn failure_reason_is_the_last_stderr_line() {
+        assert_eq!(
+            last_line(b"oops\ntask: Failed to run task \"x\": exit status 3\n"),
+            "Failed to run task \"x\": exit status 3"
+        );
+    }
+}

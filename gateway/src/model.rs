@@ -116,6 +116,16 @@ pub struct AgentRequest {
     /// When set, only these tools of the agent's MCP servers.
     #[serde(default, deserialize_with = "null_as_default")]
     pub mcp_tool_allowlist: Vec<String>,
+    /// The agent's role in a team, free text (shown by the MCP view).
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub role: String,
+    /// The project the agent works on (`list_agents` filters by it).
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub project: String,
+    /// A directory with a `Taskfile.yml` of metadata fields: absolute, or relative to the
+    /// registry's config directory. Must exist.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub workspace: String,
     /// PUT only: the version the update is based on (like `If-Match`).
     #[serde(default, deserialize_with = "null_as_default")]
     pub expected_version: String,
@@ -131,6 +141,15 @@ pub struct AgentRequest {
     #[serde(default, rename = "updated_at")]
     #[schema(ignore)]
     _updated_at: Option<IgnoredAny>,
+    #[serde(default, rename = "workspace_id")]
+    #[schema(ignore)]
+    _workspace_id: Option<IgnoredAny>,
+    #[serde(default, rename = "status")]
+    #[schema(ignore)]
+    _status: Option<IgnoredAny>,
+    #[serde(default, rename = "last_task")]
+    #[schema(ignore)]
+    _last_task: Option<IgnoredAny>,
 }
 
 impl AgentRequest {
@@ -144,7 +163,18 @@ impl AgentRequest {
             tool_allowlist: self.tool_allowlist,
             mcp_servers: self.mcp_servers.into_iter().map(Into::into).collect(),
             mcp_tool_allowlist: self.mcp_tool_allowlist,
+            role: self.role,
+            project: self.project,
+            workspace: self.workspace,
         }
+    }
+}
+
+/// `idle` or `busy`, as the MCP view and REST spell a status.
+pub fn status_name(status: i32) -> &'static str {
+    match v1::AgentStatus::try_from(status) {
+        Ok(v1::AgentStatus::Busy) => "busy",
+        Ok(v1::AgentStatus::Idle | v1::AgentStatus::Unspecified) | Err(_) => "idle",
     }
 }
 
@@ -161,6 +191,19 @@ pub struct CustomAgentJson {
     pub tool_allowlist: Vec<String>,
     pub mcp_servers: Vec<McpServerJson>,
     pub mcp_tool_allowlist: Vec<String>,
+    /// Free text; empty when unset.
+    pub role: String,
+    /// Empty when unset.
+    pub project: String,
+    /// The workspace directory as configured; empty when none.
+    pub workspace: String,
+    /// A UUID, stable for the agent's lifetime.
+    pub workspace_id: String,
+    /// `idle` or `busy` (reported by the executor).
+    #[schema(example = "idle")]
+    pub status: &'static str,
+    /// The task of the latest run, if any.
+    pub last_task: Option<String>,
     /// RFC 3339, set by the service.
     pub created_at: String,
     /// RFC 3339, set by the service.
@@ -200,6 +243,11 @@ pub struct ProfileAgentJson {
     pub mcp_servers: Vec<McpServerJson>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub llm: Option<LlmJson>,
+    /// `idle` or `busy` (reported by the executor).
+    #[schema(example = "idle")]
+    pub status: &'static str,
+    /// The task of the latest run, if any.
+    pub last_task: Option<String>,
     /// Opaque; also sent as the `ETag`.
     pub version: String,
 }
@@ -222,8 +270,14 @@ impl AgentJson {
             agent_id,
             version,
             kind,
+            status,
+            last_task,
             ..
         } = agent;
+        let (status, last_task) = (
+            status_name(status),
+            (!last_task.is_empty()).then_some(last_task),
+        );
         Some(match kind? {
             v1::agent::Kind::Custom(c) => {
                 let spec = c.spec.unwrap_or_default();
@@ -240,6 +294,12 @@ impl AgentJson {
                     tool_allowlist: spec.tool_allowlist,
                     mcp_servers: spec.mcp_servers.into_iter().map(Into::into).collect(),
                     mcp_tool_allowlist: spec.mcp_tool_allowlist,
+                    role: spec.role,
+                    project: spec.project,
+                    workspace: spec.workspace,
+                    workspace_id: c.workspace_id,
+                    status,
+                    last_task,
                     created_at: c.created_at,
                     updated_at: c.updated_at,
                     version,
@@ -272,6 +332,8 @@ impl AgentJson {
                     config_path: l.config_path,
                     default_model: l.default_model,
                 }),
+                status,
+                last_task,
                 version,
             }),
         })

@@ -25,7 +25,8 @@ pub fn from_struct(s: &Struct) -> Value {
     )
 }
 
-fn to_pb(v: &Value) -> PbValue {
+/// Any JSON value as a protobuf `Value`.
+pub fn to_pb(v: &Value) -> PbValue {
     let kind = match v {
         Value::Null => Kind::NullValue(0),
         Value::Bool(b) => Kind::BoolValue(*b),
@@ -39,7 +40,8 @@ fn to_pb(v: &Value) -> PbValue {
     PbValue { kind: Some(kind) }
 }
 
-fn from_pb(v: &PbValue) -> Value {
+/// A protobuf `Value` as JSON.
+pub fn from_pb(v: &PbValue) -> Value {
     match &v.kind {
         None | Some(Kind::NullValue(_)) => Value::Null,
         Some(Kind::BoolValue(b)) => Value::Bool(*b),

@@ -40,12 +40,34 @@ pub struct Config {
     /// Seconds between rediscoveries of the global MCP servers.
     #[arg(long, env = "TASKFORCE_CATALOG_REFRESH_SECS", default_value_t = 300)]
     pub catalog_refresh_secs: u64,
+    /// The `task` binary that collects workspace metadata (a name in `PATH`, or a path).
+    #[arg(long, env = "TASKFORCE_TASK_BIN", default_value = "task")]
+    pub task_bin: std::path::PathBuf,
+    /// Timeout of one metadata field (one task), in milliseconds.
+    #[arg(long, env = "TASKFORCE_METADATA_TIMEOUT_MS", default_value_t = 5000)]
+    pub metadata_timeout_ms: u64,
+    /// Seconds a workspace's metadata is reused before it is collected again.
+    #[arg(long, env = "TASKFORCE_METADATA_TTL_SECS", default_value_t = 60)]
+    pub metadata_ttl_secs: u64,
+    /// Metadata tasks that may run at once, across all workspaces.
+    #[arg(long, env = "TASKFORCE_METADATA_PARALLELISM", default_value_t = 32)]
+    pub metadata_parallelism: usize,
     /// Write the bound address to this file once listening (for tests and scripts using port 0).
     #[arg(long, env = "TASKFORCE_REGISTRY_ADDR_FILE")]
     pub addr_file: Option<PathBuf>,
 }
 
 impl Config {
+    /// The metadata collector's settings.
+    pub fn metadata_settings(&self) -> crate::metadata::Settings {
+        crate::metadata::Settings {
+            task_bin: self.task_bin.clone(),
+            field_timeout: std::time::Duration::from_millis(self.metadata_timeout_ms.max(1)),
+            ttl: std::time::Duration::from_secs(self.metadata_ttl_secs),
+            max_parallel: self.metadata_parallelism.max(1),
+        }
+    }
+
     /// The global MCP servers file.
     pub fn catalog_file(&self) -> PathBuf {
         self.catalog_mcp_file

@@ -53,9 +53,17 @@ pub fn spec_to_file(spec: v1::AgentSpec) -> CustomAgentFile {
         mcp_tools: (!spec.mcp_tool_allowlist.is_empty()).then_some(Allowlist {
             allowlist: spec.mcp_tool_allowlist,
         }),
+        role: non_empty(spec.role),
+        project: non_empty(spec.project),
+        workspace: non_empty(spec.workspace),
+        workspace_id: None,
         created_at: None,
         updated_at: None,
     }
+}
+
+fn non_empty(s: String) -> Option<String> {
+    (!s.trim().is_empty()).then_some(s)
 }
 
 /// A validated custom agent file as an `Agent` message.
@@ -73,10 +81,16 @@ pub fn custom_to_proto(id: &str, version: String, f: &CustomAgentFile) -> v1::Ag
                 tool_allowlist: f.tools.allowlist.clone(),
                 mcp_servers: f.mcp_servers.iter().map(Into::into).collect(),
                 mcp_tool_allowlist: f.mcp_allowlist().to_vec(),
+                role: f.role.clone().unwrap_or_default(),
+                project: f.project.clone().unwrap_or_default(),
+                workspace: f.workspace.clone().unwrap_or_default(),
             }),
             created_at: f.created_at.clone().unwrap_or_default(),
             updated_at: f.updated_at.clone().unwrap_or_default(),
+            workspace_id: f.workspace_id_or_derived(id),
         })),
+        status: v1::AgentStatus::Idle.into(),
+        last_task: String::new(),
     }
 }
 
@@ -109,5 +123,7 @@ pub fn profile_to_proto(profile: &str, version: String, f: &ProfileFile) -> v1::
             }),
             description: f.description.clone(),
         })),
+        status: v1::AgentStatus::Idle.into(),
+        last_task: String::new(),
     }
 }

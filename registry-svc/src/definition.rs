@@ -18,6 +18,10 @@ pub const MAX_NAME: usize = 100;
 pub const MAX_DESCRIPTION: usize = 500;
 /// Longest allowed `system_prompt` (a sanity cap, 256 KiB).
 pub const MAX_PROMPT: usize = 256 * 1024;
+/// Longest allowed `role` and `project`.
+pub const MAX_LABEL: usize = 100;
+/// Longest allowed `workspace` path.
+pub const MAX_PATH: usize = 4096;
 
 /// One MCP server, in the `configs/dev.yaml` style.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -81,6 +85,19 @@ pub struct CustomAgentFile {
     /// Restricts the MCP tools further when set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp_tools: Option<Allowlist>,
+    /// The agent's role in a team, free text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// The project the agent works on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    /// A directory with a `Taskfile.yml` of metadata fields (absolute, or relative to the config
+    /// directory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
+    /// A UUID, managed by the service; derived from the id for files written by hand.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_id: Option<String>,
     /// RFC 3339, managed by the service.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_at: Option<String>,
@@ -93,6 +110,33 @@ impl CustomAgentFile {
     /// The MCP allowlist, empty when unset.
     pub fn mcp_allowlist(&self) -> &[String] {
         self.mcp_tools.as_ref().map_or(&[], |a| &a.allowlist)
+    }
+
+    /// The stored workspace id, else one derived from the agent id (stable for files written
+    /// by hand, which have none).
+    pub fn workspace_id_or_derived(&self, id: &str) -> String {
+        self.workspace_id
+            .clone()
+            .unwrap_or_else(|| derived_workspace_id(id))
+    }
+}
+
+/// A UUID (v5) derived from the agent id, for agents whose file names none.
+pub fn derived_workspace_id(id: &str) -> String {
+    uuid::Uuid::new_v5(
+        &uuid::Uuid::NAMESPACE_URL,
+        format!("taskforce:agent:{id}").as_bytes(),
+    )
+    .to_string()
+}
+
+/// A workspace path as the service uses it: relative paths are relative to `root`.
+pub fn resolve_workspace(root: &std::path::Path, workspace: &str) -> std::path::PathBuf {
+    let p = std::path::Path::new(workspace);
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        root.join(p)
     }
 }
 
@@ -164,6 +208,24 @@ pub fn validate(id: &str, def: &CustomAgentFile) -> Result<(), ApiError> {
     );
     if def.tools.allowlist.is_empty() {
         bad("tool_allowlist", "must name at least one tool".into());
+    }
+    for (field, value, max) in [
+        ("role", &def.role, MAX_LABEL),
+        ("project", &def.project, MAX_LABEL),
+        ("workspace", &def.workspace, MAX_PATH),
+    ] {
+        let n = value.as_deref().map_or(0, |v| v.chars().count());
+        if n > max {
+            bad(field, format!("must be at most {max} characters, got {n}"));
+        }
+    }
+    if def.workspace.as_deref().is_some_and(|w| w.contains('\0')) {
+        bad("workspace", "must not contain NUL characters".into());
+    }
+    if let Some(w) = def.workspace_id.as_deref()
+        && uuid::Uuid::parse_str(w).is_err()
+    {
+        bad("workspace_id", format!("must be a UUID, got {w:?}"));
     }
     for (i, s) in def.mcp_servers.iter().enumerate() {
         if let Err(d) = validate_mcp_server(s) {

@@ -17,6 +17,7 @@ use crate::{
     convert,
     definition::{self, CustomAgentFile},
     error::RegistryError,
+    metadata::Collector,
     store::Store,
 };
 
@@ -25,15 +26,22 @@ use crate::{
 pub struct RegistryService {
     store: Arc<Store>,
     catalog: Arc<ToolCatalog>,
+    metadata: Arc<Collector>,
     shutdown: CancellationToken,
 }
 
 impl RegistryService {
     /// A service over `store` and `catalog`; watch streams end when `shutdown` fires.
-    pub fn new(store: Arc<Store>, catalog: Arc<ToolCatalog>, shutdown: CancellationToken) -> Self {
+    pub fn new(
+        store: Arc<Store>,
+        catalog: Arc<ToolCatalog>,
+        metadata: Arc<Collector>,
+        shutdown: CancellationToken,
+    ) -> Self {
         Self {
             store,
             catalog,
+            metadata,
             shutdown,
         }
     }
@@ -52,11 +60,27 @@ impl RegistryService {
     /// Validates a definition completely: static rules, then its MCP servers.
     async fn check(&self, id: &str, def: &CustomAgentFile) -> Result<catalog::McpCheck, Status> {
         definition::validate(id, def).map_err(|e| e.to_status())?;
+        if let Some(ws) = def.workspace.as_deref() {
+            let dir = definition::resolve_workspace(self.store.root(), ws);
+            let is_dir = tokio::fs::metadata(&dir).await.is_ok_and(|m| m.is_dir());
+            if !is_dir {
+                return Err(ApiError::field(
+                    "workspace",
+                    format!("{ws:?} is not an existing directory"),
+                )
+                .to_status());
+            }
+        }
         catalog::check_agent_mcp(def, self.catalog.discovery_timeout())
             .await
             .map_err(|e| e.to_status())
     }
 }
+
+/// How long BUSY holds when the reporter names no lease.
+const DEFAULT_LEASE_SECS: u64 = 300;
+/// Longest `last_task` kept.
+const MAX_LAST_TASK: usize = 2000;
 
 fn spec_of(spec: Option<v1::AgentSpec>) -> Result<v1::AgentSpec, Status> {
     spec.ok_or_else(|| ApiError::field("spec", "is required").to_status())
@@ -230,5 +254,76 @@ impl AgentRegistry for RegistryService {
             .map(|(path, error)| v1::Diagnostic { path, error })
             .collect();
         Ok(Response::new(v1::ListDiagnosticsResponse { diagnostics }))
+    }
+
+    #[instrument(skip_all, fields(agent_id))]
+    async fn get_agent_metadata(
+        &self,
+        req: Request<v1::GetAgentMetadataRequest>,
+    ) -> Result<Response<v1::AgentMetadata>, Status> {
+        let r = req.into_inner();
+        tracing::Span::current().record("agent_id", r.agent_id.as_str());
+        taskforce_proto::ids::validate_agent_id(&r.agent_id)
+            .map_err(|e| ApiError::field("agent_id", e.to_string()).to_status())?;
+        let agent = self.store.get(&r.agent_id)?;
+        let workspace = match &agent.kind {
+            Some(v1::agent::Kind::Custom(c)) => c
+                .spec
+                .as_ref()
+                .map(|s| s.workspace.clone())
+                .unwrap_or_default(),
+            Some(v1::agent::Kind::Profile(_)) | None => String::new(),
+        };
+        let mut fields = Vec::new();
+        if !workspace.is_empty() {
+            let dir = definition::resolve_workspace(self.store.root(), &workspace);
+            let collected = self.metadata.collect(&dir, r.force_refresh).await;
+            fields = collected
+                .iter()
+                .map(|(name, f)| v1::MetadataField {
+                    name: name.clone(),
+                    value: f.value.as_ref().map(taskforce_proto::json::to_pb),
+                    error: f.error.clone(),
+                    description: f.description.clone(),
+                    include_in_list: f.include_in_list,
+                })
+                .collect();
+        }
+        Ok(Response::new(v1::AgentMetadata {
+            agent_id: r.agent_id,
+            fields,
+        }))
+    }
+
+    #[instrument(skip_all, fields(agent_id))]
+    async fn report_agent_status(
+        &self,
+        req: Request<v1::ReportAgentStatusRequest>,
+    ) -> Result<Response<v1::ReportAgentStatusResponse>, Status> {
+        let r = req.into_inner();
+        tracing::Span::current().record("agent_id", r.agent_id.as_str());
+        taskforce_proto::ids::validate_agent_id(&r.agent_id)
+            .map_err(|e| ApiError::field("agent_id", e.to_string()).to_status())?;
+        let status = v1::AgentStatus::try_from(r.status)
+            .ok()
+            .filter(|s| *s != v1::AgentStatus::Unspecified)
+            .ok_or_else(|| {
+                ApiError::field("status", format!("must be IDLE or BUSY, got {}", r.status))
+                    .to_status()
+            })?;
+        if r.last_task.chars().count() > MAX_LAST_TASK {
+            return Err(ApiError::field(
+                "last_task",
+                format!("must be at most {MAX_LAST_TASK} characters"),
+            )
+            .to_status());
+        }
+        let lease = std::time::Duration::from_secs(match r.lease_seconds {
+            0 => DEFAULT_LEASE_SECS,
+            n => u64::from(n),
+        });
+        self.blocking(move |s| s.report_status(&r.agent_id, status, &r.last_task, lease))
+            .await?;
+        Ok(Response::new(v1::ReportAgentStatusResponse {}))
     }
 }

@@ -81,7 +81,8 @@ pub async fn run(
         .set_serving::<AgentRegistryServer<grpc::RegistryService>>()
         .await;
     let (reflection_v1, reflection_v1alpha) = reflection()?;
-    let service = grpc::RegistryService::new(Arc::clone(&store), catalog, tasks.clone());
+    let metadata = Arc::new(metadata::Collector::new(config.metadata_settings()));
+    let service = grpc::RegistryService::new(Arc::clone(&store), catalog, metadata, tasks.clone());
 
     info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "registry listening");
     let stopping = shutdown.clone();

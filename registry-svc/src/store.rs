@@ -10,6 +10,7 @@ use std::{
     ops::Bound,
     path::{Path, PathBuf},
     sync::Mutex,
+    time::Duration,
 };
 
 use prost::Message;
@@ -55,6 +56,8 @@ pub struct Store {
     db: sled::Db,
     custom: sled::Tree,
     profile: sled::Tree,
+    /// Runtime facts by agent id (status, last task): not in YAML, survive restarts.
+    runtime: sled::Tree,
     write_lock: Mutex<()>,
     diagnostics: Mutex<BTreeMap<String, String>>,
     changes: broadcast::Sender<v1::AgentChange>,
@@ -81,6 +84,7 @@ impl Store {
             root,
             custom: db.open_tree("custom")?,
             profile: db.open_tree("profile")?,
+            runtime: db.open_tree("runtime")?,
             db,
             custom_dir,
             write_lock: Mutex::new(()),
@@ -132,7 +136,7 @@ impl Store {
     pub fn get(&self, id: &str) -> Result<v1::Agent> {
         for tree in [&self.custom, &self.profile] {
             if let Some(bytes) = tree.get(id)? {
-                return Ok(v1::Agent::decode(bytes.as_ref())?);
+                return self.with_runtime(v1::Agent::decode(bytes.as_ref())?);
             }
         }
         Err(ApiError::new(ErrorKind::NotFound, format!("agent {id:?} not found")).into())
@@ -179,7 +183,7 @@ impl Store {
                     };
                     return Ok((out, token));
                 }
-                out.push(v1::Agent::decode(value.as_ref())?);
+                out.push(self.with_runtime(v1::Agent::decode(value.as_ref())?)?);
             }
         }
         Ok((out, String::new()))
@@ -218,8 +222,11 @@ impl Store {
             .into());
         }
         def.agent_id = Some(id.to_owned());
+        def.workspace_id = Some(uuid::Uuid::new_v4().to_string());
         def.created_at = Some(now.to_owned());
         def.updated_at = Some(now.to_owned());
+        // A new agent starts with no runtime history, even if an old one had this id.
+        self.runtime.remove(id)?;
         self.write_custom(id, &path, &def)
     }
 
@@ -234,11 +241,17 @@ impl Store {
         let path = self.custom_path(id)?;
         let _guard = self.lock();
         let current = self.read_current(id, &path, expected_version)?;
-        let created = serde_yaml::from_slice::<CustomAgentFile>(&current)
-            .ok()
-            .and_then(|f| f.created_at)
+        let old = serde_yaml::from_slice::<CustomAgentFile>(&current).ok();
+        let created = old
+            .as_ref()
+            .and_then(|f| f.created_at.clone())
             .unwrap_or_else(|| now.to_owned());
         def.agent_id = Some(id.to_owned());
+        // The workspace id stays what clients have seen, also for files written by hand.
+        def.workspace_id = Some(old.as_ref().map_or_else(
+            || definition::derived_workspace_id(id),
+            |f| f.workspace_id_or_derived(id),
+        ));
         def.created_at = Some(created);
         def.updated_at = Some(now.to_owned());
         self.write_custom(id, &path, &def)
@@ -251,6 +264,7 @@ impl Store {
         self.read_current(id, &path, expected_version)?;
         files::remove_durable(&path).map_err(|e| RegistryError::io(&path, e))?;
         self.custom.remove(id)?;
+        self.runtime.remove(id)?;
         self.forget_diagnostic(&path);
         self.notify(ChangeKind::Deleted, id, AgentSource::Custom, String::new());
         Ok(())
@@ -312,6 +326,63 @@ impl Store {
             source: source.into(),
             version,
         });
+    }
+
+    // ---- runtime facts -----------------------------------------------------------------
+
+    /// Records an agent's status; BUSY holds for `lease` unless reported again.
+    pub fn report_status(
+        &self,
+        id: &str,
+        status: v1::AgentStatus,
+        last_task: &str,
+        lease: Duration,
+    ) -> Result<()> {
+        if !self.custom.contains_key(id)? && !self.profile.contains_key(id)? {
+            return Err(
+                ApiError::new(ErrorKind::NotFound, format!("agent {id:?} not found")).into(),
+            );
+        }
+        let _guard = self.lock();
+        let mut facts = self.runtime_of(id)?;
+        facts.busy_until_ms = match status {
+            v1::AgentStatus::Busy => {
+                now_ms().saturating_add(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX))
+            }
+            v1::AgentStatus::Idle | v1::AgentStatus::Unspecified => 0,
+        };
+        if !last_task.is_empty() {
+            facts.last_task = last_task.to_owned();
+        }
+        self.runtime.insert(
+            id,
+            serde_json::to_vec(&facts).map_err(|e| RegistryError::Config(e.to_string()))?,
+        )?;
+        Ok(())
+    }
+
+    fn runtime_of(&self, id: &str) -> Result<RuntimeFacts> {
+        Ok(self
+            .runtime
+            .get(id)?
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default())
+    }
+
+    /// Fills in status and last task from the runtime facts.
+    fn with_runtime(&self, mut agent: v1::Agent) -> Result<v1::Agent> {
+        if let Some(bytes) = self.runtime.get(agent.agent_id.as_bytes())? {
+            let facts: RuntimeFacts = serde_json::from_slice(&bytes).unwrap_or_default();
+            let busy = facts.busy_until_ms > now_ms();
+            agent.status = if busy {
+                v1::AgentStatus::Busy
+            } else {
+                v1::AgentStatus::Idle
+            }
+            .into();
+            agent.last_task = facts.last_task;
+        }
+        Ok(agent)
     }
 
     // ---- reconcile ---------------------------------------------------------------------
@@ -463,6 +534,22 @@ impl Store {
             });
         }
     }
+}
+
+/// What the executor reported about an agent.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct RuntimeFacts {
+    /// Unix milliseconds until which the agent counts as busy (0: idle).
+    #[serde(default)]
+    busy_until_ms: u64,
+    #[serde(default)]
+    last_task: String,
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// Parses and validates one file into an `Agent`, or says why it cannot be served.

@@ -24,10 +24,13 @@ fn custom_agent() -> v1::Agent {
                     ..Default::default()
                 }],
                 mcp_tool_allowlist: vec!["get_current_time".into()],
+                ..Default::default()
             }),
             created_at: "2026-11-22T09:00:00Z".into(),
             updated_at: "2026-11-22T09:30:00Z".into(),
+            ..Default::default()
         })),
+        ..Default::default()
     }
 }
 
@@ -49,6 +52,12 @@ fn custom_agents_have_the_documented_shape() {
             "tool_allowlist": ["file_read"],
             "mcp_servers": [{"type": "stdio", "command": "uvx", "args": ["mcp-server-time"], "env": {"TZ": "${TZ}"}}],
             "mcp_tool_allowlist": ["get_current_time"],
+            "role": "",
+            "project": "",
+            "workspace": "",
+            "workspace_id": "",
+            "status": "idle",
+            "last_task": null,
             "created_at": "2026-11-22T09:00:00Z",
             "updated_at": "2026-11-22T09:30:00Z",
             "version": "0123456789abcdef"
@@ -81,6 +90,7 @@ fn profile_agents_have_the_documented_shape() {
             }),
             description: "Development profile".into(),
         })),
+        ..Default::default()
     };
     assert_eq!(
         to_json(agent),
@@ -93,6 +103,8 @@ fn profile_agents_have_the_documented_shape() {
             "tools_config": [{"type": "web_search", "module": "", "params": {"max_results": 5}}],
             "mcp_servers": [{"type": "http", "url": "http://localhost:9000/mcp"}],
             "llm": {"config_path": "configs/llm_config.yaml", "default_model": "main"},
+            "status": "idle",
+            "last_task": null,
             "version": "fedcba9876543210"
         })
     );

@@ -57,7 +57,9 @@ pub fn custom(id: &str, version: &str) -> v1::Agent {
             }),
             created_at: "2026-11-22T09:00:00Z".into(),
             updated_at: "2026-11-22T09:00:00Z".into(),
+            ..Default::default()
         })),
+        ..Default::default()
     }
 }
 
@@ -210,5 +212,30 @@ impl AgentRegistry for FakeRegistry {
                 error: "invalid YAML".into(),
             }],
         }))
+    }
+
+    async fn get_agent_metadata(
+        &self,
+        req: Request<v1::GetAgentMetadataRequest>,
+    ) -> Result<Response<v1::AgentMetadata>, Status> {
+        let r = req.into_inner();
+        self.record(format!("metadata {} {}", r.agent_id, r.force_refresh));
+        Ok(Response::new(v1::AgentMetadata {
+            agent_id: r.agent_id,
+            fields: vec![v1::MetadataField {
+                name: "pr".into(),
+                value: Some(taskforce_proto::json::to_pb(&serde_json::json!(810))),
+                error: None,
+                description: "PR number".into(),
+                include_in_list: true,
+            }],
+        }))
+    }
+
+    async fn report_agent_status(
+        &self,
+        _req: Request<v1::ReportAgentStatusRequest>,
+    ) -> Result<Response<v1::ReportAgentStatusResponse>, Status> {
+        Ok(Response::new(v1::ReportAgentStatusResponse {}))
     }
 }

@@ -111,12 +111,16 @@ impl ToolCatalog {
         let mut known: BTreeMap<String, Vec<v1::Tool>> = BTreeMap::new();
         loop {
             let timeout = self.discovery_timeout;
-            let results = join_all(
+            let round = join_all(
                 servers
                     .iter()
                     .map(|(id, s)| async move { (id.clone(), mcp::discover(s, timeout).await) }),
-            )
-            .await;
+            );
+            // A stop cuts a discovery short; dropping it kills the servers' process groups.
+            let results = tokio::select! {
+                () = stop.cancelled() => return,
+                r = round => r,
+            };
             let mut failed = false;
             for (id, r) in results {
                 match r {

@@ -121,6 +121,25 @@ impl CustomAgentFile {
     }
 }
 
+/// The file body of a definition. Timestamps are quoted as in the seed's examples, so YAML 1.1
+/// readers (PyYAML, for one) keep them strings instead of turning them into dates.
+pub fn to_yaml(def: &CustomAgentFile) -> Result<String, serde_yaml::Error> {
+    let yaml = serde_yaml::to_string(def)?;
+    let mut out = String::with_capacity(yaml.len() + 8);
+    for line in yaml.lines() {
+        match line.split_once(": ") {
+            Some((key @ ("created_at" | "updated_at"), value))
+                if !value.starts_with(['\'', '"']) =>
+            {
+                out.push_str(&format!("{key}: \"{value}\""));
+            }
+            _ => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    Ok(out)
+}
+
 /// A UUID (v5) derived from the agent id, for agents whose file names none.
 pub fn derived_workspace_id(id: &str) -> String {
     uuid::Uuid::new_v5(
@@ -391,6 +410,19 @@ mod tests {
             ..Default::default()
         };
         assert!(validate_mcp_server(&ws).is_err());
+    }
+
+    #[test]
+    fn timestamps_are_written_quoted_and_read_back_as_strings() {
+        let mut d = good();
+        d.created_at = Some("2026-11-22T09:00:00Z".into());
+        let yaml = to_yaml(&d).unwrap_or_default();
+        assert!(
+            yaml.contains("created_at: \"2026-11-22T09:00:00Z\"\n"),
+            "{yaml}"
+        );
+        let back: CustomAgentFile = serde_yaml::from_str(&yaml).unwrap_or_default();
+        assert_eq!(back, d);
     }
 
     #[test]

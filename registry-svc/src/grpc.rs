@@ -117,7 +117,7 @@ impl AgentRegistry for RegistryService {
         Ok(Response::new(agent))
     }
 
-    #[instrument(skip_all, fields(agent_id))]
+    #[instrument(level = "debug", skip_all, fields(agent_id))]
     async fn get_agent(
         &self,
         req: Request<v1::GetAgentRequest>,

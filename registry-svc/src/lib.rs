@@ -35,10 +35,13 @@ use taskforce_proto::v1::agent_registry_server::AgentRegistryServer;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{info, warn};
 
 pub use config::Config;
 pub use error::RegistryError;
+
+/// How long a stop waits for open connections before dropping them.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// Serves the registry on `listener` until `shutdown` fires, then stops every background task
 /// and flushes the cache.
@@ -51,6 +54,10 @@ pub async fn run(
     let (root, data) = (config.config_dir.clone(), config.data_dir.clone());
     let store =
         Arc::new(tokio::task::spawn_blocking(move || store::Store::open(&root, &data)).await??);
+    let installed = watcher::install(&store);
+    let reconciling = Arc::clone(&store);
+    let stats = tokio::task::spawn_blocking(move || reconciling.reconcile_all()).await??;
+    info!(?stats, "reconciled cache with the config directory");
     let (profiles, customs) = store.counts();
     info!(
         profiles,
@@ -72,6 +79,7 @@ pub async fn run(
     ));
     let watch = tokio::spawn(watcher::run(
         Arc::clone(&store),
+        installed,
         Duration::from_secs(config.reconcile_interval_secs.max(1)),
         tasks.clone(),
     ));
@@ -87,7 +95,7 @@ pub async fn run(
     info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "registry listening");
     let stopping = shutdown.clone();
     let health_on_stop = health.clone();
-    let result = tonic::transport::Server::builder()
+    let server = tonic::transport::Server::builder()
         .timeout(Duration::from_secs(60))
         .add_service(health_service)
         .add_service(reflection_v1)
@@ -102,8 +110,20 @@ pub async fn run(
                 .set_not_serving::<AgentRegistryServer<grpc::RegistryService>>()
                 .await;
             tasks.cancel();
-        })
-        .await;
+        });
+    // Connections that stay open (idle HTTP/2 clients, watch streams) get a grace period, then
+    // are dropped: a stop must not wait for clients.
+    let grace = async {
+        shutdown.cancelled().await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    let result = tokio::select! {
+        r = server => r,
+        () = grace => {
+            warn!(grace_secs = SHUTDOWN_GRACE.as_secs(), "connections still open after the grace period; closing them");
+            Ok(())
+        }
+    };
     let _ = tokio::join!(discovery, watch);
     let flushed = tokio::task::spawn_blocking(move || store.flush()).await?;
     info!("registry stopped");

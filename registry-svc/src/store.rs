@@ -20,7 +20,7 @@ use taskforce_proto::{
     v1::{self, AgentSource, agent_change::Kind as ChangeKind},
 };
 use tokio::sync::broadcast;
-use tracing::{info, warn};
+use tracing::warn;
 
 use crate::{
     convert,
@@ -64,8 +64,9 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens (or rebuilds) the cache at `data_dir` for the config directory `root`, and
-    /// reconciles it with the files.
+    /// Opens (or rebuilds) the cache at `data_dir` for the config directory `root`. The cache
+    /// may be stale until [`Store::reconcile_all`] runs; the caller starts the file watcher
+    /// first, so that no edit falls between the reconcile and the watch.
     pub fn open(root: &Path, data_dir: &Path) -> Result<Self> {
         let custom_dir = root.join("custom");
         fs::create_dir_all(&custom_dir).map_err(|e| RegistryError::io(&custom_dir, e))?;
@@ -91,8 +92,6 @@ impl Store {
             diagnostics: Mutex::new(BTreeMap::new()),
             changes,
         };
-        let stats = store.reconcile_all()?;
-        info!(?stats, "reconciled cache with the config directory");
         Ok(store)
     }
 
@@ -304,7 +303,7 @@ impl Store {
     }
 
     fn write_custom(&self, id: &str, path: &Path, def: &CustomAgentFile) -> Result<v1::Agent> {
-        let yaml = serde_yaml::to_string(def)?;
+        let yaml = definition::to_yaml(def)?;
         files::write_atomic(path, yaml.as_bytes()).map_err(|e| RegistryError::io(path, e))?;
         let agent = convert::custom_to_proto(id, files::version_of(yaml.as_bytes()), def);
         self.custom.insert(id, agent.encode_to_vec())?;

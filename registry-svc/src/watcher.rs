@@ -16,16 +16,41 @@ type Event = Option<PathBuf>;
 /// How long to gather events before reconciling (editors write in several steps).
 const DEBOUNCE: Duration = Duration::from_millis(25);
 
-/// Watches the config directories until `stop` fires.
-pub async fn run(store: Arc<Store>, interval: Duration, stop: CancellationToken) {
-    let (tx, mut rx) = mpsc::unbounded_channel::<Event>();
-    let _watcher = match watch(&store, tx) {
+/// The installed file watcher and its events; made before the first reconcile so that no edit
+/// is missed, then handed to [`run`].
+pub struct Installed {
+    _watcher: Option<notify::RecommendedWatcher>,
+    events: mpsc::UnboundedReceiver<Event>,
+}
+
+/// Starts watching the config directories (or says why it cannot: then only the periodic
+/// reconcile keeps the cache current).
+pub fn install(store: &Store) -> Installed {
+    let (tx, events) = mpsc::unbounded_channel::<Event>();
+    let watcher = match watch(store, tx) {
         Ok(w) => Some(w),
         Err(e) => {
             warn!(error = %e, "file watcher unavailable; relying on the periodic reconcile");
             None
         }
     };
+    Installed {
+        _watcher: watcher,
+        events,
+    }
+}
+
+/// Applies watched changes and reconciles every `interval` until `stop` fires.
+pub async fn run(
+    store: Arc<Store>,
+    installed: Installed,
+    interval: Duration,
+    stop: CancellationToken,
+) {
+    let Installed {
+        _watcher,
+        events: mut rx,
+    } = installed;
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;

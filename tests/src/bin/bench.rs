@@ -1,0 +1,379 @@
+//! Registry benchmarks (issue #2): starts the real release binaries on loopback with N agents and
+//! measures what users wait for. Run from the workspace root:
+//!
+//! ```text
+//! cargo run --release -p taskforce-tests --bin bench -- --agents 1000,10000
+//! ```
+//!
+//! Prints one Markdown table per agent count; `BENCHMARKS.md` records a run.
+
+use std::{
+    future::Future,
+    path::Path,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use taskforce_proto::v1::{self, agent_registry_client::AgentRegistryClient};
+use taskforce_tests::StackOptions;
+use tonic::transport::{Channel, Endpoint};
+
+#[derive(Debug, Parser)]
+#[command(about = "Benchmarks the registry and the gateway on loopback")]
+struct Args {
+    /// Agent counts to measure, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
+    agents: Vec<usize>,
+    /// Requests of each sequential (concurrency 1) latency measurement.
+    #[arg(long, default_value_t = 5000)]
+    samples: usize,
+    /// Seconds of each throughput measurement.
+    #[arg(long, default_value_t = 5)]
+    seconds: u64,
+    /// Concurrent requests of the throughput measurements.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// HTTP/2 connections the gRPC load spreads over.
+    #[arg(long, default_value_t = 4)]
+    connections: usize,
+    /// Durable creates to time.
+    #[arg(long, default_value_t = 300)]
+    creates: usize,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if cfg!(debug_assertions) {
+        eprintln!("warning: a debug build; run with --release for meaningful numbers");
+    }
+    for &n in &args.agents {
+        let rows = run(&args, n)
+            .await
+            .with_context(|| format!("benchmark with {n} agents"))?;
+        println!("\n### {n} agents\n\n| measurement | result |\n|---|---|");
+        for (name, value) in rows {
+            println!("| {name} | {value} |");
+        }
+    }
+    Ok(())
+}
+
+/// One full round with `n` agents; returns (measurement, result) rows.
+async fn run(args: &Args, n: usize) -> anyhow::Result<Vec<(String, String)>> {
+    let mut rows = Vec::new();
+    let mut stack = StackOptions::full().empty_configs().spawn().await?;
+    stack.stop().await?;
+    seed(&stack.custom_dir(), n)?;
+
+    std::fs::remove_dir_all(stack.data_dir()).context("removing the cache")?;
+    let t = Instant::now();
+    stack.restart().await?;
+    rows.push((
+        format!("cold start, {n} YAML files, no cache (spawn → SERVING)"),
+        ms(t.elapsed()),
+    ));
+    let t = Instant::now();
+    stack.restart().await?;
+    rows.push((
+        format!("cold start, {n} YAML files, warm cache (spawn → SERVING)"),
+        ms(t.elapsed()),
+    ));
+    let ids: Arc<Vec<String>> = Arc::new((0..n).map(agent_id).collect());
+
+    let client = stack.registry();
+    let lat = sequential(args.samples, |i| {
+        let (mut c, id) = (client.clone(), ids[i % ids.len()].clone());
+        async move {
+            c.get_agent(v1::GetAgentRequest { agent_id: id })
+                .await
+                .map(drop)
+        }
+    })
+    .await?;
+    rows.push(("gRPC GetAgent, concurrency 1".into(), lat.summary()));
+
+    let channels = Arc::new(channels(stack.registry_addr().to_string(), args.connections).await?);
+    let all_ids = Arc::clone(&ids);
+    let (rps, lat) = load(args, move |i| {
+        let mut c = AgentRegistryClient::new(channels[i % channels.len()].clone());
+        let id = all_ids[i % all_ids.len()].clone();
+        async move {
+            c.get_agent(v1::GetAgentRequest { agent_id: id })
+                .await
+                .map(drop)
+        }
+    })
+    .await?;
+    rows.push((
+        format!(
+            "gRPC GetAgent, concurrency {} over {} connections",
+            args.concurrency, args.connections
+        ),
+        format!("{rps:.0} req/s; {}", lat.summary()),
+    ));
+
+    let lat = sequential(20, |_| list_all(client.clone(), n)).await?;
+    rows.push((
+        format!("list all {n} agents over gRPC (pages of 1000)"),
+        lat.summary(),
+    ));
+
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.concurrency)
+        .tcp_nodelay(true)
+        .build()?;
+    let urls: Arc<Vec<String>> = Arc::new(
+        ids.iter()
+            .map(|id| stack.url(&format!("/api/v1/agents/{id}")))
+            .collect(),
+    );
+    let rest_http = http.clone();
+    let rest_get = move |i: usize| {
+        let (http, url) = (rest_http.clone(), urls[i % urls.len()].clone());
+        async move {
+            let r = http.get(url).send().await?;
+            if !r.status().is_success() {
+                bail!("GET answered {}", r.status());
+            }
+            r.bytes().await?;
+            Ok(())
+        }
+    };
+    let lat = sequential(args.samples, rest_get.clone()).await?;
+    rows.push((
+        "REST GET /api/v1/agents/{id}, concurrency 1".into(),
+        lat.summary(),
+    ));
+    let (rps, lat) = load(args, rest_get).await?;
+    rows.push((
+        format!(
+            "REST GET /api/v1/agents/{{id}}, concurrency {}",
+            args.concurrency
+        ),
+        format!("{rps:.0} req/s; {}", lat.summary()),
+    ));
+    let list_url = stack.url("/api/v1/agents");
+    let lat = sequential(10, |_| {
+        let (http, url) = (http.clone(), list_url.clone());
+        async move {
+            let body: serde_json::Value = http.get(url).send().await?.json().await?;
+            let got = body["agents"].as_array().map_or(0, Vec::len);
+            if got != n {
+                bail!("listed {got} agents, expected {n}");
+            }
+            Ok(())
+        }
+    })
+    .await?;
+    rows.push((format!("REST GET /api/v1/agents (all {n})"), lat.summary()));
+
+    let lat = sequential(args.creates, |i| {
+        let mut c = client.clone();
+        async move {
+            c.create_agent(v1::CreateAgentRequest {
+                spec: Some(spec(&format!("created-{i:05}"))),
+            })
+            .await
+            .map(drop)
+        }
+    })
+    .await?;
+    rows.push((
+        "durable create over gRPC (fsync'd YAML + cache)".into(),
+        lat.summary(),
+    ));
+
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for (name, pid) in [
+        ("registry-svc", stack.registry_pid()),
+        ("gateway", stack.gateway_pid()),
+    ] {
+        let rss = pid.map_or_else(|| "not running".to_owned(), rss);
+        rows.push((format!("idle RSS, {name}"), rss));
+    }
+    drop(stack);
+    Ok(rows)
+}
+
+/// Writes `n` custom agents the way the API would.
+fn seed(dir: &Path, n: usize) -> anyhow::Result<()> {
+    for i in 0..n {
+        let id = agent_id(i);
+        let yaml = format!(
+            "agent_id: {id}\nname: Bench agent {i}\ndescription: An agent of the benchmark.\n\
+             prompt:\n  system_prompt: |\n    You are agent {i}. Answer briefly and use tools only when needed.\n\
+             tools:\n  allowlist:\n  - file_read\n  - python\n\
+             created_at: 2026-11-22T09:00:00Z\nupdated_at: 2026-11-22T09:00:00Z\n"
+        );
+        std::fs::write(dir.join(format!("{id}.yaml")), yaml)?;
+    }
+    Ok(())
+}
+
+fn agent_id(i: usize) -> String {
+    format!("bench-{i:05}")
+}
+
+fn spec(id: &str) -> v1::AgentSpec {
+    v1::AgentSpec {
+        agent_id: id.to_owned(),
+        name: "Created".into(),
+        description: "Created by the benchmark.".into(),
+        system_prompt: "You are a benchmark agent.".into(),
+        tool_allowlist: vec!["file_read".into()],
+        ..Default::default()
+    }
+}
+
+async fn list_all(mut c: AgentRegistryClient<Channel>, n: usize) -> Result<(), tonic::Status> {
+    let (mut token, mut got) = (String::new(), 0);
+    loop {
+        let page = c
+            .list_agents(v1::ListAgentsRequest {
+                page_size: 1000,
+                page_token: token,
+                source: 0,
+            })
+            .await?
+            .into_inner();
+        got += page.agents.len();
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    if got == n {
+        Ok(())
+    } else {
+        Err(tonic::Status::internal(format!(
+            "listed {got} agents, expected {n}"
+        )))
+    }
+}
+
+async fn channels(addr: String, n: usize) -> anyhow::Result<Vec<Channel>> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(
+            Endpoint::from_shared(format!("http://{addr}"))?
+                .tcp_nodelay(true)
+                .connect()
+                .await?,
+        );
+    }
+    Ok(out)
+}
+
+/// Latencies in microseconds, sorted.
+struct Latencies(Vec<u64>);
+
+impl Latencies {
+    fn new(mut v: Vec<u64>) -> Self {
+        v.sort_unstable();
+        Self(v)
+    }
+
+    fn pct(&self, p: f64) -> u64 {
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss
+        )]
+        let i = ((self.0.len() as f64 - 1.0) * p).round() as usize;
+        self.0.get(i).copied().unwrap_or_default()
+    }
+
+    fn summary(&self) -> String {
+        format!(
+            "p50 {} · p99 {} (n={})",
+            us(self.pct(0.5)),
+            us(self.pct(0.99)),
+            self.0.len()
+        )
+    }
+}
+
+fn us(v: u64) -> String {
+    if v >= 10_000 {
+        format!("{:.1} ms", v as f64 / 1000.0)
+    } else {
+        format!("{v} µs")
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{} ms", d.as_millis())
+}
+
+/// Runs `f(0..n)` one after another and times each call.
+async fn sequential<F, Fut, E>(n: usize, f: F) -> anyhow::Result<Latencies>
+where
+    F: Fn(usize) -> Fut,
+    Fut: Future<Output = Result<(), E>>,
+    E: Into<anyhow::Error>,
+{
+    // Warm-up (connections, caches, lazy initialisation), on indices the run does not use.
+    for i in n..n + n.min(50) {
+        f(i).await.map_err(Into::into)?;
+    }
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let t = Instant::now();
+        f(i).await.map_err(Into::into)?;
+        out.push(micros(t.elapsed()));
+    }
+    Ok(Latencies::new(out))
+}
+
+/// Keeps `args.concurrency` calls in flight for `args.seconds`; returns requests per second and
+/// the latencies. Any failed call fails the benchmark.
+async fn load<F, Fut, E>(args: &Args, f: F) -> anyhow::Result<(f64, Latencies)>
+where
+    F: Fn(usize) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = Result<(), E>> + Send,
+    E: Into<anyhow::Error>,
+{
+    let end = Instant::now() + Duration::from_secs(args.seconds);
+    let started = Instant::now();
+    let mut workers = tokio::task::JoinSet::new();
+    for w in 0..args.concurrency {
+        let f = f.clone();
+        workers.spawn(async move {
+            let mut lat = Vec::new();
+            let mut i = w * 7919;
+            while Instant::now() < end {
+                let t = Instant::now();
+                f(i).await.map_err(Into::into)?;
+                lat.push(micros(t.elapsed()));
+                i += 1;
+            }
+            anyhow::Ok(lat)
+        });
+    }
+    let mut all = Vec::new();
+    while let Some(r) = workers.join_next().await {
+        all.extend(r??);
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let rps = all.len() as f64 / started.elapsed().as_secs_f64();
+    Ok((rps, Latencies::new(all)))
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// `VmRSS` of a process, from `/proc`.
+fn rss(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .map(|l| l.trim_start_matches("VmRSS:").trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown".into())
+}

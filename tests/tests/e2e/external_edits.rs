@@ -1,0 +1,351 @@
+//! People edit the YAML directory by hand while the registry runs (and while it is down); the
+//! registry follows, skipping invalid files and saying why.
+
+use std::{collections::BTreeMap, future::Future, time::Duration};
+
+use serde_json::json;
+use taskforce_proto::v1::{self, AgentSource, agent::Kind};
+use taskforce_tests::{Stack, spawn_registry, spawn_stack};
+use tokio::time::Instant;
+use tonic::Code;
+
+use crate::helpers::{
+    EDIT_VISIBLE_WITHIN, SAMPLE_IDS, STEP, agent_json, create, custom_spec, grpc_list_all,
+    hand_written_yaml, send,
+};
+
+/// Calls `probe` every [`STEP`] until `check` accepts its answer; panics with the last answer
+/// after `within`.
+async fn until<T, P, Fut, C>(within: Duration, what: &str, mut probe: P, check: C) -> T
+where
+    T: std::fmt::Debug,
+    P: FnMut() -> Fut,
+    Fut: Future<Output = T>,
+    C: Fn(&T) -> bool,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        let answer = probe().await;
+        if check(&answer) {
+            return answer;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not seen within {within:?}; last answer: {answer:?}"
+        );
+        tokio::time::sleep(STEP).await;
+    }
+}
+
+/// GetAgent as a plain result.
+async fn get_agent(stack: &Stack, id: &str) -> Result<v1::Agent, tonic::Status> {
+    stack
+        .registry()
+        .get_agent(v1::GetAgentRequest {
+            agent_id: id.to_owned(),
+        })
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+/// ListDiagnostics as `path → error`.
+async fn diagnostics(stack: &Stack) -> BTreeMap<String, String> {
+    stack
+        .registry()
+        .list_diagnostics(v1::ListDiagnosticsRequest {})
+        .await
+        .expect("ListDiagnostics")
+        .into_inner()
+        .diagnostics
+        .into_iter()
+        .map(|d| (d.path, d.error))
+        .collect()
+}
+
+fn description_is(r: &Result<v1::Agent, tonic::Status>, want: &str) -> bool {
+    r.as_ref().is_ok_and(|a| custom_spec(a).description == want)
+}
+
+fn is_not_found(r: &Result<v1::Agent, tonic::Status>) -> bool {
+    r.as_ref().is_err_and(|e| e.code() == Code::NotFound)
+}
+
+#[tokio::test]
+async fn a_hand_written_file_is_served_changed_and_removed_within_a_second() {
+    let stack = spawn_registry().await.expect("stack starts");
+    let path = stack.custom_dir().join("hand-made.yaml");
+
+    std::fs::write(&path, hand_written_yaml("hand-made", "First draft.")).expect("write by hand");
+    let first = until(
+        EDIT_VISIBLE_WITHIN,
+        "a new hand-written file",
+        || get_agent(&stack, "hand-made"),
+        |r| description_is(r, "First draft."),
+    )
+    .await
+    .expect("served");
+    assert_eq!(custom_spec(&first).tool_allowlist, ["ask_user"]);
+
+    std::fs::write(&path, hand_written_yaml("hand-made", "Second draft.")).expect("edit by hand");
+    let second = until(
+        EDIT_VISIBLE_WITHIN,
+        "a hand edit",
+        || get_agent(&stack, "hand-made"),
+        |r| description_is(r, "Second draft."),
+    )
+    .await
+    .expect("served");
+    assert_ne!(
+        second.version, first.version,
+        "a hand edit gives a new version"
+    );
+
+    std::fs::remove_file(&path).expect("delete by hand");
+    until(
+        EDIT_VISIBLE_WITHIN,
+        "a hand delete",
+        || get_agent(&stack, "hand-made"),
+        is_not_found,
+    )
+    .await
+    .expect_err("gone");
+}
+
+#[tokio::test]
+async fn invalid_files_are_skipped_and_listed_as_diagnostics_while_the_rest_keeps_serving() {
+    let stack = spawn_stack().await.expect("stack starts");
+    let custom = stack.custom_dir();
+    let broken = custom.join("broken-syntax.yaml");
+    std::fs::write(&broken, "name: [unclosed\ndescription: {\n").expect("write");
+    std::fs::write(
+        custom.join("wrong-types.yaml"),
+        "name:\n  nested: map\ndescription: 42\nprompt: just a string\ntools:\n  allowlist: file_read\n",
+    )
+    .expect("write");
+    std::fs::write(
+        custom.join("Bad_Name.yaml"),
+        hand_written_yaml("Bad_Name", "Id breaks the rule."),
+    )
+    .expect("write");
+    std::fs::write(
+        custom.join("unknown-tool.yaml"),
+        hand_written_yaml("unknown-tool", "Names a tool nobody offers.")
+            .replace("ask_user", "foo_tool"),
+    )
+    .expect("write");
+
+    let wanted = [
+        "custom/broken-syntax.yaml",
+        "custom/wrong-types.yaml",
+        "custom/Bad_Name.yaml",
+        "custom/unknown-tool.yaml",
+    ];
+    let found = until(
+        EDIT_VISIBLE_WITHIN,
+        "diagnostics of the invalid files",
+        || diagnostics(&stack),
+        |d| wanted.iter().all(|w| d.contains_key(*w)),
+    )
+    .await;
+    for w in wanted {
+        assert!(!found[w].is_empty(), "{w} has an empty reason");
+    }
+
+    for id in ["broken-syntax", "wrong-types", "unknown-tool"] {
+        assert!(
+            is_not_found(&get_agent(&stack, id).await),
+            "{id} is served though invalid"
+        );
+    }
+    let ids: Vec<String> = grpc_list_all(&stack, AgentSource::Unspecified)
+        .await
+        .into_iter()
+        .map(|a| a.agent_id)
+        .collect();
+    assert_eq!(
+        ids, SAMPLE_IDS,
+        "invalid files are skipped, the rest is listed"
+    );
+
+    let r = send(stack.http().get(stack.url("/api/v1/diagnostics"))).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let rest: BTreeMap<String, String> = r.body["diagnostics"]
+        .as_array()
+        .expect("diagnostics is an array")
+        .iter()
+        .map(|d| {
+            let path = d["path"].as_str().expect("path").to_owned();
+            let error = d["error"].as_str().expect("error").to_owned();
+            (path, error)
+        })
+        .collect();
+    for w in wanted {
+        assert!(
+            rest.contains_key(w),
+            "REST diagnostics lack {w}: {}",
+            r.text
+        );
+    }
+    let r = send(stack.http().get(stack.url("/api/v1/agents"))).await;
+    assert_eq!(
+        r.body["agents"].as_array().map(Vec::len),
+        Some(SAMPLE_IDS.len()),
+        "{}",
+        r.text
+    );
+    assert_eq!(
+        create(&stack, &agent_json("still-writable")).await.status,
+        201
+    );
+
+    std::fs::write(
+        &broken,
+        hand_written_yaml("broken-syntax", "Fixed by hand."),
+    )
+    .expect("fix by hand");
+    until(
+        EDIT_VISIBLE_WITHIN,
+        "the fixed file",
+        || get_agent(&stack, "broken-syntax"),
+        |r| description_is(r, "Fixed by hand."),
+    )
+    .await
+    .expect("served");
+    std::fs::remove_file(custom.join("wrong-types.yaml")).expect("delete");
+    until(
+        EDIT_VISIBLE_WITHIN,
+        "diagnostics without the fixed and deleted files",
+        || diagnostics(&stack),
+        |d| {
+            !d.contains_key("custom/broken-syntax.yaml")
+                && !d.contains_key("custom/wrong-types.yaml")
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_served_agent_broken_by_hand_disappears_until_fixed() {
+    let stack = spawn_registry().await.expect("stack starts");
+    let path = stack.custom_dir().join("invoice-extractor.yaml");
+    let good = std::fs::read_to_string(&path).expect("seed file");
+    std::fs::write(
+        &path,
+        good.replace("tools:\n  allowlist:", "tools:\n  allowlist: ["),
+    )
+    .expect("break");
+    until(
+        EDIT_VISIBLE_WITHIN,
+        "the broken seed",
+        || get_agent(&stack, "invoice-extractor"),
+        is_not_found,
+    )
+    .await
+    .expect_err("not served");
+    assert!(
+        diagnostics(&stack)
+            .await
+            .contains_key("custom/invoice-extractor.yaml")
+    );
+    std::fs::write(&path, &good).expect("repair");
+    until(
+        EDIT_VISIBLE_WITHIN,
+        "the repaired seed",
+        || get_agent(&stack, "invoice-extractor"),
+        Result::is_ok,
+    )
+    .await
+    .expect("served again");
+}
+
+#[tokio::test]
+async fn hand_edits_of_profiles_are_picked_up() {
+    let stack = spawn_registry().await.expect("stack starts");
+    let dev = stack.config_dir().join("dev.yaml");
+    let text = std::fs::read_to_string(&dev).expect("dev.yaml");
+    std::fs::write(
+        &dev,
+        text.replace("specialist: generic", "specialist: coding"),
+    )
+    .expect("edit");
+    until(
+        EDIT_VISIBLE_WITHIN,
+        "the edited profile",
+        || get_agent(&stack, "dev"),
+        |r| matches!(r, Ok(v1::Agent { kind: Some(Kind::Profile(p)), .. }) if p.specialist == "coding"),
+    )
+    .await
+    .expect("served");
+
+    std::fs::write(
+        stack.config_dir().join("ops.yaml"),
+        "profile: ops\ndescription: Operations.\nspecialist: generic\n",
+    )
+    .expect("new profile");
+    let ops = until(
+        EDIT_VISIBLE_WITHIN,
+        "a new profile",
+        || get_agent(&stack, "ops"),
+        Result::is_ok,
+    )
+    .await
+    .expect("served");
+    assert_eq!(ops.source(), AgentSource::Profile);
+    assert!(
+        is_not_found(&get_agent(&stack, "llm_config").await),
+        "llm_config.yaml is never a profile"
+    );
+}
+
+#[tokio::test]
+async fn changes_made_while_the_registry_is_down_are_reconciled_on_start() {
+    let mut stack = spawn_registry().await.expect("stack starts");
+    let before: BTreeMap<String, String> = grpc_list_all(&stack, AgentSource::Unspecified)
+        .await
+        .into_iter()
+        .map(|a| (a.agent_id, a.version))
+        .collect();
+    stack.stop().await.expect("graceful stop");
+
+    let custom = stack.custom_dir();
+    std::fs::write(
+        custom.join("offline-made.yaml"),
+        hand_written_yaml("offline-made", "Made offline."),
+    )
+    .expect("write");
+    let invoice = custom.join("invoice-extractor.yaml");
+    let text = std::fs::read_to_string(&invoice).expect("seed");
+    std::fs::write(
+        &invoice,
+        text.replace("Invoice Extractor", "Invoice Extractor v2"),
+    )
+    .expect("edit");
+    std::fs::remove_file(custom.join("time-keeper.yaml")).expect("delete");
+
+    stack.restart().await.expect("registry starts");
+    let after: BTreeMap<String, v1::Agent> = grpc_list_all(&stack, AgentSource::Unspecified)
+        .await
+        .into_iter()
+        .map(|a| (a.agent_id.clone(), a))
+        .collect();
+    let ids: Vec<&str> = after.keys().map(String::as_str).collect();
+    assert_eq!(
+        ids,
+        ["dev", "invoice-extractor", "offline-made"],
+        "the stale cache was not reconciled"
+    );
+    assert_eq!(
+        custom_spec(&after["invoice-extractor"]).name,
+        "Invoice Extractor v2"
+    );
+    assert_ne!(
+        after["invoice-extractor"].version,
+        before["invoice-extractor"]
+    );
+    assert_eq!(
+        after["dev"].version, before["dev"],
+        "untouched files keep their version"
+    );
+    let r = json!(custom_spec(&after["offline-made"]).description);
+    assert_eq!(r, "Made offline.");
+}

@@ -1,0 +1,254 @@
+//! Shared test helpers: request bodies, reply decoding, listings and file snapshots.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::Path,
+    time::Duration,
+};
+
+use reqwest::{RequestBuilder, StatusCode, header::HeaderMap};
+use serde_json::{Value, json};
+use taskforce_proto::{
+    error::ApiError,
+    v1::{self, AgentSource, agent::Kind},
+};
+use taskforce_tests::Stack;
+
+/// The native tools of seed 002, in its order.
+pub const NATIVE_TOOLS: [&str; 9] = [
+    "web_search",
+    "web_fetch",
+    "file_read",
+    "file_write",
+    "python",
+    "git",
+    "github",
+    "powershell",
+    "ask_user",
+];
+
+/// Agent ids in the sample configs: the profile first, then the custom agents.
+pub const SAMPLE_IDS: [&str; 3] = ["dev", "invoice-extractor", "time-keeper"];
+
+/// How long an external edit may take to show (the contract says 1 s; slack for busy boxes).
+pub const EDIT_VISIBLE_WITHIN: Duration = Duration::from_millis(1500);
+/// Polling step.
+pub const STEP: Duration = Duration::from_millis(50);
+
+/// A valid REST create body.
+pub fn agent_json(id: &str) -> Value {
+    json!({
+        "agent_id": id,
+        "name": "Test Agent",
+        "description": "An agent made by the end-to-end tests.",
+        "system_prompt": "You are a LeanAgent.\nAnswer briefly.\n",
+        "tool_allowlist": ["file_read", "python"],
+    })
+}
+
+/// A valid gRPC spec.
+pub fn spec(id: &str) -> v1::AgentSpec {
+    v1::AgentSpec {
+        agent_id: id.to_owned(),
+        name: "Test Agent".to_owned(),
+        description: "An agent made by the end-to-end tests.".to_owned(),
+        system_prompt: "You are a LeanAgent.\nAnswer briefly.\n".to_owned(),
+        tool_allowlist: vec!["file_read".to_owned(), "python".to_owned()],
+        ..Default::default()
+    }
+}
+
+/// A decoded HTTP reply.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    /// The body as JSON (`Null` when empty or not JSON).
+    pub body: Value,
+    /// The raw body.
+    pub text: String,
+}
+
+impl Reply {
+    /// A header as text.
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    }
+
+    /// The ETag with its quotes (and a weak prefix) removed.
+    pub fn etag(&self) -> Option<String> {
+        self.header("etag")
+            .map(|e| e.trim_start_matches("W/").trim_matches('"').to_owned())
+    }
+
+    /// Asserts a JSON error reply: status, `error` code, and a non-empty `message`.
+    pub fn assert_error(&self, status: u16, code: &str) -> &Self {
+        assert_eq!(
+            self.status.as_u16(),
+            status,
+            "unexpected status; body: {}",
+            self.text
+        );
+        assert_eq!(
+            self.body["error"], code,
+            "unexpected error code; body: {}",
+            self.text
+        );
+        let message = self.body["message"].as_str().unwrap_or_default();
+        assert!(
+            !message.is_empty(),
+            "error without a message: {}",
+            self.text
+        );
+        self
+    }
+
+    /// Asserts the error's message or details mention `needle`.
+    pub fn assert_names(&self, needle: &str) -> &Self {
+        let message = self.body["message"].as_str().unwrap_or_default();
+        let details = self.body["details"].to_string();
+        assert!(
+            message.contains(needle) || details.contains(needle),
+            "error does not name {needle:?}: {}",
+            self.text
+        );
+        self
+    }
+}
+
+/// Sends a request and decodes the reply.
+pub async fn send(req: RequestBuilder) -> Reply {
+    let resp = req.send().await.expect("HTTP request is answered");
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let text = resp.text().await.expect("HTTP body is readable");
+    let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+    Reply {
+        status,
+        headers,
+        body,
+        text,
+    }
+}
+
+/// POST /api/v1/agents with a JSON body.
+pub async fn create(stack: &Stack, body: &Value) -> Reply {
+    send(stack.http().post(stack.url("/api/v1/agents")).json(body)).await
+}
+
+/// GET /api/v1/agents/{id} (the id is put in the path as given).
+pub async fn get(stack: &Stack, id: &str) -> Reply {
+    send(stack.http().get(stack.url(&format!("/api/v1/agents/{id}")))).await
+}
+
+/// The gRPC error as the contract's error model.
+pub fn api_error(status: &tonic::Status) -> ApiError {
+    ApiError::from_status(status)
+}
+
+/// Every agent of `source` over gRPC, following pages.
+pub async fn grpc_list_all(stack: &Stack, source: AgentSource) -> Vec<v1::Agent> {
+    let mut client = stack.registry();
+    let mut out = Vec::new();
+    let mut token = String::new();
+    loop {
+        let page = client
+            .list_agents(v1::ListAgentsRequest {
+                page_size: 1000,
+                page_token: token.clone(),
+                source: source.into(),
+            })
+            .await
+            .expect("ListAgents succeeds")
+            .into_inner();
+        out.extend(page.agents);
+        if page.next_page_token.is_empty() {
+            return out;
+        }
+        token = page.next_page_token;
+    }
+}
+
+/// `(id, version)` of every agent, as listed over gRPC.
+pub async fn grpc_versions(stack: &Stack) -> Vec<(String, String)> {
+    grpc_list_all(stack, AgentSource::Unspecified)
+        .await
+        .into_iter()
+        .map(|a| (a.agent_id, a.version))
+        .collect()
+}
+
+/// The spec of a custom agent.
+pub fn custom_spec(agent: &v1::Agent) -> &v1::AgentSpec {
+    match &agent.kind {
+        Some(Kind::Custom(c)) => c.spec.as_ref().expect("a custom agent has a spec"),
+        other => panic!("{} is not a custom agent: {other:?}", agent.agent_id),
+    }
+}
+
+/// The custom part of a custom agent.
+pub fn custom_of(agent: &v1::Agent) -> &v1::CustomAgent {
+    match &agent.kind {
+        Some(Kind::Custom(c)) => c,
+        other => panic!("{} is not a custom agent: {other:?}", agent.agent_id),
+    }
+}
+
+/// Every entry name in a directory (hidden and temp files too).
+pub fn dir_entries(dir: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(dir)
+        .expect("directory is readable")
+        .map(|e| {
+            e.expect("entry is readable")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect()
+}
+
+/// The content of every file in the custom dir, by name.
+pub fn custom_files(stack: &Stack) -> BTreeMap<String, Vec<u8>> {
+    let dir = stack.custom_dir();
+    dir_entries(&dir)
+        .into_iter()
+        .map(|n| {
+            let bytes = std::fs::read(dir.join(&n)).expect("file is readable");
+            (n, bytes)
+        })
+        .collect()
+}
+
+/// Parses a YAML file.
+pub fn read_yaml(path: &Path) -> serde_yaml::Value {
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    serde_yaml::from_str(&text)
+        .unwrap_or_else(|e| panic!("{} is not YAML: {e}\n{text}", path.display()))
+}
+
+/// The top-level keys of a YAML mapping, in file order.
+pub fn yaml_keys(v: &serde_yaml::Value) -> Vec<String> {
+    v.as_mapping()
+        .expect("a YAML mapping")
+        .keys()
+        .map(|k| k.as_str().expect("string keys").to_owned())
+        .collect()
+}
+
+/// A hand-written custom agent file in the seed's style.
+pub fn hand_written_yaml(id: &str, description: &str) -> String {
+    format!(
+        "agent_id: {id}\nname: Hand Written\ndescription: {description}\nprompt:\n  system_prompt: |\n    You are a LeanAgent.\ntools:\n  allowlist:\n    - ask_user\n"
+    )
+}
+
+/// True when `s` is 16 lowercase hex digits (the documented version shape).
+pub fn is_version(s: &str) -> bool {
+    s.len() == 16
+        && s.chars()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+}

@@ -1,0 +1,35 @@
+//! End-to-end tests: every test starts the real `registry-svc` (and usually the `gateway`) as
+//! child processes over its own temp dir, and talks to them over gRPC, REST, grpcurl and the
+//! file system, the way users and operators do.
+//!
+//! Build the binaries first: `cargo build -p registry-svc -p gateway --bins`, then
+//! `cargo test -p taskforce-tests --test e2e`. `TEST_LOG=1` shows the services' logs.
+//!
+//! # Layout
+//! - `helpers`: request bodies, reply decoding, listings and file snapshots.
+//! - `listing`: the sample profile and custom agents over gRPC and REST.
+//! - `grpcurl`: the real grpcurl against reflection and health, no proto files.
+//! - `rest_crud`: create/get/update/delete over REST and the YAML files they produce.
+//! - `bad_input`: invalid ids, fields, bodies and versions over REST.
+//! - `bad_input_grpc`: the core bad-input cases over gRPC.
+//! - `tool_catalog`: native tools, global MCP tools, no secrets in responses.
+//! - `mcp_validation`: `mcp_tool_allowlist` checked against real MCP servers.
+//! - `crash_safety`: SIGKILL in the middle of a write burst, restart, cache rebuild.
+//! - `concurrency`: optimistic concurrency under contention.
+//! - `external_edits`: hand edits of the YAML directory while the registry runs.
+//! - `gateway_meta`: health, readiness and the OpenAPI document.
+//! - `lifecycle`: stopping the registry with SIGTERM.
+
+mod bad_input;
+mod bad_input_grpc;
+mod concurrency;
+mod crash_safety;
+mod external_edits;
+mod gateway_meta;
+mod grpcurl;
+mod helpers;
+mod lifecycle;
+mod listing;
+mod mcp_validation;
+mod rest_crud;
+mod tool_catalog;

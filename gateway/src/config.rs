@@ -12,12 +12,14 @@ pub const DEFAULT_REGISTRY_URL: &str = "http://127.0.0.1:50051";
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 /// Default `--request-timeout-secs`.
 pub const DEFAULT_REQUEST_TIMEOUT_SECS: u64 = 30;
+/// Default `--mcp-allowed-origins`: pages served from this machine, on any port.
+pub const DEFAULT_MCP_ALLOWED_ORIGINS: &str = "http://localhost:*,http://127.0.0.1:*,http://[::1]:*,https://localhost:*,https://127.0.0.1:*,https://[::1]:*";
 
 /// gateway configuration.
 #[derive(Debug, Clone, clap::Parser)]
 #[command(
     name = "gateway",
-    about = "Taskforce gateway (REST front door over the registry's gRPC API)"
+    about = "Taskforce gateway (REST and MCP front door over the registry's gRPC API)"
 )]
 pub struct Config {
     /// Address to serve HTTP on.
@@ -37,6 +39,25 @@ pub struct Config {
     /// 504 `timeout` and the registry call is cancelled.
     #[arg(long, env = "TASKFORCE_GATEWAY_REQUEST_TIMEOUT_SECS", default_value_t = DEFAULT_REQUEST_TIMEOUT_SECS)]
     pub request_timeout_secs: u64,
+    /// Serve the MCP server (`list_agents`, `show_agent`) on stdin/stdout instead of HTTP, for
+    /// desktop MCP clients that start the gateway themselves. Logs go to stderr.
+    #[arg(long)]
+    pub mcp_stdio: bool,
+    /// Browser origins allowed to call `/mcp` (comma-separated, `scheme://host:port`, `:*` for
+    /// any port); requests with another `Origin` get 403, requests without one pass. `*` allows
+    /// any origin.
+    #[arg(
+        long,
+        env = "TASKFORCE_MCP_ALLOWED_ORIGINS",
+        value_delimiter = ',',
+        default_value = DEFAULT_MCP_ALLOWED_ORIGINS
+    )]
+    pub mcp_allowed_origins: Vec<String>,
+    /// `Host` values `/mcp` accepts (comma-separated names, `name:port` for one port), against
+    /// DNS rebinding; others get 403. Default: `localhost`, `127.0.0.1`, `::1` and the
+    /// `--listen` address when it is a specific one. `*` accepts any (behind a trusted proxy).
+    #[arg(long, env = "TASKFORCE_MCP_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub mcp_allowed_hosts: Vec<String>,
 }
 
 impl Default for Config {
@@ -48,6 +69,12 @@ impl Default for Config {
             addr_file: None,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             request_timeout_secs: DEFAULT_REQUEST_TIMEOUT_SECS,
+            mcp_stdio: false,
+            mcp_allowed_origins: DEFAULT_MCP_ALLOWED_ORIGINS
+                .split(',')
+                .map(str::to_owned)
+                .collect(),
+            mcp_allowed_hosts: Vec::new(),
         }
     }
 }
@@ -105,6 +132,11 @@ mod tests {
             DEFAULT_LISTEN.parse::<SocketAddr>().ok(),
             Some(built.listen)
         );
+        if std::env::var_os("TASKFORCE_MCP_ALLOWED_ORIGINS").is_none() {
+            assert_eq!(parsed.mcp_allowed_origins, built.mcp_allowed_origins);
+            assert_eq!(parsed.mcp_allowed_origins.len(), 6);
+        }
+        assert!(!parsed.mcp_stdio);
         assert!(built.validate().is_ok());
     }
 

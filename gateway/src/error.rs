@@ -28,6 +28,9 @@ pub enum GatewayError {
         /// Why tonic refused it.
         source: tonic::transport::Error,
     },
+    /// The MCP server could not start or failed (stdio mode).
+    #[error("mcp server error: {0}")]
+    Mcp(String),
     /// The HTTP server failed.
     #[error("server error: {0}")]
     Serve(#[from] std::io::Error),

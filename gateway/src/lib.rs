@@ -1,15 +1,19 @@
-//! gateway: the stateless REST front door over the registry's gRPC API.
+//! gateway: the stateless REST and MCP front door over the registry's gRPC API.
 //!
 //! Every request is translated to one `taskforce.v1.AgentRegistry` call (listing without
 //! `page_size` pages through all agents) over one lazily connected, shared gRPC channel; JSON is
 //! mapped to protobuf and back, and registry errors (`google.rpc.Status` with details) become the
-//! JSON error bodies of `docs/rest-api.md`. The gateway holds no state, so any number can run.
+//! JSON error bodies of `docs/rest-api.md`. The MCP server (`/mcp`, or stdio with `--mcp-stdio`)
+//! offers `list_agents` and `show_agent` over the same channel. The gateway holds no state, so
+//! any number can run.
 //!
 //! # Layout
 //! - [`config`]: flags and environment.
 //! - [`registry`]: the gRPC channel and the state shared by handlers.
 //! - [`model`]: the agent JSON shapes and their protobuf conversions.
 //! - [`agents`]: `/api/v1/agents` handlers (CRUD and `:validate`).
+//! - [`metadata`]: `/api/v1/agents/{agent_id}/metadata` (workspace metadata, seed 001).
+//! - [`mcp`]: the MCP server (tools, streamable HTTP at `/mcp`, stdio).
 //! - [`tools`]: `/api/v1/tools` and `/api/v1/diagnostics`.
 //! - [`health`]: `/healthz` and `/readyz`.
 //! - [`openapi`]: the OpenAPI 3 document at `/openapi.json`.
@@ -21,6 +25,8 @@ pub mod config;
 pub mod error;
 pub mod extract;
 pub mod health;
+pub mod mcp;
+pub mod metadata;
 pub mod model;
 pub mod openapi;
 pub mod registry;
@@ -51,6 +57,7 @@ pub async fn run(
 ) -> Result<(), GatewayError> {
     config.validate()?;
     let state = AppState::new(&config, shutdown.clone())?;
+    mcp::transport::warn_on_unreachable_hosts(&config);
     let app = router(state, &config);
     info!(
         addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
@@ -68,9 +75,12 @@ pub async fn run(
     Ok(())
 }
 
-/// Every route with its middleware: ordinary routes get the request timeout; every response
-/// passes the JSON error safety net; the body limit applies to every extractor.
+/// Every route with its middleware: ordinary routes get the request timeout; every REST
+/// response passes the JSON error safety net; the body limit applies to every extractor. `/mcp`
+/// sits outside the timeout and the REST error net: it answers in JSON-RPC and enforces its own
+/// body limit (the same `--max-body-bytes`).
 pub fn router(state: AppState, config: &Config) -> Router {
+    let mcp = mcp::http_service(&state, config);
     let api = Router::new()
         .route("/api/v1/tools", get(tools::list_tools))
         .route(
@@ -83,6 +93,10 @@ pub fn router(state: AppState, config: &Config) -> Router {
             get(agents::get_agent)
                 .put(agents::update_agent)
                 .delete(agents::delete_agent),
+        )
+        .route(
+            "/api/v1/agents/{agent_id}/metadata",
+            get(metadata::get_agent_metadata),
         )
         .route("/api/v1/diagnostics", get(tools::list_diagnostics))
         .layer(TimeoutLayer::with_status_code(
@@ -98,10 +112,11 @@ pub fn router(state: AppState, config: &Config) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
         .layer(map_response(error::json_errors))
-        // Every 5xx path logs its cause itself (`error`, `health`), so the trace layer's own
-        // failure event would only repeat it.
-        .layer(TraceLayer::new_for_http().on_failure(()))
         .with_state(state)
+        .route_service("/mcp", mcp)
+        // Every 5xx path logs its cause itself (`error`, `health`, rmcp), so the trace layer's
+        // own failure event would only repeat it.
+        .layer(TraceLayer::new_for_http().on_failure(()))
 }
 
 async fn not_found(method: Method, uri: Uri) -> RestError {

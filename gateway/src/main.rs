@@ -1,4 +1,5 @@
-//! gateway binary: parse config, start logging, bind, serve until SIGINT/SIGTERM.
+//! gateway binary: parse config, start logging (stderr), then either bind and serve HTTP or,
+//! with `--mcp-stdio`, serve MCP on stdin/stdout; until SIGINT/SIGTERM (or stdin closes).
 
 use anyhow::Context;
 use clap::Parser;
@@ -11,6 +12,13 @@ async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
     runtime::init_tracing();
     config.validate()?;
+    if config.mcp_stdio {
+        let shutdown = CancellationToken::new();
+        let signals = tokio::spawn(runtime::cancel_on_signals(shutdown.clone()));
+        let result = gateway::mcp::serve_stdio(config, shutdown).await;
+        signals.abort();
+        return Ok(result?);
+    }
     let listener = runtime::bind(config.listen, config.addr_file.as_deref())
         .await
         .with_context(|| format!("binding {}", config.listen))?;

@@ -9,7 +9,7 @@ use axum::{
 };
 use utoipa::{OpenApi, ToSchema};
 
-use crate::{agents, health, registry::AppState, tools};
+use crate::{agents, health, metadata, registry::AppState, tools};
 
 /// Every 4xx/5xx body. `error` is one of `invalid_argument`, `invalid_tools`,
 /// `invalid_mcp_tools`, `invalid_mcp_config`, `not_found`, `already_exists`, `version_conflict`,
@@ -48,7 +48,7 @@ pub struct FieldViolation {
 #[openapi(
     info(
         title = "Taskforce gateway",
-        description = "REST front door over the Taskforce registry: custom and profile agents, the tool catalog, probes."
+        description = "REST front door over the Taskforce registry: custom and profile agents, workspace metadata, the tool catalog, probes. The MCP server (tools list_agents and show_agent) is at /mcp (streamable HTTP)."
     ),
     paths(
         tools::list_tools,
@@ -58,6 +58,7 @@ pub struct FieldViolation {
         agents::update_agent,
         agents::delete_agent,
         agents::validate_agent,
+        metadata::get_agent_metadata,
         tools::list_diagnostics,
         health::healthz,
         health::readyz,
@@ -114,6 +115,7 @@ mod tests {
             ("/api/v1/agents/{agent_id}", "put"),
             ("/api/v1/agents/{agent_id}", "delete"),
             ("/api/v1/agents:validate", "post"),
+            ("/api/v1/agents/{agent_id}/metadata", "get"),
             ("/api/v1/diagnostics", "get"),
             ("/openapi.json", "get"),
             ("/healthz", "get"),
@@ -130,6 +132,8 @@ mod tests {
             "ProfileAgentJson",
             "AgentRequest",
             "ToolJson",
+            "AgentMetadataJson",
+            "MetadataFieldJson",
         ] {
             assert!(
                 doc["components"]["schemas"][schema].is_object(),

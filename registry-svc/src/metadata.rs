@@ -270,13 +270,17 @@ pub fn parse_value(output: &str) -> Option<Value> {
 
 fn last_line(s: &[u8]) -> String {
     let text = String::from_utf8_lossy(s);
-    let line = text
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("");
-    // Task prefixes its own failures with "task: "; the reason is more useful without it.
-    let line = line.trim().trim_start_matches("task: ");
+    let mut lines = text.lines().rev().map(str::trim).filter(|l| !l.is_empty());
+    // Task ends a failure with its own "task: Failed to run task ..." line; the command's own
+    // complaint just before it says more ("gh: executable file not found in $PATH").
+    let first = lines.next().unwrap_or("");
+    let line = if first.starts_with("task: ") {
+        lines
+            .next()
+            .unwrap_or_else(|| first.trim_start_matches("task: "))
+    } else {
+        first
+    };
     line.chars().take(500).collect()
 }
 
@@ -353,10 +357,15 @@ mod tests {
     }
 
     #[test]
-    fn failure_reason_is_the_last_stderr_line() {
+    fn failure_reason_is_the_commands_own_last_line() {
         assert_eq!(
             last_line(b"oops\ntask: Failed to run task \"x\": exit status 3\n"),
+            "oops"
+        );
+        assert_eq!(
+            last_line(b"task: Failed to run task \"x\": exit status 3\n"),
             "Failed to run task \"x\": exit status 3"
         );
+        assert_eq!(last_line(b"plain failure\n\n"), "plain failure");
     }
 }

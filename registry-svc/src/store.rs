@@ -58,6 +58,8 @@ pub struct Store {
     profile: sled::Tree,
     /// Runtime facts by agent id (status, last task): not in YAML, survive restarts.
     runtime: sled::Tree,
+    /// The runtime facts in memory, so reads never touch the runtime tree.
+    facts: std::sync::RwLock<std::collections::HashMap<String, RuntimeFacts>>,
     write_lock: Mutex<()>,
     diagnostics: Mutex<BTreeMap<String, String>>,
     changes: broadcast::Sender<v1::AgentChange>,
@@ -81,11 +83,13 @@ impl Store {
         }
         let db = open_or_rebuild(data_dir)?;
         let (changes, _) = broadcast::channel(4096);
+        let runtime = db.open_tree("runtime")?;
         let store = Self {
             root,
             custom: db.open_tree("custom")?,
             profile: db.open_tree("profile")?,
-            runtime: db.open_tree("runtime")?,
+            facts: std::sync::RwLock::new(load_facts(&runtime)?),
+            runtime,
             db,
             custom_dir,
             write_lock: Mutex::new(()),
@@ -135,7 +139,7 @@ impl Store {
     pub fn get(&self, id: &str) -> Result<v1::Agent> {
         for tree in [&self.custom, &self.profile] {
             if let Some(bytes) = tree.get(id)? {
-                return self.with_runtime(v1::Agent::decode(bytes.as_ref())?);
+                return Ok(self.with_runtime(v1::Agent::decode(bytes.as_ref())?));
             }
         }
         Err(ApiError::new(ErrorKind::NotFound, format!("agent {id:?} not found")).into())
@@ -182,7 +186,7 @@ impl Store {
                     };
                     return Ok((out, token));
                 }
-                out.push(self.with_runtime(v1::Agent::decode(value.as_ref())?)?);
+                out.push(self.with_runtime(v1::Agent::decode(value.as_ref())?));
             }
         }
         Ok((out, String::new()))
@@ -225,7 +229,7 @@ impl Store {
         def.created_at = Some(now.to_owned());
         def.updated_at = Some(now.to_owned());
         // A new agent starts with no runtime history, even if an old one had this id.
-        self.runtime.remove(id)?;
+        self.forget_facts(id)?;
         self.write_custom(id, &path, &def)
     }
 
@@ -263,7 +267,7 @@ impl Store {
         self.read_current(id, &path, expected_version)?;
         files::remove_durable(&path).map_err(|e| RegistryError::io(&path, e))?;
         self.custom.remove(id)?;
-        self.runtime.remove(id)?;
+        self.forget_facts(id)?;
         self.forget_diagnostic(&path);
         self.notify(ChangeKind::Deleted, id, AgentSource::Custom, String::new());
         Ok(())
@@ -343,7 +347,7 @@ impl Store {
             );
         }
         let _guard = self.lock();
-        let mut facts = self.runtime_of(id)?;
+        let mut facts = self.facts_of(id).unwrap_or_default();
         facts.busy_until_ms = match status {
             v1::AgentStatus::Busy => {
                 now_ms().saturating_add(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX))
@@ -357,21 +361,27 @@ impl Store {
             id,
             serde_json::to_vec(&facts).map_err(|e| RegistryError::Config(e.to_string()))?,
         )?;
+        if let Ok(mut all) = self.facts.write() {
+            all.insert(id.to_owned(), facts);
+        }
         Ok(())
     }
 
-    fn runtime_of(&self, id: &str) -> Result<RuntimeFacts> {
-        Ok(self
-            .runtime
-            .get(id)?
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or_default())
+    fn facts_of(&self, id: &str) -> Option<RuntimeFacts> {
+        self.facts.read().ok().and_then(|all| all.get(id).cloned())
+    }
+
+    fn forget_facts(&self, id: &str) -> Result<()> {
+        self.runtime.remove(id)?;
+        if let Ok(mut all) = self.facts.write() {
+            all.remove(id);
+        }
+        Ok(())
     }
 
     /// Fills in status and last task from the runtime facts.
-    fn with_runtime(&self, mut agent: v1::Agent) -> Result<v1::Agent> {
-        if let Some(bytes) = self.runtime.get(agent.agent_id.as_bytes())? {
-            let facts: RuntimeFacts = serde_json::from_slice(&bytes).unwrap_or_default();
+    fn with_runtime(&self, mut agent: v1::Agent) -> v1::Agent {
+        if let Some(facts) = self.facts_of(&agent.agent_id) {
             let busy = facts.busy_until_ms > now_ms();
             agent.status = if busy {
                 v1::AgentStatus::Busy
@@ -381,7 +391,7 @@ impl Store {
             .into();
             agent.last_task = facts.last_task;
         }
-        Ok(agent)
+        agent
     }
 
     // ---- reconcile ---------------------------------------------------------------------
@@ -535,8 +545,20 @@ impl Store {
     }
 }
 
+/// Reads every runtime fact; entries that do not decode are dropped (they are hints, not data).
+fn load_facts(tree: &sled::Tree) -> Result<std::collections::HashMap<String, RuntimeFacts>> {
+    let mut out = std::collections::HashMap::new();
+    for item in tree.iter() {
+        let (k, v) = item?;
+        if let Ok(facts) = serde_json::from_slice(&v) {
+            out.insert(String::from_utf8_lossy(&k).into_owned(), facts);
+        }
+    }
+    Ok(out)
+}
+
 /// What the executor reported about an agent.
-#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
 struct RuntimeFacts {
     /// Unix milliseconds until which the agent counts as busy (0: idle).
     #[serde(default)]
@@ -619,5 +641,64 @@ fn open_or_rebuild(dir: &Path) -> Result<sled::Db> {
             fs::rename(dir, &aside).map_err(|e| RegistryError::io(dir, e))?;
             Ok(config(dir).open()?)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn agent_file() -> CustomAgentFile {
+        CustomAgentFile {
+            name: "Agent".into(),
+            description: "An agent".into(),
+            prompt: definition::Prompt {
+                system_prompt: "Be brief.".into(),
+            },
+            tools: definition::Allowlist {
+                allowlist: vec!["file_read".into()],
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn busy_holds_for_its_lease_and_survives_a_reopen() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(|e| RegistryError::io(Path::new("tmp"), e))?;
+        let (root, data) = (dir.path().join("configs"), dir.path().join("data"));
+        let store = Store::open(&root, &data)?;
+        store.reconcile_all()?;
+        store.create("worker", agent_file(), "2026-11-22T09:00:00Z")?;
+        let status = |s: &Store| s.get("worker").map(|a| (a.status, a.last_task));
+
+        store.report_status(
+            "worker",
+            v1::AgentStatus::Busy,
+            "sorting",
+            Duration::from_secs(60),
+        )?;
+        assert_eq!(
+            status(&store)?,
+            (v1::AgentStatus::Busy.into(), "sorting".into())
+        );
+        // An expired lease reads as idle: a crashed executor cannot leave an agent busy.
+        store.report_status("worker", v1::AgentStatus::Busy, "", Duration::ZERO)?;
+        assert_eq!(
+            status(&store)?,
+            (v1::AgentStatus::Idle.into(), "sorting".into())
+        );
+        store.report_status("worker", v1::AgentStatus::Idle, "sorted", Duration::ZERO)?;
+        store.flush()?;
+        drop(store);
+
+        let store = Store::open(&root, &data)?;
+        store.reconcile_all()?;
+        assert_eq!(
+            status(&store)?,
+            (v1::AgentStatus::Idle.into(), "sorted".into())
+        );
+        let unknown = store.report_status("nobody", v1::AgentStatus::Busy, "", Duration::ZERO);
+        assert!(matches!(unknown, Err(RegistryError::Api(e)) if e.kind == ErrorKind::NotFound));
+        Ok(())
     }
 }

@@ -4,6 +4,7 @@
 mod agents;
 mod errors;
 mod fake;
+mod mcp;
 
 use axum::{
     Router,

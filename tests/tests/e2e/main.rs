@@ -13,6 +13,9 @@
 //! - `bad_input`: invalid ids, fields, bodies and versions over REST.
 //! - `bad_input_grpc`: the core bad-input cases over gRPC.
 //! - `tool_catalog`: native tools, global MCP tools, no secrets in responses.
+//! - `mcp_server`: the MCP tools through the Python MCP SDK, seed 001's scenarios and filters.
+//! - `mcp_transport`: `/mcp`'s Origin/Host/protocol rules, the initialize handshake, stdio mode.
+//! - `metadata`: workspace metadata over REST: cache, failures, timeouts, no secrets (seed 001).
 //! - `mcp_validation`: `mcp_tool_allowlist` checked against real MCP servers.
 //! - `crash_safety`: SIGKILL in the middle of a write burst, restart, cache rebuild.
 //! - `concurrency`: optimistic concurrency under contention.
@@ -30,6 +33,9 @@ mod grpcurl;
 mod helpers;
 mod lifecycle;
 mod listing;
+mod mcp_server;
+mod mcp_transport;
 mod mcp_validation;
+mod metadata;
 mod rest_crud;
 mod tool_catalog;

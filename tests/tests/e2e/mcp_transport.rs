@@ -1,0 +1,210 @@
+//! The MCP server's transports: streamable HTTP's security rules (Origin, Host, protocol
+//! version, unknown methods) with raw requests; the 2025 initialize handshake and the stdio mode
+//! (`gateway --mcp-stdio`) through the Python MCP SDK; stdout carrying nothing but JSON-RPC.
+
+use std::process::Stdio;
+
+use serde_json::{Value, json};
+use taskforce_tests::{Stack, paths};
+use tokio::{
+    io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
+    process::Command,
+};
+
+use crate::{
+    helpers::{Reply, send},
+    mcp_server::{CLIENT_TIMEOUT, list, mcp_client, results, show, structured},
+    metadata::metadata_stack,
+};
+
+#[tokio::test]
+async fn the_initialize_handshake_and_the_stdio_mode_serve_the_same_tools() {
+    let stack = metadata_stack().spawn().await.expect("stack starts");
+    let calls = json!([show("invoice-extractor"), list(json!({}))]);
+    // The 2025 handshake (initialize) over HTTP; the stdio run below, like every run in
+    // `mcp_server`, probes 2026-07-28 `server/discover` first.
+    let legacy = mcp_client(
+        &["--url".into(), stack.url("/mcp")],
+        &calls,
+        &["--mode", "legacy"],
+    )
+    .await;
+    // A handshake-era version (the newest the SDK and rmcp share, 2025-11-25 today).
+    let negotiated = legacy["protocol_version"].as_str().unwrap_or_default();
+    assert!(negotiated.starts_with("2025-"), "{legacy}");
+    let gateway = paths::binary("gateway").expect("gateway is built");
+    let target = [
+        "--stdio".to_owned(),
+        gateway.display().to_string(),
+        "--mcp-stdio".into(),
+        "--registry-url".into(),
+        format!("http://{}", stack.registry_addr()),
+    ];
+    let stdio = mcp_client(&target, &calls, &[]).await;
+    assert_eq!(stdio["server_name"], "taskforce-gateway");
+    let names: Vec<&str> = stdio["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(names, ["list_agents", "show_agent"]);
+    for t in stdio["tools"].as_array().into_iter().flatten() {
+        assert!(
+            t["output_schema"].is_object(),
+            "declared output schema: {t}"
+        );
+    }
+    let (a, b) = (results(legacy), results(stdio));
+    assert_eq!(structured(&a[0]), structured(&b[0]));
+    assert_eq!(structured(&a[1]), structured(&b[1]));
+    assert_eq!(structured(&b[0])["agent"]["name"], "invoice-extractor");
+}
+
+#[tokio::test]
+async fn stdio_mode_keeps_stdout_for_the_protocol() {
+    let stack = metadata_stack().spawn().await.expect("stack starts");
+    let mut child = Command::new(paths::binary("gateway").expect("gateway is built"))
+        .args(["--mcp-stdio", "--registry-url"])
+        .arg(format!("http://{}", stack.registry_addr()))
+        .env("RUST_LOG", "debug")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("gateway starts");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut stderr = child.stderr.take().expect("stderr");
+    // Drained all along, so debug logs can never fill the pipe and stall the gateway.
+    let logs = tokio::spawn(async move {
+        let mut buf = Vec::new();
+        let _ = stderr.read_to_end(&mut buf).await;
+        buf
+    });
+    let messages = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "e2e", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "list_agents", "arguments": {}}}),
+    ];
+    for m in messages {
+        stdin
+            .write_all(format!("{m}\n").as_bytes())
+            .await
+            .expect("write");
+    }
+    let mut lines = Vec::new();
+    // Two answers (initialize, tools/call), then closing stdin ends the session; nothing else
+    // may ever appear on stdout.
+    while lines.len() < 2 {
+        let line = tokio::time::timeout(CLIENT_TIMEOUT, stdout.next_line())
+            .await
+            .expect("the gateway answers in time")
+            .expect("stdout is readable")
+            .expect("the gateway answers before closing stdout");
+        lines.push(line);
+    }
+    drop(stdin);
+    while let Some(line) = stdout.next_line().await.expect("stdout is readable") {
+        lines.push(line);
+    }
+    let status = tokio::time::timeout(CLIENT_TIMEOUT, child.wait())
+        .await
+        .expect("the gateway exits when stdin closes")
+        .expect("exit status");
+    let logs = logs.await.expect("stderr drained");
+    assert!(
+        status.success(),
+        "{status}: {}",
+        String::from_utf8_lossy(&logs)
+    );
+    let replies: Vec<Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON-RPC ({e}): {l}")))
+        .collect();
+    assert_eq!(replies.len(), 2, "{lines:?}");
+    assert!(replies.iter().all(|l| l["jsonrpc"] == "2.0"), "{lines:?}");
+    assert!(
+        replies[1]["result"]["structuredContent"]["total_count"]
+            .as_u64()
+            .is_some(),
+        "{lines:?}"
+    );
+    assert!(!logs.is_empty(), "logs go to stderr");
+}
+
+/// A raw JSON-RPC POST to `/mcp` with `headers`.
+async fn raw_post(stack: &Stack, headers: &[(&str, &str)], body: Value) -> Reply {
+    let mut req = stack
+        .http()
+        .post(stack.url("/mcp"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    send(req.body(body.to_string())).await
+}
+
+#[tokio::test]
+async fn http_transport_enforces_origin_host_and_protocol_rules() {
+    let stack = metadata_stack().spawn().await.expect("stack starts");
+    let version = ("MCP-Protocol-Version", "2025-06-18");
+    let tools_list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}});
+
+    let ok = raw_post(
+        &stack,
+        &[version, ("Origin", "http://localhost:5173")],
+        tools_list.clone(),
+    )
+    .await;
+    assert_eq!(ok.status, 200, "{}", ok.text);
+    assert_eq!(
+        ok.body["result"]["tools"].as_array().map(Vec::len),
+        Some(2),
+        "{}",
+        ok.text
+    );
+
+    let evil = raw_post(
+        &stack,
+        &[version, ("Origin", "http://evil.example")],
+        tools_list.clone(),
+    )
+    .await;
+    assert_eq!(evil.status, 403, "{}", evil.text);
+    let rebound = raw_post(
+        &stack,
+        &[version, ("Host", "evil.example")],
+        tools_list.clone(),
+    )
+    .await;
+    assert_eq!(rebound.status, 403, "{}", rebound.text);
+    let future = raw_post(
+        &stack,
+        &[("MCP-Protocol-Version", "1999-01-01")],
+        tools_list,
+    )
+    .await;
+    assert_eq!(future.status, 400, "{}", future.text);
+
+    let unknown = raw_post(
+        &stack,
+        &[version],
+        json!({"jsonrpc": "2.0", "id": 7, "method": "agents/teleport", "params": {}}),
+    )
+    .await;
+    assert_eq!(unknown.body["error"]["code"], -32601, "{}", unknown.text);
+    assert_eq!(unknown.body["id"], 7);
+
+    // Stateless: no server-initiated stream to open.
+    let get = send(
+        stack
+            .http()
+            .get(stack.url("/mcp"))
+            .header("accept", "text/event-stream"),
+    )
+    .await;
+    assert_eq!(get.status, 405, "{}", get.text);
+}

@@ -1,0 +1,226 @@
+//! Workspace metadata (seed 001) through `GET /api/v1/agents/{id}/metadata`: real workspaces in
+//! the stack's temp dir, collected by the real `task` binary; the cache and `force_refresh`;
+//! failures and timeouts as field errors; the registry's secrets never reach a task. Also the
+//! workspace helpers the MCP tests share.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use serde_json::{Value, json};
+use taskforce_tests::{Stack, StackOptions, paths};
+
+use crate::helpers::{Reply, agent_json, create, send};
+
+/// `--metadata-timeout-ms` of the stacks here: long enough for `task` on a busy machine, short
+/// enough for the timeout test.
+pub const FIELD_TIMEOUT_MS: u64 = 1000;
+/// Slack on top of the field timeout for one request on a busy 2-core machine.
+pub const TIMEOUT_MARGIN: Duration = Duration::from_secs(4);
+/// A value the registry's environment holds and no task may see.
+const SECRET: &str = "s3cret-7f1d2a";
+
+/// Registry and gateway over the sample configs, with the real `task` binary, a 1 s field
+/// timeout and a secret in the registry's environment.
+pub fn metadata_stack() -> StackOptions {
+    let task = paths::tool("venv/bin/task").expect("task is installed");
+    StackOptions::full()
+        .registry_env("TASKFORCE_TASK_BIN", task.display().to_string())
+        .registry_env(
+            "TASKFORCE_METADATA_TIMEOUT_MS",
+            FIELD_TIMEOUT_MS.to_string(),
+        )
+        .registry_env("TASKFORCE_TEST_SECRET", SECRET)
+}
+
+/// Creates `<stack>/workspaces/<name>` with `taskfile` as its `Taskfile.yml` (none when `None`).
+pub fn workspace(stack: &Stack, name: &str, taskfile: Option<&str>) -> PathBuf {
+    let dir = stack.root().join("workspaces").join(name);
+    std::fs::create_dir_all(&dir).expect("workspace dir");
+    if let Some(yaml) = taskfile {
+        std::fs::write(dir.join("Taskfile.yml"), yaml).expect("Taskfile.yml");
+    }
+    dir
+}
+
+/// Makes `dir` a git repository on `branch` with one commit.
+pub fn git_init(dir: &Path, branch: &str) {
+    for args in [
+        vec!["init", "-q", "-b", branch],
+        vec![
+            "-c",
+            "user.name=Taskforce Tests",
+            "-c",
+            "user.email=tests@taskforce.invalid",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "init",
+        ],
+    ] {
+        let out = Command::new("git")
+            .args(&args)
+            .current_dir(dir)
+            .output()
+            .expect("git runs");
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    }
+}
+
+/// Creates a custom agent over REST with a role, a project and (optionally) a workspace.
+pub async fn create_agent(stack: &Stack, id: &str, project: &str, workspace: Option<&Path>) {
+    let mut body = agent_json(id);
+    body["role"] = json!("Coder");
+    body["project"] = json!(project);
+    if let Some(dir) = workspace {
+        body["workspace"] = json!(dir.display().to_string());
+    }
+    let r = create(stack, &body).await;
+    assert_eq!(r.status, 201, "creating {id}: {}", r.text);
+}
+
+async fn metadata(stack: &Stack, id: &str, query: &str) -> Reply {
+    let url = stack.url(&format!("/api/v1/agents/{id}/metadata{query}"));
+    send(stack.http().get(url)).await
+}
+
+#[tokio::test]
+async fn force_refresh_bypasses_the_cache_and_values_keep_their_json_type() {
+    let stack = metadata_stack().spawn().await.expect("stack starts");
+    let ws = workspace(
+        &stack,
+        "counter",
+        Some(
+            "version: '3'\ntasks:\n  counter:\n    desc: A number read from a file\n    meta: {include_in_list: true}\n    cmds: [cat counter.txt]\n  flag:\n    desc: A boolean\n    cmds: [echo true]\n",
+        ),
+    );
+    std::fs::write(ws.join("counter.txt"), "41\n").expect("counter");
+    create_agent(&stack, "counter-agent", "Metrics", Some(&ws)).await;
+
+    let r = metadata(&stack, "counter-agent", "").await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        r.body,
+        json!({
+            "agent_id": "counter-agent",
+            "metadata_count": 2,
+            "metadata": {
+                "counter": {"value": 41, "error": null,
+                    "schema": {"description": "A number read from a file", "include_in_list": true}},
+                "flag": {"value": true, "error": null,
+                    "schema": {"description": "A boolean", "include_in_list": false}}
+            }
+        })
+    );
+
+    std::fs::write(ws.join("counter.txt"), "42\n").expect("counter");
+    let cached = metadata(&stack, "counter-agent", "?force_refresh=false").await;
+    assert_eq!(
+        cached.body["metadata"]["counter"]["value"], 41,
+        "{}",
+        cached.text
+    );
+    let fresh = metadata(&stack, "counter-agent", "?force_refresh=true").await;
+    assert_eq!(
+        fresh.body["metadata"]["counter"]["value"], 42,
+        "{}",
+        fresh.text
+    );
+    // The refresh replaced the cached entry.
+    let after = metadata(&stack, "counter-agent", "").await;
+    assert_eq!(
+        after.body["metadata"]["counter"]["value"], 42,
+        "{}",
+        after.text
+    );
+}
+
+#[tokio::test]
+async fn unknown_and_invalid_ids_and_agents_without_workspace() {
+    let stack = metadata_stack().spawn().await.expect("stack starts");
+    metadata(&stack, "no-such-agent", "")
+        .await
+        .assert_error(404, "not_found");
+    metadata(&stack, "Bad..Id", "")
+        .await
+        .assert_error(400, "invalid_argument")
+        .assert_names("agent_id");
+    metadata(&stack, "invoice-extractor", "?force_refresh=maybe")
+        .await
+        .assert_error(400, "invalid_argument");
+    // A sample agent without a workspace, and a profile agent: no metadata, no error.
+    for id in ["invoice-extractor", "dev"] {
+        let r = metadata(&stack, id, "?force_refresh=true").await;
+        assert_eq!(
+            r.body,
+            json!({"agent_id": id, "metadata_count": 0, "metadata": {}}),
+            "{}",
+            r.text
+        );
+    }
+}
+
+#[tokio::test]
+async fn failures_and_timeouts_are_field_errors_within_the_timeout() {
+    let stack = metadata_stack().spawn().await.expect("stack starts");
+    let ws = workspace(
+        &stack,
+        "troubled",
+        Some(
+            "version: '3'\ntasks:\n  ok:\n    desc: Works\n    cmds: [echo fine]\n  broken:\n    desc: Fails\n    cmds: [ls /definitely/not/here]\n  slow:\n    desc: Too slow\n    cmds: [sleep 30]\n  helper:\n    cmds: [echo not a field]\n",
+        ),
+    );
+    create_agent(&stack, "troubled-agent", "Setup", Some(&ws)).await;
+    let started = Instant::now();
+    let r = metadata(&stack, "troubled-agent", "").await;
+    let took = started.elapsed();
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(
+        took < Duration::from_millis(FIELD_TIMEOUT_MS) + TIMEOUT_MARGIN,
+        "took {took:?}"
+    );
+    let m = &r.body["metadata"];
+    assert_eq!(
+        r.body["metadata_count"], 3,
+        "tasks without desc are no fields: {m}"
+    );
+    assert_eq!(m["ok"]["value"], "fine");
+    assert_eq!(m["broken"]["value"], Value::Null);
+    let broken = m["broken"]["error"].as_str().unwrap_or_default();
+    assert!(
+        broken.contains("ls /definitely/not/here") && broken.contains("failed"),
+        "error names the command and the failure: {broken:?}"
+    );
+    assert_eq!(m["slow"]["value"], Value::Null);
+    let slow = m["slow"]["error"].as_str().unwrap_or_default();
+    assert!(
+        slow.contains("sleep 30") && slow.contains("timed out"),
+        "{slow:?}"
+    );
+}
+
+#[tokio::test]
+async fn tasks_do_not_see_the_registry_environment() {
+    let stack = metadata_stack().spawn().await.expect("stack starts");
+    let ws = workspace(
+        &stack,
+        "snoop",
+        Some(
+            "version: '3'\ntasks:\n  environment:\n    desc: Everything a task sees\n    cmds: [env]\n  secret:\n    desc: One variable\n    cmds: ['echo \"secret=$TASKFORCE_TEST_SECRET\"']\n",
+        ),
+    );
+    create_agent(&stack, "snoop-agent", "Setup", Some(&ws)).await;
+    let r = metadata(&stack, "snoop-agent", "").await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let env = r.body["metadata"]["environment"]["value"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(env.contains("PATH="), "env ran: {}", r.text);
+    assert_eq!(r.body["metadata"]["secret"]["value"], "secret=");
+    assert!(!r.text.contains(SECRET), "the secret leaked: {}", r.text);
+    let log = std::fs::read_to_string(stack.registry_log()).unwrap_or_default();
+    assert!(!log.contains(SECRET), "the secret is in the registry log");
+}

@@ -1,0 +1,86 @@
+//! The environment, API keys, and `${VAR}` expansion.
+//!
+//! The environment is passed around as an [`Env`] so tests never touch the process's own (and
+//! edition 2024 makes `set_var` unsafe for good reason).
+
+use std::{collections::BTreeMap, fmt, sync::Arc};
+
+use super::LlmError;
+
+/// An API key. Its `Debug` prints `ApiKey(***)`; it has no `Display`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    /// Wraps a key.
+    pub fn new(key: impl Into<String>) -> Self {
+        Self(key.into())
+    }
+
+    /// The key itself, for the one header that carries it.
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey(***)")
+    }
+}
+
+/// A view of environment variables: the process's, or a fixed map in tests.
+#[derive(Clone)]
+pub struct Env(Arc<Lookup>);
+
+type Lookup = dyn Fn(&str) -> Option<String> + Send + Sync;
+
+impl Env {
+    /// The process environment.
+    pub fn process() -> Self {
+        Self(Arc::new(|name| std::env::var(name).ok()))
+    }
+
+    /// A fixed set of variables (nothing else is set).
+    pub fn from_pairs<K: Into<String>, V: Into<String>>(
+        pairs: impl IntoIterator<Item = (K, V)>,
+    ) -> Self {
+        let map: BTreeMap<String, String> = pairs
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+        Self(Arc::new(move |name| map.get(name).cloned()))
+    }
+
+    /// One variable; empty counts as unset.
+    pub fn get(&self, name: &str) -> Option<String> {
+        (self.0)(name).filter(|v| !v.is_empty())
+    }
+}
+
+impl fmt::Debug for Env {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Env(..)")
+    }
+}
+
+/// Expands `${VAR}` placeholders from `env`; an unset variable is an error.
+pub fn expand(value: &str, env: &Env) -> Result<String, LlmError> {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            return Err(LlmError::Config(format!("unclosed `${{` in {value:?}")));
+        };
+        let var = &after[..end];
+        let found = env
+            .get(var)
+            .ok_or_else(|| LlmError::Config(format!("environment variable {var} is not set")))?;
+        out.push_str(&found);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}

@@ -1,0 +1,263 @@
+//! HTTP plumbing shared by the OpenAI-compatible and Anthropic clients: one endpoint with its
+//! headers, retries with backoff and jitter before the first byte, timeouts, and error bodies.
+
+use std::time::Duration;
+
+use reqwest::{
+    Response, Url,
+    header::{self, HeaderMap, HeaderName, HeaderValue},
+};
+use tracing::{debug, warn};
+
+use super::{
+    LlmError,
+    config::{HttpSettings, ProviderConfig},
+    env::{ApiKey, Env, expand},
+    error::excerpt,
+};
+
+/// Largest error body read to find the server's message.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// Where and how one provider's requests go.
+#[derive(Debug)]
+pub(crate) struct Endpoint {
+    /// Provider name, for errors and logs.
+    pub provider: String,
+    /// Shared connection pool (connect timeout set on it).
+    pub client: reqwest::Client,
+    /// Full URL of the streaming endpoint, query included.
+    pub url: Url,
+    /// Authentication and extra headers (secret ones marked sensitive).
+    pub headers: HeaderMap,
+    /// Timeouts and retry policy.
+    pub settings: HttpSettings,
+    /// The key, only so it can be scrubbed from server messages.
+    pub secret: Option<ApiKey>,
+}
+
+impl Endpoint {
+    /// Builds an endpoint for provider `name`: `url` plus the configured query, `auth` headers
+    /// (marked sensitive) plus the configured ones, and a client with the connect timeout.
+    pub fn new(
+        name: &str,
+        config: &ProviderConfig,
+        env: &Env,
+        mut url: Url,
+        auth: Vec<(&'static str, String)>,
+        secret: Option<ApiKey>,
+    ) -> Result<Self, LlmError> {
+        let settings = config.http_settings()?;
+        if !config.query.is_empty() {
+            let mut pairs = url.query_pairs_mut();
+            for (key, value) in &config.query {
+                pairs.append_pair(key, &expand(value, env)?);
+            }
+        }
+        let mut headers = HeaderMap::new();
+        for (key, value) in &config.headers {
+            let name = HeaderName::from_bytes(key.as_bytes()).map_err(|e| {
+                LlmError::Config(format!("provider {name}: header name {key:?}: {e}"))
+            })?;
+            let mut value = HeaderValue::from_str(&expand(value, env)?)
+                .map_err(|e| LlmError::Config(format!("provider {name}: header {key}: {e}")))?;
+            value.set_sensitive(true);
+            headers.insert(name, value);
+        }
+        for (key, value) in auth {
+            let mut value = HeaderValue::from_str(&value).map_err(|_| {
+                LlmError::Config(format!(
+                    "provider {name}: the API key is not a valid header value"
+                ))
+            })?;
+            value.set_sensitive(true);
+            headers.insert(key, value);
+        }
+        let client = reqwest::Client::builder()
+            .connect_timeout(settings.connect_timeout)
+            .user_agent(concat!("taskforce-executor/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| {
+                LlmError::Config(format!("provider {name}: HTTP client: {}", error_chain(&e)))
+            })?;
+        Ok(Self {
+            provider: name.to_owned(),
+            client,
+            url,
+            headers,
+            settings,
+            secret,
+        })
+    }
+
+    /// Replaces the API key, if it appears, in text that came from the server.
+    pub fn scrub(&self, text: &str) -> String {
+        match &self.secret {
+            Some(key) if key.expose().len() >= 8 && text.contains(key.expose()) => {
+                text.replace(key.expose(), "***")
+            }
+            _ => text.to_owned(),
+        }
+    }
+
+    /// POSTs `body`, retrying 408/429/5xx and connection failures before any response byte, with
+    /// exponential backoff and jitter or the server's `Retry-After`.
+    pub async fn send(&self, body: Vec<u8>) -> Result<Response, LlmError> {
+        let settings = &self.settings;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let request = self
+                .client
+                .post(self.url.clone())
+                .headers(self.headers.clone())
+                .header(header::CONTENT_TYPE, "application/json")
+                .header(header::ACCEPT, "text/event-stream")
+                .body(body.clone());
+            debug!(provider = %self.provider, attempt, "sending LLM request");
+            let (error, retry_after) =
+                match tokio::time::timeout(settings.request_timeout, request.send()).await {
+                    Err(_) => {
+                        let error = LlmError::Timeout {
+                            provider: self.provider.clone(),
+                            after: settings.request_timeout,
+                            waiting_for: "the response",
+                            attempts: attempt,
+                        };
+                        (error, None)
+                    }
+                    Ok(Err(e)) => {
+                        let retryable = e.is_connect() || e.is_timeout() || e.is_request();
+                        let error = LlmError::Connect {
+                            provider: self.provider.clone(),
+                            message: self.scrub(&error_chain(&e.without_url())),
+                            attempts: attempt,
+                        };
+                        if !retryable {
+                            return Err(error);
+                        }
+                        (error, None)
+                    }
+                    Ok(Ok(response)) if response.status().is_success() => return Ok(response),
+                    Ok(Ok(mut response)) => {
+                        let status = response.status().as_u16();
+                        let retry_after = retry_after(response.headers());
+                        let message = self.error_message(&mut response).await;
+                        let error = LlmError::Status {
+                            provider: self.provider.clone(),
+                            status,
+                            message,
+                            attempts: attempt,
+                        };
+                        if !(status == 408 || status == 429 || status >= 500) {
+                            return Err(error);
+                        }
+                        (error, retry_after)
+                    }
+                };
+            if attempt >= settings.max_attempts {
+                return Err(error);
+            }
+            let delay = match retry_after {
+                Some(wait) if wait > settings.max_retry_after => {
+                    warn!(provider = %self.provider, wait = ?wait, "server asks to wait longer than allowed, giving up");
+                    return Err(error);
+                }
+                Some(wait) => wait,
+                None => backoff(settings, attempt),
+            };
+            warn!(provider = %self.provider, attempt, delay = ?delay, error = %error, "LLM request failed, retrying");
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    /// The server's error message from an error body (OpenAI, Anthropic and Ollama shapes), or an
+    /// excerpt of the body.
+    pub async fn error_message(&self, response: &mut Response) -> String {
+        let status = response.status();
+        let mut body = Vec::new();
+        let read = async {
+            while let Ok(Some(chunk)) = response.chunk().await {
+                body.extend_from_slice(&chunk);
+                if body.len() >= MAX_ERROR_BODY {
+                    break;
+                }
+            }
+        };
+        if tokio::time::timeout(self.settings.idle_timeout, read)
+            .await
+            .is_err()
+        {
+            debug!(provider = %self.provider, "error body did not arrive in time");
+        }
+        let text = String::from_utf8_lossy(&body);
+        let message = serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|json| {
+                let error = json.get("error").unwrap_or(&json);
+                error
+                    .get("message")
+                    .and_then(|m| m.as_str())
+                    .or_else(|| error.as_str())
+                    .map(str::to_owned)
+            })
+            .unwrap_or_else(|| {
+                let trimmed = text.trim();
+                if trimmed.is_empty() {
+                    status.canonical_reason().unwrap_or("no message").to_owned()
+                } else {
+                    excerpt(trimmed)
+                }
+            });
+        self.scrub(&message)
+    }
+}
+
+/// Exponential backoff with "equal jitter": half the step fixed, half random.
+fn backoff(settings: &HttpSettings, attempt: u32) -> Duration {
+    let exp = settings
+        .backoff_base
+        .saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
+    let step = exp.min(settings.backoff_max);
+    step / 2 + step.mul_f64(fastrand::f64() / 2.0)
+}
+
+/// `retry-after-ms` (OpenAI) or `Retry-After` in seconds or as an HTTP date.
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        return Duration::try_from_secs_f64(ms / 1000.0).ok();
+    }
+    let value = text("retry-after")?;
+    if let Ok(secs) = value.parse::<f64>() {
+        return Duration::try_from_secs_f64(secs).ok();
+    }
+    let when = httpdate::parse_http_date(value).ok()?;
+    Some(
+        when.duration_since(std::time::SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
+}
+
+/// An error and its sources on one line.
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// Parses a provider URL built from `base_url`.
+pub(crate) fn parse_url(provider: &str, url: &str) -> Result<Url, LlmError> {
+    Url::parse(url)
+        .map_err(|e| LlmError::Config(format!("provider {provider}: base_url gives {url:?}: {e}")))
+}

@@ -1,0 +1,229 @@
+//! Provider-neutral request, conversation and event types.
+//!
+//! Every provider translates these to and from its wire format; nothing above the `llm` module
+//! sees a provider's JSON.
+
+use serde::{Deserialize, Serialize};
+
+use super::LlmError;
+use serde_json::{Value, json};
+
+/// One message of a conversation, in the order the model saw them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum Message {
+    /// Instructions for the model. Several are joined with blank lines where a provider takes one.
+    System {
+        /// The instructions.
+        content: String,
+    },
+    /// What the user (or the mission) says.
+    User {
+        /// The text.
+        content: String,
+    },
+    /// A turn the model took: text, tool calls, or both.
+    Assistant {
+        /// Text the model wrote (may be empty when it only called tools).
+        #[serde(default)]
+        content: String,
+        /// Tool calls the model made in this turn, in its order.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ToolCall>,
+    },
+    /// The result of one tool call, answering the call with the same id.
+    Tool {
+        /// The id of the [`ToolCall`] this answers.
+        call_id: String,
+        /// The tool's name (OpenAI ignores it; kept for logs, sessions and the scripted provider).
+        name: String,
+        /// The tool's output, or an error description.
+        content: String,
+        /// Whether the call failed (Anthropic passes this to the model as `is_error`).
+        #[serde(default)]
+        is_error: bool,
+    },
+}
+
+impl Message {
+    /// A system message.
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::System {
+            content: content.into(),
+        }
+    }
+
+    /// A user message.
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::User {
+            content: content.into(),
+        }
+    }
+
+    /// An assistant message with text only.
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self::Assistant {
+            content: content.into(),
+            tool_calls: Vec::new(),
+        }
+    }
+
+    /// A successful tool result.
+    pub fn tool_result(call: &ToolCall, content: impl Into<String>) -> Self {
+        Self::Tool {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            content: content.into(),
+            is_error: false,
+        }
+    }
+}
+
+/// A complete tool call: the model's streamed pieces already assembled and parsed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The provider's id for the call; tool results refer to it.
+    pub id: String,
+    /// The tool's name.
+    pub name: String,
+    /// The arguments, parsed as JSON (an object for every well-behaved model).
+    pub arguments: Value,
+}
+
+/// A tool the model may call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolDefinition {
+    /// The name the model calls it by.
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// JSON schema of the arguments object.
+    pub parameters: Value,
+}
+
+/// One call to a model.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LlmRequest {
+    /// The provider's model name (already resolved from an alias).
+    pub model: String,
+    /// The conversation so far.
+    pub messages: Vec<Message>,
+    /// Tools offered to the model; empty means none.
+    #[serde(default)]
+    pub tools: Vec<ToolDefinition>,
+    /// Sampling temperature; the provider's default when unset.
+    #[serde(default)]
+    pub temperature: Option<f32>,
+    /// Cap on output tokens; the provider's default when unset (Anthropic needs one: 4096).
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+}
+
+/// Token counts for one call, as the provider reported them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub input_tokens: u64,
+    /// Completion tokens.
+    pub output_tokens: u64,
+}
+
+/// Why the model stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// It finished its answer.
+    EndTurn,
+    /// It wants tool results before going on.
+    ToolUse,
+    /// It hit the output token cap.
+    MaxTokens,
+    /// A content filter stopped it.
+    ContentFilter,
+    /// Anything else the provider said, verbatim.
+    Other(String),
+}
+
+impl StopReason {
+    /// Maps an OpenAI `finish_reason` or an Anthropic `stop_reason`.
+    pub fn from_wire(reason: &str) -> Self {
+        match reason {
+            "stop" | "end_turn" | "stop_sequence" => Self::EndTurn,
+            "tool_calls" | "function_call" | "tool_use" => Self::ToolUse,
+            "length" | "max_tokens" => Self::MaxTokens,
+            "content_filter" | "refusal" => Self::ContentFilter,
+            other => Self::Other(other.to_owned()),
+        }
+    }
+}
+
+/// One item of a provider's stream.
+///
+/// Order: any number of `TextDelta` and `ToolCall`, at most one `Usage`, then exactly one `Done`
+/// (unless the stream ends with an error).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum LlmEvent {
+    /// A piece of the answer text, to forward as a token.
+    TextDelta(String),
+    /// A complete tool call (never partial: deltas are assembled inside the provider).
+    ToolCall(ToolCall),
+    /// Token counts for the call.
+    Usage(Usage),
+    /// The model finished this turn.
+    Done {
+        /// Why it stopped.
+        stop_reason: StopReason,
+    },
+}
+
+/// A whole turn, collected from a stream by [`LlmProvider::complete`](super::LlmProvider::complete).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlmResponse {
+    /// All text deltas, joined.
+    pub text: String,
+    /// Tool calls in the order they completed.
+    pub tool_calls: Vec<ToolCall>,
+    /// Token counts, when the provider sent them.
+    pub usage: Option<Usage>,
+    /// Why the model stopped.
+    pub stop_reason: StopReason,
+}
+
+impl LlmResponse {
+    /// The assistant message for this turn, to append to the conversation.
+    pub fn to_message(&self) -> Message {
+        Message::Assistant {
+            content: self.text.clone(),
+            tool_calls: self.tool_calls.clone(),
+        }
+    }
+}
+
+/// A finished call: parsed arguments (empty means `{}`), or the error the loop reports.
+pub(crate) fn assemble(id: String, name: String, raw: String) -> Result<LlmEvent, LlmError> {
+    let text = raw.trim();
+    let parsed = if text.is_empty() {
+        Ok(json!({}))
+    } else {
+        serde_json::from_str::<Value>(text)
+    };
+    match parsed {
+        Ok(_) if name.is_empty() => Err(LlmError::MalformedToolCall {
+            id,
+            name,
+            raw,
+            error: "the call has no tool name".to_owned(),
+        }),
+        Ok(arguments) => Ok(LlmEvent::ToolCall(ToolCall {
+            id,
+            name,
+            arguments,
+        })),
+        Err(e) => Err(LlmError::MalformedToolCall {
+            id,
+            name,
+            raw,
+            error: e.to_string(),
+        }),
+    }
+}

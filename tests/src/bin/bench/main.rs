@@ -2,7 +2,7 @@
 //! measures what users wait for. Run from the workspace root:
 //!
 //! ```text
-//! cargo run --release -p taskforce-tests --bin bench -- --agents 1000,10000
+//! cargo run --release -p taskforce-tests --bin bench -- --agents 1000,10000 --metadata-agents 50
 //! ```
 //!
 //! Prints one Markdown table per agent count; `BENCHMARKS.md` records a run.
@@ -41,7 +41,13 @@ struct Args {
     /// Durable creates to time.
     #[arg(long, default_value_t = 300)]
     creates: usize,
+    /// Agents of the workspace-metadata (MCP) benchmark; 0 skips it. Needs the `task` binary
+    /// from `scripts/install-test-deps.sh`.
+    #[arg(long, default_value_t = 50)]
+    metadata_agents: usize,
 }
+
+mod metadata;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -54,11 +60,22 @@ async fn main() -> anyhow::Result<()> {
             .await
             .with_context(|| format!("benchmark with {n} agents"))?;
         println!("\n### {n} agents\n\n| measurement | result |\n|---|---|");
-        for (name, value) in rows {
-            println!("| {name} | {value} |");
-        }
+        print_rows(rows);
+    }
+    if args.metadata_agents > 0 {
+        let rows = metadata::run(args.metadata_agents)
+            .await
+            .context("workspace metadata benchmark")?;
+        println!("\n### workspace metadata over MCP\n\n| measurement | result |\n|---|---|");
+        print_rows(rows);
     }
     Ok(())
+}
+
+fn print_rows(rows: Vec<(String, String)>) {
+    for (name, value) in rows {
+        println!("| {name} | {value} |");
+    }
 }
 
 /// One full round with `n` agents; returns (measurement, result) rows.
@@ -82,6 +99,25 @@ async fn run(args: &Args, n: usize) -> anyhow::Result<Vec<(String, String)>> {
         ms(t.elapsed()),
     ));
     let ids: Arc<Vec<String>> = Arc::new((0..n).map(agent_id).collect());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    rows.extend(rss_rows(&stack, "idle RSS after start"));
+
+    let health = stack.health();
+    let lat = sequential(args.samples, |_| {
+        let mut h = health.clone();
+        async move {
+            h.check(tonic_health::pb::HealthCheckRequest {
+                service: String::new(),
+            })
+            .await
+            .map(drop)
+        }
+    })
+    .await?;
+    rows.push((
+        "gRPC Health/Check, concurrency 1 (transport floor: no registry work)".into(),
+        lat.summary(),
+    ));
 
     let client = stack.registry();
     let lat = sequential(args.samples, |i| {
@@ -196,6 +232,19 @@ async fn run(args: &Args, n: usize) -> anyhow::Result<Vec<(String, String)>> {
     }
     drop(stack);
     Ok(rows)
+}
+
+fn rss_rows(stack: &taskforce_tests::Stack, label: &str) -> Vec<(String, String)> {
+    [
+        ("registry-svc", stack.registry_pid()),
+        ("gateway", stack.gateway_pid()),
+    ]
+    .into_iter()
+    .map(|(name, pid)| {
+        let rss = pid.map_or_else(|| "not running".to_owned(), rss);
+        (format!("{label}, {name}"), rss)
+    })
+    .collect()
 }
 
 /// Writes `n` custom agents the way the API would.

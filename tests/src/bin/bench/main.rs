@@ -223,13 +223,7 @@ async fn run(args: &Args, n: usize) -> anyhow::Result<Vec<(String, String)>> {
     ));
 
     tokio::time::sleep(Duration::from_secs(3)).await;
-    for (name, pid) in [
-        ("registry-svc", stack.registry_pid()),
-        ("gateway", stack.gateway_pid()),
-    ] {
-        let rss = pid.map_or_else(|| "not running".to_owned(), rss);
-        rows.push((format!("idle RSS, {name}"), rss));
-    }
+    rows.extend(rss_rows(&stack, "RSS idle after the runs above"));
     drop(stack);
     Ok(rows)
 }

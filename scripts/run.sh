@@ -12,6 +12,11 @@ bin=target/$profile
 reg_port=${TASKFORCE_REGISTRY_PORT:-50051}
 gw_port=${TASKFORCE_GATEWAY_PORT:-8080}
 mkdir -p .tf-data
+# Workspace metadata needs the `task` binary: the one scripts/install-test-deps.sh installed, else
+# whatever `task` is on PATH (without one, metadata stays empty and the registry says so once).
+if [ -z "${TASKFORCE_TASK_BIN:-}" ] && [ -x .tools/venv/bin/task ]; then
+  export TASKFORCE_TASK_BIN="$PWD/.tools/venv/bin/task"
+fi
 pids=()
 stop() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
 trap stop EXIT

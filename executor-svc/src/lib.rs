@@ -14,5 +14,7 @@
 //!     stream decoder (`decode.rs`); `llm::http` (retries, timeouts, error bodies), `llm::stream`
 //!     (body → events) and `llm::sse` (event-stream parsing) are shared by both.
 //!   - `llm::scripted`: deterministic replay of a YAML script.
+//! - [`tools`]: the [`tools::Tool`] trait every native and MCP tool implements.
 
 pub mod llm;
+pub mod tools;

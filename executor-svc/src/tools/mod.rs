@@ -1,0 +1,151 @@
+//! Tools an agent may call: the native tools and MCP tools, behind one trait.
+//!
+//! Every call gets a [`ToolContext`] (the agent's workspace, the run's cancellation, limits) and
+//! returns a [`ToolOutcome`]: output for the model, or a question that pauses the run
+//! (`ask_user`). A tool never panics on input from the model: bad arguments are a
+//! [`ToolError::InvalidArguments`] that the loop hands back to the model as an error result.
+
+use std::{path::PathBuf, time::Duration};
+
+use futures::future::BoxFuture;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::llm::ToolDefinition;
+
+/// Limits every tool call runs under.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Wall-clock limit of one call (subprocesses are killed when it passes).
+    pub timeout: Duration,
+    /// Largest output handed back to the model; more is cut, and the cut is said.
+    pub max_output_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(60),
+            max_output_bytes: 64 * 1024,
+        }
+    }
+}
+
+/// What a tool call may use.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    /// The agent's workspace: file tools and subprocesses stay inside it.
+    pub workspace: PathBuf,
+    /// The agent being run (for logs and audit).
+    pub agent_id: String,
+    /// The run's session.
+    pub session_id: String,
+    /// Fires when the run is cancelled (client gone, budget spent, shutdown): stop at once and
+    /// kill any subprocess.
+    pub cancel: CancellationToken,
+    /// Time and size limits.
+    pub limits: Limits,
+}
+
+/// How a call ended, when it did not fail.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolOutcome {
+    /// Text for the model. `is_error` marks a failure the model should see and may recover
+    /// from (a command that exited non-zero, a 404 from a web page).
+    Output {
+        /// What the model reads.
+        content: String,
+        /// True when the call did not do what was asked.
+        is_error: bool,
+    },
+    /// The run pauses until a user answers (only `ask_user`).
+    Question {
+        /// What to ask.
+        question: String,
+    },
+}
+
+impl ToolOutcome {
+    /// A successful output.
+    pub fn ok(content: impl Into<String>) -> Self {
+        Self::Output {
+            content: content.into(),
+            is_error: false,
+        }
+    }
+
+    /// An output that reports a failure to the model.
+    pub fn failed(content: impl Into<String>) -> Self {
+        Self::Output {
+            content: content.into(),
+            is_error: true,
+        }
+    }
+}
+
+/// Why a call could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    /// The model's arguments do not match the tool's schema.
+    #[error("invalid arguments for {tool}: {reason}")]
+    InvalidArguments {
+        /// The tool.
+        tool: String,
+        /// What is wrong, naming the argument.
+        reason: String,
+    },
+    /// A path leaves the workspace (`..`, an absolute path elsewhere, a symlink out).
+    #[error("{tool}: {path} is outside the agent's workspace")]
+    OutsideWorkspace {
+        /// The tool.
+        tool: String,
+        /// The path as given.
+        path: String,
+    },
+    /// The call did not finish within its limit.
+    #[error("{tool} timed out after {after:?}")]
+    Timeout {
+        /// The tool.
+        tool: String,
+        /// The limit.
+        after: Duration,
+    },
+    /// The run was cancelled while the call ran.
+    #[error("{tool} was cancelled")]
+    Cancelled {
+        /// The tool.
+        tool: String,
+    },
+    /// The tool cannot run on this host (e.g. `powershell` without `pwsh`).
+    #[error("{tool} is not available: {reason}")]
+    Unavailable {
+        /// The tool.
+        tool: String,
+        /// Why.
+        reason: String,
+    },
+    /// Anything else (I/O, HTTP, a subprocess that could not start).
+    #[error("{tool} failed: {reason}")]
+    Failed {
+        /// The tool.
+        tool: String,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+/// A tool the loop can call.
+pub trait Tool: Send + Sync + std::fmt::Debug {
+    /// The name in allowlists and in the model's tool list (case-sensitive).
+    fn name(&self) -> &str;
+
+    /// Name, description and JSON schema as the model sees them.
+    fn definition(&self) -> ToolDefinition;
+
+    /// Runs one call. Must honour `ctx.cancel` and `ctx.limits`.
+    fn call<'a>(
+        &'a self,
+        ctx: &'a ToolContext,
+        arguments: Value,
+    ) -> BoxFuture<'a, Result<ToolOutcome, ToolError>>;
+}

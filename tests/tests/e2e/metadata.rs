@@ -16,13 +16,13 @@ use crate::helpers::{Reply, agent_json, create, send};
 
 /// `--metadata-timeout-ms` of the stacks here: long enough for `task` on a busy machine, short
 /// enough for the timeout test.
-pub const FIELD_TIMEOUT_MS: u64 = 1000;
+pub const FIELD_TIMEOUT_MS: u64 = 4000;
 /// Slack on top of the field timeout for one request on a busy 2-core machine.
 pub const TIMEOUT_MARGIN: Duration = Duration::from_secs(4);
 /// A value the registry's environment holds and no task may see.
 const SECRET: &str = "s3cret-7f1d2a";
 
-/// Registry and gateway over the sample configs, with the real `task` binary, a 1 s field
+/// Registry and gateway over the sample configs, with the real `task` binary, a 4 s field
 /// timeout and a secret in the registry's environment.
 pub fn metadata_stack() -> StackOptions {
     let task = paths::tool("venv/bin/task").expect("task is installed");

@@ -45,9 +45,13 @@ struct Args {
     /// from `scripts/install-test-deps.sh`.
     #[arg(long, default_value_t = 50)]
     metadata_agents: usize,
+    /// Skip the peer-shaped REST CRUD workload.
+    #[arg(long)]
+    no_peer_crud: bool,
 }
 
 mod metadata;
+mod peer;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -61,6 +65,20 @@ async fn main() -> anyhow::Result<()> {
             .with_context(|| format!("benchmark with {n} agents"))?;
         println!("\n### {n} agents\n\n| measurement | result |\n|---|---|");
         print_rows(rows);
+    }
+    if !args.no_peer_crud {
+        let rows = peer::run().await.context("peer-shaped CRUD benchmark")?;
+        println!(
+            "\n### peer-shaped CRUD through the gateway (200 ops per phase)\n\n\
+             | phase | conc | ops/s | p50 ms | p99 ms |\n|---|---:|---:|---:|---:|"
+        );
+        for (phase, conc, rps, lat) in rows {
+            println!(
+                "| {phase} | {conc} | {rps:.0} | {:.2} | {:.2} |",
+                lat.pct(0.5) as f64 / 1000.0,
+                lat.pct(0.99) as f64 / 1000.0
+            );
+        }
     }
     if args.metadata_agents > 0 {
         let rows = metadata::run(args.metadata_agents)
@@ -254,6 +272,18 @@ fn seed(dir: &Path, n: usize) -> anyhow::Result<()> {
         std::fs::write(dir.join(format!("{id}.yaml")), yaml)?;
     }
     Ok(())
+}
+
+/// Waits until the registry lists `n` agents (the watcher picks up seeded files).
+async fn wait_for_count(stack: &taskforce_tests::Stack, n: usize) -> anyhow::Result<()> {
+    let client = stack.registry();
+    let found =
+        taskforce_tests::eventually(Duration::from_secs(30), Duration::from_millis(50), || {
+            let c = client.clone();
+            async move { list_all(c, n).await.ok() }
+        })
+        .await;
+    found.context("the seeded agents did not show up within 30 s")
 }
 
 fn agent_id(i: usize) -> String {

@@ -23,6 +23,9 @@ pub enum RegistryError {
     /// A definition could not be turned into YAML.
     #[error("yaml encoding error: {0}")]
     Yaml(#[from] serde_yaml::Error),
+    /// A cached entry could not be decoded (the cache is rebuilt from YAML on restart).
+    #[error("cache entry could not be decoded: {0}")]
+    Decode(#[from] prost::DecodeError),
     /// A configuration file is invalid (start-up only).
     #[error("invalid configuration: {0}")]
     Config(String),
@@ -48,6 +51,7 @@ impl From<RegistryError> for Status {
             internal @ (RegistryError::Io { .. }
             | RegistryError::Cache(_)
             | RegistryError::Yaml(_)
+            | RegistryError::Decode(_)
             | RegistryError::Config(_)
             | RegistryError::Join(_)) => {
                 tracing::error!(error = %internal, "internal error");

@@ -9,7 +9,6 @@
 //! - [`definition`]: the YAML shapes and their validation rules.
 //! - [`convert`]: YAML shapes ⇄ protobuf messages.
 //! - [`files`]: atomic durable writes, scans, content versions.
-//! - [`shelf`]: one source's agents: the sled tree and the decoded copy reads use.
 //! - [`store`]: the sled-backed store; every mutation goes through it under one lock.
 //! - [`watcher`]: file watcher plus periodic reconcile.
 //! - [`mcp`]: MCP discovery through `rmcp`.
@@ -27,7 +26,6 @@ pub mod files;
 pub mod grpc;
 pub mod mcp;
 pub mod metadata;
-pub mod shelf;
 pub mod store;
 pub mod watcher;
 

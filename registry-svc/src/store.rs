@@ -7,11 +7,13 @@
 use std::{
     collections::{BTreeMap, HashSet},
     fs,
+    ops::Bound,
     path::{Path, PathBuf},
     sync::Mutex,
     time::Duration,
 };
 
+use prost::Message;
 use taskforce_proto::{
     error::{ApiError, ErrorKind},
     ids,
@@ -25,7 +27,6 @@ use crate::{
     definition::{self, CustomAgentFile, ProfileFile},
     error::{RegistryError, Result},
     files,
-    shelf::Shelf,
 };
 
 /// Files in the config directory that are not profiles.
@@ -53,8 +54,8 @@ pub struct Store {
     root: PathBuf,
     custom_dir: PathBuf,
     db: sled::Db,
-    custom: Shelf,
-    profile: Shelf,
+    custom: sled::Tree,
+    profile: sled::Tree,
     /// Runtime facts by agent id (status, last task): not in YAML, survive restarts.
     runtime: sled::Tree,
     /// The runtime facts in memory, so reads never touch the runtime tree.
@@ -85,8 +86,8 @@ impl Store {
         let runtime = db.open_tree("runtime")?;
         let store = Self {
             root,
-            custom: Shelf::open(db.open_tree("custom")?)?,
-            profile: Shelf::open(db.open_tree("profile")?)?,
+            custom: db.open_tree("custom")?,
+            profile: db.open_tree("profile")?,
             facts: std::sync::RwLock::new(load_facts(&runtime)?),
             runtime,
             db,
@@ -125,7 +126,7 @@ impl Store {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn shelf(&self, source: AgentSource) -> &Shelf {
+    fn tree(&self, source: AgentSource) -> &sled::Tree {
         match source {
             AgentSource::Profile => &self.profile,
             AgentSource::Custom | AgentSource::Unspecified => &self.custom,
@@ -136,9 +137,9 @@ impl Store {
 
     /// One agent: a custom agent, else a profile agent of that name.
     pub fn get(&self, id: &str) -> Result<v1::Agent> {
-        for shelf in [&self.custom, &self.profile] {
-            if let Some(agent) = shelf.get(id) {
-                return Ok(self.with_runtime(agent.as_ref().clone()));
+        for tree in [&self.custom, &self.profile] {
+            if let Some(bytes) = tree.get(id)? {
+                return Ok(self.with_runtime(v1::Agent::decode(bytes.as_ref())?));
             }
         }
         Err(ApiError::new(ErrorKind::NotFound, format!("agent {id:?} not found")).into())
@@ -164,25 +165,28 @@ impl Store {
         let mut out = Vec::with_capacity(page_size.min(256));
         let mut started = start_source.is_none();
         for &src in order {
-            let after = if start_source == Some(src) {
+            let lower = if start_source == Some(src) {
                 started = true;
-                Some(after.as_str())
+                Bound::Excluded(after.as_bytes().to_vec())
             } else if started {
-                None
+                Bound::Unbounded
             } else {
                 continue;
             };
-            // One more than fits tells whether another page follows.
-            let room = page_size + 1 - out.len();
-            for agent in self.shelf(src).page(after, room) {
+            for item in self
+                .tree(src)
+                .range::<Vec<u8>, _>((lower, Bound::Unbounded))
+            {
+                let (key, value) = item?;
                 if out.len() == page_size {
+                    // There is more; the token points after the last agent of this page.
                     let token = match out.last() {
                         Some(last) => make_token(&self.last_source(&out, src), &last.agent_id),
-                        None => make_token(&src, &agent.agent_id),
+                        None => make_token(&src, &String::from_utf8_lossy(&key)),
                     };
                     return Ok((out, token));
                 }
-                out.push(self.with_runtime(agent.as_ref().clone()));
+                out.push(self.with_runtime(v1::Agent::decode(value.as_ref())?));
             }
         }
         Ok((out, String::new()))
@@ -213,7 +217,7 @@ impl Store {
     pub fn create(&self, id: &str, mut def: CustomAgentFile, now: &str) -> Result<v1::Agent> {
         let path = self.custom_path(id)?;
         let _guard = self.lock();
-        if path.exists() || self.custom.contains(id) || self.profile.contains(id) {
+        if path.exists() || self.custom.contains_key(id)? || self.profile.contains_key(id)? {
             return Err(ApiError::new(
                 ErrorKind::AlreadyExists,
                 format!("agent {id:?} already exists"),
@@ -279,7 +283,7 @@ impl Store {
         let bytes = match fs::read(path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let err = if self.profile.contains(id) {
+                let err = if self.profile.contains_key(id)? {
                     ApiError::new(
                         ErrorKind::ReadOnly,
                         format!("agent {id:?} is a profile agent; edit configs/{id}.yaml instead"),
@@ -306,7 +310,7 @@ impl Store {
         let yaml = definition::to_yaml(def)?;
         files::write_atomic(path, yaml.as_bytes()).map_err(|e| RegistryError::io(path, e))?;
         let agent = convert::custom_to_proto(id, files::version_of(yaml.as_bytes()), def);
-        self.custom.insert(agent.clone())?;
+        self.custom.insert(id, agent.encode_to_vec())?;
         self.forget_diagnostic(path);
         self.notify(
             ChangeKind::Upserted,
@@ -337,7 +341,7 @@ impl Store {
         last_task: &str,
         lease: Duration,
     ) -> Result<()> {
-        if !self.custom.contains(id) && !self.profile.contains(id) {
+        if !self.custom.contains_key(id)? && !self.profile.contains_key(id)? {
             return Err(
                 ApiError::new(ErrorKind::NotFound, format!("agent {id:?} not found")).into(),
             );
@@ -410,10 +414,12 @@ impl Store {
                 }
                 self.reconcile_file(source, &path, &mut stats)?;
             }
-            let shelf = self.shelf(source);
-            for id in shelf.ids()? {
+            let tree = self.tree(source);
+            for key in tree.iter().keys() {
+                let key = key?;
+                let id = String::from_utf8_lossy(&key).into_owned();
                 if !seen.contains(&id) {
-                    shelf.remove(&id)?;
+                    tree.remove(&key)?;
                     stats.removed += 1;
                     self.notify(ChangeKind::Deleted, &id, source, String::new());
                 }
@@ -465,12 +471,12 @@ impl Store {
         let Some(id) = files::stem(path).map(str::to_owned) else {
             return Ok(());
         };
-        let shelf = self.shelf(source);
+        let tree = self.tree(source);
         let bytes = match fs::read(path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 self.forget_diagnostic(path);
-                if shelf.remove(&id)? {
+                if tree.remove(id.as_bytes())?.is_some() {
                     stats.removed += 1;
                     self.notify(ChangeKind::Deleted, &id, source, String::new());
                 }
@@ -479,12 +485,14 @@ impl Store {
             Err(e) => return Err(RegistryError::io(path, e)),
         };
         let version = files::version_of(&bytes);
-        if shelf.get(&id).is_some_and(|a| a.version == version) {
+        if let Some(cached) = tree.get(id.as_bytes())?
+            && v1::Agent::decode(cached.as_ref()).is_ok_and(|a| a.version == version)
+        {
             return Ok(());
         }
         match load(source, &id, version.clone(), &bytes) {
             Ok(agent) => {
-                shelf.insert(agent)?;
+                tree.insert(id.as_bytes(), agent.encode_to_vec())?;
                 self.forget_diagnostic(path);
                 stats.updated += 1;
                 self.notify(ChangeKind::Upserted, &id, source, version);
@@ -493,7 +501,7 @@ impl Store {
                 warn!(path = %path.display(), error = %reason, "skipping invalid definition");
                 stats.invalid += 1;
                 self.remember_diagnostic(path, reason);
-                if shelf.remove(&id)? {
+                if tree.remove(id.as_bytes())?.is_some() {
                     stats.removed += 1;
                     self.notify(ChangeKind::Deleted, &id, source, String::new());
                 }

@@ -4,7 +4,7 @@
 use std::{env, fs, path::PathBuf};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = ["taskforce/v1/registry.proto"];
+    let protos = ["taskforce/v1/registry.proto", "taskforce/v1/executor.proto"];
     for p in &protos {
         println!("cargo:rerun-if-changed={p}");
     }

@@ -1,11 +1,21 @@
 //! executor-svc: runs agents and streams what happens.
 //!
-//! This first slice is the LLM layer the agent loop is built on: one [`llm::LlmProvider`] trait
-//! with streaming and native tool calls, an OpenAI-compatible client, an Anthropic client, and a
-//! scripted provider for tests and offline runs, configured from `configs/llm_config.yaml` and the
-//! environment. The formats of `llm_config.yaml` and of scripts are in the crate's `README.md`.
+//! A run takes a mission for a registry agent (or a profile), asks the configured model, runs
+//! the tool calls it makes (concurrently, each through one policy check and into the audit log),
+//! and streams every step as a `taskforce.v1.RunEvent` until the final answer. Sessions live in
+//! sled, so a run paused on a question continues with `Answer`, also after a restart. The
+//! formats of `llm_config.yaml` and of scripts are in the crate's `README.md`.
 //!
 //! # Layout
+//! - [`config`]: flags and environment.
+//! - [`grpc`]: the `taskforce.v1.Executor` service, a thin layer over [`run::Runner`].
+//! - [`run`](mod@run): starting, continuing and cancelling runs; the loop, tool rounds, the event sink.
+//! - [`session`]: sessions in sled.
+//! - [`registry`]: the registry link: definitions (cached, invalidated by its watch stream) and
+//!   BUSY/IDLE reports with a lease.
+//! - [`agent`]: a registry agent as a run needs it (prompt, tools, workspace).
+//! - [`policy`]: the one policy check every tool call passes (allows all, for now).
+//! - [`audit`]: one audit line per tool call (target `audit`).
 //! - [`llm`]: providers, their configuration, and the model router.
 //!   - `llm::types`: messages, tools, requests, stream events; `llm::error`: `LlmError`.
 //!   - `llm::config`, `llm::env`, `llm::router`: `llm_config.yaml`, keys and overrides from the
@@ -14,7 +24,197 @@
 //!     stream decoder (`decode.rs`); `llm::http` (retries, timeouts, error bodies), `llm::stream`
 //!     (body → events) and `llm::sse` (event-stream parsing) are shared by both.
 //!   - `llm::scripted`: deterministic replay of a YAML script.
-//! - [`tools`]: the [`tools::Tool`] trait every native and MCP tool implements.
+//! - [`tools`]: the [`tools::Tool`] trait every native and MCP tool implements;
+//!   `tools::native`: the nine native tools (files, python, git, web, GitHub, PowerShell, ask_user).
+//! - [`error`]: the crate's error type and its gRPC mapping.
 
+pub mod agent;
+pub mod audit;
+pub mod config;
+pub mod error;
+pub mod grpc;
 pub mod llm;
+pub mod policy;
+pub mod registry;
+pub mod run;
+pub mod session;
 pub mod tools;
+
+use std::{sync::Arc, time::Duration};
+
+use taskforce_proto::v1::executor_server::ExecutorServer;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+pub use config::Config;
+pub use error::ExecutorError;
+
+use crate::{llm::LlmRouter, tools::Tool};
+
+/// How long a stop waits for runs to send their last event and for connections to close.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// What a server runs with besides its configuration: the model router and the tools.
+#[derive(Debug)]
+pub struct Parts {
+    /// Providers and model aliases.
+    pub router: Arc<LlmRouter>,
+    /// Every tool the executor offers; agents get those their definition allows.
+    pub tools: Vec<Arc<dyn Tool>>,
+}
+
+impl Parts {
+    /// The router from `config.llm_config` and the nine native tools (configured from the
+    /// environment, see [`tools::native::NativeToolsConfig::from_env`]).
+    pub fn from_config(config: &Config) -> Result<Self, ExecutorError> {
+        let router = Arc::new(LlmRouter::from_file(&config.llm_config)?);
+        let native = tools::native::NativeToolsConfig::from_env();
+        Ok(Self {
+            router,
+            tools: tools::native::native_tools(&native),
+        })
+    }
+}
+
+/// Serves the executor on `listener` until `shutdown` fires, with the configured LLM router and
+/// tools.
+pub async fn run(
+    listener: TcpListener,
+    config: Config,
+    shutdown: CancellationToken,
+) -> Result<(), ExecutorError> {
+    let parts = Parts::from_config(&config)?;
+    run_with(listener, config, parts, shutdown).await
+}
+
+/// Serves the executor on `listener` with these `parts` until `shutdown` fires; live runs end
+/// with `Done{CANCELLED}`, then sessions are flushed.
+pub async fn run_with(
+    listener: TcpListener,
+    config: Config,
+    parts: Parts,
+    shutdown: CancellationToken,
+) -> Result<(), ExecutorError> {
+    let data_dir = config.data_dir.clone();
+    let store =
+        tokio::task::spawn_blocking(move || session::SessionStore::open(&data_dir)).await??;
+    let model = parts.router.resolve(None)?;
+    info!(provider = model.provider.name(), model = %model.model, "default model");
+    if let Some(reason) = parts.router.scripted_reason() {
+        warn!(reason = %reason, "the default model runs on the scripted provider: answers are replayed, no LLM is called");
+    }
+    let registry = registry::Registry::new(
+        &config.registry_url,
+        Duration::from_millis(config.registry_timeout_ms.max(1)),
+        config.busy_lease_secs,
+    )?;
+    let tasks = CancellationToken::new();
+    let watch = tokio::spawn(registry.clone().watch(tasks.clone()));
+    let budgets = run::Budgets {
+        max_steps: config.max_steps.max(1),
+        max_duration: config.run_budget(),
+        tool_limits: config.tool_limits(),
+        workspaces: config.data_dir.join("workspaces"),
+    };
+    let runner = Arc::new(run::Runner::new(
+        parts.router,
+        parts.tools,
+        store,
+        registry,
+        budgets,
+        shutdown.child_token(),
+    ));
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<ExecutorServer<grpc::ExecutorService>>()
+        .await;
+    let (reflection_v1, reflection_v1alpha) = reflection()?;
+    info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "executor listening");
+    let stopping = shutdown.clone();
+    let draining = Arc::clone(&runner);
+    let server = tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(ExecutorServer::new(grpc::ExecutorService::new(Arc::clone(
+            &runner,
+        ))))
+        .serve_with_incoming_shutdown(incoming(listener), async move {
+            stopping.cancelled().await;
+            health
+                .set_service_status("", tonic_health::ServingStatus::NotServing)
+                .await;
+            health
+                .set_not_serving::<ExecutorServer<grpc::ExecutorService>>()
+                .await;
+            // Runs are cancelled with the shutdown; let them send `Done` before streams close.
+            if !draining.drain(SHUTDOWN_GRACE).await {
+                warn!("runs still going after the grace period");
+            }
+        });
+    // Connections that stay open (idle HTTP/2 clients) get a grace period, then are dropped.
+    let grace = async {
+        shutdown.cancelled().await;
+        tokio::time::sleep(SHUTDOWN_GRACE * 2).await;
+    };
+    let result = tokio::select! {
+        r = server => r,
+        () = grace => {
+            warn!(grace_secs = (SHUTDOWN_GRACE * 2).as_secs(), "connections still open after the grace period; closing them");
+            Ok(())
+        }
+    };
+    tasks.cancel();
+    if let Err(e) = watch.await {
+        warn!(error = %e, "registry watch task failed");
+    }
+    runner.drain(SHUTDOWN_GRACE).await;
+    let store = runner.store().clone();
+    drop(runner);
+    let flushed = tokio::task::spawn_blocking(move || store.flush()).await?;
+    info!("executor stopped");
+    result?;
+    flushed
+}
+
+/// Accepted connections with `TCP_NODELAY`, so small events are not held back by Nagle.
+fn incoming(
+    listener: TcpListener,
+) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    use futures::StreamExt;
+    TcpListenerStream::new(listener).map(|conn| {
+        let conn = conn?;
+        conn.set_nodelay(true)?;
+        Ok(conn)
+    })
+}
+
+/// Server reflection, `v1` and `v1alpha` (grpcurl 1.8 asks for the latter), over the Taskforce,
+/// health and `google.rpc` descriptors, so clients also decode error details.
+fn reflection() -> Result<
+    (
+        tonic_reflection::server::v1::ServerReflectionServer<
+            impl tonic_reflection::server::v1::ServerReflection,
+        >,
+        tonic_reflection::server::v1alpha::ServerReflectionServer<
+            impl tonic_reflection::server::v1alpha::ServerReflection,
+        >,
+    ),
+    ExecutorError,
+> {
+    let builder = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(taskforce_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
+    };
+    let bad =
+        |e: tonic_reflection::server::Error| ExecutorError::Config(format!("reflection: {e}"));
+    Ok((
+        builder().build_v1().map_err(bad)?,
+        builder().build_v1alpha().map_err(bad)?,
+    ))
+}

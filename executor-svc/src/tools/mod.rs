@@ -5,6 +5,8 @@
 //! (`ask_user`). A tool never panics on input from the model: bad arguments are a
 //! [`ToolError::InvalidArguments`] that the loop hands back to the model as an error result.
 
+pub mod native;
+
 use std::{path::PathBuf, time::Duration};
 
 use futures::future::BoxFuture;

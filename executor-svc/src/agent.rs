@@ -1,0 +1,100 @@
+//! An agent definition as the loop needs it, built from the registry's `Agent`.
+
+use std::path::PathBuf;
+
+use taskforce_proto::v1::{self, agent::Kind};
+
+use crate::error::ExecutorError;
+
+/// What a run needs to know about the agent it runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentDef {
+    /// The custom agent's id, or the profile's name.
+    pub agent_id: String,
+    /// The registry's version of the definition (for logs).
+    pub version: String,
+    /// Instructions for the model, first message of a new session.
+    pub system_prompt: String,
+    /// Names of the tools the agent may call (its `tool_allowlist`, or the profile's `tools`).
+    pub tools: Vec<String>,
+    /// The agent's workspace, when its definition names one.
+    pub workspace: Option<PathBuf>,
+}
+
+impl AgentDef {
+    /// Builds the definition from a registry agent.
+    pub fn from_proto(agent: v1::Agent) -> Result<Self, ExecutorError> {
+        let invalid = |why: &str| {
+            ExecutorError::FailedPrecondition(format!(
+                "the registry's definition of `{}` cannot be run: {why}",
+                agent.agent_id
+            ))
+        };
+        match &agent.kind {
+            Some(Kind::Custom(custom)) => {
+                let spec = custom.spec.as_ref().ok_or_else(|| invalid("no spec"))?;
+                Ok(Self {
+                    agent_id: agent.agent_id.clone(),
+                    version: agent.version.clone(),
+                    system_prompt: custom_prompt(spec),
+                    tools: spec.tool_allowlist.clone(),
+                    workspace: (!spec.workspace.is_empty()).then(|| PathBuf::from(&spec.workspace)),
+                })
+            }
+            Some(Kind::Profile(profile)) => Ok(Self {
+                agent_id: agent.agent_id.clone(),
+                version: agent.version.clone(),
+                system_prompt: profile_prompt(profile),
+                tools: profile
+                    .tools_config
+                    .iter()
+                    .map(|t| t.r#type.clone())
+                    .collect(),
+                workspace: None,
+            }),
+            None => Err(invalid("neither a custom nor a profile agent")),
+        }
+    }
+
+    /// Whether this is a profile agent's definition.
+    pub fn is_profile(agent: &v1::Agent) -> bool {
+        matches!(agent.kind, Some(Kind::Profile(_)))
+    }
+}
+
+/// The custom agent's own prompt, or one made from its name and description.
+fn custom_prompt(spec: &v1::AgentSpec) -> String {
+    if !spec.system_prompt.trim().is_empty() {
+        return spec.system_prompt.clone();
+    }
+    let name = if spec.name.is_empty() {
+        &spec.agent_id
+    } else {
+        &spec.name
+    };
+    let mut prompt = format!("You are {name}.");
+    if !spec.description.is_empty() {
+        prompt.push(' ');
+        prompt.push_str(&spec.description);
+    }
+    prompt
+}
+
+/// Profiles have no prompt of their own: say who the agent is and what it is for.
+fn profile_prompt(profile: &v1::ProfileAgent) -> String {
+    let specialist = if profile.specialist.is_empty() {
+        "generic"
+    } else {
+        &profile.specialist
+    };
+    let mut prompt = format!(
+        "You are the {specialist} agent of the `{}` profile. Use the tools offered when they \
+         help, and finish with a direct answer to the mission.",
+        profile.profile
+    );
+    if !profile.description.is_empty() {
+        prompt.push_str("\n\n");
+        prompt.push_str(&profile.description);
+    }
+    prompt
+}

@@ -1,0 +1,113 @@
+//! The audit log: one line per tool call, on the `audit` tracing target.
+//!
+//! Fields: time, agent, session, tool, input (cut to 200 characters), outcome, the SHA-256 of
+//! the first 4 KiB of the output, and the duration. Route the target to its own sink with
+//! `RUST_LOG` / a subscriber filter on `audit`.
+
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+/// How much of the input goes into the line.
+const INPUT_CHARS: usize = 200;
+/// How much of the output is hashed.
+const HASHED_BYTES: usize = 4096;
+
+/// How a call ended, for the audit line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Output the tool reported as success.
+    Ok,
+    /// Output the tool reported as a failure.
+    ToolFailed,
+    /// The call could not run (bad arguments, unknown tool, timeout, ...).
+    Error,
+    /// The policy blocked it.
+    Blocked,
+    /// It asked the user a question.
+    Question,
+}
+
+impl Outcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::ToolFailed => "tool_failed",
+            Self::Error => "error",
+            Self::Blocked => "policy_blocked",
+            Self::Question => "question",
+        }
+    }
+}
+
+/// One audited call.
+#[derive(Debug, Clone, Copy)]
+pub struct Record<'a> {
+    /// The agent.
+    pub agent_id: &'a str,
+    /// The session.
+    pub session_id: &'a str,
+    /// The tool call id.
+    pub call_id: &'a str,
+    /// The tool.
+    pub tool: &'a str,
+    /// The arguments as JSON text.
+    pub input: &'a str,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// What the model got back (output, error or question).
+    pub output: &'a str,
+    /// How long it took.
+    pub duration: Duration,
+}
+
+/// Writes the audit line for one call.
+pub fn log(record: Record<'_>) {
+    tracing::info!(
+        target: "audit",
+        time = %crate::session::now(),
+        agent_id = record.agent_id,
+        session_id = record.session_id,
+        call_id = record.call_id,
+        tool = record.tool,
+        input = %cut(record.input),
+        outcome = record.outcome.as_str(),
+        output_sha256 = %output_hash(record.output),
+        duration_ms = u64::try_from(record.duration.as_millis()).unwrap_or(u64::MAX),
+        "tool call"
+    );
+}
+
+/// At most [`INPUT_CHARS`] characters.
+fn cut(input: &str) -> &str {
+    match input.char_indices().nth(INPUT_CHARS) {
+        Some((end, _)) => &input[..end],
+        None => input,
+    }
+}
+
+/// Hex SHA-256 of the first 4 KiB of `output`.
+pub fn output_hash(output: &str) -> String {
+    let bytes = output.as_bytes();
+    hex::encode(Sha256::digest(&bytes[..bytes.len().min(HASHED_BYTES)]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_is_cut_on_a_char_boundary() {
+        let long = "é".repeat(300);
+        assert_eq!(cut(&long).chars().count(), 200);
+        assert_eq!(cut("short"), "short");
+    }
+
+    #[test]
+    fn only_the_first_4_kib_are_hashed() {
+        let a = "x".repeat(4096);
+        let b = format!("{a}tail");
+        assert_eq!(output_hash(&a), output_hash(&b));
+        assert_ne!(output_hash("a"), output_hash("b"));
+    }
+}

@@ -1,0 +1,81 @@
+//! Flags with environment fallbacks; the defaults work from the repository root on a laptop.
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+/// executor-svc configuration.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(name = "executor-svc", about = "Taskforce executor (gRPC)")]
+pub struct Config {
+    /// Address to serve gRPC on.
+    #[arg(
+        long,
+        env = "TASKFORCE_EXECUTOR_LISTEN",
+        default_value = "127.0.0.1:50052"
+    )]
+    pub listen: SocketAddr,
+    /// The registry's gRPC URL (connected lazily, on first use).
+    #[arg(
+        long,
+        env = "TASKFORCE_REGISTRY_URL",
+        default_value = "http://127.0.0.1:50051"
+    )]
+    pub registry_url: String,
+    /// Where sessions (sled) and default agent workspaces live.
+    #[arg(
+        long,
+        env = "TASKFORCE_EXECUTOR_DATA_DIR",
+        default_value = ".tf-data/executor"
+    )]
+    pub data_dir: PathBuf,
+    /// LLM providers and model aliases (a missing file means "scripted only").
+    #[arg(
+        long,
+        env = "TASKFORCE_LLM_CONFIG",
+        default_value = "configs/llm_config.yaml"
+    )]
+    pub llm_config: PathBuf,
+    /// Write the bound address to this file once listening (for tests and scripts using port 0).
+    #[arg(long, env = "TASKFORCE_EXECUTOR_ADDR_FILE")]
+    pub addr_file: Option<PathBuf>,
+    /// Most model calls one run (one `Execute` or `Answer`) may make.
+    #[arg(long, env = "TASKFORCE_MAX_STEPS", default_value_t = 30)]
+    pub max_steps: u32,
+    /// Wall-clock budget of one run, in seconds.
+    #[arg(long, env = "TASKFORCE_MAX_RUN_SECS", default_value_t = 600)]
+    pub max_run_secs: u64,
+    /// Time limit of one tool call, in seconds.
+    #[arg(long, env = "TASKFORCE_TOOL_TIMEOUT_SECS", default_value_t = 120)]
+    pub tool_timeout_secs: u64,
+    /// Largest tool output handed to the model, in bytes.
+    #[arg(long, env = "TASKFORCE_TOOL_MAX_OUTPUT_BYTES", default_value_t = 64 * 1024)]
+    pub tool_max_output_bytes: usize,
+    /// How long the registry keeps an agent BUSY without a renewal, in seconds (renewed at half).
+    #[arg(long, env = "TASKFORCE_BUSY_LEASE_SECS", default_value_t = 120)]
+    pub busy_lease_secs: u32,
+    /// Time limit of one registry call, in milliseconds.
+    #[arg(long, env = "TASKFORCE_REGISTRY_TIMEOUT_MS", default_value_t = 5000)]
+    pub registry_timeout_ms: u64,
+}
+
+impl Config {
+    /// A configuration with every default, serving on `listen` (for tests and embedding).
+    pub fn with_defaults(listen: SocketAddr) -> Self {
+        use clap::Parser;
+        let mut config = Self::parse_from(["executor-svc"]);
+        config.listen = listen;
+        config
+    }
+
+    /// The wall-clock budget of one run.
+    pub fn run_budget(&self) -> Duration {
+        Duration::from_secs(self.max_run_secs.max(1))
+    }
+
+    /// The limits every tool call runs under.
+    pub fn tool_limits(&self) -> crate::tools::Limits {
+        crate::tools::Limits {
+            timeout: Duration::from_secs(self.tool_timeout_secs.max(1)),
+            max_output_bytes: self.tool_max_output_bytes.max(1024),
+        }
+    }
+}

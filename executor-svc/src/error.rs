@@ -1,0 +1,87 @@
+//! The crate's error type and its mapping to gRPC statuses.
+
+use taskforce_proto::error::{ApiError, ErrorKind};
+use tonic::Status;
+
+/// What can go wrong in the executor outside a run (runs report their failures as events).
+#[derive(Debug, thiserror::Error)]
+pub enum ExecutorError {
+    /// The request is malformed; `field` names the offending field.
+    #[error("{field}: {message}")]
+    InvalidArgument {
+        /// The request field.
+        field: &'static str,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// An agent, profile or session that does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// The request conflicts with the session's state (e.g. answering a session that is not
+    /// paused, or starting a run on a session that has one).
+    #[error("{0}")]
+    FailedPrecondition(String),
+    /// The registry (or another dependency) cannot be reached.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The session store failed.
+    #[error("session store: {0}")]
+    Store(#[from] sled::Error),
+    /// A stored session could not be decoded or encoded.
+    #[error("session encoding: {0}")]
+    Encoding(#[from] serde_json::Error),
+    /// The LLM configuration is wrong.
+    #[error(transparent)]
+    Llm(#[from] crate::llm::LlmError),
+    /// Start-up configuration is wrong.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// A blocking task panicked or was cancelled.
+    #[error("background task: {0}")]
+    Join(#[from] tokio::task::JoinError),
+    /// The server failed.
+    #[error("server: {0}")]
+    Server(#[from] tonic::transport::Error),
+}
+
+impl ExecutorError {
+    /// A bad request field.
+    pub fn invalid(field: &'static str, message: impl Into<String>) -> Self {
+        Self::InvalidArgument {
+            field,
+            message: message.into(),
+        }
+    }
+
+    /// The client-facing kind of this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::InvalidArgument { .. } => ErrorKind::InvalidArgument,
+            Self::NotFound(_) => ErrorKind::NotFound,
+            Self::FailedPrecondition(_) => ErrorKind::ReadOnly,
+            Self::Unavailable(_) => ErrorKind::Unavailable,
+            Self::Llm(_) => ErrorKind::InvalidArgument,
+            Self::Store(_)
+            | Self::Encoding(_)
+            | Self::Config(_)
+            | Self::Join(_)
+            | Self::Server(_) => ErrorKind::Internal,
+        }
+    }
+
+    /// The gRPC status: client errors say what is wrong; internal ones say little and are
+    /// logged with their cause.
+    pub fn to_status(&self) -> Status {
+        let api = match self {
+            Self::InvalidArgument { field, message } => ApiError::field(*field, message.clone()),
+            Self::Store(_) | Self::Encoding(_) | Self::Join(_) | Self::Server(_) => {
+                tracing::error!(error = %self, "internal error");
+                ApiError::new(ErrorKind::Internal, "internal error in the executor")
+            }
+            // No error kind fits a session in the wrong state; the plain code says it.
+            Self::FailedPrecondition(message) => return Status::failed_precondition(message),
+            other => ApiError::new(other.kind(), other.to_string()),
+        };
+        api.to_status()
+    }
+}

@@ -1,0 +1,93 @@
+//! The `taskforce.v1.Executor` gRPC service: a thin layer over [`Runner`].
+
+use std::sync::Arc;
+
+use taskforce_proto::v1::{
+    AnswerRequest, CancelRequest, CancelResponse, ExecuteRequest, GetSessionRequest, Session,
+    executor_server::Executor,
+};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+use tracing::instrument;
+
+use crate::{ExecutorError, run::Runner, run::StreamItem};
+
+/// The gRPC service.
+#[derive(Debug, Clone)]
+pub struct ExecutorService {
+    runner: Arc<Runner>,
+}
+
+impl ExecutorService {
+    /// A service over `runner`.
+    pub fn new(runner: Arc<Runner>) -> Self {
+        Self { runner }
+    }
+}
+
+#[tonic::async_trait]
+impl Executor for ExecutorService {
+    type ExecuteStream = ReceiverStream<StreamItem>;
+    type AnswerStream = ReceiverStream<StreamItem>;
+
+    #[instrument(skip_all, fields(agent_id = request.get_ref().agent_id.as_deref().unwrap_or(""), profile = request.get_ref().profile.as_deref().unwrap_or("")))]
+    async fn execute(
+        &self,
+        request: Request<ExecuteRequest>,
+    ) -> Result<Response<Self::ExecuteStream>, Status> {
+        let stream = self
+            .runner
+            .execute(request.into_inner())
+            .await
+            .map_err(|e| e.to_status())?;
+        Ok(Response::new(stream))
+    }
+
+    #[instrument(skip_all, fields(session_id = %request.get_ref().session_id))]
+    async fn answer(
+        &self,
+        request: Request<AnswerRequest>,
+    ) -> Result<Response<Self::AnswerStream>, Status> {
+        let stream = self
+            .runner
+            .answer(request.into_inner())
+            .await
+            .map_err(|e| e.to_status())?;
+        Ok(Response::new(stream))
+    }
+
+    #[instrument(skip_all, fields(session_id = %request.get_ref().session_id))]
+    async fn cancel(
+        &self,
+        request: Request<CancelRequest>,
+    ) -> Result<Response<CancelResponse>, Status> {
+        let id = request.into_inner().session_id;
+        let cancelled = self.runner.cancel(&id);
+        if !cancelled
+            && self
+                .runner
+                .session(&id)
+                .map_err(|e| e.to_status())?
+                .is_none()
+        {
+            return Err(
+                ExecutorError::NotFound(format!("session `{id}` does not exist")).to_status(),
+            );
+        }
+        Ok(Response::new(CancelResponse { cancelled }))
+    }
+
+    #[instrument(skip_all, fields(session_id = %request.get_ref().session_id))]
+    async fn get_session(
+        &self,
+        request: Request<GetSessionRequest>,
+    ) -> Result<Response<Session>, Status> {
+        let id = request.into_inner().session_id;
+        match self.runner.session(&id).map_err(|e| e.to_status())? {
+            Some(session) => Ok(Response::new(session.to_proto())),
+            None => {
+                Err(ExecutorError::NotFound(format!("session `{id}` does not exist")).to_status())
+            }
+        }
+    }
+}

@@ -1,0 +1,21 @@
+//! executor-svc binary: parse config, start logging, bind, serve until SIGINT/SIGTERM.
+
+use anyhow::Context;
+use clap::Parser;
+use executor_svc::Config;
+use taskforce_proto::runtime;
+use tokio_util::sync::CancellationToken;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let config = Config::parse();
+    runtime::init_tracing();
+    let listener = runtime::bind(config.listen, config.addr_file.as_deref())
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    let shutdown = CancellationToken::new();
+    let signals = tokio::spawn(runtime::cancel_on_signals(shutdown.clone()));
+    let result = executor_svc::run(listener, config, shutdown).await;
+    signals.abort();
+    Ok(result?)
+}

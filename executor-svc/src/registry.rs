@@ -1,0 +1,257 @@
+//! The link to the registry: definitions (cached while a watch stream says they are current),
+//! and BUSY/IDLE status reports with a lease.
+//!
+//! The cache is only trusted while a `WatchAgents` stream is connected: every change evicts its
+//! agent, and losing the stream clears the cache and reconnects with backoff. A generation
+//! counter keeps a fetch that raced with an eviction from re-inserting the stale definition.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use taskforce_proto::v1::{
+    AgentStatus, GetAgentRequest, ReportAgentStatusRequest, WatchAgentsRequest,
+    agent_registry_client::AgentRegistryClient,
+};
+use tokio_util::sync::CancellationToken;
+use tonic::{Code, transport::Channel};
+use tracing::{debug, info, warn};
+
+use crate::{agent::AgentDef, error::ExecutorError};
+
+/// What a run asks for: a registry agent or a profile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// A custom or profile agent by id.
+    Agent(String),
+    /// A profile agent by profile name.
+    Profile(String),
+}
+
+/// A cloneable handle on the registry.
+#[derive(Debug, Clone)]
+pub struct Registry {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    url: String,
+    client: AgentRegistryClient<Channel>,
+    timeout: Duration,
+    lease_secs: u32,
+    cache: Mutex<HashMap<String, Arc<AgentDef>>>,
+    watching: AtomicBool,
+    generation: AtomicU64,
+    /// Live runs per agent: IDLE is only reported when the last one ends.
+    running: Mutex<HashMap<String, usize>>,
+}
+
+impl Registry {
+    /// A client for `url`, connected on first use.
+    pub fn new(url: &str, timeout: Duration, lease_secs: u32) -> Result<Self, ExecutorError> {
+        let endpoint = Channel::from_shared(url.to_owned())
+            .map_err(|e| ExecutorError::Config(format!("--registry-url {url}: {e}")))?
+            .connect_timeout(timeout)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(30))
+            .keep_alive_timeout(Duration::from_secs(10));
+        Ok(Self {
+            inner: Arc::new(Inner {
+                url: url.to_owned(),
+                client: AgentRegistryClient::new(endpoint.connect_lazy()),
+                timeout,
+                lease_secs: lease_secs.max(2),
+                cache: Mutex::new(HashMap::new()),
+                watching: AtomicBool::new(false),
+                generation: AtomicU64::new(0),
+                running: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// The definition to run for `target`.
+    pub async fn resolve(&self, target: &Target) -> Result<Arc<AgentDef>, ExecutorError> {
+        let (id, what) = match target {
+            Target::Agent(id) => (id, "agent"),
+            Target::Profile(name) => (name, "profile"),
+        };
+        let inner = &self.inner;
+        if inner.watching.load(Ordering::Acquire)
+            && let Some(def) = self.cached(id)
+        {
+            return Ok(def);
+        }
+        let generation = inner.generation.load(Ordering::Acquire);
+        let mut client = inner.client.clone();
+        let request = GetAgentRequest {
+            agent_id: id.clone(),
+        };
+        let agent = match tokio::time::timeout(inner.timeout, client.get_agent(request)).await {
+            Err(_) => {
+                return Err(ExecutorError::Unavailable(format!(
+                    "the registry at {} did not answer within {:?}",
+                    inner.url, inner.timeout
+                )));
+            }
+            Ok(Err(status)) if status.code() == Code::NotFound => {
+                return Err(ExecutorError::NotFound(format!(
+                    "{what} `{id}` is not defined in the registry"
+                )));
+            }
+            Ok(Err(status)) if status.code() == Code::InvalidArgument => {
+                return Err(ExecutorError::invalid(
+                    if what == "agent" {
+                        "agent_id"
+                    } else {
+                        "profile"
+                    },
+                    status.message().to_owned(),
+                ));
+            }
+            Ok(Err(status)) => {
+                return Err(ExecutorError::Unavailable(format!(
+                    "the registry at {} failed: {}",
+                    inner.url,
+                    status.message()
+                )));
+            }
+            Ok(Ok(response)) => response.into_inner(),
+        };
+        if matches!(target, Target::Profile(_)) && !AgentDef::is_profile(&agent) {
+            return Err(ExecutorError::NotFound(format!(
+                "profile `{id}` is not defined in the registry (`{id}` is a custom agent)"
+            )));
+        }
+        let def = Arc::new(AgentDef::from_proto(agent)?);
+        if inner.watching.load(Ordering::Acquire)
+            && inner.generation.load(Ordering::Acquire) == generation
+            && let Ok(mut cache) = inner.cache.lock()
+        {
+            cache.insert(id.clone(), Arc::clone(&def));
+        }
+        Ok(def)
+    }
+
+    fn cached(&self, id: &str) -> Option<Arc<AgentDef>> {
+        self.inner.cache.lock().ok()?.get(id).cloned()
+    }
+
+    fn evict(&self, id: Option<&str>) {
+        self.inner.generation.fetch_add(1, Ordering::AcqRel);
+        if let Ok(mut cache) = self.inner.cache.lock() {
+            match id {
+                Some(id) => {
+                    cache.remove(id);
+                }
+                None => cache.clear(),
+            }
+        }
+    }
+
+    /// Follows `WatchAgents` until `shutdown`, evicting changed agents; reconnects with backoff
+    /// and clears the cache whenever the stream is lost.
+    pub async fn watch(self, shutdown: CancellationToken) {
+        let mut backoff = Duration::from_millis(250);
+        loop {
+            let mut client = self.inner.client.clone();
+            let call = tokio::time::timeout(
+                self.inner.timeout,
+                client.watch_agents(WatchAgentsRequest {}),
+            );
+            let stream = tokio::select! {
+                () = shutdown.cancelled() => return,
+                r = call => r,
+            };
+            match stream {
+                Ok(Ok(response)) => {
+                    let mut stream = response.into_inner();
+                    self.inner.watching.store(true, Ordering::Release);
+                    backoff = Duration::from_millis(250);
+                    debug!(url = %self.inner.url, "watching registry changes");
+                    loop {
+                        let next = tokio::select! {
+                            () = shutdown.cancelled() => return,
+                            next = stream.message() => next,
+                        };
+                        match next {
+                            Ok(Some(change)) => self.evict(Some(&change.agent_id)),
+                            Ok(None) => break,
+                            Err(status) => {
+                                debug!(error = %status.message(), "registry watch stream broke");
+                                break;
+                            }
+                        }
+                    }
+                    info!(url = %self.inner.url, "lost the registry watch stream; reconnecting");
+                }
+                Ok(Err(status)) => debug!(error = %status.message(), "registry watch refused"),
+                Err(_) => debug!("registry watch did not connect in time"),
+            }
+            self.inner.watching.store(false, Ordering::Release);
+            self.evict(None);
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(10));
+        }
+    }
+
+    /// Reports `agent_id` BUSY with `task` until `done` fires (renewing the lease at half its
+    /// length), then IDLE unless another run of the agent is still going. A dead executor stops
+    /// renewing, so the registry's lease ends BUSY.
+    pub async fn hold_busy(&self, agent_id: &str, task: &str, done: CancellationToken) {
+        self.count_run(agent_id, true);
+        let lease = self.inner.lease_secs;
+        self.report(agent_id, AgentStatus::Busy, task).await;
+        let renew = Duration::from_secs(u64::from(lease / 2));
+        loop {
+            tokio::select! {
+                () = done.cancelled() => break,
+                () = tokio::time::sleep(renew) => self.report(agent_id, AgentStatus::Busy, "").await,
+            }
+        }
+        if self.count_run(agent_id, false) == 0 {
+            self.report(agent_id, AgentStatus::Idle, "").await;
+        }
+    }
+
+    /// Counts a run of `agent_id` in or out; returns how many are left.
+    fn count_run(&self, agent_id: &str, starting: bool) -> usize {
+        let Ok(mut running) = self.inner.running.lock() else {
+            return 0;
+        };
+        let count = running.entry(agent_id.to_owned()).or_insert(0);
+        if starting {
+            *count += 1;
+        } else {
+            *count = count.saturating_sub(1);
+        }
+        let left = *count;
+        if left == 0 {
+            running.remove(agent_id);
+        }
+        left
+    }
+
+    async fn report(&self, agent_id: &str, status: AgentStatus, task: &str) {
+        let mut client = self.inner.client.clone();
+        let request = ReportAgentStatusRequest {
+            agent_id: agent_id.to_owned(),
+            status: status as i32,
+            last_task: task.to_owned(),
+            lease_seconds: self.inner.lease_secs,
+        };
+        match tokio::time::timeout(self.inner.timeout, client.report_agent_status(request)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => warn!(agent_id, ?status, error = %e.message(), "status report failed"),
+            Err(_) => warn!(agent_id, ?status, "status report timed out"),
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! One round of tool calls: every call of a model turn runs concurrently, each through the
+//! policy check and into the audit log, and comes back as a result for the model.
+
+use std::{collections::HashMap, sync::Arc, time::Instant};
+
+use futures::future::join_all;
+use taskforce_proto::v1::{self, run_event::Event};
+
+use super::{RunCtx, events};
+use crate::{
+    audit,
+    llm::ToolCall,
+    policy,
+    tools::{Tool, ToolContext, ToolError, ToolOutcome},
+};
+
+/// Grace a cancelled tool gets to stop by itself before its call is dropped.
+const CANCEL_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A call as the model made it: parsed, or with arguments that are not JSON.
+#[derive(Debug, Clone)]
+pub enum Requested {
+    /// A well-formed call.
+    Call(ToolCall),
+    /// A call whose arguments did not parse.
+    Malformed {
+        /// Call id.
+        id: String,
+        /// Tool name.
+        name: String,
+        /// The parser's complaint.
+        error: String,
+    },
+}
+
+impl Requested {
+    fn ids(&self) -> (&str, &str) {
+        match self {
+            Self::Call(c) => (&c.id, &c.name),
+            Self::Malformed { id, name, .. } => (id, name),
+        }
+    }
+}
+
+/// How one call ended.
+#[derive(Debug, Clone)]
+pub struct Finished {
+    /// Call id.
+    pub call_id: String,
+    /// Tool name.
+    pub tool: String,
+    /// What the model reads.
+    pub content: String,
+    /// Whether it failed.
+    pub is_error: bool,
+    /// A question that pauses the run (then `content` is the question).
+    pub question: bool,
+}
+
+/// The tools one agent may call, by name.
+pub type Tools = HashMap<String, Arc<dyn Tool>>;
+
+/// Runs every call concurrently; results come back in the calls' order.
+pub async fn run_all(ctx: &RunCtx, tools: &Tools, calls: &[Requested]) -> Vec<Finished> {
+    join_all(calls.iter().map(|call| run_one(ctx, tools, call))).await
+}
+
+async fn run_one(ctx: &RunCtx, tools: &Tools, requested: &Requested) -> Finished {
+    let started = Instant::now();
+    let (call_id, name) = requested.ids();
+    let input = match requested {
+        Requested::Call(c) => c.arguments.to_string(),
+        Requested::Malformed { .. } => String::new(),
+    };
+    ctx.sink
+        .emit(Event::ToolStart(v1::ToolStart {
+            call_id: call_id.to_owned(),
+            tool: name.to_owned(),
+            arguments_json: input.clone(),
+        }))
+        .await;
+    let (outcome, audit_outcome) = match requested {
+        Requested::Malformed { error, .. } => (
+            Err(format!(
+                "the arguments of this `{name}` call are not valid JSON ({error}); call it \
+                 again with a JSON object"
+            )),
+            audit::Outcome::Error,
+        ),
+        Requested::Call(call) => call_tool(ctx, tools, call).await,
+    };
+    let duration = started.elapsed();
+    let finished = match outcome {
+        Ok(ToolOutcome::Output { content, is_error }) => {
+            let content = cap(content, ctx.limits.max_output_bytes);
+            ctx.sink
+                .emit(Event::ToolEnd(v1::ToolEnd {
+                    call_id: call_id.to_owned(),
+                    tool: name.to_owned(),
+                    output: content.clone(),
+                    is_error,
+                    duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
+                }))
+                .await;
+            (content, is_error, false)
+        }
+        // The driver announces the question once the paused session is on disk.
+        Ok(ToolOutcome::Question { question }) => (question, false, true),
+        Err(message) => {
+            ctx.sink
+                .emit(events::tool_error(call_id, name, message.clone()))
+                .await;
+            (message, true, false)
+        }
+    };
+    let (content, is_error, question) = finished;
+    audit::log(audit::Record {
+        agent_id: &ctx.agent.agent_id,
+        session_id: &ctx.session_id,
+        call_id,
+        tool: name,
+        input: &input,
+        outcome: audit_outcome,
+        output: &content,
+        duration,
+    });
+    Finished {
+        call_id: call_id.to_owned(),
+        tool: name.to_owned(),
+        content,
+        is_error,
+        question,
+    }
+}
+
+/// Policy, lookup, then the call under its time limit and the run's cancellation.
+async fn call_tool(
+    ctx: &RunCtx,
+    tools: &Tools,
+    call: &ToolCall,
+) -> (Result<ToolOutcome, String>, audit::Outcome) {
+    let Some(tool) = tools.get(&call.name) else {
+        let mut names: Vec<&str> = tools.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        let message = format!(
+            "unknown tool `{}`; this agent's tools are: {}",
+            call.name,
+            if names.is_empty() {
+                "none".to_owned()
+            } else {
+                names.join(", ")
+            }
+        );
+        return (Err(message), audit::Outcome::Error);
+    };
+    let decision = policy::check(policy::Call {
+        agent_id: &ctx.agent.agent_id,
+        tool: &call.name,
+        arguments: &call.arguments,
+    });
+    if let policy::Decision::Block { reason } = decision {
+        return (
+            Err(format!("policy_blocked: {reason}")),
+            audit::Outcome::Blocked,
+        );
+    }
+    let tool_ctx = ToolContext {
+        workspace: ctx.workspace.clone(),
+        agent_id: ctx.agent.agent_id.clone(),
+        session_id: ctx.session_id.clone(),
+        cancel: ctx.cancel.clone(),
+        limits: ctx.limits.clone(),
+    };
+    let timeout = ctx.limits.timeout;
+    let cancelled = async {
+        ctx.cancel.cancelled().await;
+        tokio::time::sleep(CANCEL_GRACE).await;
+    };
+    let result = tokio::select! {
+        r = tokio::time::timeout(timeout, tool.call(&tool_ctx, call.arguments.clone())) => {
+            r.unwrap_or_else(|_| Err(ToolError::Timeout { tool: call.name.clone(), after: timeout }))
+        }
+        () = cancelled => Err(ToolError::Cancelled { tool: call.name.clone() }),
+    };
+    match result {
+        Ok(
+            outcome @ ToolOutcome::Output {
+                is_error: false, ..
+            },
+        ) => (Ok(outcome), audit::Outcome::Ok),
+        Ok(outcome @ ToolOutcome::Output { .. }) => (Ok(outcome), audit::Outcome::ToolFailed),
+        Ok(outcome @ ToolOutcome::Question { .. }) => (Ok(outcome), audit::Outcome::Question),
+        Err(e) => (Err(e.to_string()), audit::Outcome::Error),
+    }
+}
+
+/// At most `max` bytes of `content`, cut on a character boundary and marked.
+fn cap(mut content: String, max: usize) -> String {
+    if content.len() <= max {
+        return content;
+    }
+    let total = content.len();
+    let mut end = max;
+    while !content.is_char_boundary(end) {
+        end -= 1;
+    }
+    content.truncate(end);
+    content.push_str(&format!("\n[output cut: {end} of {total} bytes shown]"));
+    content
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cap;
+
+    #[test]
+    fn long_output_is_cut_on_a_char_boundary_and_says_so() {
+        let out = cap("é".repeat(100), 51);
+        assert!(out.starts_with(&"é".repeat(25)));
+        assert!(
+            out.ends_with("[output cut: 50 of 200 bytes shown]"),
+            "{out}"
+        );
+        assert_eq!(cap("short".into(), 51), "short");
+    }
+}

@@ -1,0 +1,210 @@
+//! One run from start to its closing events: the wall-clock budget, a client that leaves, the
+//! BUSY/IDLE lease, storing the session, and the last events (answer, question, error, `Done`).
+
+use std::{sync::Arc, time::Instant};
+
+use taskforce_proto::v1::{self, run_event::Event};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::{
+    RunCtx, Runner,
+    agent_loop::{self, Counts, LoopEnd},
+    calls::Tools,
+    events::Sink,
+};
+use crate::{
+    agent::AgentDef,
+    llm::{ResolvedModel, ToolDefinition},
+    session::{Session, Status},
+};
+
+/// A run ready to be driven.
+#[derive(Debug)]
+pub(super) struct Run {
+    pub(super) runner: Arc<Runner>,
+    pub(super) session: Session,
+    pub(super) agent: Arc<AgentDef>,
+    pub(super) model: ResolvedModel,
+    pub(super) sink: Arc<Sink>,
+    pub(super) cancel: CancellationToken,
+    /// The answer that resumes a paused run, announced as the question's `ToolEnd`.
+    pub(super) answered: Option<v1::ToolEnd>,
+}
+
+impl Run {
+    /// Drives the run to its end; reports BUSY while it runs and IDLE after.
+    pub(super) async fn drive(self) {
+        let done = CancellationToken::new();
+        let registry = self.runner.registry.clone();
+        let agent_id = self.agent.agent_id.clone();
+        let mission = self.session.mission.clone();
+        let lease = registry.hold_busy(&agent_id, &mission, done.clone());
+        let work = async {
+            self.work().await;
+            done.cancel();
+        };
+        tokio::join!(work, lease);
+    }
+
+    async fn work(mut self) {
+        let started = Instant::now();
+        let runner = Arc::clone(&self.runner);
+        let (tools, definitions) = select_tools(&runner, &self.agent);
+        let workspace = match &self.agent.workspace {
+            Some(path) => path.clone(),
+            None => runner.budgets.workspaces.join(&self.agent.agent_id),
+        };
+        if let Err(e) = tokio::fs::create_dir_all(&workspace).await {
+            warn!(agent_id = %self.agent.agent_id, path = %workspace.display(), error = %e, "cannot create the workspace");
+        }
+        let ctx = RunCtx {
+            sink: Arc::clone(&self.sink),
+            agent: Arc::clone(&self.agent),
+            session_id: self.session.id.clone(),
+            cancel: self.cancel.clone(),
+            limits: runner.budgets.tool_limits.clone(),
+            workspace,
+            model: self.model.clone(),
+            max_steps: runner.budgets.max_steps,
+            store: runner.store.clone(),
+        };
+        if let Err(e) = runner.store.save(&mut self.session, false).await {
+            warn!(session_id = %self.session.id, error = %e, "cannot store the session");
+        }
+        let sink = Arc::clone(&self.sink);
+        sink.emit(Event::RunStarted(v1::RunStarted {
+            agent_id: self.agent.agent_id.clone(),
+            model: self.model.model.clone(),
+            provider: self.model.provider.name().to_owned(),
+        }))
+        .await;
+        if let Some(answered) = self.answered.take() {
+            sink.emit(Event::ToolEnd(answered)).await;
+        }
+
+        let mut counts = Counts::default();
+        let mut timed_out = false;
+        let end = {
+            let run = agent_loop::run(&ctx, &tools, &definitions, &mut self.session, &mut counts);
+            tokio::pin!(run);
+            let budget = tokio::time::sleep(runner.budgets.max_duration);
+            tokio::pin!(budget);
+            let mut client_gone = false;
+            // The loop always ends soon after the cancellation fires (tools get a short grace),
+            // so the budget and a departed client only cancel, and the loop says how it ended.
+            loop {
+                tokio::select! {
+                    end = &mut run => break end,
+                    () = &mut budget, if !timed_out => {
+                        timed_out = true;
+                        self.cancel.cancel();
+                    }
+                    () = sink.closed(), if !client_gone => {
+                        client_gone = true;
+                        info!(session_id = %ctx.session_id, "client left; cancelling the run");
+                        self.cancel.cancel();
+                    }
+                }
+            }
+        };
+        let end = match end {
+            LoopEnd::Cancelled if timed_out => LoopEnd::Failed {
+                code: "TIME_BUDGET_EXCEEDED",
+                message: format!(
+                    "the run did not finish within its {:?} budget",
+                    runner.budgets.max_duration
+                ),
+            },
+            other => other,
+        };
+        self.finish(end, counts, started).await;
+    }
+
+    /// Stores the outcome, frees the session, then sends the closing events.
+    async fn finish(mut self, end: LoopEnd, counts: Counts, started: Instant) {
+        let runner = Arc::clone(&self.runner);
+        let session = &mut self.session;
+        let (status, closing) = match end {
+            LoopEnd::Completed(text) => {
+                session.final_answer.clone_from(&text);
+                let event = Event::FinalAnswer(v1::FinalAnswer { text });
+                (Status::Completed, Some(event))
+            }
+            LoopEnd::Paused(pending) => {
+                let event = Event::Question(v1::Question {
+                    call_id: pending.call_id.clone(),
+                    question: pending.question.clone(),
+                });
+                session.pending = Some(pending);
+                (Status::Paused, Some(event))
+            }
+            LoopEnd::Failed { code, message } => {
+                agent_loop::close_open_calls(&mut session.messages, "the run failed");
+                warn!(session_id = %session.id, code, message, "run failed");
+                let event = Event::Error(v1::Error {
+                    code: code.to_owned(),
+                    message,
+                });
+                (Status::Failed, Some(event))
+            }
+            LoopEnd::Cancelled => {
+                agent_loop::close_open_calls(&mut session.messages, "the run was cancelled");
+                (Status::Cancelled, None)
+            }
+        };
+        session.status = status;
+        // Every event still to come: the closing one (if any) and `Done`.
+        session.next_seq = self.sink.next_seq().await + 1 + u64::from(closing.is_some());
+        let durable = status == Status::Paused;
+        if let Err(e) = runner.store.save(session, durable).await {
+            warn!(session_id = %session.id, error = %e, "cannot store the session");
+        }
+        if let Ok(mut live) = runner.live.lock() {
+            live.remove(&session.id);
+        }
+        if let Some(event) = closing {
+            self.sink.emit(event).await;
+        }
+        let usage = v1::Usage {
+            input_tokens: counts.input_tokens,
+            output_tokens: counts.output_tokens,
+            steps: counts.steps,
+            tool_calls: counts.tool_calls,
+        };
+        self.sink
+            .emit(Event::Done(v1::Done {
+                status: status.to_proto() as i32,
+                usage: Some(usage),
+            }))
+            .await;
+        info!(
+            session_id = %session.id,
+            agent_id = %self.agent.agent_id,
+            status = ?status,
+            steps = counts.steps,
+            tool_calls = counts.tool_calls,
+            elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            "run ended"
+        );
+    }
+}
+
+/// The agent's tools: those of its definition the executor has (others are skipped, logged).
+fn select_tools(runner: &Runner, agent: &AgentDef) -> (Tools, Vec<ToolDefinition>) {
+    let mut tools = Tools::new();
+    let mut definitions = Vec::new();
+    for name in &agent.tools {
+        match runner.tools.get(name) {
+            Some(tool) if !tools.contains_key(name) => {
+                definitions.push(tool.definition());
+                tools.insert(name.clone(), Arc::clone(tool));
+            }
+            Some(_) => {}
+            None => {
+                warn!(agent_id = %agent.agent_id, tool = %name, "tool not available in this executor; not offered")
+            }
+        }
+    }
+    (tools, definitions)
+}

@@ -1,0 +1,224 @@
+//! `Execute` and `Answer`: validate, load or create the session, claim it, start the driver.
+
+use std::sync::Arc;
+
+use taskforce_proto::v1;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tracing::info;
+
+use super::{Runner, StreamItem, driver::Run, events};
+use crate::{
+    error::ExecutorError,
+    llm::Message,
+    registry::Target,
+    session::{Session, Status},
+};
+
+/// Longest accepted mission or answer, in bytes.
+const MAX_TEXT: usize = 256 * 1024;
+
+impl Runner {
+    /// Starts a run for `request` and returns its event stream.
+    pub async fn execute(
+        self: &Arc<Self>,
+        request: v1::ExecuteRequest,
+    ) -> Result<ReceiverStream<StreamItem>, ExecutorError> {
+        let mission = request.mission.trim().to_owned();
+        if mission.is_empty() {
+            return Err(ExecutorError::invalid("mission", "must not be empty"));
+        }
+        if mission.len() > MAX_TEXT {
+            return Err(ExecutorError::invalid("mission", "is longer than 256 KiB"));
+        }
+        let target = match (non_empty(request.agent_id), non_empty(request.profile)) {
+            (Some(id), _) => {
+                check_id("agent_id", &id)?;
+                Target::Agent(id)
+            }
+            (None, Some(profile)) => {
+                check_id("profile", &profile)?;
+                Target::Profile(profile)
+            }
+            (None, None) => {
+                return Err(ExecutorError::invalid(
+                    "agent_id",
+                    "set `agent_id` (a registry agent) or `profile` (a profile agent)",
+                ));
+            }
+        };
+        let session_id = non_empty(request.session_id);
+        if let Some(id) = &session_id {
+            check_session_id(id)?;
+        }
+        let model_name = non_empty(request.model);
+        let model = self
+            .router
+            .resolve(model_name.as_deref())
+            .map_err(|e| ExecutorError::invalid("model", e.to_string()))?;
+        let agent = self.registry.resolve(&target).await?;
+
+        let existing = match &session_id {
+            Some(id) => self.store.get(id)?,
+            None => None,
+        };
+        let session = match existing {
+            Some(mut session) => {
+                if session.agent_id != agent.agent_id {
+                    return Err(ExecutorError::FailedPrecondition(format!(
+                        "session `{}` belongs to agent `{}`",
+                        session.id, session.agent_id
+                    )));
+                }
+                if session.status == Status::Paused {
+                    return Err(ExecutorError::FailedPrecondition(format!(
+                        "session `{}` waits for an answer to its question; call Answer",
+                        session.id
+                    )));
+                }
+                session.messages.push(Message::user(mission.clone()));
+                session.mission = mission;
+                session.model = model_name.or(session.model);
+                session
+            }
+            None => {
+                let id = session_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+                let mut session = Session::new(id, agent.agent_id.clone(), model_name, mission);
+                session.messages = vec![
+                    Message::system(agent.system_prompt.clone()),
+                    Message::user(session.mission.clone()),
+                ];
+                session
+            }
+        };
+        info!(session_id = %session.id, agent_id = %agent.agent_id, model = %model.model, "run starting");
+        self.launch(session, agent, model)
+    }
+
+    /// Answers the pending question of a paused session and returns the continued run's
+    /// event stream.
+    pub async fn answer(
+        self: &Arc<Self>,
+        request: v1::AnswerRequest,
+    ) -> Result<ReceiverStream<StreamItem>, ExecutorError> {
+        check_session_id(&request.session_id)?;
+        if request.answer.trim().is_empty() {
+            return Err(ExecutorError::invalid("answer", "must not be empty"));
+        }
+        if request.answer.len() > MAX_TEXT {
+            return Err(ExecutorError::invalid("answer", "is longer than 256 KiB"));
+        }
+        let mut session = self.store.get(&request.session_id)?.ok_or_else(|| {
+            ExecutorError::NotFound(format!("session `{}` does not exist", request.session_id))
+        })?;
+        let (Status::Paused, Some(pending)) = (session.status, session.pending.take()) else {
+            return Err(ExecutorError::FailedPrecondition(format!(
+                "session `{}` has no question waiting for an answer",
+                session.id
+            )));
+        };
+        if let Some(call_id) = non_empty(request.call_id)
+            && call_id != pending.call_id
+        {
+            return Err(ExecutorError::FailedPrecondition(format!(
+                "the pending question is call `{}`, not `{call_id}`",
+                pending.call_id
+            )));
+        }
+        let model = self
+            .router
+            .resolve(session.model.as_deref())
+            .map_err(|e| ExecutorError::invalid("model", e.to_string()))?;
+        let agent = self
+            .registry
+            .resolve(&Target::Agent(session.agent_id.clone()))
+            .await?;
+        session.messages.push(Message::Tool {
+            call_id: pending.call_id.clone(),
+            name: pending.tool.clone(),
+            content: request.answer.clone(),
+            is_error: false,
+        });
+        info!(session_id = %session.id, agent_id = %agent.agent_id, "run resuming with an answer");
+        let answered = v1::ToolEnd {
+            call_id: pending.call_id,
+            tool: pending.tool,
+            output: request.answer,
+            is_error: false,
+            duration_ms: 0,
+        };
+        self.launch_with(session, agent, model, Some(answered))
+    }
+
+    fn launch(
+        self: &Arc<Self>,
+        session: Session,
+        agent: Arc<crate::agent::AgentDef>,
+        model: crate::llm::ResolvedModel,
+    ) -> Result<ReceiverStream<StreamItem>, ExecutorError> {
+        self.launch_with(session, agent, model, None)
+    }
+
+    /// Claims the session for a live run, stores it, and spawns the driver.
+    fn launch_with(
+        self: &Arc<Self>,
+        mut session: Session,
+        agent: Arc<crate::agent::AgentDef>,
+        model: crate::llm::ResolvedModel,
+        answered: Option<v1::ToolEnd>,
+    ) -> Result<ReceiverStream<StreamItem>, ExecutorError> {
+        let cancel = self.shutdown.child_token();
+        {
+            let mut live = self
+                .live
+                .lock()
+                .map_err(|_| ExecutorError::Config("live-run table poisoned".into()))?;
+            if live.contains_key(&session.id) {
+                return Err(ExecutorError::FailedPrecondition(format!(
+                    "session `{}` already has a live run",
+                    session.id
+                )));
+            }
+            live.insert(session.id.clone(), cancel.clone());
+        }
+        session.status = Status::Running;
+        session.pending = None;
+        let (tx, rx) = mpsc::channel(events::CHANNEL_CAPACITY);
+        let sink = events::Sink::new(tx, session.id.clone(), session.next_seq, cancel.clone());
+        let run = Run {
+            runner: Arc::clone(self),
+            session,
+            agent,
+            model,
+            sink: Arc::new(sink),
+            cancel,
+            answered,
+        };
+        self.tasks.spawn(run.drive());
+        Ok(ReceiverStream::new(rx))
+    }
+}
+
+fn non_empty(value: Option<String>) -> Option<String> {
+    value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty())
+}
+
+fn check_id(field: &'static str, id: &str) -> Result<(), ExecutorError> {
+    taskforce_proto::ids::validate_agent_id(id)
+        .map_err(|e| ExecutorError::invalid(field, format!("`{id}`: {e}")))
+}
+
+fn check_session_id(id: &str) -> Result<(), ExecutorError> {
+    let ok = (1..=128).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(ExecutorError::invalid(
+            "session_id",
+            "must be 1-128 characters of letters, digits, `-` and `_`",
+        ))
+    }
+}

@@ -1,0 +1,68 @@
+//! `ask_user`: pauses the run with a question; the loop stores it and resumes with the answer.
+
+use futures::{FutureExt, future::BoxFuture};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{catalog_definition, parse_args};
+use crate::{
+    llm::ToolDefinition,
+    tools::{Tool, ToolContext, ToolError, ToolOutcome},
+};
+
+/// `ask_user`: returns [`ToolOutcome::Question`].
+#[derive(Debug)]
+pub struct AskUser {
+    definition: ToolDefinition,
+}
+
+impl AskUser {
+    /// The tool.
+    pub fn new() -> Self {
+        Self {
+            definition: catalog_definition("ask_user"),
+        }
+    }
+}
+
+impl Default for AskUser {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[derive(Deserialize)]
+struct AskArgs {
+    question: String,
+}
+
+impl Tool for AskUser {
+    fn name(&self) -> &str {
+        "ask_user"
+    }
+
+    fn definition(&self) -> ToolDefinition {
+        self.definition.clone()
+    }
+
+    fn call<'a>(
+        &'a self,
+        _ctx: &'a ToolContext,
+        arguments: Value,
+    ) -> BoxFuture<'a, Result<ToolOutcome, ToolError>> {
+        async move {
+            let args: AskArgs = parse_args("ask_user", arguments)?;
+            let question = args.question.trim();
+            if question.is_empty() {
+                return Err(ToolError::InvalidArguments {
+                    tool: "ask_user".to_owned(),
+                    reason: "`question` is empty".to_owned(),
+                });
+            }
+            Ok(ToolOutcome::Question {
+                question: question.to_owned(),
+            })
+        }
+        .boxed()
+    }
+}

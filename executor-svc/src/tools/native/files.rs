@@ -1,0 +1,219 @@
+//! `file_read` and `file_write`: text files inside the agent's workspace.
+
+use futures::{FutureExt, future::BoxFuture};
+use serde::Deserialize;
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tracing::debug;
+
+use super::{bounded, catalog_definition, failed, parse_args, workspace};
+use crate::{
+    llm::ToolDefinition,
+    tools::{Tool, ToolContext, ToolError, ToolOutcome},
+};
+
+/// How many leading bytes are checked for NUL when telling text from binary.
+const SNIFF_BYTES: usize = 8192;
+
+/// `file_read`: a text file from the workspace, cut to `max_bytes` and the call's output cap.
+#[derive(Debug)]
+pub struct FileRead {
+    definition: ToolDefinition,
+}
+
+impl FileRead {
+    /// The tool.
+    pub fn new() -> Self {
+        Self {
+            definition: catalog_definition("file_read"),
+        }
+    }
+}
+
+impl Default for FileRead {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[derive(Deserialize)]
+struct ReadArgs {
+    path: String,
+    max_bytes: Option<u64>,
+}
+
+impl Tool for FileRead {
+    fn name(&self) -> &str {
+        "file_read"
+    }
+
+    fn definition(&self) -> ToolDefinition {
+        self.definition.clone()
+    }
+
+    fn call<'a>(
+        &'a self,
+        ctx: &'a ToolContext,
+        arguments: Value,
+    ) -> BoxFuture<'a, Result<ToolOutcome, ToolError>> {
+        async move {
+            let args: ReadArgs = parse_args("file_read", arguments)?;
+            let cap = args
+                .max_bytes
+                .map_or(ctx.limits.max_output_bytes, |m| {
+                    usize::try_from(m).unwrap_or(usize::MAX)
+                })
+                .min(ctx.limits.max_output_bytes)
+                .max(1);
+            bounded("file_read", ctx, read(ctx, &args.path, cap)).await
+        }
+        .boxed()
+    }
+}
+
+async fn read(ctx: &ToolContext, given: &str, cap: usize) -> Result<ToolOutcome, ToolError> {
+    const TOOL: &str = "file_read";
+    let root = workspace::root(TOOL, &ctx.workspace).await?;
+    let candidate = workspace::lexical(TOOL, &ctx.workspace, &root, given)?;
+    let real = workspace::resolve_existing(TOOL, &root, &candidate, given).await?;
+    let meta = tokio::fs::metadata(&real)
+        .await
+        .map_err(|e| failed(TOOL, format!("{given}: {e}")))?;
+    if meta.is_dir() {
+        return Ok(ToolOutcome::failed(format!(
+            "{given} is a directory; file_read reads files"
+        )));
+    }
+    if !meta.is_file() {
+        // Opening a FIFO would block until someone writes to it.
+        return Ok(ToolOutcome::failed(format!(
+            "{given} is not a regular file; file_read reads files"
+        )));
+    }
+    let file = tokio::fs::File::open(&real)
+        .await
+        .map_err(|e| failed(TOOL, format!("{given}: {e}")))?;
+    // Read one byte past the cap to know whether the file is longer, never the whole file.
+    let mut buf = Vec::with_capacity(cap.min(1 << 20) + 1);
+    file.take(cap as u64 + 1)
+        .read_to_end(&mut buf)
+        .await
+        .map_err(|e| failed(TOOL, format!("{given}: {e}")))?;
+    let cut = buf.len() > cap;
+    buf.truncate(cap);
+    let total = meta.len();
+    if buf[..buf.len().min(SNIFF_BYTES)].contains(&0) {
+        return Ok(binary(given, total));
+    }
+    let text = match String::from_utf8(buf) {
+        Ok(t) => t,
+        Err(e) => {
+            // A cut may split the last character; anything else invalid is binary.
+            let valid = e.utf8_error().valid_up_to();
+            let tail = e.as_bytes().len() - valid;
+            if !(cut && tail < 4 && e.utf8_error().error_len().is_none()) {
+                return Ok(binary(given, total));
+            }
+            let mut bytes = e.into_bytes();
+            bytes.truncate(valid);
+            String::from_utf8_lossy(&bytes).into_owned()
+        }
+    };
+    debug!(path = given, bytes = text.len(), cut, "file_read");
+    if cut {
+        let shown = text.len();
+        return Ok(ToolOutcome::ok(format!(
+            "{text}\n[file cut: showing the first {shown} of {total} bytes]"
+        )));
+    }
+    Ok(ToolOutcome::ok(text))
+}
+
+fn binary(given: &str, total: u64) -> ToolOutcome {
+    ToolOutcome::failed(format!(
+        "{given} is a binary file ({total} bytes); file_read returns text files only"
+    ))
+}
+
+/// `file_write`: writes (or appends to) a text file in the workspace, creating directories.
+#[derive(Debug)]
+pub struct FileWrite {
+    definition: ToolDefinition,
+    max_bytes: usize,
+}
+
+impl FileWrite {
+    /// The tool; content longer than `max_bytes` is refused.
+    pub fn new(max_bytes: usize) -> Self {
+        Self {
+            definition: catalog_definition("file_write"),
+            max_bytes,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct WriteArgs {
+    path: String,
+    content: String,
+    #[serde(default)]
+    append: bool,
+}
+
+impl Tool for FileWrite {
+    fn name(&self) -> &str {
+        "file_write"
+    }
+
+    fn definition(&self) -> ToolDefinition {
+        self.definition.clone()
+    }
+
+    fn call<'a>(
+        &'a self,
+        ctx: &'a ToolContext,
+        arguments: Value,
+    ) -> BoxFuture<'a, Result<ToolOutcome, ToolError>> {
+        async move {
+            let args: WriteArgs = parse_args("file_write", arguments)?;
+            if args.content.len() > self.max_bytes {
+                return Err(ToolError::InvalidArguments {
+                    tool: "file_write".to_owned(),
+                    reason: format!(
+                        "`content` is {} bytes; the limit is {} bytes",
+                        args.content.len(),
+                        self.max_bytes
+                    ),
+                });
+            }
+            bounded("file_write", ctx, write(ctx, &args)).await
+        }
+        .boxed()
+    }
+}
+
+async fn write(ctx: &ToolContext, args: &WriteArgs) -> Result<ToolOutcome, ToolError> {
+    const TOOL: &str = "file_write";
+    let given = args.path.as_str();
+    let root = workspace::root(TOOL, &ctx.workspace).await?;
+    let candidate = workspace::lexical(TOOL, &ctx.workspace, &root, given)?;
+    let real = workspace::resolve_for_write(TOOL, &root, &candidate, given).await?;
+    let mut file = tokio::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .append(args.append)
+        .truncate(!args.append)
+        .open(&real)
+        .await
+        .map_err(|e| failed(TOOL, format!("{given}: {e}")))?;
+    file.write_all(args.content.as_bytes())
+        .await
+        .map_err(|e| failed(TOOL, format!("{given}: {e}")))?;
+    file.flush()
+        .await
+        .map_err(|e| failed(TOOL, format!("{given}: {e}")))?;
+    let n = args.content.len();
+    debug!(path = given, bytes = n, append = args.append, "file_write");
+    let verb = if args.append { "appended" } else { "wrote" };
+    Ok(ToolOutcome::ok(format!("{verb} {n} bytes to {given}")))
+}

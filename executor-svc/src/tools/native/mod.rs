@@ -1,0 +1,287 @@
+//! The nine native tools, real implementations of the catalog in
+//! [`taskforce_proto::catalog::native_tools`].
+//!
+//! # Layout
+//! - `workspace`: confining paths to the agent's workspace (no `..`, absolute path or symlink
+//!   escape).
+//! - `files`: `file_read` and `file_write`.
+//! - `process`: running a subprocess in the workspace (own process group, minimal environment,
+//!   timeout, cancellation, output cap), shared by `python`, `powershell` and `git`.
+//! - `python`: `python` and `powershell`; `git`: `git`.
+//! - `html`: a small HTML tokenizer, entity decoding and HTML → text, for the web tools.
+//! - `http`: the capped, cancellable HTTP request the web and GitHub tools share.
+//! - `search`: `web_search` (DuckDuckGo's HTML page by default); `fetch`: `web_fetch`.
+//! - `github`: `github`, the GitHub REST API with a token from the environment.
+//! - `ask_user`: `ask_user`, which pauses the run with a question.
+//!
+//! Every tool takes its name, description and schema from the catalog, so what the registry
+//! lists and what the model sees never differ.
+
+mod ask_user;
+mod fetch;
+mod files;
+mod git;
+mod github;
+mod html;
+mod http;
+mod process;
+mod python;
+mod search;
+mod workspace;
+
+use std::{fmt, path::PathBuf, sync::Arc, time::Duration};
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tracing::warn;
+
+use super::{Tool, ToolContext, ToolError};
+use crate::llm::ToolDefinition;
+
+pub use ask_user::AskUser;
+pub use fetch::WebFetch;
+pub use files::{FileRead, FileWrite};
+pub use git::Git;
+pub use github::GitHub;
+pub use html::html_to_text;
+pub use python::{Powershell, Python, powershell_available};
+pub use search::WebSearch;
+
+/// Default search endpoint: DuckDuckGo's HTML results page; the URL-encoded query is appended.
+pub const DEFAULT_WEB_SEARCH_URL: &str = "https://html.duckduckgo.com/html/?q=";
+/// Default GitHub REST API base URL.
+pub const DEFAULT_GITHUB_API_URL: &str = "https://api.github.com";
+
+/// A secret string (an API token): never printed by `Debug` and never logged.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The secret itself, for the one place that sends it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// Configuration of the native tools: endpoints, binaries, caps.
+#[derive(Debug, Clone)]
+pub struct NativeToolsConfig {
+    /// Search URL prefix; the URL-encoded query is appended (DuckDuckGo's HTML page format).
+    pub web_search_url: String,
+    /// GitHub REST API base URL (GitHub Enterprise: `https://HOST/api/v3`).
+    pub github_api_url: String,
+    /// GitHub token, sent as `Authorization: Bearer`; `None` makes unauthenticated reads only.
+    pub github_token: Option<Secret>,
+    /// The Python interpreter (a name looked up on `PATH`, or a path).
+    pub python_bin: PathBuf,
+    /// The git binary.
+    pub git_bin: PathBuf,
+    /// The PowerShell binary; the tool is unavailable when it is not found.
+    pub pwsh_bin: PathBuf,
+    /// Largest body `web_fetch`, `web_search` and `github` download before converting (the text
+    /// handed to the model is further cut to the call's `max_output_bytes`).
+    pub max_download_bytes: usize,
+    /// Largest content `file_write` accepts.
+    pub max_write_bytes: usize,
+    /// Upper bound of one HTTP request, below the call's own timeout.
+    pub http_timeout: Duration,
+    /// `User-Agent` of the web and GitHub requests.
+    pub user_agent: String,
+}
+
+impl Default for NativeToolsConfig {
+    fn default() -> Self {
+        Self {
+            web_search_url: DEFAULT_WEB_SEARCH_URL.to_owned(),
+            github_api_url: DEFAULT_GITHUB_API_URL.to_owned(),
+            github_token: None,
+            python_bin: PathBuf::from("python3"),
+            git_bin: PathBuf::from("git"),
+            pwsh_bin: PathBuf::from("pwsh"),
+            max_download_bytes: 5 * 1024 * 1024,
+            max_write_bytes: 10 * 1024 * 1024,
+            http_timeout: Duration::from_secs(30),
+            user_agent: concat!("taskforce-executor/", env!("CARGO_PKG_VERSION")).to_owned(),
+        }
+    }
+}
+
+impl NativeToolsConfig {
+    /// Defaults overridden by the process environment: `GITHUB_TOKEN` (or `GH_TOKEN`),
+    /// `GITHUB_API_URL`, `TASKFORCE_WEB_SEARCH_URL`, `TASKFORCE_PYTHON`, `TASKFORCE_PWSH`.
+    pub fn from_env() -> Self {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Like [`Self::from_env`] with any lookup (tests pass a map).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Self {
+        let get = |k: &str| lookup(k).filter(|v| !v.trim().is_empty());
+        let mut c = Self {
+            github_token: get("GITHUB_TOKEN").or_else(|| get("GH_TOKEN")).map(Secret),
+            ..Self::default()
+        };
+        if let Some(v) = get("GITHUB_API_URL") {
+            c.github_api_url = v;
+        }
+        if let Some(v) = get("TASKFORCE_WEB_SEARCH_URL") {
+            c.web_search_url = v;
+        }
+        if let Some(v) = get("TASKFORCE_PYTHON") {
+            c.python_bin = PathBuf::from(v);
+        }
+        if let Some(v) = get("TASKFORCE_PWSH") {
+            c.pwsh_bin = PathBuf::from(v);
+        }
+        c
+    }
+}
+
+/// All nine native tools, in catalog order, sharing one HTTP client.
+pub fn native_tools(config: &NativeToolsConfig) -> Vec<Arc<dyn Tool>> {
+    let config = Arc::new(config.clone());
+    let client = http_client(&config);
+    vec![
+        Arc::new(WebSearch::new(config.clone(), client.clone())),
+        Arc::new(WebFetch::new(config.clone(), client.clone())),
+        Arc::new(FileRead::new()),
+        Arc::new(FileWrite::new(config.max_write_bytes)),
+        Arc::new(Python::new(config.python_bin.clone())),
+        Arc::new(Git::new(config.git_bin.clone())),
+        Arc::new(GitHub::new(config.clone(), client)),
+        Arc::new(Powershell::new(config.pwsh_bin.clone())),
+        Arc::new(AskUser::new()),
+    ]
+}
+
+/// The shared client; `None` (and the HTTP tools unavailable) if TLS cannot be set up.
+fn http_client(config: &NativeToolsConfig) -> Option<reqwest::Client> {
+    match reqwest::Client::builder()
+        .user_agent(config.user_agent.clone())
+        .connect_timeout(Duration::from_secs(10))
+        .timeout(config.http_timeout)
+        .build()
+    {
+        Ok(c) => Some(c),
+        Err(e) => {
+            warn!(error = %e, "could not build the HTTP client; web and github tools are unavailable");
+            None
+        }
+    }
+}
+
+/// The catalog's definition of `name`. Every native tool is in the catalog (a unit test checks
+/// it); a missing one would get an empty schema rather than a panic.
+pub(crate) fn catalog_definition(name: &str) -> ToolDefinition {
+    match taskforce_proto::catalog::native_tools()
+        .into_iter()
+        .find(|t| t.name == name)
+    {
+        Some(t) => ToolDefinition {
+            name: t.name.to_owned(),
+            description: t.description.to_owned(),
+            parameters: t.parameters_schema,
+        },
+        None => ToolDefinition {
+            name: name.to_owned(),
+            description: String::new(),
+            parameters: serde_json::json!({ "type": "object", "properties": {} }),
+        },
+    }
+}
+
+/// Parses the model's arguments into `T`, naming the problem when they do not fit.
+pub(crate) fn parse_args<T: DeserializeOwned>(
+    tool: &str,
+    arguments: Value,
+) -> Result<T, ToolError> {
+    serde_json::from_value(arguments).map_err(|e| ToolError::InvalidArguments {
+        tool: tool.to_owned(),
+        reason: e.to_string(),
+    })
+}
+
+/// Cuts `text` to at most `max` bytes on a character boundary and says so at the end.
+pub(crate) fn cap_text(mut text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let total = text.len();
+    let mut cut = max;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    text.truncate(cut);
+    text.push_str(&format!(
+        "\n[output cut: showing the first {cut} of {total} bytes]"
+    ));
+    text
+}
+
+/// Runs `work` within the call's timeout and until `ctx.cancel` fires, whichever comes first.
+pub(crate) async fn bounded<T>(
+    tool: &str,
+    ctx: &ToolContext,
+    work: impl Future<Output = Result<T, ToolError>>,
+) -> Result<T, ToolError> {
+    tokio::select! {
+        r = work => r,
+        () = tokio::time::sleep(ctx.limits.timeout) => Err(ToolError::Timeout {
+            tool: tool.to_owned(),
+            after: ctx.limits.timeout,
+        }),
+        () = ctx.cancel.cancelled() => Err(ToolError::Cancelled { tool: tool.to_owned() }),
+    }
+}
+
+/// A shorthand for [`ToolError::Failed`].
+pub(crate) fn failed(tool: &str, reason: impl fmt::Display) -> ToolError {
+    ToolError::Failed {
+        tool: tool.to_owned(),
+        reason: reason.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_native_tool_takes_its_definition_from_the_catalog() {
+        let tools = native_tools(&NativeToolsConfig::default());
+        let catalog = taskforce_proto::catalog::native_tools();
+        assert_eq!(tools.len(), catalog.len());
+        for (tool, entry) in tools.iter().zip(catalog) {
+            let def = tool.definition();
+            assert_eq!(tool.name(), entry.name);
+            assert_eq!(def.name, entry.name);
+            assert_eq!(def.description, entry.description);
+            assert_eq!(def.parameters, entry.parameters_schema);
+        }
+    }
+
+    #[test]
+    fn cap_text_cuts_on_a_char_boundary_and_says_so() {
+        let out = cap_text("héllo".repeat(10), 2);
+        assert!(out.starts_with('h'));
+        assert!(out.contains("[output cut: showing the first 1 of 60 bytes]"));
+        assert_eq!(cap_text("short".into(), 10), "short");
+    }
+
+    #[test]
+    fn secrets_do_not_print_and_env_lookup_reads_the_token() {
+        let c = NativeToolsConfig::from_lookup(|k| (k == "GH_TOKEN").then(|| "t0k".to_owned()));
+        assert_eq!(c.github_token.as_ref().map(Secret::expose), Some("t0k"));
+        assert!(!format!("{c:?}").contains("t0k"));
+    }
+}

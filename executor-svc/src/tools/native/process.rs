@@ -1,0 +1,251 @@
+//! Running one subprocess for a tool: in the workspace, in its own process group, with a minimal
+//! environment, a timeout, the run's cancellation and an output cap.
+//!
+//! The whole process group is killed (SIGKILL) and reaped when the call times out, is cancelled,
+//! or its future is dropped, so nothing the program started outlives the call.
+
+use std::{
+    ffi::OsString,
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::Duration,
+};
+
+use process_wrap::tokio::{ChildWrapper, CommandWrap, KillOnDrop, ProcessGroup};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tracing::{debug, warn};
+
+use super::{cap_text, failed};
+use crate::tools::{ToolContext, ToolError, ToolOutcome};
+
+/// Variables passed through from the executor's environment; everything else (API keys, tokens)
+/// stays out of the child.
+const PASSED_ENV: [&str; 4] = ["PATH", "HOME", "LANG", "TZ"];
+/// How long reaping a killed process group may take before it is left to `KillOnDrop`.
+const REAP_GRACE: Duration = Duration::from_secs(2);
+
+/// One program to run.
+#[derive(Debug)]
+pub(crate) struct Spawn<'a> {
+    /// The tool, for errors and logs.
+    pub tool: &'a str,
+    /// The binary (looked up on `PATH`).
+    pub program: &'a Path,
+    /// Its arguments, never through a shell.
+    pub args: Vec<OsString>,
+    /// Extra environment on top of [`PASSED_ENV`].
+    pub env: Vec<(&'static str, OsString)>,
+    /// Written to stdin, which is then closed; `None` gives an empty stdin.
+    pub stdin: Option<Vec<u8>>,
+    /// The working directory (the canonical workspace).
+    pub cwd: PathBuf,
+    /// Wall-clock limit.
+    pub timeout: Duration,
+}
+
+/// What a finished program left.
+#[derive(Debug)]
+pub(crate) struct Finished {
+    /// Exit code; `None` when a signal ended it.
+    pub code: Option<i32>,
+    /// Captured stdout (at most the cap).
+    pub stdout: Vec<u8>,
+    /// Captured stderr (at most the cap).
+    pub stderr: Vec<u8>,
+    /// Bytes that were read and dropped because of the cap.
+    pub dropped: usize,
+}
+
+impl Finished {
+    /// The output for the model: exit code, stdout, stderr, cut to `max` bytes; a non-zero exit
+    /// is a failed outcome.
+    pub fn into_outcome(self, max: usize) -> ToolOutcome {
+        let code = self
+            .code
+            .map_or_else(|| "killed by a signal".to_owned(), |c| c.to_string());
+        let mut text = format!("exit code: {code}\n");
+        for (name, bytes) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
+            if !bytes.is_empty() {
+                text.push_str(&format!("{name}:\n{}", String::from_utf8_lossy(bytes)));
+                if !text.ends_with('\n') {
+                    text.push('\n');
+                }
+            }
+        }
+        if self.stdout.is_empty() && self.stderr.is_empty() {
+            text.push_str("(no output)\n");
+        }
+        let mut text = cap_text(text, max);
+        if self.dropped > 0 {
+            text.push_str(&format!(
+                "\n[output cut: {} more bytes were not kept]",
+                self.dropped
+            ));
+        }
+        if self.code == Some(0) {
+            ToolOutcome::ok(text)
+        } else {
+            ToolOutcome::failed(text)
+        }
+    }
+}
+
+/// Runs `spec` to the end, its timeout, or `ctx.cancel`, keeping at most `cap` bytes of each
+/// stream (the rest is drained so the program never blocks on a full pipe).
+pub(crate) async fn run(
+    ctx: &ToolContext,
+    spec: Spawn<'_>,
+    cap: usize,
+) -> Result<Finished, ToolError> {
+    let tool = spec.tool;
+    let mut cmd = tokio::process::Command::new(spec.program);
+    cmd.args(&spec.args)
+        .current_dir(&spec.cwd)
+        .env_clear()
+        .envs(
+            PASSED_ENV
+                .iter()
+                .filter_map(|k| std::env::var_os(k).map(|v| (*k, v))),
+        )
+        .envs(spec.env.iter().map(|(k, v)| (*k, v)))
+        .stdin(if spec.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut wrap = CommandWrap::from(cmd);
+    wrap.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
+    let mut guard = GroupGuard {
+        child: wrap.spawn().map_err(|e| {
+            failed(
+                tool,
+                format!("could not start {}: {e}", spec.program.display()),
+            )
+        })?,
+        ended: false,
+    };
+    let child = &mut guard.child;
+    let pid = child.id();
+    debug!(tool, pid, agent_id = %ctx.agent_id, session_id = %ctx.session_id, "subprocess started");
+    let stdin = child.stdin().take();
+    let (stdout, stderr) = (child.stdout().take(), child.stderr().take());
+    let input = spec.stdin;
+    let ended = {
+        let feed = async move {
+            if let (Some(mut pipe), Some(bytes)) = (stdin, input) {
+                // A program that exits without reading its stdin is not an error here.
+                let _ = pipe.write_all(&bytes).await;
+            }
+        };
+        let work = async {
+            let ((), out, err) =
+                tokio::join!(feed, read_capped(stdout, cap), read_capped(stderr, cap));
+            let status = child.wait().await;
+            (out, err, status)
+        };
+        tokio::select! {
+            r = work => Ok(r),
+            () = tokio::time::sleep(spec.timeout) => Err(ToolError::Timeout { tool: tool.to_owned(), after: spec.timeout }),
+            () = ctx.cancel.cancelled() => Err(ToolError::Cancelled { tool: tool.to_owned() }),
+        }
+    };
+    match ended {
+        Ok((out, err, status)) => {
+            // The wait covers the whole group: nothing of it is left to kill.
+            guard.ended = status.is_ok();
+            let status = status.map_err(|e| failed(tool, e))?;
+            let (stdout, d1) = out.map_err(|e| failed(tool, e))?;
+            let (stderr, d2) = err.map_err(|e| failed(tool, e))?;
+            debug!(tool, pid, code = status.code(), "subprocess ended");
+            Ok(Finished {
+                code: status.code(),
+                stdout,
+                stderr,
+                dropped: d1 + d2,
+            })
+        }
+        Err(e) => {
+            kill_group(tool, pid, guard.child.as_mut()).await;
+            guard.ended = true;
+            Err(e)
+        }
+    }
+}
+
+/// Kills the process group when the call's future is dropped mid-run (the loop gave up on it):
+/// `KillOnDrop` alone would kill only the leader, leaving what it started running.
+struct GroupGuard {
+    child: Box<dyn ChildWrapper>,
+    ended: bool,
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if !self.ended {
+            let pid = self.child.id();
+            match self.child.start_kill() {
+                Ok(()) => debug!(pid, "subprocess group killed on drop"),
+                Err(e) => warn!(pid, error = %e, "could not kill a dropped subprocess group"),
+            }
+        }
+    }
+}
+
+/// Kills the whole group and reaps it, bounded; `KillOnDrop` is the backstop.
+async fn kill_group(tool: &str, pid: Option<u32>, child: &mut dyn ChildWrapper) {
+    if let Err(e) = child.start_kill() {
+        warn!(tool, pid, error = %e, "could not kill the subprocess group");
+        return;
+    }
+    match tokio::time::timeout(REAP_GRACE, child.wait()).await {
+        Ok(_) => debug!(tool, pid, "subprocess group killed"),
+        Err(_) => warn!(
+            tool,
+            pid, "subprocess group did not exit after SIGKILL in time"
+        ),
+    }
+}
+
+/// Reads at most `cap` bytes, then drains the rest; returns the bytes and how many were dropped.
+async fn read_capped<R: AsyncRead + Unpin>(
+    pipe: Option<R>,
+    cap: usize,
+) -> std::io::Result<(Vec<u8>, usize)> {
+    let Some(mut pipe) = pipe else {
+        return Ok((Vec::new(), 0));
+    };
+    let mut buf = Vec::new();
+    let mut dropped = 0;
+    let mut chunk = [0u8; 8192];
+    loop {
+        let n = pipe.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok((buf, dropped));
+        }
+        let room = cap.saturating_sub(buf.len());
+        buf.extend_from_slice(&chunk[..n.min(room)]);
+        dropped += n.saturating_sub(room);
+    }
+}
+
+/// The effective timeout: the model may ask for less than the call's limit, never more.
+pub(crate) fn timeout(ctx: &ToolContext, requested_seconds: Option<u64>) -> Duration {
+    requested_seconds
+        .map(Duration::from_secs)
+        .map_or(ctx.limits.timeout, |t| t.min(ctx.limits.timeout))
+}
+
+/// True when `program` names an executable file (a path, or a name found on `PATH`).
+pub(crate) fn on_path(program: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.components().count() > 1 {
+        return executable(program);
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| executable(&d.join(program))))
+}

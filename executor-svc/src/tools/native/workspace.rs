@@ -1,0 +1,185 @@
+//! Keeping paths inside the agent's workspace.
+//!
+//! A path from the model is taken relative to the workspace (an absolute path must already lie
+//! inside it), normalised lexically with no step above the root, then resolved on disk: the
+//! nearest existing ancestor is canonicalised (following symlinks) and must still be inside the
+//! canonical workspace. Writes never follow a symlink that leaves it. A concurrent process that
+//! swaps a directory for a symlink between the check and the open is outside this model; the
+//! workspace belongs to the agent.
+
+use std::{
+    io,
+    path::{Component, Path, PathBuf},
+};
+
+use crate::tools::ToolError;
+
+use super::failed;
+
+/// The canonical workspace root, created if missing.
+pub(crate) async fn root(tool: &str, workspace: &Path) -> Result<PathBuf, ToolError> {
+    if workspace.as_os_str().is_empty() {
+        return Err(failed(tool, "the agent has no workspace"));
+    }
+    tokio::fs::create_dir_all(workspace)
+        .await
+        .map_err(|e| failed(tool, format!("workspace {}: {e}", workspace.display())))?;
+    tokio::fs::canonicalize(workspace)
+        .await
+        .map_err(|e| failed(tool, format!("workspace {}: {e}", workspace.display())))
+}
+
+/// `given` as a path below `root`, lexically: `..` may not climb above the root, and an absolute
+/// path must start with the workspace (as configured or canonical).
+pub(crate) fn lexical(
+    tool: &str,
+    workspace: &Path,
+    root: &Path,
+    given: &str,
+) -> Result<PathBuf, ToolError> {
+    let outside = || ToolError::OutsideWorkspace {
+        tool: tool.to_owned(),
+        path: given.to_owned(),
+    };
+    if given.trim().is_empty() || given.contains('\0') {
+        return Err(ToolError::InvalidArguments {
+            tool: tool.to_owned(),
+            reason: "`path` must be a non-empty path".to_owned(),
+        });
+    }
+    let p = Path::new(given);
+    let rel = if p.is_absolute() {
+        p.strip_prefix(root)
+            .or_else(|_| p.strip_prefix(workspace))
+            .map_err(|_| outside())?
+    } else {
+        p
+    };
+    let mut parts: Vec<&std::ffi::OsStr> = Vec::new();
+    for c in rel.components() {
+        match c {
+            Component::Normal(s) => parts.push(s),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                parts.pop().ok_or_else(outside)?;
+            }
+            Component::RootDir | Component::Prefix(_) => return Err(outside()),
+        }
+    }
+    Ok(parts.iter().fold(root.to_path_buf(), |acc, s| acc.join(s)))
+}
+
+/// A path to read: it must exist and resolve (through any symlinks) inside `root`.
+pub(crate) async fn resolve_existing(
+    tool: &str,
+    root: &Path,
+    candidate: &Path,
+    given: &str,
+) -> Result<PathBuf, ToolError> {
+    let real = match tokio::fs::canonicalize(candidate).await {
+        Ok(p) => p,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            // A dangling symlink is reported as missing, whatever it points to.
+            return Err(failed(
+                tool,
+                format!("{given}: no such file in the workspace"),
+            ));
+        }
+        Err(e) => return Err(failed(tool, format!("{given}: {e}"))),
+    };
+    if !real.starts_with(root) {
+        return Err(ToolError::OutsideWorkspace {
+            tool: tool.to_owned(),
+            path: given.to_owned(),
+        });
+    }
+    Ok(real)
+}
+
+/// A path to write: its parent directories are created inside `root`, and the target (if it is
+/// a symlink) must resolve inside `root`; returns the real path to open.
+pub(crate) async fn resolve_for_write(
+    tool: &str,
+    root: &Path,
+    candidate: &Path,
+    given: &str,
+) -> Result<PathBuf, ToolError> {
+    let outside = || ToolError::OutsideWorkspace {
+        tool: tool.to_owned(),
+        path: given.to_owned(),
+    };
+    let (Some(parent), Some(name)) = (candidate.parent(), candidate.file_name()) else {
+        return Err(failed(tool, format!("{given}: not a file path")));
+    };
+    if candidate == root {
+        return Err(failed(tool, format!("{given}: is the workspace directory")));
+    }
+    // The nearest existing ancestor must resolve inside the root before anything is created.
+    let mut existing = parent;
+    while tokio::fs::symlink_metadata(existing).await.is_err() {
+        existing = existing.parent().ok_or_else(outside)?;
+    }
+    let real_existing = tokio::fs::canonicalize(existing)
+        .await
+        .map_err(|e| failed(tool, format!("{given}: {e}")))?;
+    if !real_existing.starts_with(root) {
+        return Err(outside());
+    }
+    tokio::fs::create_dir_all(parent)
+        .await
+        .map_err(|e| failed(tool, format!("{given}: cannot create its directory: {e}")))?;
+    let real_parent = tokio::fs::canonicalize(parent)
+        .await
+        .map_err(|e| failed(tool, format!("{given}: {e}")))?;
+    if !real_parent.starts_with(root) {
+        return Err(outside());
+    }
+    let mut target = real_parent.join(name);
+    if tokio::fs::symlink_metadata(&target)
+        .await
+        .is_ok_and(|m| m.file_type().is_symlink())
+    {
+        // Follow a link only when it lands inside; a dangling one would create its target
+        // wherever it points, so it is refused too.
+        target = match tokio::fs::canonicalize(&target).await {
+            Ok(real) if real.starts_with(root) => real,
+            _ => return Err(outside()),
+        };
+    }
+    match tokio::fs::metadata(&target).await {
+        Ok(meta) if meta.is_dir() => Err(failed(tool, format!("{given}: is a directory"))),
+        // A FIFO or device would block the write or do something else entirely.
+        Ok(meta) if !meta.is_file() => Err(failed(tool, format!("{given}: not a regular file"))),
+        _ => Ok(target),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lex(given: &str) -> Result<PathBuf, ToolError> {
+        lexical("t", Path::new("/ws"), Path::new("/real/ws"), given)
+    }
+
+    #[test]
+    fn relative_paths_are_joined_and_normalised() {
+        assert_eq!(
+            lex("a/./b/../c.txt").ok(),
+            Some(PathBuf::from("/real/ws/a/c.txt"))
+        );
+        assert_eq!(lex("/ws/x").ok(), Some(PathBuf::from("/real/ws/x")));
+        assert_eq!(lex("/real/ws/y").ok(), Some(PathBuf::from("/real/ws/y")));
+    }
+
+    #[test]
+    fn escapes_are_refused() {
+        for p in ["../x", "a/../../x", "/etc/passwd", "/wsx/a"] {
+            assert!(
+                matches!(lex(p), Err(ToolError::OutsideWorkspace { .. })),
+                "{p}"
+            );
+        }
+        assert!(matches!(lex(""), Err(ToolError::InvalidArguments { .. })));
+    }
+}

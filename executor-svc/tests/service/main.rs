@@ -1,0 +1,11 @@
+//! The executor service end to end, in-process: the library served on a loopback port, a fake
+//! registry (one custom agent, one profile), the scripted provider, and test tools.
+//!
+//! Logs show with `TEST_LOG=1`.
+
+mod budgets;
+mod fake_registry;
+mod registry;
+mod runs;
+mod sessions;
+mod support;

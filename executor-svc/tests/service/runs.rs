@@ -1,0 +1,261 @@
+//! Runs: event order, error results, bad requests, profiles, and a client that leaves.
+
+use std::{sync::atomic::Ordering, time::Duration};
+
+use taskforce_proto::v1::{
+    AgentStatus, ExecuteRequest, GetSessionRequest, RunStatus, run_event::Event,
+};
+use tempfile::TempDir;
+use tonic::Code;
+
+use crate::{
+    fake_registry::FakeRegistry,
+    support::{Executor, WAIT, collect, done_status, kinds, mission, setup},
+};
+
+/// Twenty words: streamed as twenty tokens.
+const TWENTY: &str = "one two three four five six seven eight nine ten eleven twelve thirteen \
+fourteen fifteen sixteen seventeen eighteen nineteen twenty";
+
+#[tokio::test]
+async fn a_tool_call_then_a_twenty_token_answer_streams_in_order() {
+    let dir = TempDir::new().expect("tmp");
+    let registry = FakeRegistry::start().await;
+    let script = format!(
+        "turns:\n  - text: \"Checking.\"\n    tool_calls:\n      - {{name: probe, id: c1, arguments: {{x: hello}}}}\n  - text: \"{TWENTY}\"\n"
+    );
+    let mut executor = Executor::start(&setup(&dir, &registry, &script, 10)).await;
+    let stream = executor
+        .client
+        .execute(mission("probe it"))
+        .await
+        .expect("execute")
+        .into_inner();
+    let events = collect(stream).await;
+
+    let mut expected = vec!["started", "token", "tool_start", "tool_end"];
+    expected.extend(std::iter::repeat_n("token", 20));
+    expected.extend(["final", "done"]);
+    assert_eq!(kinds(&events), expected);
+    let session_id = events[0].session_id.clone();
+    for (i, event) in events.iter().enumerate() {
+        assert_eq!(event.seq, i as u64, "seq is contiguous from 0");
+        assert_eq!(event.session_id, session_id);
+        assert!(
+            event.agent_path.is_empty(),
+            "the top agent has an empty path"
+        );
+    }
+    match &events[3].event {
+        Some(Event::ToolEnd(end)) => {
+            assert_eq!((end.call_id.as_str(), end.tool.as_str()), ("c1", "probe"));
+            assert_eq!(end.output, "probed: hello");
+            assert!(!end.is_error);
+        }
+        other => panic!("expected ToolEnd, got {other:?}"),
+    }
+    match &events[events.len() - 2].event {
+        Some(Event::FinalAnswer(answer)) => assert_eq!(answer.text, TWENTY),
+        other => panic!("expected FinalAnswer, got {other:?}"),
+    }
+    assert_eq!(done_status(&events), RunStatus::Completed);
+
+    let session = executor
+        .client
+        .get_session(GetSessionRequest { session_id })
+        .await
+        .expect("session")
+        .into_inner();
+    assert_eq!(session.status(), RunStatus::Completed);
+    assert_eq!(session.final_answer, TWENTY);
+    assert_eq!(session.next_seq, events.len() as u64);
+    // system, user, assistant (call), tool, assistant (answer)
+    assert_eq!(session.messages.len(), 5);
+
+    // BUSY with the mission at the start, IDLE at the end (the IDLE report follows `Done`).
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let reports = registry.reports.lock().expect("reports").clone();
+        if reports.len() >= 2 {
+            assert_eq!(
+                reports[0],
+                ("helper".into(), AgentStatus::Busy, "probe it".into())
+            );
+            assert_eq!(reports[1].1, AgentStatus::Idle);
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "reports: {reports:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    executor.stop().await;
+}
+
+#[tokio::test]
+async fn unknown_tools_and_malformed_arguments_become_error_results() {
+    let dir = TempDir::new().expect("tmp");
+    let registry = FakeRegistry::start().await;
+    let script = "turns:\n  - tool_calls:\n      - {name: nope, id: u1, arguments: {}}\n      - {name: probe, id: m1, arguments: \"{not json\"}\n  - text: done\n";
+    let mut executor = Executor::start(&setup(&dir, &registry, script, 10)).await;
+    let events = collect(
+        executor
+            .client
+            .execute(mission("try"))
+            .await
+            .expect("execute")
+            .into_inner(),
+    )
+    .await;
+    let errors: Vec<(String, String)> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Some(Event::ToolError(err)) => Some((err.call_id.clone(), err.message.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(errors.len(), 2, "{events:?}");
+    assert!(
+        errors
+            .iter()
+            .any(|(id, m)| id == "u1" && m.contains("unknown tool `nope`"))
+    );
+    assert!(
+        errors
+            .iter()
+            .any(|(id, m)| id == "m1" && m.contains("not valid JSON"))
+    );
+    assert_eq!(done_status(&events), RunStatus::Completed);
+    executor.stop().await;
+}
+
+#[tokio::test]
+async fn bad_requests_are_refused_with_clear_codes() {
+    let dir = TempDir::new().expect("tmp");
+    let registry = FakeRegistry::start().await;
+    let mut executor = Executor::start(&setup(&dir, &registry, "turns: []\n", 10)).await;
+
+    let err = executor
+        .client
+        .execute(ExecuteRequest {
+            agent_id: Some("nobody".into()),
+            ..mission("hello")
+        })
+        .await
+        .expect_err("unknown agent");
+    assert_eq!(err.code(), Code::NotFound);
+    assert!(err.message().contains("nobody"), "{}", err.message());
+
+    let err = executor
+        .client
+        .execute(mission("   "))
+        .await
+        .expect_err("empty mission");
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("mission"), "{}", err.message());
+
+    let err = executor
+        .client
+        .execute(ExecuteRequest {
+            agent_id: None,
+            profile: Some("nope".into()),
+            ..mission("hello")
+        })
+        .await
+        .expect_err("unknown profile");
+    assert_eq!(err.code(), Code::NotFound);
+
+    let err = executor
+        .client
+        .get_session(GetSessionRequest {
+            session_id: "missing".into(),
+        })
+        .await
+        .expect_err("unknown session");
+    assert_eq!(err.code(), Code::NotFound);
+    executor.stop().await;
+}
+
+#[tokio::test]
+async fn a_profile_runs_when_no_agent_id_is_given() {
+    let dir = TempDir::new().expect("tmp");
+    let registry = FakeRegistry::start().await;
+    let script =
+        "turns:\n  - tool_calls:\n      - {name: probe, arguments: {x: p}}\n  - text: ok\n";
+    let mut executor = Executor::start(&setup(&dir, &registry, script, 10)).await;
+    let request = ExecuteRequest {
+        agent_id: None,
+        profile: Some("dev".into()),
+        ..mission("as before")
+    };
+    let events = collect(
+        executor
+            .client
+            .execute(request)
+            .await
+            .expect("execute")
+            .into_inner(),
+    )
+    .await;
+    match &events[0].event {
+        Some(Event::RunStarted(started)) => assert_eq!(started.agent_id, "dev"),
+        other => panic!("expected RunStarted, got {other:?}"),
+    }
+    assert!(kinds(&events).contains(&"tool_end"), "{events:?}");
+    assert_eq!(done_status(&events), RunStatus::Completed);
+    executor.stop().await;
+}
+
+#[tokio::test]
+async fn a_client_that_drops_the_stream_cancels_the_run() {
+    let dir = TempDir::new().expect("tmp");
+    let registry = FakeRegistry::start().await;
+    let script = "turns:\n  - tool_calls:\n      - {name: probe, arguments: {wait: true}}\n";
+    let mut executor = Executor::start(&setup(&dir, &registry, script, 10)).await;
+    let mut stream = executor
+        .client
+        .execute(mission("wait forever"))
+        .await
+        .expect("execute")
+        .into_inner();
+    let mut session_id = String::new();
+    loop {
+        let event = tokio::time::timeout(WAIT, stream.message())
+            .await
+            .expect("event in time")
+            .expect("stream ok")
+            .expect("not ended");
+        session_id.clone_from(&event.session_id);
+        if matches!(event.event, Some(Event::ToolStart(_))) {
+            break;
+        }
+    }
+    assert!(!executor.probe.saw_cancel.load(Ordering::SeqCst));
+    drop(stream);
+    let dropped = tokio::time::Instant::now();
+    while !executor.probe.saw_cancel.load(Ordering::SeqCst) {
+        assert!(
+            dropped.elapsed() < Duration::from_secs(1),
+            "the tool saw no cancellation"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The session records the cancellation.
+    loop {
+        let session = executor
+            .client
+            .get_session(GetSessionRequest {
+                session_id: session_id.clone(),
+            })
+            .await
+            .expect("session")
+            .into_inner();
+        if session.status() == RunStatus::Cancelled {
+            break;
+        }
+        assert!(dropped.elapsed() < WAIT, "status {:?}", session.status());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    executor.stop().await;
+}

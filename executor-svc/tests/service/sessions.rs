@@ -1,0 +1,247 @@
+//! Sessions: a question pauses the run, survives a restart, and `Answer` completes it.
+
+use taskforce_proto::v1::{
+    AnswerRequest, CancelRequest, ExecuteRequest, GetSessionRequest, RunStatus, run_event::Event,
+};
+use tempfile::TempDir;
+use tonic::Code;
+
+use crate::{
+    fake_registry::FakeRegistry,
+    support::{Executor, Setup, collect, done_status, kinds, mission},
+};
+
+#[tokio::test]
+async fn a_question_survives_a_restart_and_the_answer_completes_the_run() {
+    let dir = TempDir::new().expect("tmp");
+    let registry = FakeRegistry::start().await;
+    let setup = Setup {
+        data_dir: dir.path().join("executor"),
+        registry_url: registry.url.clone(),
+        script: "turns:\n  - tool_calls:\n      - {name: ask, id: q1, arguments: {question: Which city?}}\n  - text: \"Going to {{last_message}}\"\n".into(),
+        max_steps: 10,
+        max_run_secs: None,
+    };
+
+    let mut executor = Executor::start(&setup).await;
+    let events = collect(
+        executor
+            .client
+            .execute(mission("plan a trip"))
+            .await
+            .expect("execute")
+            .into_inner(),
+    )
+    .await;
+    assert_eq!(
+        kinds(&events),
+        ["started", "tool_start", "question", "done"]
+    );
+    match &events[2].event {
+        Some(Event::Question(q)) => {
+            assert_eq!(
+                (q.call_id.as_str(), q.question.as_str()),
+                ("q1", "Which city?")
+            );
+        }
+        other => panic!("expected Question, got {other:?}"),
+    }
+    assert_eq!(done_status(&events), RunStatus::Paused);
+    let session_id = events[0].session_id.clone();
+    executor.stop().await;
+
+    let mut executor = Executor::start(&setup).await;
+    let session = executor
+        .client
+        .get_session(GetSessionRequest {
+            session_id: session_id.clone(),
+        })
+        .await
+        .expect("session after restart")
+        .into_inner();
+    assert_eq!(session.status(), RunStatus::Paused);
+    let pending = session.pending_question.expect("pending question");
+    assert_eq!(pending.call_id, "q1");
+
+    let err = executor
+        .client
+        .answer(AnswerRequest {
+            session_id: session_id.clone(),
+            answer: "Lisbon".into(),
+            call_id: Some("other".into()),
+        })
+        .await
+        .expect_err("wrong call id");
+    assert_eq!(err.code(), Code::FailedPrecondition);
+
+    let resumed = collect(
+        executor
+            .client
+            .answer(AnswerRequest {
+                session_id: session_id.clone(),
+                answer: "Lisbon".into(),
+                call_id: Some("q1".into()),
+            })
+            .await
+            .expect("answer")
+            .into_inner(),
+    )
+    .await;
+    assert_eq!(
+        kinds(&resumed),
+        [
+            "started", "tool_end", "token", "token", "token", "final", "done"
+        ]
+    );
+    assert_eq!(
+        resumed[0].seq,
+        events.len() as u64,
+        "seq continues across the restart"
+    );
+    match &resumed[5].event {
+        Some(Event::FinalAnswer(answer)) => assert_eq!(answer.text, "Going to Lisbon"),
+        other => panic!("expected FinalAnswer, got {other:?}"),
+    }
+    assert_eq!(done_status(&resumed), RunStatus::Completed);
+
+    let err = executor
+        .client
+        .answer(AnswerRequest {
+            session_id,
+            answer: "again".into(),
+            call_id: None,
+        })
+        .await
+        .expect_err("nothing pending");
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    executor.stop().await;
+}
+
+#[tokio::test]
+async fn cancel_and_shutdown_end_live_streams_with_done_cancelled() {
+    let dir = TempDir::new().expect("tmp");
+    let registry = FakeRegistry::start().await;
+    let setup = Setup {
+        data_dir: dir.path().join("executor"),
+        registry_url: registry.url.clone(),
+        script: "turns:\n  - tool_calls:\n      - {name: probe, arguments: {wait: true}}\n".into(),
+        max_steps: 10,
+        max_run_secs: None,
+    };
+    let mut executor = Executor::start(&setup).await;
+
+    // Cancel: the stream ends with Done{CANCELLED}.
+    let mut stream = executor
+        .client
+        .execute(mission("wait"))
+        .await
+        .expect("execute")
+        .into_inner();
+    let first = stream.message().await.expect("ok").expect("event");
+    let cancelled = executor
+        .client
+        .cancel(CancelRequest {
+            session_id: first.session_id.clone(),
+        })
+        .await
+        .expect("cancel")
+        .into_inner();
+    assert!(cancelled.cancelled);
+    let rest = collect(stream).await;
+    assert_eq!(done_status(&rest), RunStatus::Cancelled);
+
+    // Shutdown: a live stream also gets Done{CANCELLED} before it closes.
+    let mut client = executor.client.clone();
+    let stream = client
+        .execute(mission("wait again"))
+        .await
+        .expect("execute")
+        .into_inner();
+    let reader = tokio::spawn(collect(stream));
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    drop(client);
+    executor.stop().await;
+    let events = reader.await.expect("reader");
+    assert_eq!(done_status(&events), RunStatus::Cancelled);
+}
+
+#[tokio::test]
+async fn execute_with_a_session_id_continues_the_conversation() {
+    let dir = TempDir::new().expect("tmp");
+    let registry = FakeRegistry::start().await;
+    let setup = Setup {
+        data_dir: dir.path().join("executor"),
+        registry_url: registry.url.clone(),
+        script: "turns:\n  - text: first\n  - text: \"second: {{last_message}}\"\n".into(),
+        max_steps: 10,
+        max_run_secs: None,
+    };
+    let mut executor = Executor::start(&setup).await;
+    let request = |text: &str| ExecuteRequest {
+        session_id: Some("my-thread".into()),
+        ..mission(text)
+    };
+    let first = collect(
+        executor
+            .client
+            .execute(request("one"))
+            .await
+            .expect("execute")
+            .into_inner(),
+    )
+    .await;
+    assert_eq!(first[0].session_id, "my-thread");
+    let second = collect(
+        executor
+            .client
+            .execute(request("two"))
+            .await
+            .expect("execute")
+            .into_inner(),
+    )
+    .await;
+    assert_eq!(
+        second[0].seq,
+        first.len() as u64,
+        "seq continues in the session"
+    );
+    match &second[second.len() - 2].event {
+        Some(Event::FinalAnswer(answer)) => assert_eq!(answer.text, "second: two"),
+        other => panic!("expected FinalAnswer, got {other:?}"),
+    }
+    let session = executor
+        .client
+        .get_session(GetSessionRequest {
+            session_id: "my-thread".into(),
+        })
+        .await
+        .expect("session")
+        .into_inner();
+    // system, user, assistant, user, assistant
+    assert_eq!(session.messages.len(), 5);
+    assert_eq!(session.mission, "two");
+    executor.stop().await;
+}
+
+#[tokio::test]
+async fn an_unreachable_registry_is_unavailable() {
+    let dir = TempDir::new().expect("tmp");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", closed.local_addr().expect("addr"));
+    drop(closed);
+    let setup = Setup {
+        data_dir: dir.path().join("executor"),
+        registry_url: url,
+        script: "turns: []\n".into(),
+        max_steps: 10,
+        max_run_secs: None,
+    };
+    let mut executor = Executor::start(&setup).await;
+    let err = executor
+        .client
+        .execute(mission("hi"))
+        .await
+        .expect_err("no registry");
+    assert_eq!(err.code(), Code::Unavailable, "{}", err.message());
+    executor.stop().await;
+}

@@ -1,0 +1,246 @@
+//! `file_read` / `file_write`: round trips, caps, binary files, and every way out of the
+//! workspace refused with nothing written outside.
+
+use std::{os::unix::fs::symlink, path::PathBuf};
+
+use executor_svc::tools::Tool;
+use executor_svc::tools::{ToolError, native::FileWrite};
+use serde_json::json;
+
+use super::{ctx, ctx_with, ok_text, output, tool};
+
+struct Dirs {
+    _tmp: tempfile::TempDir,
+    ws: PathBuf,
+    outside: PathBuf,
+}
+
+fn dirs() -> Dirs {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let ws = tmp.path().join("ws");
+    let outside = tmp.path().join("outside");
+    std::fs::create_dir_all(&ws).expect("ws");
+    std::fs::create_dir_all(&outside).expect("outside");
+    std::fs::write(outside.join("secret.txt"), "top secret").expect("secret");
+    Dirs {
+        _tmp: tmp,
+        ws,
+        outside,
+    }
+}
+
+fn is_outside(r: &Result<executor_svc::tools::ToolOutcome, ToolError>) -> bool {
+    matches!(r, Err(ToolError::OutsideWorkspace { .. }))
+}
+
+#[tokio::test]
+async fn write_then_read_round_trips_creating_directories_and_appending() {
+    let d = dirs();
+    let c = ctx(&d.ws);
+    let msg = ok_text(
+        tool("file_write")
+            .call(
+                &c,
+                json!({ "path": "notes/2026/plan.md", "content": "line one\n" }),
+            )
+            .await,
+    );
+    assert!(msg.contains("wrote 9 bytes"), "{msg}");
+    ok_text(
+        tool("file_write")
+            .call(
+                &c,
+                json!({ "path": "notes/2026/plan.md", "content": "línea dos\n", "append": true }),
+            )
+            .await,
+    );
+    let on_disk = std::fs::read_to_string(d.ws.join("notes/2026/plan.md")).expect("on disk");
+    assert_eq!(on_disk, "line one\nlínea dos\n");
+    let read = ok_text(
+        tool("file_read")
+            .call(&c, json!({ "path": "./notes/2026/plan.md" }))
+            .await,
+    );
+    assert_eq!(read, on_disk);
+    // An absolute path inside the workspace is fine too.
+    let abs = d.ws.join("notes/2026/plan.md");
+    let read = ok_text(tool("file_read").call(&c, json!({ "path": abs })).await);
+    assert_eq!(read, on_disk);
+}
+
+#[tokio::test]
+async fn parent_dir_and_absolute_escapes_are_refused_and_nothing_is_written_outside() {
+    let d = dirs();
+    let c = ctx(&d.ws);
+    for path in [
+        "../outside/evil.txt",
+        "a/../../outside/evil.txt",
+        "/etc/passwd",
+        "/tmp/evil.txt",
+    ] {
+        let w = tool("file_write")
+            .call(&c, json!({ "path": path, "content": "x" }))
+            .await;
+        assert!(is_outside(&w), "{path}: {w:?}");
+        let r = tool("file_read").call(&c, json!({ "path": path })).await;
+        assert!(is_outside(&r), "{path}: {r:?}");
+    }
+    assert!(!d.outside.join("evil.txt").exists());
+    assert!(!PathBuf::from("/tmp/evil.txt").exists());
+    // A `..` that stays inside is normal.
+    ok_text(
+        tool("file_write")
+            .call(&c, json!({ "path": "a/../inside.txt", "content": "ok" }))
+            .await,
+    );
+    assert!(d.ws.join("inside.txt").exists());
+}
+
+#[tokio::test]
+async fn symlinks_pointing_out_are_neither_read_nor_followed_when_writing() {
+    let d = dirs();
+    let c = ctx(&d.ws);
+    symlink(d.outside.join("secret.txt"), d.ws.join("link.txt")).expect("file link");
+    symlink(&d.outside, d.ws.join("dirlink")).expect("dir link");
+    symlink(
+        d.outside.join("created-by-agent.txt"),
+        d.ws.join("dangling"),
+    )
+    .expect("dangling");
+
+    let r = tool("file_read")
+        .call(&c, json!({ "path": "link.txt" }))
+        .await;
+    assert!(is_outside(&r), "{r:?}");
+    let r = tool("file_read")
+        .call(&c, json!({ "path": "dirlink/secret.txt" }))
+        .await;
+    assert!(is_outside(&r), "{r:?}");
+
+    let w = tool("file_write")
+        .call(&c, json!({ "path": "link.txt", "content": "pwned" }))
+        .await;
+    assert!(is_outside(&w), "{w:?}");
+    let w = tool("file_write")
+        .call(&c, json!({ "path": "dirlink/new.txt", "content": "pwned" }))
+        .await;
+    assert!(is_outside(&w), "{w:?}");
+    let w = tool("file_write")
+        .call(
+            &c,
+            json!({ "path": "dirlink/deeper/new.txt", "content": "pwned" }),
+        )
+        .await;
+    assert!(is_outside(&w), "{w:?}");
+    let w = tool("file_write")
+        .call(&c, json!({ "path": "dangling", "content": "pwned" }))
+        .await;
+    assert!(is_outside(&w), "{w:?}");
+
+    assert_eq!(
+        std::fs::read_to_string(d.outside.join("secret.txt")).expect("secret"),
+        "top secret"
+    );
+    assert!(!d.outside.join("new.txt").exists());
+    assert!(!d.outside.join("deeper").exists());
+    assert!(!d.outside.join("created-by-agent.txt").exists());
+
+    // A symlink that stays inside the workspace works.
+    std::fs::write(d.ws.join("real.txt"), "inside").expect("real");
+    symlink(d.ws.join("real.txt"), d.ws.join("alias.txt")).expect("inner link");
+    assert_eq!(
+        ok_text(
+            tool("file_read")
+                .call(&c, json!({ "path": "alias.txt" }))
+                .await
+        ),
+        "inside"
+    );
+}
+
+#[tokio::test]
+async fn reads_are_cut_to_max_bytes_and_the_output_cap_and_say_so() {
+    let d = dirs();
+    std::fs::write(d.ws.join("big.txt"), "a".repeat(10_000)).expect("big");
+    let text = ok_text(
+        tool("file_read")
+            .call(&ctx(&d.ws), json!({ "path": "big.txt", "max_bytes": 100 }))
+            .await,
+    );
+    assert!(text.starts_with(&"a".repeat(100)), "{text}");
+    assert!(!text.starts_with(&"a".repeat(101)));
+    assert!(
+        text.contains("[file cut: showing the first 100 of 10000 bytes]"),
+        "{text}"
+    );
+    // max_bytes above the call's output cap is held to the cap.
+    let c = ctx_with(&d.ws, std::time::Duration::from_secs(5), 500);
+    let text = ok_text(
+        tool("file_read")
+            .call(&c, json!({ "path": "big.txt", "max_bytes": 5000 }))
+            .await,
+    );
+    assert!(
+        text.contains("showing the first 500 of 10000 bytes"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn binary_missing_and_directory_reads_are_clear_errors() {
+    let d = dirs();
+    let c = ctx(&d.ws);
+    std::fs::write(d.ws.join("img.png"), [0x89, b'P', b'N', b'G', 0, 0, 1, 2]).expect("bin");
+    let (text, is_error) = output(
+        tool("file_read")
+            .call(&c, json!({ "path": "img.png" }))
+            .await,
+    );
+    assert!(is_error && text.contains("binary file (8 bytes)"), "{text}");
+    let r = tool("file_read")
+        .call(&c, json!({ "path": "nope.txt" }))
+        .await;
+    assert!(
+        matches!(&r, Err(ToolError::Failed { reason, .. }) if reason.contains("no such file")),
+        "{r:?}"
+    );
+    std::fs::create_dir(d.ws.join("sub")).expect("sub");
+    let (text, is_error) = output(tool("file_read").call(&c, json!({ "path": "sub" })).await);
+    assert!(is_error && text.contains("is a directory"), "{text}");
+}
+
+#[tokio::test]
+async fn writes_over_the_size_limit_are_refused() {
+    let d = dirs();
+    let w = FileWrite::new(10)
+        .call(
+            &ctx(&d.ws),
+            json!({ "path": "x.txt", "content": "12345678901" }),
+        )
+        .await;
+    assert!(
+        matches!(&w, Err(ToolError::InvalidArguments { reason, .. }) if reason.contains("limit is 10 bytes")),
+        "{w:?}"
+    );
+    assert!(!d.ws.join("x.txt").exists());
+}
+
+#[tokio::test]
+async fn fifos_are_refused_instead_of_blocking_the_call() {
+    let d = dirs();
+    let status = std::process::Command::new("mkfifo")
+        .arg(d.ws.join("pipe"))
+        .status()
+        .expect("mkfifo");
+    assert!(status.success());
+    let c = ctx_with(&d.ws, std::time::Duration::from_secs(5), 1000);
+    let (text, is_error) = output(tool("file_read").call(&c, json!({ "path": "pipe" })).await);
+    assert!(is_error && text.contains("not a regular file"), "{text}");
+    let w = tool("file_write")
+        .call(&c, json!({ "path": "pipe", "content": "x" }))
+        .await;
+    assert!(
+        matches!(&w, Err(ToolError::Failed { reason, .. }) if reason.contains("not a regular file")),
+        "{w:?}"
+    );
+}

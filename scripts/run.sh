@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # Runs the Taskforce stack on embedded defaults: the registry (gRPC, sled cache in .tf-data/,
-# agents from configs/) and the gateway (REST). No server to install, no API key.
-# Ctrl-C stops everything. Ports: TASKFORCE_REGISTRY_PORT (50051), TASKFORCE_GATEWAY_PORT (8080).
+# agents from configs/), the executor (gRPC; the LLM of configs/llm_config.yaml, which falls back
+# to the offline `scripted` provider when no API key is set, and says so) and the gateway (REST,
+# MCP). No server to install, no API key. Ctrl-C stops everything.
+# Ports: TASKFORCE_REGISTRY_PORT (50051), TASKFORCE_EXECUTOR_PORT (50052), TASKFORCE_GATEWAY_PORT (8080).
 # PROFILE=release builds optimised binaries (slower to build, faster to run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 profile=${PROFILE:-debug}
 flag=(); [ "$profile" = release ] && flag=(--release)
-cargo build "${flag[@]}" -p registry-svc -p gateway --bins
+cargo build "${flag[@]}" -p registry-svc -p executor-svc -p gateway --bins
 bin=target/$profile
 reg_port=${TASKFORCE_REGISTRY_PORT:-50051}
 gw_port=${TASKFORCE_GATEWAY_PORT:-8080}
+ex_port=${TASKFORCE_EXECUTOR_PORT:-50052}
 mkdir -p .tf-data
 # Workspace metadata needs the `task` binary: the one scripts/install-test-deps.sh installed, else
 # whatever `task` is on PATH (without one, metadata stays empty and the registry says so once).
@@ -23,6 +26,9 @@ trap stop EXIT
 trap 'exit 130' INT TERM
 "$bin/registry-svc" --listen "127.0.0.1:$reg_port" --config-dir configs --data-dir .tf-data/registry &
 pids+=($!)
+"$bin/executor-svc" --listen "127.0.0.1:$ex_port" --registry-url "http://127.0.0.1:$reg_port" \
+  --data-dir .tf-data/executor --llm-config configs/llm_config.yaml &
+pids+=($!)
 "$bin/gateway" --listen "127.0.0.1:$gw_port" --registry-url "http://127.0.0.1:$reg_port" &
 pids+=($!)
 for _ in $(seq 1 100); do
@@ -31,11 +37,14 @@ for _ in $(seq 1 100); do
 done
 cat <<MSG
 
-Taskforce is up (agents from configs/, cache in .tf-data/; no LLM is needed for the registry).
-  REST   http://127.0.0.1:$gw_port   try: curl -s http://127.0.0.1:$gw_port/api/v1/agents
-  gRPC   127.0.0.1:$reg_port          try: grpcurl -plaintext 127.0.0.1:$reg_port list
-  OpenAPI http://127.0.0.1:$gw_port/openapi.json
-Ctrl-C stops both services.
+Taskforce is up (agents from configs/, state in .tf-data/; the executor's log says which LLM
+provider it uses: with no API key set, the offline scripted provider).
+  REST      http://127.0.0.1:$gw_port   try: curl -s http://127.0.0.1:$gw_port/api/v1/agents
+  MCP       http://127.0.0.1:$gw_port/mcp
+  registry  127.0.0.1:$reg_port          try: grpcurl -plaintext 127.0.0.1:$reg_port list
+  executor  127.0.0.1:$ex_port          try: grpcurl -plaintext -d '{"mission":"hello","agent_id":"invoice-extractor"}' 127.0.0.1:$ex_port taskforce.v1.Executor/Execute
+  OpenAPI   http://127.0.0.1:$gw_port/openapi.json
+Ctrl-C stops all three services.
 
 MSG
 wait -n "${pids[@]}"

@@ -27,6 +27,10 @@ pub struct Config {
         default_value = ".tf-data/executor"
     )]
     pub data_dir: PathBuf,
+    /// The registry's config directory: relative agent workspaces are resolved against it, as
+    /// the registry does.
+    #[arg(long, env = "TASKFORCE_CONFIG_DIR", default_value = "configs")]
+    pub config_dir: PathBuf,
     /// LLM providers and model aliases (a missing file means "scripted only").
     #[arg(
         long,

@@ -117,6 +117,7 @@ pub async fn run_with(
         max_duration: config.run_budget(),
         tool_limits: config.tool_limits(),
         workspaces: config.data_dir.join("workspaces"),
+        config_dir: config.config_dir.clone(),
     };
     let runner = Arc::new(run::Runner::new(
         parts.router,

@@ -52,6 +52,7 @@ impl Run {
         let runner = Arc::clone(&self.runner);
         let (tools, definitions) = select_tools(&runner, &self.agent);
         let workspace = match &self.agent.workspace {
+            Some(path) if path.is_relative() => runner.budgets.config_dir.join(path),
             Some(path) => path.clone(),
             None => runner.budgets.workspaces.join(&self.agent.agent_id),
         };

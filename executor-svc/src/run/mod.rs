@@ -43,6 +43,9 @@ pub struct Budgets {
     pub tool_limits: Limits,
     /// Workspace of agents whose definition names none: `<this>/<agent_id>`.
     pub workspaces: PathBuf,
+    /// What a relative `workspace` in a definition is relative to: the registry's config
+    /// directory, so both services mean the same directory.
+    pub config_dir: PathBuf,
 }
 
 /// Everything a run needs, shared by all runs.

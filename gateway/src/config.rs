@@ -8,6 +8,8 @@ use crate::error::GatewayError;
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 /// Default `--registry-url`.
 pub const DEFAULT_REGISTRY_URL: &str = "http://127.0.0.1:50051";
+/// Default `--executor-url`.
+pub const DEFAULT_EXECUTOR_URL: &str = "http://127.0.0.1:50052";
 /// Default `--max-body-bytes` (1 MiB).
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 /// Default `--request-timeout-secs`.
@@ -29,6 +31,10 @@ pub struct Config {
     /// answers 503) while the registry is not up yet.
     #[arg(long, env = "TASKFORCE_REGISTRY_URL", default_value = DEFAULT_REGISTRY_URL)]
     pub registry_url: String,
+    /// The executor's gRPC endpoint (`/api/v1/execute`, sessions). Connected lazily like the
+    /// registry's, so the gateway starts while the executor is not up yet.
+    #[arg(long, env = "TASKFORCE_EXECUTOR_URL", default_value = DEFAULT_EXECUTOR_URL)]
+    pub executor_url: String,
     /// Write the bound address to this file once listening (for tests and scripts using port 0).
     #[arg(long, env = "TASKFORCE_GATEWAY_ADDR_FILE")]
     pub addr_file: Option<PathBuf>,
@@ -66,6 +72,7 @@ impl Default for Config {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             registry_url: DEFAULT_REGISTRY_URL.to_owned(),
+            executor_url: DEFAULT_EXECUTOR_URL.to_owned(),
             addr_file: None,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             request_timeout_secs: DEFAULT_REQUEST_TIMEOUT_SECS,
@@ -127,6 +134,9 @@ mod tests {
         }
         if std::env::var_os("TASKFORCE_REGISTRY_URL").is_none() {
             assert_eq!(parsed.registry_url, built.registry_url);
+        }
+        if std::env::var_os("TASKFORCE_EXECUTOR_URL").is_none() {
+            assert_eq!(parsed.executor_url, built.executor_url);
         }
         assert_eq!(
             DEFAULT_LISTEN.parse::<SocketAddr>().ok(),

@@ -28,6 +28,14 @@ pub enum GatewayError {
         /// Why tonic refused it.
         source: tonic::transport::Error,
     },
+    /// `--executor-url` is not a valid endpoint URI.
+    #[error("invalid executor url {url:?}: {source}")]
+    ExecutorUrl {
+        /// The value given.
+        url: String,
+        /// Why tonic refused it.
+        source: tonic::transport::Error,
+    },
     /// The MCP server could not start or failed (stdio mode).
     #[error("mcp server error: {0}")]
     Mcp(String),

@@ -12,6 +12,8 @@
 //! - [`registry`]: the gRPC channel and the state shared by handlers.
 //! - [`model`]: the agent JSON shapes and their protobuf conversions.
 //! - [`agents`]: `/api/v1/agents` handlers (CRUD and `:validate`).
+//! - [`execute`]: `/api/v1/execute` (to the end, or as SSE) and session answer/cancel, over the
+//!   executor's gRPC API (`--executor-url`).
 //! - [`metadata`]: `/api/v1/agents/{agent_id}/metadata` (workspace metadata, seed 001).
 //! - [`mcp`]: the MCP server (tools, streamable HTTP at `/mcp`, stdio).
 //! - [`tools`]: `/api/v1/tools` and `/api/v1/diagnostics`.
@@ -23,6 +25,7 @@
 pub mod agents;
 pub mod config;
 pub mod error;
+pub mod execute;
 pub mod extract;
 pub mod health;
 pub mod mcp;
@@ -75,7 +78,8 @@ pub async fn run(
     Ok(())
 }
 
-/// Every route with its middleware: ordinary routes get the request timeout; every REST
+/// Every route with its middleware: ordinary routes get the request timeout (runs and streams
+/// do not); every REST
 /// response passes the JSON error safety net; the body limit applies to every extractor. `/mcp`
 /// sits outside the timeout and the REST error net: it answers in JSON-RPC and enforces its own
 /// body limit (the same `--max-body-bytes`).
@@ -99,15 +103,28 @@ pub fn router(state: AppState, config: &Config) -> Router {
             get(metadata::get_agent_metadata),
         )
         .route("/api/v1/diagnostics", get(tools::list_diagnostics))
+        .route(
+            "/api/v1/sessions/{session_id}/cancel",
+            post(execute::cancel),
+        )
         .layer(TimeoutLayer::with_status_code(
             StatusCode::GATEWAY_TIMEOUT,
             config.request_timeout(),
         ));
+    // Runs are long-lived: no request timeout (the executor enforces its own run budget).
+    let runs = Router::new()
+        .route("/api/v1/execute", post(execute::execute))
+        .route("/api/v1/execute/stream", post(execute::execute_stream))
+        .route(
+            "/api/v1/sessions/{session_id}/answer",
+            post(execute::answer),
+        );
     let ops = Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/openapi.json", get(openapi::openapi_json));
-    api.merge(ops)
+    api.merge(runs)
+        .merge(ops)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(config.max_body_bytes))

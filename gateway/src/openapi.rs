@@ -9,7 +9,7 @@ use axum::{
 };
 use utoipa::{OpenApi, ToSchema};
 
-use crate::{agents, health, metadata, registry::AppState, tools};
+use crate::{agents, execute, health, metadata, registry::AppState, tools};
 
 /// Every 4xx/5xx body. `error` is one of `invalid_argument`, `invalid_tools`,
 /// `invalid_mcp_tools`, `invalid_mcp_config`, `not_found`, `already_exists`, `version_conflict`,
@@ -48,7 +48,7 @@ pub struct FieldViolation {
 #[openapi(
     info(
         title = "Taskforce gateway",
-        description = "REST front door over the Taskforce registry: custom and profile agents, workspace metadata, the tool catalog, probes. The MCP server (tools list_agents and show_agent) is at /mcp (streamable HTTP)."
+        description = "REST front door over the Taskforce registry: custom and profile agents, workspace metadata, the tool catalog, runs over the executor (JSON or Server-Sent Events), probes. The MCP server (tools list_agents and show_agent) is at /mcp (streamable HTTP)."
     ),
     paths(
         tools::list_tools,
@@ -60,6 +60,10 @@ pub struct FieldViolation {
         agents::validate_agent,
         metadata::get_agent_metadata,
         tools::list_diagnostics,
+        execute::execute,
+        execute::execute_stream,
+        execute::answer,
+        execute::cancel,
         health::healthz,
         health::readyz,
         openapi_json,
@@ -67,6 +71,7 @@ pub struct FieldViolation {
     components(schemas(ErrorBody, FieldViolation, agents::SourceParam)),
     tags(
         (name = "agents", description = "Custom agents (editable) and profile agents (read-only)"),
+        (name = "execution", description = "Running agents: missions, event streams (SSE), answers, cancellation"),
         (name = "tools", description = "The tool catalog allowlists are checked against"),
         (name = "ops", description = "Probes and this document")
     )
@@ -120,6 +125,10 @@ mod tests {
             ("/openapi.json", "get"),
             ("/healthz", "get"),
             ("/readyz", "get"),
+            ("/api/v1/execute", "post"),
+            ("/api/v1/execute/stream", "post"),
+            ("/api/v1/sessions/{session_id}/answer", "post"),
+            ("/api/v1/sessions/{session_id}/cancel", "post"),
         ] {
             assert!(paths[path][method].is_object(), "{method} {path} missing");
         }
@@ -134,6 +143,8 @@ mod tests {
             "ToolJson",
             "AgentMetadataJson",
             "MetadataFieldJson",
+            "ExecuteBody",
+            "ExecuteResultJson",
         ] {
             assert!(
                 doc["components"]["schemas"][schema].is_object(),

@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use axum::body::Bytes;
-use taskforce_proto::v1::agent_registry_client::AgentRegistryClient;
+use taskforce_proto::v1::{
+    agent_registry_client::AgentRegistryClient, executor_client::ExecutorClient,
+};
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Channel, Endpoint};
 use tonic_health::pb::health_client::HealthClient;
@@ -25,6 +27,8 @@ const MAX_DECODING_BYTES: usize = 64 * 1024 * 1024;
 pub struct AppState {
     /// The registry's `taskforce.v1.AgentRegistry` client over the shared channel.
     pub registry: AgentRegistryClient<Channel>,
+    /// The executor's `taskforce.v1.Executor` client over its own lazy channel.
+    pub executor: ExecutorClient<Channel>,
     /// The registry's `grpc.health.v1.Health` client over the same channel.
     pub health: HealthClient<Channel>,
     /// `--max-body-bytes`, for the 413 message.
@@ -42,9 +46,14 @@ impl AppState {
     /// The state for `config`, with a lazily connected channel: no I/O happens here.
     pub fn new(config: &Config, shutdown: CancellationToken) -> Result<Self, GatewayError> {
         let channel = lazy_channel(&config.registry_url)?;
+        let executor = lazy_channel(&config.executor_url).map_err(|e| match e {
+            GatewayError::RegistryUrl { url, source } => GatewayError::ExecutorUrl { url, source },
+            other => other,
+        })?;
         Ok(Self {
             registry: AgentRegistryClient::new(channel.clone())
                 .max_decoding_message_size(MAX_DECODING_BYTES),
+            executor: ExecutorClient::new(executor).max_decoding_message_size(MAX_DECODING_BYTES),
             health: HealthClient::new(channel),
             max_body_bytes: config.max_body_bytes,
             grpc_timeout: config.request_timeout(),
@@ -87,6 +96,18 @@ mod tests {
         assert!(matches!(
             AppState::new(&config, CancellationToken::new()),
             Err(GatewayError::RegistryUrl { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_bad_executor_url_is_a_start_up_error() {
+        let config = Config {
+            executor_url: "not a url".into(),
+            ..Config::default()
+        };
+        assert!(matches!(
+            AppState::new(&config, CancellationToken::new()),
+            Err(GatewayError::ExecutorUrl { .. })
         ));
     }
 

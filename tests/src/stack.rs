@@ -1,4 +1,5 @@
-//! A stack: `registry-svc` (and optionally the `gateway`) as real child processes over one
+//! A stack: `registry-svc` (and optionally the `executor-svc` and the `gateway`) as real child
+//! processes over one
 //! temporary directory holding a copy of the sample configs and the sled data.
 
 use std::{
@@ -44,6 +45,9 @@ pub struct StackOptions {
     pub registry_env: Vec<(String, String)>,
     /// `--max-body-bytes` of the gateway.
     pub max_body_bytes: Option<u64>,
+    /// Start the executor too (over the stack's registry and `<config>/llm_config.yaml`), and
+    /// point the gateway's `--executor-url` at it.
+    pub executor: bool,
 }
 
 impl Default for StackOptions {
@@ -56,6 +60,7 @@ impl Default for StackOptions {
             catalog_mcp_yaml: None,
             registry_env: Vec::new(),
             max_body_bytes: None,
+            executor: false,
         }
     }
 }
@@ -104,6 +109,12 @@ impl StackOptions {
         self
     }
 
+    /// Starts the executor too (see [`StackOptions::executor`]).
+    pub fn with_executor(mut self) -> Self {
+        self.executor = true;
+        self
+    }
+
     /// Starts from an empty config directory instead of the sample configs.
     pub fn empty_configs(mut self) -> Self {
         self.sample_configs = false;
@@ -139,6 +150,8 @@ pub struct Stack {
     channel: Channel,
     gateway: Option<ChildProcess>,
     gateway_addr: Option<SocketAddr>,
+    executor: Option<ChildProcess>,
+    executor_addr: Option<SocketAddr>,
     http: reqwest::Client,
 }
 
@@ -178,9 +191,14 @@ impl Stack {
             channel: Endpoint::from_static("http://127.0.0.1:1").connect_lazy(),
             gateway: None,
             gateway_addr: None,
+            executor: None,
+            executor_addr: None,
             http,
         };
         stack.start_registry(None).await?;
+        if stack.opts.executor {
+            stack.start_executor().await?;
+        }
         if stack.opts.gateway {
             stack.start_gateway().await?;
         }
@@ -257,9 +275,23 @@ impl Stack {
         self.root.join("gateway.log")
     }
 
-    /// The tails of both logs, for failure messages.
+    /// The executor's log file.
+    pub fn executor_log(&self) -> PathBuf {
+        self.root.join("executor.log")
+    }
+
+    /// The executor's address, when the stack runs one.
+    pub fn executor_addr(&self) -> Option<SocketAddr> {
+        self.executor_addr
+    }
+
+    /// The tails of the logs, for failure messages.
     pub fn logs(&self) -> String {
         let mut out = log_tail("registry-svc", &self.registry_log(), 80);
+        if self.opts.executor {
+            out.push('\n');
+            out.push_str(&log_tail("executor-svc", &self.executor_log(), 80));
+        }
         if self.opts.gateway {
             out.push('\n');
             out.push_str(&log_tail("gateway", &self.gateway_log(), 80));
@@ -391,6 +423,29 @@ impl Stack {
         Ok(())
     }
 
+    /// Starts `executor-svc` over the stack's registry, with its sessions in the temp dir and
+    /// the stack's `llm_config.yaml` (the sample one runs offline on the scripted provider).
+    async fn start_executor(&mut self) -> anyhow::Result<()> {
+        let addr_file = self.root.join("executor.addr");
+        let _ = std::fs::remove_file(&addr_file);
+        let mut cmd = Command::new(paths::binary("executor-svc")?);
+        cmd.arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--addr-file")
+            .arg(&addr_file)
+            .arg("--registry-url")
+            .arg(format!("http://{}", self.registry_addr))
+            .arg("--data-dir")
+            .arg(self.root.join("data").join("executor"))
+            .arg("--llm-config")
+            .arg(self.config_dir.join("llm_config.yaml"));
+        let mut child = ChildProcess::spawn("executor-svc", cmd, &self.executor_log())?;
+        let addr = wait_for_addr_file(&mut child, &addr_file, STARTUP_TIMEOUT).await?;
+        self.executor = Some(child);
+        self.executor_addr = Some(addr);
+        Ok(())
+    }
+
     async fn start_gateway(&mut self) -> anyhow::Result<()> {
         let addr_file = self.root.join("gateway.addr");
         let _ = std::fs::remove_file(&addr_file);
@@ -403,6 +458,9 @@ impl Stack {
             .arg(format!("http://{}", self.registry_addr));
         if let Some(n) = self.opts.max_body_bytes {
             cmd.arg("--max-body-bytes").arg(n.to_string());
+        }
+        if let Some(addr) = self.executor_addr {
+            cmd.arg("--executor-url").arg(format!("http://{addr}"));
         }
         let mut child = ChildProcess::spawn("gateway", cmd, &self.gateway_log())?;
         let addr = wait_for_addr_file(&mut child, &addr_file, STARTUP_TIMEOUT).await?;
@@ -435,6 +493,9 @@ impl Drop for Stack {
     fn drop(&mut self) {
         if let Some(mut g) = self.gateway.take() {
             let _ = g.kill9();
+        }
+        if let Some(mut e) = self.executor.take() {
+            let _ = e.kill9();
         }
         if let Some(mut r) = self.registry.take() {
             // SIGKILL, not SIGTERM: a graceful stop waits for clients to close their HTTP/2

@@ -3,6 +3,7 @@
 
 mod agents;
 mod errors;
+mod execute;
 mod fake;
 mod mcp;
 

@@ -2,7 +2,7 @@
 //! child processes over its own temp dir, and talks to them over gRPC, REST, grpcurl and the
 //! file system, the way users and operators do.
 //!
-//! Build the binaries first: `cargo build -p registry-svc -p gateway --bins`, then
+//! Build the binaries first: `cargo build -p registry-svc -p gateway -p executor-svc --bins`, then
 //! `cargo test -p taskforce-tests --test e2e`. `TEST_LOG=1` shows the services' logs.
 //!
 //! # Layout
@@ -20,6 +20,7 @@
 //! - `crash_safety`: SIGKILL in the middle of a write burst, restart, cache rebuild.
 //! - `concurrency`: optimistic concurrency under contention.
 //! - `external_edits`: hand edits of the YAML directory while the registry runs.
+//! - `execute`: runs through the executor: `/api/v1/execute`, its SSE stream, errors.
 //! - `gateway_meta`: health, readiness and the OpenAPI document.
 //! - `lifecycle`: stopping the registry with SIGTERM.
 
@@ -27,6 +28,7 @@ mod bad_input;
 mod bad_input_grpc;
 mod concurrency;
 mod crash_safety;
+mod execute;
 mod external_edits;
 mod gateway_meta;
 mod grpcurl;

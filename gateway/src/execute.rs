@@ -1,0 +1,420 @@
+//! Execution routes over the executor's gRPC API (`taskforce.v1.Executor`): run a mission to
+//! its end (`POST /api/v1/execute`), stream its events as SSE (`POST /api/v1/execute/stream`),
+//! answer a paused session's question (`POST /api/v1/sessions/{session_id}/answer`, SSE) and
+//! cancel a live run (`POST /api/v1/sessions/{session_id}/cancel`).
+//!
+//! Errors before a stream starts (unknown agent, empty mission) are ordinary JSON error
+//! responses. Once a stream runs, every `RunEvent` is one SSE event named after its type, with
+//! the event as JSON; the stream ends after `done`. A client that disconnects drops the gRPC
+//! stream, which cancels the run in the executor.
+
+use std::convert::Infallible;
+
+use axum::{
+    Json,
+    extract::{Path, State},
+    response::{
+        IntoResponse, Response,
+        sse::{Event, KeepAlive, Sse},
+    },
+};
+use futures::{Stream, StreamExt, stream};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use taskforce_proto::{
+    error::{ApiError, ErrorKind},
+    v1::{self, run_event::Event as Ev},
+};
+use tonic::Streaming;
+use tracing::{debug, error, instrument, warn};
+use utoipa::ToSchema;
+
+use crate::{
+    error::{RestError, cause},
+    extract::JsonBody,
+    openapi::ErrorBody,
+    registry::AppState,
+};
+
+/// Body of `POST /api/v1/execute` and `POST /api/v1/execute/stream`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"mission": "Extract the totals of invoice 42", "agent_id": "invoice-extractor"}))]
+pub struct ExecuteBody {
+    /// What the agent should do. Must not be empty.
+    pub mission: String,
+    /// A registry agent (custom or profile) to run; wins over `profile`. Unknown → 404.
+    #[serde(default)]
+    pub agent_id: Option<String>,
+    /// A profile agent to run when `agent_id` is not set.
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// Continue this session instead of starting a new one.
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// A model alias from the executor's `llm_config.yaml`.
+    #[serde(default)]
+    pub model: Option<String>,
+}
+
+/// Body of `POST /api/v1/sessions/{session_id}/answer`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AnswerBody {
+    /// The user's answer to the pending question.
+    pub answer: String,
+    /// When set, must be the pending question's call id.
+    #[serde(default)]
+    pub call_id: Option<String>,
+}
+
+/// A question the run paused on.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct QuestionJson {
+    /// Its call id (pass it back with the answer).
+    pub call_id: String,
+    /// The question.
+    pub question: String,
+}
+
+/// Token and step counts of a run.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UsageJson {
+    /// Input tokens.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Model calls.
+    pub steps: u32,
+    /// Tool calls.
+    pub tool_calls: u32,
+}
+
+/// The error a failed run reported.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RunErrorJson {
+    /// Upper snake case, e.g. `STEP_BUDGET_EXCEEDED`, `LLM_ERROR`.
+    pub code: String,
+    /// What went wrong.
+    pub message: String,
+}
+
+/// Answer of `POST /api/v1/execute`: how the run ended.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ExecuteResultJson {
+    /// The session (pass it to `answer`, `cancel`, or a later `execute`).
+    pub session_id: String,
+    /// `completed`, `paused`, `failed` or `cancelled`.
+    pub status: String,
+    /// The final answer of a completed run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub final_answer: Option<String>,
+    /// The question a paused run waits on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub question: Option<QuestionJson>,
+    /// The error of a failed run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<RunErrorJson>,
+    /// How many events the run produced.
+    pub events: u64,
+    /// Token and step counts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<UsageJson>,
+}
+
+/// Answer of `POST /api/v1/sessions/{session_id}/cancel`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CancelJson {
+    /// False when the session had no live run.
+    pub cancelled: bool,
+}
+
+/// The REST error for an executor status: like the registry's, but naming the executor.
+pub fn executor_error(status: tonic::Status) -> RestError {
+    let api = ApiError::from_status(&status);
+    match api.kind {
+        ErrorKind::Unavailable => {
+            warn!(code = ?status.code(), error = %cause(&status), "executor unavailable");
+            RestError::new(
+                ErrorKind::Unavailable,
+                "the executor is unavailable; try again later",
+            )
+        }
+        ErrorKind::Timeout => {
+            warn!(code = ?status.code(), error = %cause(&status), "executor call timed out");
+            RestError::new(ErrorKind::Timeout, "the executor did not answer in time")
+        }
+        ErrorKind::Internal => {
+            error!(code = ?status.code(), error = %cause(&status), "executor call failed");
+            RestError::new(
+                ErrorKind::Internal,
+                "internal error; see the gateway and executor logs",
+            )
+        }
+        _ => RestError(api),
+    }
+}
+
+/// The lower-case name of a run status.
+pub fn status_name(status: i32) -> &'static str {
+    match v1::RunStatus::try_from(status) {
+        Ok(v1::RunStatus::Running) => "running",
+        Ok(v1::RunStatus::Completed) => "completed",
+        Ok(v1::RunStatus::Paused) => "paused",
+        Ok(v1::RunStatus::Failed) => "failed",
+        Ok(v1::RunStatus::Cancelled) => "cancelled",
+        Ok(v1::RunStatus::Unspecified) | Err(_) => "unspecified",
+    }
+}
+
+fn usage_json(u: &v1::Usage) -> UsageJson {
+    UsageJson {
+        input_tokens: u.input_tokens,
+        output_tokens: u.output_tokens,
+        steps: u.steps,
+        tool_calls: u.tool_calls,
+    }
+}
+
+/// The SSE event name and JSON of one run event: the envelope (`session_id`, `seq`,
+/// `agent_path`, `time_unix_ms`) plus the event's fields. `None` for an event without a kind
+/// (one this gateway does not know yet).
+pub fn event_json(ev: &v1::RunEvent) -> Option<(&'static str, Value)> {
+    let (name, fields) = match ev.event.as_ref()? {
+        Ev::RunStarted(e) => (
+            "run_started",
+            json!({"agent_id": e.agent_id, "model": e.model, "provider": e.provider}),
+        ),
+        Ev::Token(e) => ("token", json!({"text": e.text})),
+        Ev::ToolStart(e) => (
+            "tool_start",
+            json!({"call_id": e.call_id, "tool": e.tool, "arguments_json": e.arguments_json}),
+        ),
+        Ev::ToolEnd(e) => (
+            "tool_end",
+            json!({"call_id": e.call_id, "tool": e.tool, "output": e.output,
+                   "is_error": e.is_error, "duration_ms": e.duration_ms}),
+        ),
+        Ev::ToolError(e) => (
+            "tool_error",
+            json!({"call_id": e.call_id, "tool": e.tool, "message": e.message}),
+        ),
+        Ev::Question(e) => (
+            "question",
+            json!({"call_id": e.call_id, "question": e.question}),
+        ),
+        Ev::FinalAnswer(e) => ("final_answer", json!({"text": e.text})),
+        Ev::Error(e) => ("error", json!({"code": e.code, "message": e.message})),
+        Ev::Done(e) => (
+            "done",
+            json!({"status": status_name(e.status),
+                   "usage": e.usage.as_ref().map(usage_json)}),
+        ),
+    };
+    let mut out = json!({
+        "type": name,
+        "session_id": ev.session_id,
+        "seq": ev.seq,
+        "agent_path": ev.agent_path,
+        "time_unix_ms": ev.time_unix_ms,
+    });
+    if let (Some(out), Value::Object(fields)) = (out.as_object_mut(), fields) {
+        out.extend(fields);
+    }
+    Some((name, out))
+}
+
+fn execute_request(body: ExecuteBody) -> Result<v1::ExecuteRequest, RestError> {
+    if body.mission.trim().is_empty() {
+        return Err(ApiError::field("mission", "must not be empty").into());
+    }
+    let non_empty = |v: Option<String>| v.filter(|s| !s.is_empty());
+    Ok(v1::ExecuteRequest {
+        mission: body.mission,
+        agent_id: non_empty(body.agent_id),
+        profile: non_empty(body.profile),
+        session_id: non_empty(body.session_id),
+        model: non_empty(body.model),
+    })
+}
+
+/// Run a mission to its end and answer how it ended.
+#[utoipa::path(post, path = "/api/v1/execute", tag = "execution", request_body = ExecuteBody,
+    responses(
+        (status = 200, description = "The run ended (completed, paused on a question, failed or cancelled)", body = ExecuteResultJson),
+        (status = 400, description = "Invalid body (e.g. empty mission)", body = ErrorBody),
+        (status = 404, description = "`not_found`: unknown agent or profile", body = ErrorBody),
+        (status = 503, description = "`unavailable`: the executor is down", body = ErrorBody)))]
+#[instrument(level = "debug", skip_all, fields(agent_id = ?body.agent_id))]
+pub async fn execute(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<ExecuteBody>,
+) -> Result<Json<ExecuteResultJson>, RestError> {
+    let req = execute_request(body)?;
+    let mut events = state
+        .executor
+        .clone()
+        .execute(req)
+        .await
+        .map_err(executor_error)?
+        .into_inner();
+    let mut out = ExecuteResultJson {
+        session_id: String::new(),
+        status: "failed".to_owned(),
+        final_answer: None,
+        question: None,
+        error: None,
+        events: 0,
+        usage: None,
+    };
+    let mut done = false;
+    while let Some(item) = events.next().await {
+        let ev = item.map_err(executor_error)?;
+        out.events += 1;
+        if out.session_id.is_empty() {
+            out.session_id.clone_from(&ev.session_id);
+        }
+        match ev.event {
+            Some(Ev::FinalAnswer(e)) => out.final_answer = Some(e.text),
+            Some(Ev::Question(e)) => {
+                out.question = Some(QuestionJson {
+                    call_id: e.call_id,
+                    question: e.question,
+                });
+            }
+            Some(Ev::Error(e)) => {
+                out.error = Some(RunErrorJson {
+                    code: e.code,
+                    message: e.message,
+                });
+            }
+            Some(Ev::Done(e)) => {
+                out.status = status_name(e.status).to_owned();
+                out.usage = e.usage.as_ref().map(usage_json);
+                done = true;
+                break;
+            }
+            _ => {}
+        }
+    }
+    if !done {
+        error!(session_id = %out.session_id, "executor stream ended without a done event");
+        return Err(RestError::internal());
+    }
+    Ok(Json(out))
+}
+
+/// SSE of a gRPC event stream: one event per `RunEvent`, ending after `done`; a gRPC error in
+/// the middle becomes a last `error` event.
+fn sse(events: Streaming<v1::RunEvent>) -> Response {
+    let stream = stream::unfold(Some(events), |state| async move {
+        let mut events = state?;
+        loop {
+            match events.next().await {
+                None => return None,
+                Some(Ok(ev)) => {
+                    let Some((name, data)) = event_json(&ev) else {
+                        debug!(seq = ev.seq, "skipping a run event of an unknown kind");
+                        continue;
+                    };
+                    let sse = Event::default().event(name).data(data.to_string());
+                    let next = (name != "done").then_some(events);
+                    return Some((sse, next));
+                }
+                Some(Err(status)) => {
+                    let api = executor_error(status);
+                    let data = json!({
+                        "type": "error",
+                        "code": api.0.kind.body_code().to_ascii_uppercase(),
+                        "message": api.0.message,
+                    });
+                    let sse = Event::default().event("error").data(data.to_string());
+                    return Some((sse, None));
+                }
+            }
+        }
+    });
+    let stream: std::pin::Pin<Box<dyn Stream<Item = Result<Event, Infallible>> + Send>> =
+        Box::pin(stream.map(Ok));
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+/// Run a mission and stream its events (Server-Sent Events).
+#[utoipa::path(post, path = "/api/v1/execute/stream", tag = "execution", request_body = ExecuteBody,
+    responses(
+        (status = 200, description = "`text/event-stream`: one event per run event (`event: run_started|token|tool_start|tool_end|tool_error|question|final_answer|error|done`, `data:` the event as JSON), ending after `done`", content_type = "text/event-stream", body = String),
+        (status = 400, description = "Invalid body (e.g. empty mission)", body = ErrorBody),
+        (status = 404, description = "`not_found`: unknown agent or profile", body = ErrorBody),
+        (status = 503, description = "`unavailable`: the executor is down", body = ErrorBody)))]
+#[instrument(level = "debug", skip_all, fields(agent_id = ?body.agent_id))]
+pub async fn execute_stream(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<ExecuteBody>,
+) -> Result<Response, RestError> {
+    let req = execute_request(body)?;
+    let events = state
+        .executor
+        .clone()
+        .execute(req)
+        .await
+        .map_err(executor_error)?
+        .into_inner();
+    Ok(sse(events))
+}
+
+/// Answer a paused session's question and stream the continued run (Server-Sent Events).
+#[utoipa::path(post, path = "/api/v1/sessions/{session_id}/answer", tag = "execution",
+    request_body = AnswerBody,
+    params(("session_id" = String, Path, description = "The session")),
+    responses(
+        (status = 200, description = "`text/event-stream` like `/api/v1/execute/stream`", content_type = "text/event-stream", body = String),
+        (status = 400, description = "Invalid body, or the session is not waiting for this answer", body = ErrorBody),
+        (status = 404, description = "`not_found`: unknown session", body = ErrorBody),
+        (status = 503, description = "`unavailable`: the executor is down", body = ErrorBody)))]
+#[instrument(level = "debug", skip_all, fields(session_id = %session_id))]
+pub async fn answer(
+    State(state): State<AppState>,
+    Path(session_id): Path<String>,
+    JsonBody(body): JsonBody<AnswerBody>,
+) -> Result<Response, RestError> {
+    let req = v1::AnswerRequest {
+        session_id,
+        answer: body.answer,
+        call_id: body.call_id.filter(|s| !s.is_empty()),
+    };
+    let events = state
+        .executor
+        .clone()
+        .answer(req)
+        .await
+        .map_err(executor_error)?
+        .into_inner();
+    Ok(sse(events))
+}
+
+/// Cancel the live run of a session.
+#[utoipa::path(post, path = "/api/v1/sessions/{session_id}/cancel", tag = "execution",
+    params(("session_id" = String, Path, description = "The session")),
+    responses(
+        (status = 200, description = "`cancelled` is false when no run was live", body = CancelJson),
+        (status = 400, description = "Invalid session id", body = ErrorBody),
+        (status = 503, description = "`unavailable`: the executor is down", body = ErrorBody),
+        (status = 504, description = "`timeout`", body = ErrorBody)))]
+#[instrument(level = "debug", skip_all, fields(session_id = %session_id))]
+pub async fn cancel(
+    State(state): State<AppState>,
+    Path(session_id): Path<String>,
+) -> Result<Json<CancelJson>, RestError> {
+    let res = state
+        .executor
+        .clone()
+        .cancel(state.request(v1::CancelRequest { session_id }))
+        .await
+        .map_err(executor_error)?
+        .into_inner();
+    Ok(Json(CancelJson {
+        cancelled: res.cancelled,
+    }))
+}

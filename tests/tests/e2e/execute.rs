@@ -1,0 +1,169 @@
+//! The execution routes through the real registry, executor (scripted provider, offline) and
+//! gateway: a run to its end, the SSE stream of a run, and the JSON errors before a run starts.
+
+use serde_json::{Value, json};
+use taskforce_tests::{Stack, StackOptions};
+
+use crate::helpers::send;
+
+async fn stack() -> Stack {
+    StackOptions::full()
+        .with_executor()
+        .spawn()
+        .await
+        .expect("stack with executor starts")
+}
+
+/// Parses SSE text into `(event, data as JSON)` pairs; comments (keep-alives) are skipped.
+fn parse_sse(text: &str) -> Vec<(String, Value)> {
+    let mut out = Vec::new();
+    for block in text.replace("\r\n", "\n").split("\n\n") {
+        let mut name = String::new();
+        let mut data = String::new();
+        for line in block.lines() {
+            if let Some(v) = line.strip_prefix("event:") {
+                name = v.trim().to_owned();
+            } else if let Some(v) = line.strip_prefix("data:") {
+                if !data.is_empty() {
+                    data.push('\n');
+                }
+                data.push_str(v.strip_prefix(' ').unwrap_or(v));
+            }
+        }
+        if !name.is_empty() || !data.is_empty() {
+            let value = serde_json::from_str(&data)
+                .unwrap_or_else(|e| panic!("SSE data is JSON ({e}): {data:?}"));
+            out.push((name, value));
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn execute_runs_a_custom_agent_to_its_final_answer() {
+    let stack = stack().await;
+    let r = send(stack.http().post(stack.url("/api/v1/execute")).json(
+        &json!({"mission": "Extract the totals of invoice 42", "agent_id": "invoice-extractor"}),
+    ))
+    .await;
+    assert_eq!(r.status, 200, "{}\n{}", r.text, stack.logs());
+    assert_eq!(r.body["status"], "completed", "{}", r.text);
+    assert!(
+        r.body["final_answer"]
+            .as_str()
+            .is_some_and(|a| !a.is_empty()),
+        "{}",
+        r.text
+    );
+    assert!(
+        r.body["session_id"].as_str().is_some_and(|s| !s.is_empty()),
+        "{}",
+        r.text
+    );
+    assert!(
+        r.body["events"].as_u64().is_some_and(|n| n >= 3),
+        "{}",
+        r.text
+    );
+
+    // Cancelling a finished session cancels nothing.
+    let session = r.body["session_id"].as_str().unwrap_or_default();
+    let c = send(
+        stack
+            .http()
+            .post(stack.url(&format!("/api/v1/sessions/{session}/cancel"))),
+    )
+    .await;
+    assert_eq!(
+        (c.status.as_u16(), &c.body),
+        (200, &json!({"cancelled": false})),
+        "{}",
+        c.text
+    );
+}
+
+#[tokio::test]
+async fn execute_stream_sends_every_event_as_sse_and_ends_after_done() {
+    let stack = stack().await;
+    let mut resp = stack
+        .http()
+        .post(stack.url("/api/v1/execute/stream"))
+        .json(&json!({"mission": "Extract the totals of invoice 42", "agent_id": "invoice-extractor"}))
+        .send()
+        .await
+        .expect("stream request is answered");
+    assert_eq!(resp.status(), 200, "{}", stack.logs());
+    let content_type = resp
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        content_type.starts_with("text/event-stream"),
+        "{content_type}"
+    );
+    // Read chunk by chunk, as `curl -N` does; the server closes the stream after `done`.
+    let mut text = String::new();
+    while let Some(chunk) = resp.chunk().await.expect("stream chunk") {
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let events = parse_sse(&text);
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names.first(), Some(&"run_started"), "{names:?}");
+    assert!(names.contains(&"token"), "{names:?}");
+    assert!(
+        names.ends_with(&["final_answer", "done"]),
+        "{names:?}\n{text}"
+    );
+    let (_, done) = &events[events.len() - 1];
+    assert_eq!(done["status"], "completed", "{done}");
+    let (_, started) = &events[0];
+    assert_eq!(started["agent_id"], "invoice-extractor", "{started}");
+    let session = started["session_id"].as_str().unwrap_or_default();
+    assert!(!session.is_empty(), "{started}");
+    let mut last_seq = None;
+    for (name, data) in &events {
+        assert_eq!(data["type"], name.as_str(), "{data}");
+        assert_eq!(data["session_id"], session, "{data}");
+        let seq = data["seq"].as_u64().expect("seq");
+        assert!(last_seq.is_none_or(|l| seq > l), "seq grows: {data}");
+        last_seq = Some(seq);
+    }
+    let (_, answer) = &events[events.len() - 2];
+    assert!(
+        answer["text"].as_str().is_some_and(|t| !t.is_empty()),
+        "{answer}"
+    );
+}
+
+#[tokio::test]
+async fn errors_before_a_run_are_json_with_the_right_status() {
+    let stack = stack().await;
+    for path in ["/api/v1/execute", "/api/v1/execute/stream"] {
+        send(
+            stack
+                .http()
+                .post(stack.url(path))
+                .json(&json!({"mission": "Do it", "agent_id": "no-such-agent"})),
+        )
+        .await
+        .assert_error(404, "not_found");
+        send(
+            stack
+                .http()
+                .post(stack.url(path))
+                .json(&json!({"mission": "", "agent_id": "invoice-extractor"})),
+        )
+        .await
+        .assert_error(400, "invalid_argument");
+        send(
+            stack
+                .http()
+                .post(stack.url(path))
+                .json(&json!({"mission": "Do it", "bogus": 1})),
+        )
+        .await
+        .assert_error(400, "invalid_argument");
+    }
+}

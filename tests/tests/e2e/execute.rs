@@ -167,3 +167,118 @@ async fn errors_before_a_run_are_json_with_the_right_status() {
         .assert_error(400, "invalid_argument");
     }
 }
+
+/// Runs a program to its end (60 s at most) and returns its stdout; fails the test otherwise.
+async fn output_of(program: &std::path::Path, args: &[&str]) -> String {
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args).kill_on_drop(true);
+    let out = tokio::time::timeout(std::time::Duration::from_secs(60), cmd.output())
+        .await
+        .expect("finishes within 60 s")
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{} failed: {}",
+        program.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test]
+async fn a_run_streams_over_grpc_to_the_real_grpcurl_in_order() {
+    let stack = stack().await;
+    let addr = stack.executor_addr().expect("executor runs").to_string();
+    let grpcurl = taskforce_tests::paths::grpcurl().expect("grpcurl is installed");
+    let request =
+        json!({"mission": "Extract the totals of invoice 42", "agent_id": "invoice-extractor"})
+            .to_string();
+    let out = output_of(
+        &grpcurl,
+        &[
+            "-plaintext",
+            "-max-time",
+            "30",
+            "-d",
+            &request,
+            &addr,
+            "taskforce.v1.Executor/Execute",
+        ],
+    )
+    .await;
+    let events: Vec<Value> = serde_json::Deserializer::from_str(&out)
+        .into_iter::<Value>()
+        .collect::<Result<_, _>>()
+        .unwrap_or_else(|e| panic!("grpcurl printed a stream of JSON messages ({e}):\n{out}"));
+    let kind = |e: &Value| {
+        [
+            "runStarted",
+            "token",
+            "toolStart",
+            "toolEnd",
+            "toolError",
+            "question",
+            "finalAnswer",
+            "error",
+            "done",
+        ]
+        .into_iter()
+        .find(|k| e.get(*k).is_some())
+        .unwrap_or("?")
+    };
+    let kinds: Vec<&str> = events.iter().map(kind).collect();
+    assert_eq!(kinds.first(), Some(&"runStarted"), "{kinds:?}");
+    assert!(kinds.contains(&"token"), "{kinds:?}");
+    assert_eq!(
+        &kinds[kinds.len().saturating_sub(2)..],
+        ["finalAnswer", "done"],
+        "{kinds:?}"
+    );
+    let status = events
+        .last()
+        .and_then(|e| e["done"]["status"].as_str())
+        .unwrap_or_default();
+    assert!(status.contains("COMPLETED"), "{status}");
+    let session = events[0]["sessionId"].as_str().unwrap_or_default();
+    assert!(
+        events.iter().all(|e| e["sessionId"] == session),
+        "every event names the session"
+    );
+}
+
+#[tokio::test]
+async fn a_run_streams_as_sse_to_the_real_curl_in_order() {
+    let stack = stack().await;
+    let body = json!({"mission": "Say hello", "profile": "dev"}).to_string();
+    let url = stack.url("/api/v1/execute/stream");
+    let out = output_of(
+        std::path::Path::new("curl"),
+        &[
+            "-sN",
+            "--max-time",
+            "30",
+            "-X",
+            "POST",
+            "-H",
+            "content-type: application/json",
+            "-d",
+            &body,
+            &url,
+        ],
+    )
+    .await;
+    let events = parse_sse(&out);
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names.first(), Some(&"run_started"), "{out}");
+    assert!(names.contains(&"token"), "{out}");
+    assert_eq!(
+        &names[names.len().saturating_sub(2)..],
+        ["final_answer", "done"],
+        "{out}"
+    );
+    assert_eq!(
+        events.last().map(|(_, d)| d["status"].clone()),
+        Some(json!("completed")),
+        "{out}"
+    );
+}

@@ -4,7 +4,6 @@
 mod anthropic;
 mod faults;
 mod openai;
-mod peer;
 mod router;
 mod scripted;
 mod support;

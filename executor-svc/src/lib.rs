@@ -44,7 +44,6 @@ use std::{sync::Arc, time::Duration};
 
 use taskforce_proto::v1::executor_server::ExecutorServer;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -132,7 +131,8 @@ pub async fn run_with(
     health
         .set_serving::<ExecutorServer<grpc::ExecutorService>>()
         .await;
-    let (reflection_v1, reflection_v1alpha) = reflection()?;
+    let (reflection_v1, reflection_v1alpha) = taskforce_proto::runtime::reflection()
+        .map_err(|e| ExecutorError::Config(format!("reflection: {e}")))?;
     info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "executor listening");
     let stopping = shutdown.clone();
     let draining = Arc::clone(&runner);
@@ -143,7 +143,7 @@ pub async fn run_with(
         .add_service(ExecutorServer::new(grpc::ExecutorService::new(Arc::clone(
             &runner,
         ))))
-        .serve_with_incoming_shutdown(incoming(listener), async move {
+        .serve_with_incoming_shutdown(taskforce_proto::runtime::incoming(listener), async move {
             stopping.cancelled().await;
             health
                 .set_service_status("", tonic_health::ServingStatus::NotServing)
@@ -179,43 +179,4 @@ pub async fn run_with(
     info!("executor stopped");
     result?;
     flushed
-}
-
-/// Accepted connections with `TCP_NODELAY`, so small events are not held back by Nagle.
-fn incoming(
-    listener: TcpListener,
-) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
-    use futures::StreamExt;
-    TcpListenerStream::new(listener).map(|conn| {
-        let conn = conn?;
-        conn.set_nodelay(true)?;
-        Ok(conn)
-    })
-}
-
-/// Server reflection, `v1` and `v1alpha` (grpcurl 1.8 asks for the latter), over the Taskforce,
-/// health and `google.rpc` descriptors, so clients also decode error details.
-fn reflection() -> Result<
-    (
-        tonic_reflection::server::v1::ServerReflectionServer<
-            impl tonic_reflection::server::v1::ServerReflection,
-        >,
-        tonic_reflection::server::v1alpha::ServerReflectionServer<
-            impl tonic_reflection::server::v1alpha::ServerReflection,
-        >,
-    ),
-    ExecutorError,
-> {
-    let builder = || {
-        tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(taskforce_proto::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
-    };
-    let bad =
-        |e: tonic_reflection::server::Error| ExecutorError::Config(format!("reflection: {e}"));
-    Ok((
-        builder().build_v1().map_err(bad)?,
-        builder().build_v1alpha().map_err(bad)?,
-    ))
 }

@@ -1,5 +1,6 @@
 //! Process plumbing every Taskforce binary shares (feature `runtime`): logging set-up, binding
-//! the listener, and the shutdown signal. Kept here because services share only this crate.
+//! the listener, the shutdown signal, and what every gRPC server registers (reflection, accepted
+//! connections with `TCP_NODELAY`). Kept here because services share only this crate.
 
 use std::{net::SocketAddr, path::Path};
 
@@ -57,4 +58,40 @@ pub async fn cancel_on_signals(shutdown: CancellationToken) {
             std::process::exit(130);
         }
     }
+}
+
+/// Accepted connections with `TCP_NODELAY`, so small replies and events are not held back by
+/// Nagle's algorithm.
+pub fn incoming(
+    listener: TcpListener,
+) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    use futures::StreamExt;
+    tokio_stream::wrappers::TcpListenerStream::new(listener).map(|conn| {
+        let conn = conn?;
+        conn.set_nodelay(true)?;
+        Ok(conn)
+    })
+}
+
+/// Server reflection, `v1` and `v1alpha` (grpcurl 1.8 asks for the latter), over the Taskforce,
+/// health and `google.rpc` descriptors, so clients also decode error details.
+#[allow(clippy::type_complexity)]
+pub fn reflection() -> Result<
+    (
+        tonic_reflection::server::v1::ServerReflectionServer<
+            impl tonic_reflection::server::v1::ServerReflection,
+        >,
+        tonic_reflection::server::v1alpha::ServerReflectionServer<
+            impl tonic_reflection::server::v1alpha::ServerReflection,
+        >,
+    ),
+    tonic_reflection::server::Error,
+> {
+    let builder = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(crate::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
+    };
+    Ok((builder().build_v1()?, builder().build_v1alpha()?))
 }

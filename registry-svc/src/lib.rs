@@ -33,7 +33,6 @@ use std::{sync::Arc, time::Duration};
 
 use taskforce_proto::v1::agent_registry_server::AgentRegistryServer;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -88,7 +87,8 @@ pub async fn run(
     health
         .set_serving::<AgentRegistryServer<grpc::RegistryService>>()
         .await;
-    let (reflection_v1, reflection_v1alpha) = reflection()?;
+    let (reflection_v1, reflection_v1alpha) = taskforce_proto::runtime::reflection()
+        .map_err(|e| RegistryError::Config(format!("reflection: {e}")))?;
     let metadata = Arc::new(metadata::Collector::new(config.metadata_settings()));
     let service = grpc::RegistryService::new(Arc::clone(&store), catalog, metadata, tasks.clone());
 
@@ -101,7 +101,7 @@ pub async fn run(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(AgentRegistryServer::new(service))
-        .serve_with_incoming_shutdown(incoming(listener), async move {
+        .serve_with_incoming_shutdown(taskforce_proto::runtime::incoming(listener), async move {
             stopping.cancelled().await;
             health_on_stop
                 .set_service_status("", tonic_health::ServingStatus::NotServing)
@@ -129,43 +129,4 @@ pub async fn run(
     info!("registry stopped");
     result.map_err(|e| RegistryError::Config(format!("server: {e}")))?;
     flushed
-}
-
-/// Accepted connections with `TCP_NODELAY`, so small unary replies are not held back by Nagle.
-fn incoming(
-    listener: TcpListener,
-) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
-    use futures::StreamExt;
-    TcpListenerStream::new(listener).map(|conn| {
-        let conn = conn?;
-        conn.set_nodelay(true)?;
-        Ok(conn)
-    })
-}
-
-/// Server reflection, `v1` and `v1alpha` (grpcurl 1.8 asks for the latter), over the Taskforce,
-/// health and `google.rpc` descriptors, so clients also decode error details.
-fn reflection() -> Result<
-    (
-        tonic_reflection::server::v1::ServerReflectionServer<
-            impl tonic_reflection::server::v1::ServerReflection,
-        >,
-        tonic_reflection::server::v1alpha::ServerReflectionServer<
-            impl tonic_reflection::server::v1alpha::ServerReflection,
-        >,
-    ),
-    RegistryError,
-> {
-    let builder = || {
-        tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(taskforce_proto::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
-    };
-    let bad =
-        |e: tonic_reflection::server::Error| RegistryError::Config(format!("reflection: {e}"));
-    Ok((
-        builder().build_v1().map_err(bad)?,
-        builder().build_v1alpha().map_err(bad)?,
-    ))
 }

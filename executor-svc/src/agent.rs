@@ -19,6 +19,11 @@ pub struct AgentDef {
     pub tools: Vec<String>,
     /// The agent's workspace, when its definition names one.
     pub workspace: Option<PathBuf>,
+    /// The MCP servers whose tools the agent may call.
+    pub mcp_servers: Vec<v1::McpServer>,
+    /// Which of their tools it may call: a custom agent's `mcp_tool_allowlist`; `None` (a
+    /// profile, written by the operator) is every tool of its servers.
+    pub mcp_tools: Option<Vec<String>>,
 }
 
 impl AgentDef {
@@ -39,6 +44,8 @@ impl AgentDef {
                     system_prompt: custom_prompt(spec),
                     tools: spec.tool_allowlist.clone(),
                     workspace: (!spec.workspace.is_empty()).then(|| PathBuf::from(&spec.workspace)),
+                    mcp_servers: spec.mcp_servers.clone(),
+                    mcp_tools: Some(spec.mcp_tool_allowlist.clone()),
                 })
             }
             Some(Kind::Profile(profile)) => Ok(Self {
@@ -51,6 +58,8 @@ impl AgentDef {
                     .map(|t| t.r#type.clone())
                     .collect(),
                 workspace: None,
+                mcp_servers: profile.mcp_servers.clone(),
+                mcp_tools: None,
             }),
             None => Err(invalid("neither a custom nor a profile agent")),
         }

@@ -56,6 +56,13 @@ pub struct Config {
     /// How long the registry keeps an agent BUSY without a renewal, in seconds (renewed at half).
     #[arg(long, env = "TASKFORCE_BUSY_LEASE_SECS", default_value_t = 120)]
     pub busy_lease_secs: u32,
+    /// Time limit of starting an MCP server (or connecting to it), its handshake and tool list,
+    /// in milliseconds.
+    #[arg(long, env = "TASKFORCE_MCP_CONNECT_TIMEOUT_MS", default_value_t = 30_000)]
+    pub mcp_connect_timeout_ms: u64,
+    /// Time limit of one MCP tool call, in milliseconds.
+    #[arg(long, env = "TASKFORCE_MCP_CALL_TIMEOUT_MS", default_value_t = 60_000)]
+    pub mcp_call_timeout_ms: u64,
     /// Time limit of one registry call, in milliseconds.
     #[arg(long, env = "TASKFORCE_REGISTRY_TIMEOUT_MS", default_value_t = 5000)]
     pub registry_timeout_ms: u64,
@@ -73,6 +80,14 @@ impl Config {
     /// The wall-clock budget of one run.
     pub fn run_budget(&self) -> Duration {
         Duration::from_secs(self.max_run_secs.max(1))
+    }
+
+    /// Timeouts of MCP connections and calls.
+    pub fn mcp_timeouts(&self) -> crate::tools::mcp::McpTimeouts {
+        crate::tools::mcp::McpTimeouts {
+            connect: Duration::from_millis(self.mcp_connect_timeout_ms.max(1)),
+            call: Duration::from_millis(self.mcp_call_timeout_ms.max(1)),
+        }
     }
 
     /// The limits every tool call runs under.

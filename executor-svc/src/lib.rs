@@ -118,9 +118,11 @@ pub async fn run_with(
         workspaces: config.data_dir.join("workspaces"),
         config_dir: config.config_dir.clone(),
     };
+    let mcp = Arc::new(tools::mcp::McpPool::new(config.mcp_timeouts()));
     let runner = Arc::new(run::Runner::new(
         parts.router,
         parts.tools,
+        Arc::clone(&mcp),
         store,
         registry,
         budgets,
@@ -173,6 +175,7 @@ pub async fn run_with(
         warn!(error = %e, "registry watch task failed");
     }
     runner.drain(SHUTDOWN_GRACE).await;
+    mcp.close().await;
     let store = runner.store().clone();
     drop(runner);
     let flushed = tokio::task::spawn_blocking(move || store.flush()).await?;

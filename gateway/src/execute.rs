@@ -115,6 +115,9 @@ pub struct ExecuteResultJson {
     /// The error of a failed run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<RunErrorJson>,
+    /// Problems the run worked around (e.g. an MCP server that could not be started).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<RunErrorJson>,
     /// How many events the run produced.
     pub events: u64,
     /// Token and step counts.
@@ -205,6 +208,7 @@ pub fn event_json(ev: &v1::RunEvent) -> Option<(&'static str, Value)> {
         ),
         Ev::FinalAnswer(e) => ("final_answer", json!({"text": e.text})),
         Ev::Error(e) => ("error", json!({"code": e.code, "message": e.message})),
+        Ev::Warning(e) => ("warning", json!({"code": e.code, "message": e.message})),
         Ev::Done(e) => (
             "done",
             json!({"status": status_name(e.status),
@@ -264,6 +268,7 @@ pub async fn execute(
         final_answer: None,
         question: None,
         error: None,
+        warnings: Vec::new(),
         events: 0,
         usage: None,
     };
@@ -288,6 +293,10 @@ pub async fn execute(
                     message: e.message,
                 });
             }
+            Some(Ev::Warning(e)) => out.warnings.push(RunErrorJson {
+                code: e.code,
+                message: e.message,
+            }),
             Some(Ev::Done(e)) => {
                 out.status = status_name(e.status).to_owned();
                 out.usage = e.usage.as_ref().map(usage_json);
@@ -344,7 +353,7 @@ fn sse(events: Streaming<v1::RunEvent>) -> Response {
 /// Run a mission and stream its events (Server-Sent Events).
 #[utoipa::path(post, path = "/api/v1/execute/stream", tag = "execution", request_body = ExecuteBody,
     responses(
-        (status = 200, description = "`text/event-stream`: one event per run event (`event: run_started|token|tool_start|tool_end|tool_error|question|final_answer|error|done`, `data:` the event as JSON), ending after `done`", content_type = "text/event-stream", body = String),
+        (status = 200, description = "`text/event-stream`: one event per run event (`event: run_started|token|tool_start|tool_end|tool_error|warning|question|final_answer|error|done`, `data:` the event as JSON), ending after `done`", content_type = "text/event-stream", body = String),
         (status = 400, description = "Invalid body (e.g. empty mission)", body = ErrorBody),
         (status = 404, description = "`not_found`: unknown agent or profile", body = ErrorBody),
         (status = 503, description = "`unavailable`: the executor is down", body = ErrorBody)))]

@@ -6,14 +6,17 @@
 //! - [`catalog`]: the native tool catalog: names, descriptions, JSON schemas, approval risk.
 //! - [`error`]: error kinds with one mapping to gRPC codes and one to HTTP statuses.
 //! - [`json`]: `google.protobuf.Struct` ⇄ `serde_json::Value`.
+//! - `mcp_client` (feature `mcp-client`): connecting to an MCP server through rmcp.
 //! - `runtime` (feature `runtime`): logging set-up, binding, shutdown signals for the binaries.
 //!
-//! No I/O and no business logic live here.
+//! Without features, no I/O and no business logic live here.
 
 pub mod catalog;
 pub mod error;
 pub mod ids;
 pub mod json;
+#[cfg(feature = "mcp-client")]
+pub mod mcp_client;
 #[cfg(feature = "runtime")]
 pub mod runtime;
 

@@ -1,191 +1,21 @@
-//! MCP tool discovery through `rmcp`: start (or connect to) a server, list its tools, hang up.
-//!
-//! Every discovery is bounded by a timeout; a stdio server runs in its own process group, which
-//! is killed when the discovery ends or is cut off. `${VAR}` placeholders are expanded here, at
-//! launch, from this process's environment, and never logged.
+//! MCP tool discovery: start (or connect to) a server, list its tools, hang up. The connection
+//! itself is [`taskforce_proto::mcp_client`], shared with the executor.
 
-use std::{collections::HashMap, process::Stdio, time::Duration};
+use std::time::Duration;
 
-use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
-use rmcp::{
-    ServiceExt,
-    transport::{
-        StreamableHttpClientTransport, TokioChildProcess,
-        streamable_http_client::StreamableHttpClientTransportConfig,
-    },
-};
-use serde_json::Value;
+use taskforce_proto::{mcp_client, v1};
+
+pub use taskforce_proto::mcp_client::{ConnectError as DiscoveryError, DiscoveredTool};
 
 use crate::definition::McpServerConfig;
-
-/// Environment variables a stdio server inherits; everything else (API keys of this service,
-/// for one) stays out. Mirrors the MCP SDKs' default environment.
-const INHERITED_ENV: [&str; 8] = [
-    "HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "TMPDIR",
-];
-
-/// A tool an MCP server exposes.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DiscoveredTool {
-    /// Tool name, as used in `mcp_tool_allowlist`.
-    pub name: String,
-    /// Its description, possibly empty.
-    pub description: String,
-    /// JSON schema of its input.
-    pub input_schema: Value,
-}
-
-/// Why a server's tools could not be listed.
-#[derive(Debug, thiserror::Error)]
-pub enum DiscoveryError {
-    /// The server did not answer in time.
-    #[error("no answer within {0:?}")]
-    Timeout(Duration),
-    /// The program could not be started.
-    #[error("could not start {command:?}: {source}")]
-    Spawn {
-        /// The configured command.
-        command: String,
-        /// The cause.
-        source: std::io::Error,
-    },
-    /// The MCP handshake or `tools/list` failed.
-    #[error("{0}")]
-    Protocol(String),
-}
 
 /// Lists the tools of one server, within `timeout`.
 pub async fn discover(
     server: &McpServerConfig,
     timeout: Duration,
 ) -> Result<Vec<DiscoveredTool>, DiscoveryError> {
-    match tokio::time::timeout(timeout, discover_inner(server)).await {
-        Ok(r) => r,
-        Err(_) => Err(DiscoveryError::Timeout(timeout)),
-    }
-}
-
-async fn discover_inner(server: &McpServerConfig) -> Result<Vec<DiscoveredTool>, DiscoveryError> {
-    let protocol = |e: &dyn std::fmt::Display| DiscoveryError::Protocol(e.to_string());
-    let client = match server.kind.as_str() {
-        "stdio" => {
-            let transport = spawn_stdio(server)?;
-            ().serve(transport).await.map_err(|e| protocol(&e))?
-        }
-        // `sse` servers are tried with streamable HTTP first, as the MCP specification's
-        // backwards-compatibility section says; rmcp has no client for the legacy transport.
-        _ => {
-            let mut headers = HashMap::new();
-            for (k, v) in &server.headers {
-                let name = http::HeaderName::try_from(k.as_str()).map_err(|e| protocol(&e))?;
-                let value = http::HeaderValue::try_from(expand(v)).map_err(|e| protocol(&e))?;
-                headers.insert(name, value);
-            }
-            let mut config = StreamableHttpClientTransportConfig::with_uri(server.url.as_str());
-            config.custom_headers = headers;
-            let transport = StreamableHttpClientTransport::from_config(config);
-            ().serve(transport).await.map_err(|e| {
-                let hint = if server.kind == "sse" {
-                    " (only servers that speak streamable HTTP can be used)"
-                } else {
-                    ""
-                };
-                DiscoveryError::Protocol(format!("{e}{hint}"))
-            })?
-        }
-    };
-    let tools = client.list_all_tools().await.map_err(|e| protocol(&e));
+    let (client, tools) = mcp_client::connect_and_list(&v1::McpServer::from(server), timeout).await?;
     // Hanging up is best effort: the process group is killed on drop either way.
     let _ = client.cancel().await;
-    Ok(tools?
-        .into_iter()
-        .map(|t| DiscoveredTool {
-            name: t.name.into_owned(),
-            description: t.description.map(|d| d.into_owned()).unwrap_or_default(),
-            input_schema: Value::Object((*t.input_schema).clone()),
-        })
-        .collect())
-}
-
-fn spawn_stdio(server: &McpServerConfig) -> Result<TokioChildProcess, DiscoveryError> {
-    let mut cmd = tokio::process::Command::new(expand(&server.command));
-    cmd.args(server.args.iter().map(|a| expand(a)))
-        .env_clear()
-        .envs(
-            INHERITED_ENV
-                .iter()
-                .filter_map(|k| std::env::var(k).ok().map(|v| (*k, v))),
-        )
-        .envs(server.env.iter().map(|(k, v)| (k, expand(v))));
-    let mut wrap = CommandWrap::from(cmd);
-    wrap.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
-    let (transport, _) = TokioChildProcess::builder(wrap)
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|source| DiscoveryError::Spawn {
-            command: server.command.clone(),
-            source,
-        })?;
-    Ok(transport)
-}
-
-/// Replaces `${VAR}` with the variable's value (empty when unset).
-pub fn expand(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut rest = s;
-    while let Some(start) = rest.find("${") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 2..];
-        match after.find('}') {
-            Some(end) => {
-                out.push_str(&std::env::var(&after[..end]).unwrap_or_default());
-                rest = &after[end + 1..];
-            }
-            None => {
-                out.push_str(&rest[start..]);
-                rest = "";
-            }
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn placeholders_expand_from_the_environment() {
-        // PATH is set in every test environment.
-        let path = std::env::var("PATH").unwrap_or_default();
-        assert_eq!(expand("a${PATH}b"), format!("a{path}b"));
-        assert_eq!(expand("${TASKFORCE_SURELY_UNSET_VAR}"), "");
-        assert_eq!(expand("no ${ end"), "no ${ end");
-    }
-
-    #[tokio::test]
-    async fn a_missing_program_is_a_spawn_error() {
-        let s = McpServerConfig {
-            kind: "stdio".into(),
-            command: "/nonexistent/mcp-server".into(),
-            ..Default::default()
-        };
-        let r = discover(&s, Duration::from_secs(5)).await;
-        assert!(matches!(r, Err(DiscoveryError::Spawn { .. })), "{r:?}");
-    }
-
-    #[tokio::test]
-    async fn a_server_that_never_answers_is_cut_off() {
-        let s = McpServerConfig {
-            kind: "stdio".into(),
-            command: "sleep".into(),
-            args: vec!["30".into()],
-            ..Default::default()
-        };
-        let started = std::time::Instant::now();
-        let r = discover(&s, Duration::from_millis(300)).await;
-        assert!(matches!(r, Err(DiscoveryError::Timeout(_))), "{r:?}");
-        assert!(started.elapsed() < Duration::from_secs(5));
-    }
+    Ok(tools)
 }

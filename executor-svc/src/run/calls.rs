@@ -190,7 +190,18 @@ async fn call_tool(
         ) => (Ok(outcome), audit::Outcome::Ok),
         Ok(outcome @ ToolOutcome::Output { .. }) => (Ok(outcome), audit::Outcome::ToolFailed),
         Ok(outcome @ ToolOutcome::Question { .. }) => (Ok(outcome), audit::Outcome::Question),
-        Err(e) => (Err(e.to_string()), audit::Outcome::Error),
+        Err(e) => {
+            if let ToolError::ServerUnavailable { server, reason, .. } = &e {
+                let message = format!(
+                    "MCP server `{server}` failed during a call ({reason}); the run goes on, and \
+                     the server is started again on its next use"
+                );
+                ctx.sink
+                    .emit(events::warning("MCP_SERVER_DISCONNECTED", message))
+                    .await;
+            }
+            (Err(e.to_string()), audit::Outcome::Error)
+        }
     }
 }
 

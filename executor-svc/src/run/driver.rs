@@ -3,6 +3,7 @@
 
 use std::{sync::Arc, time::Instant};
 
+use futures::future::join_all;
 use taskforce_proto::v1::{self, run_event::Event};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -11,11 +12,12 @@ use super::{
     RunCtx, Runner,
     agent_loop::{self, Counts, LoopEnd},
     calls::Tools,
-    events::Sink,
+    events::{self, Sink},
 };
 use crate::{
     agent::AgentDef,
     llm::{ResolvedModel, ToolDefinition},
+    tools::Tool,
     session::{Session, Status},
 };
 
@@ -50,7 +52,13 @@ impl Run {
     async fn work(mut self) {
         let started = Instant::now();
         let runner = Arc::clone(&self.runner);
-        let (tools, definitions) = select_tools(&runner, &self.agent);
+        let sink = Arc::clone(&self.sink);
+        sink.emit(Event::RunStarted(v1::RunStarted {
+            agent_id: self.agent.agent_id.clone(),
+            model: self.model.model.clone(),
+            provider: self.model.provider.name().to_owned(),
+        }))
+        .await;
         let workspace = match &self.agent.workspace {
             Some(path) if path.is_relative() => runner.budgets.config_dir.join(path),
             Some(path) => path.clone(),
@@ -73,13 +81,6 @@ impl Run {
         if let Err(e) = runner.store.save(&mut self.session, false).await {
             warn!(session_id = %self.session.id, error = %e, "cannot store the session");
         }
-        let sink = Arc::clone(&self.sink);
-        sink.emit(Event::RunStarted(v1::RunStarted {
-            agent_id: self.agent.agent_id.clone(),
-            model: self.model.model.clone(),
-            provider: self.model.provider.name().to_owned(),
-        }))
-        .await;
         if let Some(answered) = self.answered.take() {
             sink.emit(Event::ToolEnd(answered)).await;
         }
@@ -87,7 +88,13 @@ impl Run {
         let mut counts = Counts::default();
         let mut timed_out = false;
         let end = {
-            let run = agent_loop::run(&ctx, &tools, &definitions, &mut self.session, &mut counts);
+            let (session, counts) = (&mut self.session, &mut counts);
+            let run = async {
+                // Inside the raced future: a departed client or the budget also stops a slow
+                // MCP connection.
+                let (tools, definitions) = select_tools(&runner, &ctx).await;
+                agent_loop::run(&ctx, &tools, &definitions, session, counts).await
+            };
             tokio::pin!(run);
             let budget = tokio::time::sleep(runner.budgets.max_duration);
             tokio::pin!(budget);
@@ -191,19 +198,60 @@ impl Run {
     }
 }
 
-/// The agent's tools: those of its definition the executor has (others are skipped, logged).
-fn select_tools(runner: &Runner, agent: &AgentDef) -> (Tools, Vec<ToolDefinition>) {
+/// The agent's tools: the native tools of its allowlist the executor has (others are skipped,
+/// logged), then the allowed tools of its MCP servers. A server that cannot be reached is left
+/// out with a warning event; the run goes on with the other tools.
+async fn select_tools(runner: &Runner, ctx: &RunCtx) -> (Tools, Vec<ToolDefinition>) {
+    let agent = &ctx.agent;
     let mut tools = Tools::new();
     let mut definitions = Vec::new();
+    let mut offer = |tool: &Arc<dyn Tool>, tools: &mut Tools| {
+        if tools.contains_key(tool.name()) {
+            warn!(agent_id = %agent.agent_id, tool = %tool.name(), "two tools share this name; the first is offered");
+            return;
+        }
+        definitions.push(tool.definition());
+        tools.insert(tool.name().to_owned(), Arc::clone(tool));
+    };
     for name in &agent.tools {
         match runner.tools.get(name) {
-            Some(tool) if !tools.contains_key(name) => {
-                definitions.push(tool.definition());
-                tools.insert(name.clone(), Arc::clone(tool));
-            }
-            Some(_) => {}
+            Some(tool) => offer(tool, &mut tools),
             None => {
                 warn!(agent_id = %agent.agent_id, tool = %name, "tool not available in this executor; not offered")
+            }
+        }
+    }
+    if agent.mcp_tools.as_ref().is_some_and(Vec::is_empty) {
+        return (tools, definitions);
+    }
+    let servers: Vec<_> = agent
+        .mcp_servers
+        .iter()
+        .map(|config| runner.mcp.server(config))
+        .collect();
+    let allowed = agent.mcp_tools.as_deref();
+    let found = tokio::select! {
+        found = join_all(servers.iter().map(|s| s.tools(allowed))) => found,
+        // The loop notices the cancellation at once.
+        () = ctx.cancel.cancelled() => return (tools, definitions),
+    };
+    for (server, found) in servers.iter().zip(found) {
+        match found {
+            Ok(server_tools) => {
+                for tool in &server_tools {
+                    offer(tool, &mut tools);
+                }
+            }
+            Err(e) => {
+                warn!(agent_id = %agent.agent_id, server = %server.label(), error = %e, "MCP server unavailable; its tools are not offered in this run");
+                let message = format!(
+                    "MCP server `{}` is unavailable ({e}); its tools are not offered in this \
+                     run, and it is tried again on the next run",
+                    server.label()
+                );
+                ctx.sink
+                    .emit(events::warning("MCP_SERVER_UNAVAILABLE", message))
+                    .await;
             }
         }
     }

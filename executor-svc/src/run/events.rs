@@ -83,6 +83,14 @@ pub fn token(text: String) -> Event {
     Event::Token(v1::Token { text })
 }
 
+/// A `Warning` event: something the run works around.
+pub fn warning(code: &str, message: String) -> Event {
+    Event::Warning(v1::Warning {
+        code: code.to_owned(),
+        message,
+    })
+}
+
 /// A `ToolError` event.
 pub fn tool_error(call_id: &str, tool: &str, message: String) -> Event {
     Event::ToolError(v1::ToolError {

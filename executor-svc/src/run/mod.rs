@@ -28,7 +28,7 @@ use crate::{
     llm::{LlmRouter, ResolvedModel},
     registry::Registry,
     session::{Session, SessionStore},
-    tools::{Limits, Tool},
+    tools::{Limits, Tool, mcp::McpPool},
 };
 use events::Sink;
 
@@ -53,6 +53,8 @@ pub struct Budgets {
 pub struct Runner {
     router: Arc<LlmRouter>,
     tools: HashMap<String, Arc<dyn Tool>>,
+    /// Connections to agents' MCP servers, shared by all runs.
+    mcp: Arc<McpPool>,
     store: SessionStore,
     registry: Registry,
     budgets: Budgets,
@@ -88,11 +90,12 @@ pub struct RunCtx {
 }
 
 impl Runner {
-    /// A runner over these parts; `tools` are every tool the executor offers (agents get the
-    /// ones their definition allows).
+    /// A runner over these parts; `tools` are every native tool the executor offers (agents get
+    /// the ones their definition allows), `mcp` the connections to agents' MCP servers.
     pub fn new(
         router: Arc<LlmRouter>,
         tools: Vec<Arc<dyn Tool>>,
+        mcp: Arc<McpPool>,
         store: SessionStore,
         registry: Registry,
         budgets: Budgets,
@@ -105,6 +108,7 @@ impl Runner {
         Self {
             router,
             tools,
+            mcp,
             store,
             registry,
             budgets,

@@ -1,10 +1,12 @@
-//! Tools an agent may call: the native tools and MCP tools, behind one trait.
+//! Tools an agent may call: the native tools ([`native`]) and MCP tools ([`mcp`]), behind one
+//! trait.
 //!
 //! Every call gets a [`ToolContext`] (the agent's workspace, the run's cancellation, limits) and
 //! returns a [`ToolOutcome`]: output for the model, or a question that pauses the run
 //! (`ask_user`). A tool never panics on input from the model: bad arguments are a
 //! [`ToolError::InvalidArguments`] that the loop hands back to the model as an error result.
 
+pub mod mcp;
 pub mod native;
 
 use std::{path::PathBuf, time::Duration};
@@ -124,6 +126,17 @@ pub enum ToolError {
         /// The tool.
         tool: String,
         /// Why.
+        reason: String,
+    },
+    /// The MCP server behind the tool could not be started or reached, or died during the
+    /// call; it is started again on the next use.
+    #[error("{tool}: MCP server `{server}` is unavailable ({reason}); it is reconnected on its next use")]
+    ServerUnavailable {
+        /// The tool.
+        tool: String,
+        /// The server, as configured (command or URL).
+        server: String,
+        /// What went wrong.
         reason: String,
     },
     /// Anything else (I/O, HTTP, a subprocess that could not start).

@@ -224,6 +224,7 @@ pub fn kinds(events: &[RunEvent]) -> Vec<&'static str> {
             Event::Question(_) => "question",
             Event::FinalAnswer(_) => "final",
             Event::Error(_) => "error",
+            Event::Warning(_) => "warning",
             Event::Done(_) => "done",
         })
         .collect()

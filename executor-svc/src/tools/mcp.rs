@@ -1,0 +1,364 @@
+//! MCP tools: the tools of an agent's `mcp_servers`, called through `rmcp`.
+//!
+//! The [`McpPool`] keeps one connection per server configuration (same command, arguments,
+//! environment, URL and headers), shared by every call and every run. A connection is made on
+//! first use, within the connect timeout; one that failed or whose server died is made again on
+//! the next use, so a restarted server is picked up without restarting the executor. Calls are
+//! bounded by the call timeout and the run's cancellation.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use futures::future::BoxFuture;
+use rmcp::{
+    ServiceError,
+    model::{CallToolRequestParams, CallToolResult, ContentBlock},
+};
+use serde_json::Value;
+use taskforce_proto::{
+    mcp_client::{self, ConnectError, DiscoveredTool, McpClient},
+    v1,
+};
+use tracing::{info, warn};
+
+use super::{Tool, ToolContext, ToolError, ToolOutcome};
+use crate::llm::ToolDefinition;
+
+/// Timeouts of MCP connections and calls.
+#[derive(Debug, Clone, Copy)]
+pub struct McpTimeouts {
+    /// Starting (or connecting to) a server, the handshake and listing its tools.
+    pub connect: Duration,
+    /// One tool call.
+    pub call: Duration,
+}
+
+impl Default for McpTimeouts {
+    fn default() -> Self {
+        Self {
+            connect: Duration::from_secs(30),
+            call: Duration::from_secs(60),
+        }
+    }
+}
+
+/// One connection per MCP server configuration, reused across calls and runs.
+#[derive(Debug)]
+pub struct McpPool {
+    servers: Mutex<HashMap<String, Arc<Server>>>,
+    timeouts: McpTimeouts,
+}
+
+/// A server configuration and its current connection.
+#[derive(Debug)]
+pub struct Server {
+    config: v1::McpServer,
+    /// How messages name the server: its command or URL as configured (placeholders not
+    /// expanded, so no secret shows).
+    label: String,
+    timeouts: McpTimeouts,
+    /// The live connection; `None` before the first use and after a failure. The lock is held
+    /// while connecting, so concurrent users share one connection attempt.
+    conn: tokio::sync::Mutex<Option<Arc<Connection>>>,
+}
+
+#[derive(Debug)]
+struct Connection {
+    client: McpClient,
+    tools: Vec<DiscoveredTool>,
+}
+
+impl Connection {
+    fn alive(&self) -> bool {
+        !self.client.is_closed() && !self.client.is_transport_closed()
+    }
+}
+
+impl McpPool {
+    /// An empty pool.
+    pub fn new(timeouts: McpTimeouts) -> Self {
+        Self {
+            servers: Mutex::new(HashMap::new()),
+            timeouts,
+        }
+    }
+
+    /// The pool's entry of `config` (created on first sight; no connection is made here).
+    pub fn server(&self, config: &v1::McpServer) -> Arc<Server> {
+        let key = config_key(config);
+        let mut servers = match self.servers.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        Arc::clone(servers.entry(key).or_insert_with(|| {
+            Arc::new(Server {
+                config: config.clone(),
+                label: label(config),
+                timeouts: self.timeouts,
+                conn: tokio::sync::Mutex::new(None),
+            })
+        }))
+    }
+
+    /// Hangs up every connection (stdio servers are killed with their process group).
+    pub async fn close(&self) {
+        let servers: Vec<Arc<Server>> = match self.servers.lock() {
+            Ok(mut guard) => guard.drain().map(|(_, s)| s).collect(),
+            Err(poisoned) => poisoned.into_inner().drain().map(|(_, s)| s).collect(),
+        };
+        for server in servers {
+            let conn = server.conn.lock().await.take();
+            if let Some(conn) = conn.and_then(|c| Arc::try_unwrap(c).ok()) {
+                let _ = tokio::time::timeout(Duration::from_secs(2), conn.client.cancel()).await;
+            }
+        }
+    }
+}
+
+impl Server {
+    /// How messages name this server.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// The live connection, made (again) when there is none or the last one died.
+    async fn connection(&self) -> Result<Arc<Connection>, ConnectError> {
+        let mut slot = self.conn.lock().await;
+        if let Some(conn) = slot.as_ref() {
+            if conn.alive() {
+                return Ok(Arc::clone(conn));
+            }
+            warn!(server = %self.label, "MCP server connection closed; reconnecting");
+        }
+        *slot = None;
+        let (client, tools) =
+            mcp_client::connect_and_list(&self.config, self.timeouts.connect).await?;
+        info!(server = %self.label, tools = tools.len(), "MCP server connected");
+        let conn = Arc::new(Connection { client, tools });
+        *slot = Some(Arc::clone(&conn));
+        Ok(conn)
+    }
+
+    /// Forgets `conn` if it is still the current connection (its server died).
+    async fn forget(&self, conn: &Arc<Connection>) {
+        let mut slot = self.conn.lock().await;
+        if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
+            *slot = None;
+        }
+    }
+
+    /// The server's tools that `allowed` admits (`None`: all of them), as tools a run can call;
+    /// connects when needed.
+    pub async fn tools(
+        self: &Arc<Self>,
+        allowed: Option<&[String]>,
+    ) -> Result<Vec<Arc<dyn Tool>>, ConnectError> {
+        let conn = self.connection().await?;
+        Ok(conn
+            .tools
+            .iter()
+            .filter(|t| allowed.is_none_or(|names| names.iter().any(|n| n == &t.name)))
+            .map(|t| {
+                Arc::new(McpTool {
+                    server: Arc::clone(self),
+                    definition: ToolDefinition {
+                        name: t.name.clone(),
+                        description: t.description.clone(),
+                        parameters: t.input_schema.clone(),
+                    },
+                }) as Arc<dyn Tool>
+            })
+            .collect())
+    }
+}
+
+/// One tool of one MCP server.
+#[derive(Debug)]
+pub struct McpTool {
+    server: Arc<Server>,
+    definition: ToolDefinition,
+}
+
+impl Tool for McpTool {
+    fn name(&self) -> &str {
+        &self.definition.name
+    }
+
+    fn definition(&self) -> ToolDefinition {
+        self.definition.clone()
+    }
+
+    fn call<'a>(
+        &'a self,
+        ctx: &'a ToolContext,
+        arguments: Value,
+    ) -> BoxFuture<'a, Result<ToolOutcome, ToolError>> {
+        Box::pin(async move {
+            let tool = self.definition.name.clone();
+            let arguments = match arguments {
+                Value::Object(map) => map,
+                Value::Null => serde_json::Map::new(),
+                other => {
+                    return Err(ToolError::InvalidArguments {
+                        tool,
+                        reason: format!("expected a JSON object, got {other}"),
+                    });
+                }
+            };
+            let server = &self.server;
+            let conn = server
+                .connection()
+                .await
+                .map_err(|e| ToolError::ServerUnavailable {
+                    tool: tool.clone(),
+                    server: server.label.clone(),
+                    reason: e.to_string(),
+                })?;
+            let params = CallToolRequestParams::new(tool.clone()).with_arguments(arguments);
+            let timeout = server.timeouts.call;
+            let result = tokio::select! {
+                r = tokio::time::timeout(timeout, conn.client.call_tool(params)) => r,
+                () = ctx.cancel.cancelled() => return Err(ToolError::Cancelled { tool }),
+            };
+            match result {
+                Err(_) => Err(ToolError::Timeout {
+                    tool,
+                    after: timeout,
+                }),
+                Ok(Ok(result)) => Ok(outcome(result)),
+                // The server said no (unknown tool, bad arguments): the model may recover.
+                Ok(Err(ServiceError::McpError(e))) => Ok(ToolOutcome::failed(format!(
+                    "the MCP server refused the call: {}",
+                    e.message
+                ))),
+                Ok(Err(e)) => {
+                    if !conn.alive()
+                        || matches!(
+                            e,
+                            ServiceError::TransportClosed | ServiceError::TransportSend(_)
+                        )
+                    {
+                        server.forget(&conn).await;
+                    }
+                    Err(ToolError::ServerUnavailable {
+                        tool,
+                        server: server.label.clone(),
+                        reason: e.to_string(),
+                    })
+                }
+            }
+        })
+    }
+}
+
+/// The model's view of a call result: text parts joined, other parts described.
+fn outcome(result: CallToolResult) -> ToolOutcome {
+    let mut parts: Vec<String> = result.content.iter().map(describe).collect();
+    if parts.is_empty()
+        && let Some(structured) = &result.structured_content
+    {
+        parts.push(structured.to_string());
+    }
+    let text = parts.join("\n");
+    if result.is_error == Some(true) {
+        ToolOutcome::failed(text)
+    } else {
+        ToolOutcome::ok(text)
+    }
+}
+
+fn describe(block: &ContentBlock) -> String {
+    match block {
+        ContentBlock::Text(t) => t.text.clone(),
+        ContentBlock::Image(i) => format!("[image: {}, {} base64 bytes]", i.mime_type, i.data.len()),
+        ContentBlock::Audio(a) => format!("[audio: {}, {} base64 bytes]", a.mime_type, a.data.len()),
+        ContentBlock::Resource(r) => match serde_json::to_value(&r.resource) {
+            Ok(Value::Object(m)) => match m.get("text").and_then(Value::as_str) {
+                Some(text) => text.to_owned(),
+                None => format!(
+                    "[resource: {}]",
+                    m.get("uri").and_then(Value::as_str).unwrap_or("?")
+                ),
+            },
+            _ => "[resource]".to_owned(),
+        },
+        ContentBlock::ResourceLink(r) => format!("[resource link: {}]", r.uri),
+        // A kind of content newer than this client: pass its JSON on.
+        other => serde_json::to_string(other).unwrap_or_else(|_| "[content]".to_owned()),
+    }
+}
+
+/// A stable key of a configuration (maps sorted).
+fn config_key(c: &v1::McpServer) -> String {
+    fn sorted(m: &HashMap<String, String>) -> BTreeMap<&String, &String> {
+        m.iter().collect()
+    }
+    serde_json::json!([
+        c.r#type,
+        c.command,
+        c.args,
+        sorted(&c.env),
+        c.url,
+        sorted(&c.headers)
+    ])
+    .to_string()
+}
+
+fn label(c: &v1::McpServer) -> String {
+    if c.r#type == "stdio" {
+        format!("stdio:{}", c.command)
+    } else {
+        c.url.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_entry_per_configuration_whatever_the_map_order() {
+        let pool = McpPool::new(McpTimeouts::default());
+        let mut a = v1::McpServer {
+            r#type: "stdio".into(),
+            command: "srv".into(),
+            ..Default::default()
+        };
+        a.env.insert("A".into(), "1".into());
+        a.env.insert("B".into(), "2".into());
+        let b = a.clone();
+        assert!(Arc::ptr_eq(&pool.server(&a), &pool.server(&b)));
+        let mut c = a.clone();
+        c.args.push("--other".into());
+        assert!(!Arc::ptr_eq(&pool.server(&a), &pool.server(&c)));
+    }
+
+    #[test]
+    fn results_become_text_and_errors_stay_errors() {
+        let ok = CallToolResult::success(vec![
+            ContentBlock::text("one"),
+            ContentBlock::text("two"),
+        ]);
+        assert_eq!(outcome(ok), ToolOutcome::ok("one\ntwo"));
+        let failed = CallToolResult::error(vec![ContentBlock::text("bad")]);
+        assert_eq!(outcome(failed), ToolOutcome::failed("bad"));
+    }
+
+    #[tokio::test]
+    async fn a_server_that_cannot_start_is_an_error_and_is_tried_again() {
+        let pool = McpPool::new(McpTimeouts {
+            connect: Duration::from_secs(5),
+            call: Duration::from_secs(5),
+        });
+        let server = pool.server(&v1::McpServer {
+            r#type: "stdio".into(),
+            command: "/nonexistent/mcp-server".into(),
+            ..Default::default()
+        });
+        assert!(matches!(server.tools(None).await, Err(ConnectError::Spawn { .. })));
+        assert!(matches!(server.tools(None).await, Err(ConnectError::Spawn { .. })));
+    }
+}

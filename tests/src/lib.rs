@@ -15,7 +15,8 @@
 //! - [`paths`]: the workspace, the built binaries, the test tools, the sample configs.
 //! - [`process`]: a child process with its log, killed on drop.
 //! - [`wait`]: polling with a deadline instead of sleeping.
-//! - [`stack`]: [`Stack`] and [`spawn_stack`]: registry (and gateway) over one temp dir.
+//! - [`stack`]: [`Stack`] and [`spawn_stack`]: registry (and gateway, and executor) over one temp
+//!   dir; `stack::executor` holds the executor's options and its restart.
 //! - [`mcp`]: real MCP servers for tests (streamable HTTP server-everything, mcp-server-time).
 
 pub mod mcp;

@@ -200,6 +200,11 @@ pub fn processes_with_args(argv: &[&str]) -> Vec<u32> {
         .collect()
 }
 
+/// True while `/proc` has an entry for `pid` (a running process, or a zombie not yet reaped).
+pub fn pid_exists(pid: u32) -> bool {
+    Path::new("/proc").join(pid.to_string()).exists()
+}
+
 fn is_zombie(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()

@@ -17,6 +17,8 @@ use tonic_health::pb::{
     HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
 };
 
+mod executor;
+
 use crate::{
     paths,
     process::{ChildProcess, log_tail, wait_for_addr_file},
@@ -48,6 +50,16 @@ pub struct StackOptions {
     /// Start the executor too (over the stack's registry and `<config>/llm_config.yaml`), and
     /// point the gateway's `--executor-url` at it.
     pub executor: bool,
+    /// Extra environment of the executor process (API keys, `TASKFORCE_LLM_SCRIPT`, ...).
+    pub executor_env: Vec<(String, String)>,
+    /// Extra flags of the executor (`--tool-timeout-secs 2`, ...).
+    pub executor_args: Vec<String>,
+    /// Written to `<config>/llm_config.yaml` (replacing the sample's) before the executor starts.
+    pub llm_config_yaml: Option<String>,
+    /// Written to `e2e-llm-script.yaml` in the temp dir (outside the config dir, where the
+    /// registry would read it as a profile), which `TASKFORCE_LLM_SCRIPT` then names: the script
+    /// every scripted provider of the executor replays.
+    pub llm_script_yaml: Option<String>,
 }
 
 impl Default for StackOptions {
@@ -61,6 +73,10 @@ impl Default for StackOptions {
             registry_env: Vec::new(),
             max_body_bytes: None,
             executor: false,
+            executor_env: Vec::new(),
+            executor_args: Vec::new(),
+            llm_config_yaml: None,
+            llm_script_yaml: None,
         }
     }
 }
@@ -174,6 +190,12 @@ impl Stack {
         if let Some(yaml) = &opts.catalog_mcp_yaml {
             std::fs::write(config_dir.join("catalog").join("mcp_servers.yaml"), yaml)?;
         }
+        if let Some(yaml) = &opts.llm_config_yaml {
+            std::fs::write(config_dir.join("llm_config.yaml"), yaml)?;
+        }
+        if let Some(yaml) = &opts.llm_script_yaml {
+            std::fs::write(root.join(executor::SCRIPT_FILE), yaml)?;
+        }
         let http = reqwest::Client::builder()
             .no_proxy()
             .timeout(Duration::from_secs(60))
@@ -197,7 +219,7 @@ impl Stack {
         };
         stack.start_registry(None).await?;
         if stack.opts.executor {
-            stack.start_executor().await?;
+            stack.start_executor(None).await?;
         }
         if stack.opts.gateway {
             stack.start_gateway().await?;
@@ -420,29 +442,6 @@ impl Stack {
         self.registry = Some(child);
         self.registry_addr = addr;
         self.channel = channel;
-        Ok(())
-    }
-
-    /// Starts `executor-svc` over the stack's registry, with its sessions in the temp dir and
-    /// the stack's `llm_config.yaml` (the sample one runs offline on the scripted provider).
-    async fn start_executor(&mut self) -> anyhow::Result<()> {
-        let addr_file = self.root.join("executor.addr");
-        let _ = std::fs::remove_file(&addr_file);
-        let mut cmd = Command::new(paths::binary("executor-svc")?);
-        cmd.arg("--listen")
-            .arg("127.0.0.1:0")
-            .arg("--addr-file")
-            .arg(&addr_file)
-            .arg("--registry-url")
-            .arg(format!("http://{}", self.registry_addr))
-            .arg("--data-dir")
-            .arg(self.root.join("data").join("executor"))
-            .arg("--llm-config")
-            .arg(self.config_dir.join("llm_config.yaml"));
-        let mut child = ChildProcess::spawn("executor-svc", cmd, &self.executor_log())?;
-        let addr = wait_for_addr_file(&mut child, &addr_file, STARTUP_TIMEOUT).await?;
-        self.executor = Some(child);
-        self.executor_addr = Some(addr);
         Ok(())
     }
 

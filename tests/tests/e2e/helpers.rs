@@ -252,3 +252,169 @@ pub fn is_version(s: &str) -> bool {
         && s.chars()
             .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
 }
+
+// ---- runs through the executor ----------------------------------------------------------
+
+/// Longest a whole run may take in a test (the machine may be busy with other stacks).
+pub const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Creates a custom agent over REST with exactly these native tools; asserts 201.
+pub async fn create_agent_with_tools(stack: &Stack, id: &str, tools: &[&str]) {
+    let mut body = agent_json(id);
+    body["tool_allowlist"] = json!(tools);
+    let r = create(stack, &body).await;
+    assert_eq!(r.status, 201, "creating {id}: {}", r.text);
+}
+
+/// Parses one SSE event block into `(event, data as JSON)`; `None` for comments (keep-alives).
+fn parse_sse_block(block: &str) -> Option<(String, Value)> {
+    let mut name = String::new();
+    let mut data = String::new();
+    for line in block.lines() {
+        if let Some(v) = line.strip_prefix("event:") {
+            v.trim().clone_into(&mut name);
+        } else if let Some(v) = line.strip_prefix("data:") {
+            if !data.is_empty() {
+                data.push('\n');
+            }
+            data.push_str(v.strip_prefix(' ').unwrap_or(v));
+        }
+    }
+    if name.is_empty() && data.is_empty() {
+        return None;
+    }
+    let value =
+        serde_json::from_str(&data).unwrap_or_else(|e| panic!("SSE data is JSON ({e}): {data:?}"));
+    Some((name, value))
+}
+
+/// The names of SSE events, in order.
+pub fn event_names(events: &[(String, Value)]) -> Vec<&str> {
+    events.iter().map(|(n, _)| n.as_str()).collect()
+}
+
+/// An SSE response read event by event, as a browser or `curl -N` reads it.
+pub struct SseReader {
+    resp: reqwest::Response,
+    buf: String,
+    ended: bool,
+}
+
+impl SseReader {
+    /// POSTs `body` to the gateway's `path` and opens its event stream; asserts 200 and
+    /// `text/event-stream`.
+    pub async fn open(stack: &Stack, path: &str, body: &Value) -> Self {
+        let resp = tokio::time::timeout(
+            RUN_TIMEOUT,
+            stack.http().post(stack.url(path)).json(body).send(),
+        )
+        .await
+        .expect("the stream opens in time")
+        .expect("the stream request is answered");
+        let status = resp.status();
+        let content_type = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        if status != 200 {
+            let text = resp.text().await.unwrap_or_default();
+            panic!("{path}: {status}: {text}\n{}", stack.logs());
+        }
+        assert!(
+            content_type.starts_with("text/event-stream"),
+            "{content_type}"
+        );
+        Self {
+            resp,
+            buf: String::new(),
+            ended: false,
+        }
+    }
+
+    /// The next event; `None` once the server closed the stream. Panics after `timeout`.
+    pub async fn next(&mut self, timeout: Duration) -> Option<(String, Value)> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            self.buf = self.buf.replace("\r\n", "\n");
+            if let Some(end) = self.buf.find("\n\n") {
+                let block: String = self.buf.drain(..end + 2).collect();
+                if let Some(event) = parse_sse_block(&block) {
+                    return Some(event);
+                }
+                continue;
+            }
+            if self.ended {
+                return parse_sse_block(&std::mem::take(&mut self.buf));
+            }
+            let chunk = tokio::time::timeout_at(deadline, self.resp.chunk())
+                .await
+                .unwrap_or_else(|_| {
+                    panic!("no SSE event within {timeout:?}; so far: {:?}", self.buf)
+                })
+                .expect("the stream reads");
+            match chunk {
+                Some(bytes) => self.buf.push_str(&String::from_utf8_lossy(&bytes)),
+                None => self.ended = true,
+            }
+        }
+    }
+
+    /// Every event until the server closes the stream (within `timeout` in all).
+    pub async fn rest(&mut self, timeout: Duration) -> Vec<(String, Value)> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut out = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match self.next(left).await {
+                Some(event) => out.push(event),
+                None => return out,
+            }
+        }
+    }
+
+    /// Events until (and including) the first named `name`; panics if the stream ends first.
+    pub async fn until(&mut self, name: &str, timeout: Duration) -> Vec<(String, Value)> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut out = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let event = self
+                .next(left)
+                .await
+                .unwrap_or_else(|| panic!("the stream ended before `{name}`: {out:?}"));
+            let found = event.0 == name;
+            out.push(event);
+            if found {
+                return out;
+            }
+        }
+    }
+}
+
+/// Every event of a gRPC run stream until it ends (within [`RUN_TIMEOUT`]).
+pub async fn grpc_events(mut stream: tonic::Streaming<v1::RunEvent>) -> Vec<v1::RunEvent> {
+    let mut out = Vec::new();
+    let read = async {
+        while let Some(event) = stream.message().await.expect("the run stream reads") {
+            out.push(event);
+        }
+    };
+    tokio::time::timeout(RUN_TIMEOUT, read)
+        .await
+        .expect("the run stream ends in time");
+    out
+}
+
+/// The session as the executor stores it (gRPC `GetSession`).
+pub async fn get_session(stack: &Stack, session_id: &str) -> v1::Session {
+    stack
+        .executor()
+        .get_session(v1::GetSessionRequest {
+            session_id: session_id.to_owned(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("GetSession {session_id}: {e}\n{}", stack.logs()))
+        .into_inner()
+}

@@ -23,6 +23,10 @@
 //! - `execute`: runs through the executor: `/api/v1/execute`, its SSE stream, errors.
 //! - `gateway_meta`: health, readiness and the OpenAPI document.
 //! - `lifecycle`: stopping the registry with SIGTERM.
+//! - `fake_llm`, `run_resume`, `run_cancel`, `run_providers`, `run_faults`: runs through the real
+//!   executor binary against fake OpenAI/Anthropic servers in the test process: resuming after a
+//!   restart, cancellation, whole runs over both protocols, and faults (LLM 500s, malformed tool
+//!   JSON, broken definitions, huge and hanging tools).
 
 mod bad_input;
 mod bad_input_grpc;
@@ -40,4 +44,6 @@ mod mcp_transport;
 mod mcp_validation;
 mod metadata;
 mod rest_crud;
+mod run_cancel;
+mod run_resume;
 mod tool_catalog;

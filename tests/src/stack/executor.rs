@@ -1,0 +1,225 @@
+//! The executor's part of a stack: its options (environment, flags, `llm_config.yaml`), a gRPC
+//! client, and stopping, killing and restarting the `executor-svc` binary alone over the same
+//! data dir (sessions survive in its sled store).
+
+use std::{net::SocketAddr, path::PathBuf, process::Command, time::Duration};
+
+use anyhow::{Context, bail};
+use taskforce_proto::v1::executor_client::ExecutorClient;
+use tonic::transport::{Channel, Endpoint};
+use tonic_health::pb::{
+    HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
+};
+
+use super::{STARTUP_TIMEOUT, Stack, StackOptions};
+use crate::{
+    paths,
+    process::{ChildProcess, wait_for_addr_file},
+    wait::eventually,
+};
+
+/// The gRPC service whose health decides the executor's readiness.
+const EXECUTOR_SERVICE: &str = "taskforce.v1.Executor";
+
+/// The scripted provider's script in the temp dir (see [`StackOptions::llm_script`]).
+pub(super) const SCRIPT_FILE: &str = "e2e-llm-script.yaml";
+
+/// Variables of the developer's shell that would change which LLM the executor calls; removed
+/// from its environment so a stack runs on what the test configured (see
+/// `executor-svc/README.md`, "Environment, read at start").
+const LLM_VARS: [&str; 7] = [
+    "TASKFORCE_LLM_PROVIDER",
+    "TASKFORCE_LLM_MODEL",
+    "TASKFORCE_LLM_SCRIPT",
+    "OPENAI_BASE_URL",
+    "ANTHROPIC_BASE_URL",
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+];
+
+impl StackOptions {
+    /// Adds an environment variable to the executor process.
+    pub fn executor_env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.executor_env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Adds flags to the executor's command line.
+    pub fn executor_args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.executor_args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Makes every scripted provider of the executor replay this script (YAML, see
+    /// `executor-svc/README.md`), through `TASKFORCE_LLM_SCRIPT`.
+    pub fn llm_script(mut self, yaml: impl Into<String>) -> Self {
+        self.llm_script_yaml = Some(yaml.into());
+        self
+    }
+
+    /// Sets the content of `<config>/llm_config.yaml`.
+    pub fn llm_config(mut self, yaml: impl Into<String>) -> Self {
+        self.llm_config_yaml = Some(yaml.into());
+        self
+    }
+}
+
+impl Stack {
+    /// A gRPC client of the executor (cheap; take a new one after a restart).
+    ///
+    /// # Panics
+    /// When the stack runs without an executor (a bug in the test).
+    pub fn executor(&self) -> ExecutorClient<Channel> {
+        let addr = self
+            .executor_addr
+            .expect("this stack was started without the executor");
+        let channel = Endpoint::from_shared(format!("http://{addr}"))
+            .expect("a valid URL")
+            .connect_timeout(Duration::from_secs(5))
+            .connect_lazy();
+        ExecutorClient::new(channel)
+    }
+
+    /// The executor's process id, while it runs.
+    pub fn executor_pid(&self) -> Option<u32> {
+        self.executor.as_ref().map(ChildProcess::id)
+    }
+
+    /// The executor's `--data-dir` (sessions, default workspaces).
+    pub fn executor_data_dir(&self) -> PathBuf {
+        self.root.join("data").join("executor")
+    }
+
+    /// The workspace of an agent whose definition names none.
+    pub fn executor_workspace(&self, agent_id: &str) -> PathBuf {
+        self.executor_data_dir().join("workspaces").join(agent_id)
+    }
+
+    /// True while the executor process runs.
+    pub fn executor_running(&mut self) -> bool {
+        self.executor.as_mut().is_some_and(|e| e.exited().is_none())
+    }
+
+    /// Kills the executor with SIGKILL (no shutdown code runs).
+    pub fn kill9_executor(&mut self) -> anyhow::Result<()> {
+        if let Some(mut child) = self.executor.take() {
+            child.kill9().context("killing the executor")?;
+        }
+        Ok(())
+    }
+
+    /// Stops the executor with SIGTERM; an error (after a SIGKILL) when it does not exit cleanly
+    /// within 30 s.
+    pub async fn stop_executor(&mut self) -> anyhow::Result<()> {
+        let Some(mut child) = self.executor.take() else {
+            return Ok(());
+        };
+        match child.terminate(STARTUP_TIMEOUT).await? {
+            Some(status) if status.success() => Ok(()),
+            Some(status) => bail!(
+                "the executor exited with {status} on SIGTERM\n{}",
+                self.logs()
+            ),
+            None => bail!(
+                "the executor did not exit within {STARTUP_TIMEOUT:?} of SIGTERM (killed)\n{}",
+                self.logs()
+            ),
+        }
+    }
+
+    /// Starts the executor again over the same data dir (stopping it first with SIGTERM if it
+    /// runs). It gets its old port back when possible, so the gateway keeps working; otherwise
+    /// it takes a new port and the gateway is restarted to follow it.
+    pub async fn restart_executor(&mut self) -> anyhow::Result<()> {
+        self.stop_executor().await?;
+        let old = self
+            .executor_addr
+            .context("this stack was started without the executor")?;
+        match self.start_executor(Some(old)).await {
+            Ok(()) => Ok(()),
+            Err(first) => {
+                self.start_executor(None)
+                    .await
+                    .with_context(|| format!("restarting on {old} failed first: {first:#}"))?;
+                if let Some(mut g) = self.gateway.take() {
+                    g.kill9()?;
+                    self.start_gateway().await?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Starts `executor-svc` over the stack's registry and config dir, with its sessions in the
+    /// temp dir and the stack's `llm_config.yaml` (the sample one runs offline on the scripted
+    /// provider), and waits until its health says SERVING.
+    pub(super) async fn start_executor(
+        &mut self,
+        port_of: Option<SocketAddr>,
+    ) -> anyhow::Result<()> {
+        let addr_file = self.root.join("executor.addr");
+        let _ = std::fs::remove_file(&addr_file);
+        let listen = port_of.map_or_else(|| "127.0.0.1:0".to_owned(), |a| a.to_string());
+        let mut cmd = Command::new(paths::binary("executor-svc")?);
+        cmd.arg("--listen")
+            .arg(&listen)
+            .arg("--addr-file")
+            .arg(&addr_file)
+            .arg("--registry-url")
+            .arg(format!("http://{}", self.registry_addr))
+            .arg("--data-dir")
+            .arg(self.executor_data_dir())
+            .arg("--config-dir")
+            .arg(&self.config_dir)
+            .arg("--llm-config")
+            .arg(self.config_dir.join("llm_config.yaml"))
+            .args(&self.opts.executor_args);
+        for var in LLM_VARS {
+            cmd.env_remove(var);
+        }
+        if self.opts.llm_script_yaml.is_some() {
+            cmd.env("TASKFORCE_LLM_SCRIPT", self.root.join(SCRIPT_FILE));
+        }
+        cmd.envs(self.opts.executor_env.iter().map(|(k, v)| (k, v)));
+        let mut child = ChildProcess::spawn("executor-svc", cmd, &self.executor_log())?;
+        let addr = wait_for_addr_file(&mut child, &addr_file, STARTUP_TIMEOUT).await?;
+        wait_serving(&mut child, addr).await?;
+        self.executor = Some(child);
+        self.executor_addr = Some(addr);
+        Ok(())
+    }
+}
+
+/// Waits until the executor's health says SERVING (its session store is open).
+async fn wait_serving(child: &mut ChildProcess, addr: SocketAddr) -> anyhow::Result<()> {
+    let channel = Endpoint::from_shared(format!("http://{addr}"))?
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(10))
+        .connect_lazy();
+    let health = HealthClient::new(channel);
+    let ready = eventually(STARTUP_TIMEOUT, Duration::from_millis(50), || {
+        let mut health = health.clone();
+        async move {
+            let req = HealthCheckRequest {
+                service: EXECUTOR_SERVICE.to_owned(),
+            };
+            match health.check(req).await {
+                Ok(r) if r.get_ref().status == ServingStatus::Serving as i32 => Some(()),
+                _ => None,
+            }
+        }
+    })
+    .await;
+    if ready.is_none() {
+        bail!(
+            "executor at {addr} not SERVING within {STARTUP_TIMEOUT:?} (exited: {:?})\n{}",
+            child.exited(),
+            child.log_tail(60)
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,195 @@
+//! A run paused on `ask_user` survives a restart of the executor binary (SIGKILL or SIGTERM)
+//! and continues with the answer: over the gateway's answer SSE and over gRPC `Answer`.
+
+use serde_json::json;
+use taskforce_proto::v1::{self, run_event::Event};
+use taskforce_tests::{Stack, StackOptions};
+
+use crate::helpers::{
+    RUN_TIMEOUT, SseReader, create_agent_with_tools, event_names, get_session, grpc_events,
+};
+
+const AGENT: &str = "asker";
+const QUESTION: &str = "Which currency should the totals use?";
+
+/// Asks one question, then answers with the user's reply quoted.
+const SCRIPT: &str = r#"
+turns:
+  - text: "I need one detail first."
+    tool_calls:
+      - name: ask_user
+        id: call_ask
+        arguments: {question: "Which currency should the totals use?"}
+  - text: "Totals in {{last_message}}: 1234.50"
+"#;
+
+async fn stack() -> Stack {
+    let stack = StackOptions::full()
+        .with_executor()
+        .llm_script(SCRIPT)
+        .spawn()
+        .await
+        .expect("stack with executor starts");
+    create_agent_with_tools(&stack, AGENT, &["ask_user"]).await;
+    stack
+}
+
+#[tokio::test]
+async fn a_question_survives_a_sigkilled_executor_and_the_answer_sse_finishes_the_run() {
+    let mut stack = stack().await;
+    let mut sse = SseReader::open(
+        &stack,
+        "/api/v1/execute/stream",
+        &json!({"mission": "Total invoice 42", "agent_id": AGENT}),
+    )
+    .await;
+    let first = sse.rest(RUN_TIMEOUT).await;
+    let names = event_names(&first);
+    assert!(names.ends_with(&["question", "done"]), "{names:?}");
+    let (_, question) = &first[first.len() - 2];
+    assert_eq!(question["question"], QUESTION, "{question}");
+    assert_eq!(question["call_id"], "call_ask", "{question}");
+    assert_eq!(first[first.len() - 1].1["status"], "paused");
+    let session = first[0].1["session_id"]
+        .as_str()
+        .expect("session id")
+        .to_owned();
+    let last_seq = first[first.len() - 1].1["seq"].as_u64().expect("seq");
+
+    // No shutdown code runs: the paused session must already be on disk.
+    let old_pid = stack.executor_pid();
+    stack.kill9_executor().expect("executor killed");
+    stack.restart_executor().await.expect("executor restarts");
+    assert_ne!(stack.executor_pid(), old_pid, "a new process");
+
+    let paused = get_session(&stack, &session).await;
+    assert_eq!(paused.status(), v1::RunStatus::Paused, "{paused:?}");
+    let pending = paused
+        .pending_question
+        .as_ref()
+        .expect("a pending question");
+    assert_eq!(
+        (pending.call_id.as_str(), pending.question.as_str()),
+        ("call_ask", QUESTION)
+    );
+
+    let mut sse = SseReader::open(
+        &stack,
+        &format!("/api/v1/sessions/{session}/answer"),
+        &json!({"answer": "EUR", "call_id": "call_ask"}),
+    )
+    .await;
+    let second = sse.rest(RUN_TIMEOUT).await;
+    let names = event_names(&second);
+    assert_eq!(names.first(), Some(&"run_started"), "{names:?}");
+    assert_eq!(
+        names.get(1),
+        Some(&"tool_end"),
+        "the answer is announced: {names:?}"
+    );
+    assert!(names.contains(&"token"), "{names:?}");
+    assert!(names.ends_with(&["final_answer", "done"]), "{names:?}");
+    assert_eq!(second[1].1["call_id"], "call_ask");
+    assert_eq!(second[1].1["output"], "EUR");
+    let answer = &second[second.len() - 2].1;
+    assert_eq!(answer["text"], "Totals in EUR: 1234.50", "{answer}");
+    assert_eq!(second[second.len() - 1].1["status"], "completed");
+    assert_eq!(
+        second[0].1["seq"].as_u64(),
+        Some(last_seq + 1),
+        "seq continues across the restart"
+    );
+    assert!(
+        second
+            .iter()
+            .all(|(_, e)| e["session_id"] == session.as_str())
+    );
+
+    let done = get_session(&stack, &session).await;
+    assert_eq!(done.status(), v1::RunStatus::Completed, "{done:?}");
+    assert_eq!(done.final_answer, "Totals in EUR: 1234.50");
+    assert!(done.pending_question.is_none(), "{done:?}");
+    assert!(
+        done.messages
+            .iter()
+            .any(|m| m.role == "tool" && m.call_id == "call_ask" && m.content == "EUR"),
+        "the answer is in the conversation: {:?}",
+        done.messages
+    );
+}
+
+#[tokio::test]
+async fn a_question_survives_a_sigtermed_executor_and_grpc_answer_finishes_the_run() {
+    let mut stack = stack().await;
+    let request = v1::ExecuteRequest {
+        mission: "Total invoice 7".to_owned(),
+        agent_id: Some(AGENT.to_owned()),
+        ..Default::default()
+    };
+    let first = grpc_events(
+        stack
+            .executor()
+            .execute(request)
+            .await
+            .expect("Execute starts")
+            .into_inner(),
+    )
+    .await;
+    let Some(Event::Question(question)) = first.iter().rev().nth(1).and_then(|e| e.event.clone())
+    else {
+        panic!("the run pauses on a question: {first:?}");
+    };
+    assert_eq!(question.question, QUESTION);
+    let session = first[0].session_id.clone();
+
+    stack
+        .stop_executor()
+        .await
+        .expect("a clean stop on SIGTERM");
+    stack.restart_executor().await.expect("executor restarts");
+
+    let answer = |call_id: &str| v1::AnswerRequest {
+        session_id: session.clone(),
+        answer: "CHF".to_owned(),
+        call_id: Some(call_id.to_owned()),
+    };
+    // The guard against answering another question than the one shown.
+    let wrong = stack
+        .executor()
+        .answer(answer("call_other"))
+        .await
+        .expect_err("a wrong call id is refused");
+    assert_eq!(wrong.code(), tonic::Code::FailedPrecondition, "{wrong:?}");
+
+    let second = grpc_events(
+        stack
+            .executor()
+            .answer(answer(&question.call_id))
+            .await
+            .expect("Answer starts")
+            .into_inner(),
+    )
+    .await;
+    let last = second.last().and_then(|e| e.event.clone());
+    let Some(Event::Done(done)) = last else {
+        panic!("the stream ends with Done: {second:?}");
+    };
+    assert_eq!(done.status(), v1::RunStatus::Completed, "{second:?}");
+    let answer_text = second.iter().find_map(|e| match &e.event {
+        Some(Event::FinalAnswer(a)) => Some(a.text.clone()),
+        _ => None,
+    });
+    assert_eq!(answer_text.as_deref(), Some("Totals in CHF: 1234.50"));
+    assert_eq!(
+        get_session(&stack, &session).await.status(),
+        v1::RunStatus::Completed
+    );
+
+    // The question was answered once; a second answer has nothing to answer.
+    let again = stack
+        .executor()
+        .answer(answer(&question.call_id))
+        .await
+        .expect_err("nothing is pending any more");
+    assert_eq!(again.code(), tonic::Code::FailedPrecondition, "{again:?}");
+}

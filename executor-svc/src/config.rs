@@ -58,7 +58,11 @@ pub struct Config {
     pub busy_lease_secs: u32,
     /// Time limit of starting an MCP server (or connecting to it), its handshake and tool list,
     /// in milliseconds.
-    #[arg(long, env = "TASKFORCE_MCP_CONNECT_TIMEOUT_MS", default_value_t = 30_000)]
+    #[arg(
+        long,
+        env = "TASKFORCE_MCP_CONNECT_TIMEOUT_MS",
+        default_value_t = 30_000
+    )]
     pub mcp_connect_timeout_ms: u64,
     /// Time limit of one MCP tool call, in milliseconds.
     #[arg(long, env = "TASKFORCE_MCP_CALL_TIMEOUT_MS", default_value_t = 60_000)]

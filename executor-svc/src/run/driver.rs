@@ -17,8 +17,8 @@ use super::{
 use crate::{
     agent::AgentDef,
     llm::{ResolvedModel, ToolDefinition},
-    tools::Tool,
     session::{Session, Status},
+    tools::Tool,
 };
 
 /// A run ready to be driven.

@@ -273,8 +273,12 @@ fn outcome(result: CallToolResult) -> ToolOutcome {
 fn describe(block: &ContentBlock) -> String {
     match block {
         ContentBlock::Text(t) => t.text.clone(),
-        ContentBlock::Image(i) => format!("[image: {}, {} base64 bytes]", i.mime_type, i.data.len()),
-        ContentBlock::Audio(a) => format!("[audio: {}, {} base64 bytes]", a.mime_type, a.data.len()),
+        ContentBlock::Image(i) => {
+            format!("[image: {}, {} base64 bytes]", i.mime_type, i.data.len())
+        }
+        ContentBlock::Audio(a) => {
+            format!("[audio: {}, {} base64 bytes]", a.mime_type, a.data.len())
+        }
         ContentBlock::Resource(r) => match serde_json::to_value(&r.resource) {
             Ok(Value::Object(m)) => match m.get("text").and_then(Value::as_str) {
                 Some(text) => text.to_owned(),
@@ -338,10 +342,8 @@ mod tests {
 
     #[test]
     fn results_become_text_and_errors_stay_errors() {
-        let ok = CallToolResult::success(vec![
-            ContentBlock::text("one"),
-            ContentBlock::text("two"),
-        ]);
+        let ok =
+            CallToolResult::success(vec![ContentBlock::text("one"), ContentBlock::text("two")]);
         assert_eq!(outcome(ok), ToolOutcome::ok("one\ntwo"));
         let failed = CallToolResult::error(vec![ContentBlock::text("bad")]);
         assert_eq!(outcome(failed), ToolOutcome::failed("bad"));
@@ -358,7 +360,13 @@ mod tests {
             command: "/nonexistent/mcp-server".into(),
             ..Default::default()
         });
-        assert!(matches!(server.tools(None).await, Err(ConnectError::Spawn { .. })));
-        assert!(matches!(server.tools(None).await, Err(ConnectError::Spawn { .. })));
+        assert!(matches!(
+            server.tools(None).await,
+            Err(ConnectError::Spawn { .. })
+        ));
+        assert!(matches!(
+            server.tools(None).await,
+            Err(ConnectError::Spawn { .. })
+        ));
     }
 }

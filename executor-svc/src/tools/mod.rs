@@ -130,7 +130,9 @@ pub enum ToolError {
     },
     /// The MCP server behind the tool could not be started or reached, or died during the
     /// call; it is started again on the next use.
-    #[error("{tool}: MCP server `{server}` is unavailable ({reason}); it is reconnected on its next use")]
+    #[error(
+        "{tool}: MCP server `{server}` is unavailable ({reason}); it is reconnected on its next use"
+    )]
     ServerUnavailable {
         /// The tool.
         tool: String,

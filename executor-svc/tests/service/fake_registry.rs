@@ -41,6 +41,8 @@ pub struct FakeRegistry {
 pub struct State {
     /// The `helper` agent's system prompt.
     pub prompt: Mutex<String>,
+    /// The `helper` agent's MCP servers and `mcp_tool_allowlist`.
+    pub mcp: Mutex<(Vec<v1::McpServer>, Vec<String>)>,
     /// `GetAgent` calls served.
     pub gets: AtomicUsize,
     /// `WatchAgents` streams opened.
@@ -62,6 +64,14 @@ impl FakeRegistry {
     }
 }
 
+impl FakeRegistry {
+    /// Gives `helper` these MCP servers and MCP tool allowlist (before its first run).
+    pub fn set_helper_mcp(&self, servers: Vec<v1::McpServer>, allowlist: &[&str]) {
+        *self.state.mcp.lock().expect("mcp") =
+            (servers, allowlist.iter().map(|s| (*s).to_owned()).collect());
+    }
+}
+
 impl Drop for FakeRegistry {
     fn drop(&mut self) {
         self.stop.cancel();
@@ -76,6 +86,7 @@ impl FakeRegistry {
         let reports = Reports::default();
         let state = Arc::new(State {
             prompt: Mutex::new("You help with tests.".into()),
+            mcp: Mutex::new((Vec::new(), Vec::new())),
             gets: AtomicUsize::new(0),
             watchers: AtomicUsize::new(0),
             changes: broadcast::channel(16).0,
@@ -107,7 +118,7 @@ struct Fake {
     state: Arc<State>,
 }
 
-fn helper(prompt: &str) -> Agent {
+fn helper(prompt: &str, mcp: &(Vec<v1::McpServer>, Vec<String>)) -> Agent {
     Agent {
         agent_id: "helper".into(),
         source: AgentSource::Custom as i32,
@@ -118,6 +129,8 @@ fn helper(prompt: &str) -> Agent {
                 name: "Helper".into(),
                 system_prompt: prompt.into(),
                 tool_allowlist: vec!["probe".into(), "ask".into()],
+                mcp_servers: mcp.0.clone(),
+                mcp_tool_allowlist: mcp.1.clone(),
                 ..v1::AgentSpec::default()
             }),
             ..CustomAgent::default()
@@ -160,7 +173,8 @@ impl AgentRegistry for Fake {
         match request.into_inner().agent_id.as_str() {
             "helper" => {
                 let prompt = self.state.prompt.lock().expect("prompt").clone();
-                Ok(Response::new(helper(&prompt)))
+                let mcp = self.state.mcp.lock().expect("mcp").clone();
+                Ok(Response::new(helper(&prompt, &mcp)))
             }
             "dev" => Ok(Response::new(dev_profile())),
             other => Err(Status::not_found(format!("no agent `{other}`"))),

@@ -23,6 +23,7 @@
 //! - `execute`: runs through the executor: `/api/v1/execute`, its SSE stream, errors.
 //! - `gateway_meta`: health, readiness and the OpenAPI document.
 //! - `lifecycle`: stopping the registry with SIGTERM.
+//! - `run_mcp`: an agent's MCP tools (real `mcp-server-time`) in a run through all three binaries.
 //! - `fake_llm`, `run_resume`, `run_cancel`, `run_providers`, `run_faults`: runs through the real
 //!   executor binary against fake OpenAI/Anthropic servers in the test process: resuming after a
 //!   restart, cancellation, whole runs over both protocols, and faults (LLM 500s, malformed tool
@@ -34,6 +35,7 @@ mod concurrency;
 mod crash_safety;
 mod execute;
 mod external_edits;
+mod fake_llm;
 mod gateway_meta;
 mod grpcurl;
 mod helpers;
@@ -45,5 +47,8 @@ mod mcp_validation;
 mod metadata;
 mod rest_crud;
 mod run_cancel;
+mod run_faults;
+mod run_mcp;
+mod run_providers;
 mod run_resume;
 mod tool_catalog;

@@ -49,17 +49,22 @@ async fn stack() -> Stack {
 
 /// Waits for the PID the sleeping python wrote into `workspace/pid.txt`, and checks it runs.
 pub async fn sleeping_pid(stack: &Stack, workspace: &Path) -> u32 {
+    let pid = written_pid(stack, workspace).await;
+    assert!(pid_exists(pid), "python {pid} runs");
+    pid
+}
+
+/// Waits for the PID the sleeping python wrote into `workspace/pid.txt`.
+pub async fn written_pid(stack: &Stack, workspace: &Path) -> u32 {
     let file = workspace.join("pid.txt");
-    let pid = eventually(RUN_TIMEOUT, STEP, || {
+    eventually(RUN_TIMEOUT, STEP, || {
         let pid = std::fs::read_to_string(&file)
             .ok()
             .and_then(|s| s.trim().parse::<u32>().ok());
         async move { pid }
     })
     .await
-    .unwrap_or_else(|| panic!("python never wrote {}\n{}", file.display(), stack.logs()));
-    assert!(pid_exists(pid), "python {pid} runs");
-    pid
+    .unwrap_or_else(|| panic!("python never wrote {}\n{}", file.display(), stack.logs()))
 }
 
 /// Waits until `pid` is gone from `/proc` (killed and reaped).

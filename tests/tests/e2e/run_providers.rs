@@ -1,0 +1,305 @@
+//! Whole runs through the real executor binary against fake OpenAI and Anthropic servers in the
+//! test process: a tool call streamed in pieces to `file_write`, another to `file_read`, then a
+//! streamed answer; the SSE events arrive in order, the fakes receive the tool results and the
+//! key from the environment, and the key is never logged.
+
+use serde_json::{Value, json};
+
+use crate::{
+    fake_llm::{self, ANTHROPIC_KEY, FakeLlm, OPENAI_KEY, Seen, anthropic, openai},
+    helpers::{RUN_TIMEOUT, SseReader, create_agent_with_tools, event_names},
+};
+
+const AGENT: &str = "scribe";
+const CONTENT: &str = "hello from the fake";
+
+/// Event names with each run of consecutive `token`s collapsed into one.
+fn collapsed(names: &[&str]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for name in names {
+        if *name == "token" && out.last().is_some_and(|l| l == "token") {
+            continue;
+        }
+        out.push((*name).to_owned());
+    }
+    out
+}
+
+/// The arguments of a `tool_start` event, parsed.
+fn arguments(event: &Value) -> Value {
+    serde_json::from_str(event["arguments_json"].as_str().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("arguments_json is JSON ({e}): {event}"))
+}
+
+/// Runs the scribe through the gateway's SSE stream and returns the events.
+async fn run(stack: &taskforce_tests::Stack, model: Option<&str>) -> Vec<(String, Value)> {
+    let mut body = json!({"mission": "Write a note, then read it back", "agent_id": AGENT});
+    if let Some(model) = model {
+        body["model"] = json!(model);
+    }
+    SseReader::open(stack, "/api/v1/execute/stream", &body)
+        .await
+        .rest(RUN_TIMEOUT)
+        .await
+}
+
+/// Checks the tool events and the answer both runs share, and the file in the workspace.
+fn assert_tools_and_answer(stack: &taskforce_tests::Stack, events: &[(String, Value)]) {
+    let by_name = |n: &str| -> Vec<&Value> {
+        events
+            .iter()
+            .filter(|(name, _)| name == n)
+            .map(|(_, e)| e)
+            .collect()
+    };
+    let starts = by_name("tool_start");
+    let ends = by_name("tool_end");
+    assert_eq!(starts.len(), 2, "{events:?}");
+    assert_eq!(starts[0]["tool"], "file_write");
+    assert_eq!(
+        arguments(starts[0]),
+        json!({"path": "notes.txt", "content": CONTENT}),
+        "the pieces were joined"
+    );
+    assert_eq!(starts[1]["tool"], "file_read");
+    assert_eq!(arguments(starts[1]), json!({"path": "notes.txt"}));
+    assert_eq!(ends[0]["is_error"], false, "{}", ends[0]);
+    assert_eq!(ends[1]["is_error"], false, "{}", ends[1]);
+    assert!(
+        ends[1]["output"]
+            .as_str()
+            .is_some_and(|o| o.contains(CONTENT)),
+        "{}",
+        ends[1]
+    );
+    for (start, end) in starts.iter().zip(&ends) {
+        assert_eq!(start["call_id"], end["call_id"]);
+    }
+    let (_, answer) = &events[events.len() - 2];
+    assert_eq!(answer["text"], format!("The file says: {CONTENT}"));
+    let last_tokens: String = events
+        .iter()
+        .rev()
+        .skip(2)
+        .take_while(|(n, _)| n == "token")
+        .map(|(_, e)| e["text"].as_str().unwrap_or_default())
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    assert_eq!(last_tokens, format!("The file says: {CONTENT}"));
+    let (_, done) = &events[events.len() - 1];
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["usage"]["steps"], 3, "{done}");
+    assert_eq!(done["usage"]["tool_calls"], 2, "{done}");
+    let written = std::fs::read_to_string(stack.executor_workspace(AGENT).join("notes.txt"))
+        .expect("the note is in the agent's workspace");
+    assert_eq!(written, CONTENT);
+}
+
+/// The JSON request bodies the fake got, asserting there were `n`.
+fn bodies(seen: &[Seen], n: usize) -> Vec<&Value> {
+    assert_eq!(seen.len(), n, "requests: {seen:#?}");
+    seen.iter().map(|s| &s.body).collect()
+}
+
+#[tokio::test]
+async fn a_whole_run_over_the_openai_protocol_streams_tool_calls_and_the_answer_in_order() {
+    let llm = FakeLlm::start(vec![
+        openai::tool_call(
+            "call_w",
+            "file_write",
+            &[
+                "{\"pa",
+                "th\": \"notes.txt\", \"con",
+                "tent\": \"hello from",
+                " the fake\"}",
+            ],
+        ),
+        openai::tool_call("call_r", "file_read", &["{\"path\":", " \"notes.txt\"}"]),
+        openai::text(&["The file ", "says: hello ", "from the fake"]),
+    ])
+    .await;
+    let unused = FakeLlm::start(vec![anthropic::text(&["unused"])]).await;
+    let stack = fake_llm::options(&llm, &unused)
+        .spawn()
+        .await
+        .expect("stack starts");
+    create_agent_with_tools(&stack, AGENT, &["file_write", "file_read"]).await;
+
+    let events = run(&stack, None).await;
+    let names = event_names(&events);
+    assert_eq!(
+        collapsed(&names),
+        [
+            "run_started",
+            "tool_start",
+            "tool_end",
+            "tool_start",
+            "tool_end",
+            "token",
+            "final_answer",
+            "done"
+        ],
+        "{names:?}\n{}",
+        stack.logs()
+    );
+    let (_, started) = &events[0];
+    assert_eq!(
+        (&started["provider"], &started["model"]),
+        (&json!("fake_openai"), &json!("gpt-fake"))
+    );
+    assert_tools_and_answer(&stack, &events);
+    let (_, done) = &events[events.len() - 1];
+    assert_eq!(
+        (
+            &done["usage"]["input_tokens"],
+            &done["usage"]["output_tokens"]
+        ),
+        (&json!(63), &json!(21)),
+        "the usage the fake reported, summed over three calls: {done}"
+    );
+
+    let seen = llm.seen();
+    let requests = bodies(&seen, 3);
+    for s in &seen {
+        assert_eq!(s.uri, "/v1/chat/completions");
+        assert_eq!(s.header("authorization"), format!("Bearer {OPENAI_KEY}"));
+        assert_eq!(s.body["model"], "gpt-fake");
+        assert_eq!(s.body["stream"], true);
+        let tools: Vec<&str> = s.body["tools"]
+            .as_array()
+            .expect("tools")
+            .iter()
+            .filter_map(|t| t["function"]["name"].as_str())
+            .collect();
+        assert_eq!(tools, ["file_write", "file_read"], "{}", s.body);
+    }
+    let messages = requests[2]["messages"].as_array().expect("messages");
+    let assistant = messages
+        .iter()
+        .find(|m| m["role"] == "assistant" && m["tool_calls"][0]["id"] == "call_w")
+        .unwrap_or_else(|| panic!("the first call is replayed: {messages:#?}"));
+    let replayed: Value = serde_json::from_str(
+        assistant["tool_calls"][0]["function"]["arguments"]
+            .as_str()
+            .unwrap_or_default(),
+    )
+    .expect("replayed arguments are JSON");
+    assert_eq!(replayed, json!({"path": "notes.txt", "content": CONTENT}));
+    let result = messages
+        .iter()
+        .find(|m| m["role"] == "tool" && m["tool_call_id"] == "call_r")
+        .unwrap_or_else(|| panic!("the read result is sent back: {messages:#?}"));
+    assert!(
+        result["content"]
+            .as_str()
+            .is_some_and(|c| c.contains(CONTENT)),
+        "{result}"
+    );
+    fake_llm::assert_not_logged(&stack, OPENAI_KEY);
+    assert!(unused.seen().is_empty());
+}
+
+#[tokio::test]
+async fn a_whole_run_over_the_anthropic_protocol_streams_tool_calls_and_the_answer_in_order() {
+    let llm = FakeLlm::start(vec![
+        anthropic::tool_use(
+            "I will write it.",
+            "toolu_w",
+            "file_write",
+            &[
+                "",
+                "{\"path\": \"no",
+                "tes.txt\", \"content\": \"hello",
+                " from the fake\"}",
+            ],
+        ),
+        anthropic::tool_use(
+            "Now I read it.",
+            "toolu_r",
+            "file_read",
+            &["{\"pa", "th\": \"notes.txt\"}"],
+        ),
+        anthropic::text(&["The file ", "says: hello ", "from the fake"]),
+    ])
+    .await;
+    let unused = FakeLlm::start(vec![openai::text(&["unused"])]).await;
+    let stack = fake_llm::options(&unused, &llm)
+        .spawn()
+        .await
+        .expect("stack starts");
+    create_agent_with_tools(&stack, AGENT, &["file_write", "file_read"]).await;
+
+    let events = run(&stack, Some("claude")).await;
+    let names = event_names(&events);
+    assert_eq!(
+        collapsed(&names),
+        [
+            "run_started",
+            "token",
+            "tool_start",
+            "tool_end",
+            "token",
+            "tool_start",
+            "tool_end",
+            "token",
+            "final_answer",
+            "done"
+        ],
+        "{names:?}\n{}",
+        stack.logs()
+    );
+    let (_, started) = &events[0];
+    assert_eq!(
+        (&started["provider"], &started["model"]),
+        (&json!("fake_anthropic"), &json!("claude-fake"))
+    );
+    assert_eq!(events[1].1["text"], "I will write it.");
+    assert_tools_and_answer(&stack, &events);
+
+    let seen = llm.seen();
+    let requests = bodies(&seen, 3);
+    for s in &seen {
+        assert_eq!(s.uri, "/v1/messages");
+        assert_eq!(s.header("x-api-key"), ANTHROPIC_KEY);
+        assert_eq!(s.header("anthropic-version"), "2023-06-01");
+        assert!(s.header("authorization").is_empty(), "no bearer token");
+        assert_eq!(s.body["model"], "claude-fake");
+        assert_eq!(s.body["stream"], true);
+        assert!(
+            s.body["system"].to_string().contains("LeanAgent"),
+            "the system prompt: {}",
+            s.body["system"]
+        );
+    }
+    let messages = requests[2]["messages"].as_array().expect("messages");
+    let results: Vec<&Value> = messages
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .filter_map(|m| m["content"].as_array())
+        .flatten()
+        .filter(|b| b["type"] == "tool_result")
+        .collect();
+    assert_eq!(results.len(), 2, "{messages:#?}");
+    assert_eq!(results[1]["tool_use_id"], "toolu_r");
+    assert!(
+        results[1]["content"].to_string().contains(CONTENT),
+        "{}",
+        results[1]
+    );
+    let first_use = messages
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .filter_map(|m| m["content"].as_array())
+        .flatten()
+        .find(|b| b["type"] == "tool_use")
+        .unwrap_or_else(|| panic!("the first call is replayed: {messages:#?}"));
+    assert_eq!(first_use["id"], "toolu_w");
+    assert_eq!(
+        first_use["input"],
+        json!({"path": "notes.txt", "content": CONTENT})
+    );
+    fake_llm::assert_not_logged(&stack, ANTHROPIC_KEY);
+    assert!(unused.seen().is_empty());
+}

@@ -1,0 +1,86 @@
+//! MCP tools in runs through the three real binaries: an agent created over REST with the real
+//! `mcp-server-time` (stdio) and an allowlist runs through the gateway's SSE; a `${VAR}` in the
+//! server's `env` is expanded by the executor and shows in no event, response or log.
+
+use serde_json::json;
+use taskforce_tests::{StackOptions, mcp};
+
+use crate::helpers::{RUN_TIMEOUT, SseReader, agent_json, create, event_names};
+
+const SECRET: &str = "tf-secret-4e1f9a7c";
+
+const SCRIPT: &str = r#"
+turns:
+  - tool_calls:
+      - {name: get_current_time, id: t1, arguments: {timezone: UTC}}
+      - {name: convert_time, id: t2, arguments: {source_timezone: UTC, time: "12:00", target_timezone: Asia/Tokyo}}
+  - text: "It is {{last_message}}"
+"#;
+
+#[tokio::test]
+async fn an_agents_mcp_tools_run_through_the_gateway_within_its_allowlist() {
+    let stack = StackOptions::full()
+        .with_executor()
+        .discovery_timeout_ms(30_000)
+        .executor_env("TASKFORCE_E2E_MCP_SECRET", SECRET)
+        .llm_script(SCRIPT)
+        .spawn()
+        .await
+        .expect("stack with executor starts");
+    let mut server = mcp::time_server_json().expect("mcp-server-time is installed");
+    server["env"] = json!({"TF_E2E_TOKEN": "${TASKFORCE_E2E_MCP_SECRET}"});
+    let mut body = agent_json("clock");
+    body["mcp_servers"] = json!([server]);
+    body["mcp_tool_allowlist"] = json!(["get_current_time"]);
+    let r = create(&stack, &body).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+
+    let mut sse = SseReader::open(
+        &stack,
+        "/api/v1/execute/stream",
+        &json!({"mission": "What time is it in UTC?", "agent_id": "clock"}),
+    )
+    .await;
+    let events = sse.rest(RUN_TIMEOUT).await;
+    let names = event_names(&events);
+    assert_eq!(names.first(), Some(&"run_started"), "{names:?}");
+    assert_eq!(names.last(), Some(&"done"), "{names:?}");
+    let (_, done) = &events[events.len() - 1];
+    assert_eq!(done["status"], "completed", "{events:?}\n{}", stack.logs());
+    assert!(!names.contains(&"warning"), "{events:?}");
+
+    // The allowed MCP tool ran on the real server.
+    let end = events
+        .iter()
+        .find(|(n, e)| n == "tool_end" && e["tool"] == "get_current_time")
+        .map(|(_, e)| e)
+        .unwrap_or_else(|| panic!("no get_current_time result: {events:?}\n{}", stack.logs()));
+    assert_eq!(end["is_error"], false, "{end}");
+    let output = end["output"].as_str().unwrap_or_default();
+    let time: serde_json::Value = serde_json::from_str(output)
+        .unwrap_or_else(|e| panic!("mcp-server-time answers JSON ({e}): {output}"));
+    assert_eq!(time["timezone"], "UTC", "{output}");
+    // The server's other tool is not in the allowlist: the model is told it does not exist.
+    let refused = events
+        .iter()
+        .find(|(n, e)| n == "tool_error" && e["tool"] == "convert_time")
+        .map(|(_, e)| e)
+        .unwrap_or_else(|| panic!("convert_time was not refused: {events:?}"));
+    assert!(
+        refused["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("unknown tool `convert_time`")),
+        "{refused}"
+    );
+
+    // The secret was expanded for the server only: never in events, responses or logs.
+    let everything = format!("{events:?}{}", stack.logs());
+    assert!(!everything.contains(SECRET), "the secret leaked");
+    let got = crate::helpers::send(stack.http().get(stack.url("/api/v1/agents/clock"))).await;
+    assert!(!got.text.contains(SECRET), "{}", got.text);
+    assert!(
+        got.text.contains("${TASKFORCE_E2E_MCP_SECRET}"),
+        "{}",
+        got.text
+    );
+}

@@ -24,7 +24,6 @@
 //! - `gateway_meta`: health, readiness and the OpenAPI document.
 //! - `lifecycle`: stopping the registry with SIGTERM.
 //! - `run_mcp`: an agent's MCP tools (real `mcp-server-time`) in a run through all three binaries.
-//! - `run_mcp`: an agent's MCP tools (real `mcp-server-time`) in a run through all three binaries.
 //! - `fake_llm`, `run_resume`, `run_cancel`, `run_providers`, `run_faults`: runs through the real
 //!   executor binary against fake OpenAI/Anthropic servers in the test process: resuming after a
 //!   restart, cancellation, whole runs over both protocols, and faults (LLM 500s, malformed tool
@@ -48,7 +47,6 @@ mod mcp_validation;
 mod metadata;
 mod rest_crud;
 mod run_cancel;
-mod run_mcp;
 mod run_faults;
 mod run_mcp;
 mod run_providers;

@@ -1,11 +1,16 @@
-//! Registry benchmarks (issue #2): starts the real release binaries on loopback with N agents and
-//! measures what users wait for. Run from the workspace root:
+//! Benchmarks: starts the real release binaries on loopback and measures what users wait for.
+//! Run from the workspace root:
 //!
 //! ```text
+//! # registry and gateway (issue #2), and workspace metadata over MCP (issue #4)
 //! cargo run --release -p taskforce-tests --bin bench -- --agents 1000,10000 --metadata-agents 50
+//! # the executor (issue #3), scripted provider
+//! cargo run --release -p taskforce-tests --bin bench -- --runs
+//! # the LangGraph peer's streamed-run workload, against ../shared/peers/fake_llm.py
+//! cargo run --release -p taskforce-tests --bin bench -- --fake-llm http://127.0.0.1:18080/v1
 //! ```
 //!
-//! Prints one Markdown table per agent count; `BENCHMARKS.md` records a run.
+//! Prints Markdown tables; `BENCHMARKS.md` records runs.
 
 use std::{
     future::Future,
@@ -21,7 +26,7 @@ use taskforce_tests::StackOptions;
 use tonic::transport::{Channel, Endpoint};
 
 #[derive(Debug, Parser)]
-#[command(about = "Benchmarks the registry and the gateway on loopback")]
+#[command(about = "Benchmarks the registry, the gateway and the executor on loopback")]
 struct Args {
     /// Agent counts to measure, comma separated.
     #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
@@ -48,16 +53,52 @@ struct Args {
     /// Skip the peer-shaped REST CRUD workload.
     #[arg(long)]
     no_peer_crud: bool,
+    /// Benchmark the executor (agent runs on the scripted provider) instead of the registry.
+    #[arg(long)]
+    runs: bool,
+    /// Tool-calling model calls of the step-overhead run (`--runs`).
+    #[arg(long, default_value_t = 20)]
+    run_steps: usize,
+    /// Sequential runs of each step-overhead measurement (`--runs`).
+    #[arg(long, default_value_t = 300)]
+    run_samples: usize,
+    /// Concurrent streams of the runs-per-second levels (`--runs`), comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,50,500")]
+    run_concurrency: Vec<usize>,
+    /// Streamed runs held in flight at once for the memory measurement (`--runs`).
+    #[arg(long, default_value_t = 1000)]
+    in_flight: usize,
+    /// How long each of those runs pauses before its answer, in milliseconds (`--runs`).
+    #[arg(long, default_value_t = 5000)]
+    hold_ms: u64,
+    /// Run the LangGraph peer's streamed-run workload (`run_seq`, then `run_c<C>` for each
+    /// `--peer-concurrency`) with the executor's OpenAI-compatible provider on this base URL
+    /// (`../shared/peers/fake_llm.py`: `http://127.0.0.1:18080/v1`), instead of the registry.
+    #[arg(long)]
+    fake_llm: Option<String>,
+    /// Runs of the sequential phase of `--fake-llm`.
+    #[arg(long, default_value_t = 50)]
+    peer_runs: usize,
+    /// Client counts of the concurrent phases of `--fake-llm`, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "10,50")]
+    peer_concurrency: Vec<usize>,
+    /// Runs per client of the concurrent phases of `--fake-llm`.
+    #[arg(long, default_value_t = 5)]
+    peer_runs_per_client: usize,
 }
 
 mod metadata;
 mod peer;
+mod runs;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     if cfg!(debug_assertions) {
         eprintln!("warning: a debug build; run with --release for meaningful numbers");
+    }
+    if args.runs || args.fake_llm.is_some() {
+        return bench_runs(&args).await;
     }
     for &n in &args.agents {
         let rows = run(&args, n)
@@ -86,6 +127,59 @@ async fn main() -> anyhow::Result<()> {
             .context("workspace metadata benchmark")?;
         println!("\n### workspace metadata over MCP\n\n| measurement | result |\n|---|---|");
         print_rows(rows);
+    }
+    Ok(())
+}
+
+/// The executor benchmarks (`--runs`) and the peer's streamed-run workload (`--fake-llm`).
+async fn bench_runs(args: &Args) -> anyhow::Result<()> {
+    if args.runs {
+        let opts = runs::Options {
+            steps: args.run_steps.max(1),
+            samples: args.run_samples.max(1),
+            seconds: args.seconds,
+            levels: args.run_concurrency.clone(),
+            in_flight: args.in_flight,
+            hold_ms: args.hold_ms,
+        };
+        let rows = runs::scripted(&opts).await.context("executor benchmark")?;
+        println!("\n### agent runs, scripted provider\n\n| measurement | result |\n|---|---|");
+        print_rows(rows);
+    }
+    if let Some(url) = &args.fake_llm {
+        let rows = runs::side_by_side(
+            url,
+            args.peer_runs,
+            &args.peer_concurrency,
+            args.peer_runs_per_client,
+        )
+        .await
+        .context("the peer's streamed-run workload")?;
+        println!(
+            "\n### the peer's streamed runs through the gateway ({url})\n\n\
+             | phase | clients | runs | runs/s | first event p50 / p99 ms | first answer token p50 / p99 ms | total p50 / p99 ms |\n\
+             |---|---:|---:|---:|---|---|---|"
+        );
+        for row in rows {
+            let r = &row.result.runs;
+            let pair = |f: fn(&runs::Timed) -> u64| {
+                format!(
+                    "{:.2} / {:.2}",
+                    runs::pct_ms(r, f, 0.5),
+                    runs::pct_ms(r, f, 0.99)
+                )
+            };
+            println!(
+                "| {} | {} | {} | {:.1} | {} | {} | {} |",
+                row.phase,
+                row.clients,
+                r.len(),
+                row.result.rate(),
+                pair(|t| t.first_event),
+                pair(|t| t.first_token),
+                pair(|t| t.total)
+            );
+        }
     }
     Ok(())
 }

@@ -1,0 +1,412 @@
+//! Executor benchmarks (issue #3): agent runs with the scripted provider (no LLM latency), and
+//! the LangGraph peer's streamed-run workload against an OpenAI-compatible fake LLM.
+//!
+//! Every workload runs on the agent [`stack::AGENT`], whose only tool is `file_read` over a
+//! workspace holding the 4-byte file `ping`: the cheapest native tool (no subprocess, no
+//! network; a few file-system calls), and the argument `fake_llm.py` sends (`{"path": "ping"}`,
+//! the tool's first string property) reads that file successfully.
+//!
+//! # Layout
+//! - `stack`: registry, executor (with the benchmark's `llm_config.yaml`) and gateway.
+//! - `client`: one streamed run through the gateway, checked and timed; closed loops of them.
+
+mod client;
+mod stack;
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, bail};
+pub use client::Timed;
+use client::{Budget, LoopResult, closed_loop, http, streamed_run};
+use stack::{AGENT, LlmSetup, RunStack};
+use taskforce_proto::v1::{self, run_event::Event};
+
+use crate::{Latencies, micros, us};
+
+/// Words of every answer (the peer's `FAKE_LLM_WORDS`).
+const WORDS: usize = 20;
+
+/// Settings of the executor benchmarks.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Tool-calling model calls of the step-overhead script.
+    pub steps: usize,
+    /// Sequential runs of each step-overhead measurement.
+    pub samples: usize,
+    /// Seconds of each throughput level.
+    pub seconds: u64,
+    /// Concurrent streams of the throughput levels.
+    pub levels: Vec<usize>,
+    /// Runs held in flight at once for the memory measurement.
+    pub in_flight: usize,
+    /// How long each of those runs pauses before its answer, in milliseconds.
+    pub hold_ms: u64,
+}
+
+/// Rows of (measurement, result).
+pub type Rows = Vec<(String, String)>;
+
+/// The scripted-provider benchmarks: step overhead, first-event latency, runs per second,
+/// and memory with many runs in flight.
+pub async fn scripted(opts: &Options) -> anyhow::Result<Rows> {
+    let setup = LlmSetup {
+        steps: opts.steps,
+        hold_ms: opts.hold_ms,
+        openai_base_url: None,
+    };
+    let stack = RunStack::start(&setup).await?;
+    let result = scripted_on(&stack, opts).await;
+    result.with_context(|| stack.logs())
+}
+
+async fn scripted_on(stack: &RunStack, opts: &Options) -> anyhow::Result<Rows> {
+    let mut rows = Rows::new();
+    let url = stack.url("/api/v1/execute/stream");
+    let max_level = opts.levels.iter().copied().max().unwrap_or(1);
+    let http = http(max_level.max(opts.in_flight))?;
+    // Warm-up: connections, the registry's definition cache, lazy initialisation.
+    closed_loop(&http, &url, "peer", WORDS, 10, Budget::RunsPerClient(20)).await?;
+
+    let mut grpc = stack.executor_client().await?;
+    let one = sequential_grpc(&mut grpc, "answer", 1, opts.samples).await?;
+    let many = sequential_grpc(&mut grpc, "steps", opts.steps + 1, opts.samples).await?;
+    rows.push((
+        "1-step run (a 20-token answer), gRPC, concurrency 1".into(),
+        one.summary(),
+    ));
+    rows.push((
+        format!(
+            "{}-step run ({} × file_read, then the answer), gRPC, concurrency 1",
+            opts.steps + 1,
+            opts.steps
+        ),
+        many.summary(),
+    ));
+    let per_step = |a: u64, b: u64| {
+        #[allow(clippy::cast_precision_loss)]
+        let v = (b as f64 - a as f64) / opts.steps as f64;
+        v
+    };
+    rows.push((
+        "executor overhead per agent step (model turn + tool call + session save + events)".into(),
+        format!(
+            "{:.0} µs from p50s · {:.0} µs from p90s",
+            per_step(one.pct(0.5), many.pct(0.5)),
+            per_step(one.pct(0.9), many.pct(0.9))
+        ),
+    ));
+
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    rows.extend(in_flight(stack, &http, &url, opts).await?);
+
+    let mut total_runs = 20 * 10 + 2 * (opts.samples + opts.samples.min(50)) + opts.in_flight;
+    for &conc in &opts.levels {
+        let cpu = Cpu::new(stack);
+        let r = closed_loop(
+            &http,
+            &url,
+            "peer",
+            WORDS,
+            conc,
+            Budget::Seconds(opts.seconds),
+        )
+        .await
+        .with_context(|| format!("streamed runs at concurrency {conc}"))?;
+        total_runs += r.runs.len();
+        rows.push((
+            format!("CPU per run at concurrency {conc}"),
+            cpu.per_run(r.runs.len()),
+        ));
+        rows.push((
+            format!(
+                "streamed runs (file_read, then 20 tokens) through the gateway, concurrency {conc}"
+            ),
+            format!(
+                "{:.0} runs/s · first event {} · total {} ({} runs, 0 errors)",
+                r.rate(),
+                r.latencies(|t| t.first_event).summary_short(),
+                r.latencies(|t| t.total).summary_short(),
+                r.runs.len()
+            ),
+        ));
+    }
+    rows.push((
+        format!(
+            "executor RSS after all of the above, {total_runs} sessions stored (VmRSS / VmHWM)"
+        ),
+        format!(
+            "{} / {}; sessions.sled on disk {:.1} MB",
+            kb(status_kb(stack.executor_pid(), "VmRSS:")),
+            kb(status_kb(stack.executor_pid(), "VmHWM:")),
+            mb(stack.sessions_on_disk())
+        ),
+    ));
+    Ok(rows)
+}
+
+/// Starts `opts.in_flight` streamed runs at once (each pausing `hold_ms` before its answer),
+/// samples the executor's and the gateway's RSS meanwhile, and checks they were all in flight
+/// together and all completed.
+async fn in_flight(
+    stack: &RunStack,
+    http: &reqwest::Client,
+    url: &str,
+    opts: &Options,
+) -> anyhow::Result<Rows> {
+    let (exec, gw) = (stack.executor_pid(), stack.gateway_pid());
+    let before = (status_kb(exec, "VmRSS:"), status_kb(gw, "VmRSS:"));
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let stop = Arc::clone(&stop);
+        tokio::spawn(async move {
+            let mut peak = (0, 0);
+            while !stop.load(Ordering::Relaxed) {
+                peak.0 = peak.0.max(status_kb(exec, "VmRSS:"));
+                peak.1 = peak.1.max(status_kb(gw, "VmRSS:"));
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            peak
+        })
+    };
+    let n = opts.in_flight;
+    let r = closed_loop(http, url, "hold", WORDS, n, Budget::RunsPerClient(1)).await;
+    stop.store(true, Ordering::Relaxed);
+    let peak = sampler.await?;
+    let r = r.with_context(|| format!("{n} concurrent streamed runs"))?;
+    let together = r.max_in_flight();
+    if together < n {
+        bail!("only {together} of {n} runs were in flight at once; raise --hold-ms");
+    }
+    let hwm = status_kb(exec, "VmHWM:");
+    #[allow(clippy::cast_precision_loss)]
+    let per_run = |peak: u64, before: u64| peak.saturating_sub(before) as f64 / n as f64;
+    Ok(vec![
+        (
+            format!(
+                "{n} concurrent streamed runs, each paused {} ms before its answer",
+                opts.hold_ms
+            ),
+            format!(
+                "{n} in flight at once, 0 errors; first event {} · total {}",
+                r.latencies(|t| t.first_event).summary_short(),
+                r.latencies(|t| t.total).summary_short()
+            ),
+        ),
+        (
+            "executor RSS: before → peak while in flight (VmHWM)".into(),
+            format!(
+                "{} → {} ({}) = {:.1} KB per run",
+                kb(before.0),
+                kb(peak.0),
+                kb(hwm),
+                per_run(peak.0, before.0)
+            ),
+        ),
+        (
+            "gateway RSS: before → peak while in flight".into(),
+            format!(
+                "{} → {} = {:.1} KB per stream",
+                kb(before.1),
+                kb(peak.1),
+                per_run(peak.1, before.1)
+            ),
+        ),
+    ])
+}
+
+/// Runs `model` `n` times one after another over the executor's gRPC API (after a warm-up)
+/// and times each run to its `Done`; every run must complete in `steps` model calls.
+async fn sequential_grpc(
+    client: &mut v1::executor_client::ExecutorClient<tonic::transport::Channel>,
+    model: &str,
+    steps: usize,
+    n: usize,
+) -> anyhow::Result<Latencies> {
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n + n.min(50) {
+        let t = Instant::now();
+        let request = v1::ExecuteRequest {
+            mission: "Please read the file ping, then answer.".into(),
+            agent_id: Some(AGENT.into()),
+            model: Some(model.into()),
+            ..Default::default()
+        };
+        let mut events = client.execute(request).await?.into_inner();
+        let mut done = None;
+        while let Some(ev) = events.message().await? {
+            if let Some(Event::Done(d)) = ev.event {
+                done = Some(d);
+            }
+        }
+        let Some(done) = done else {
+            bail!("a `{model}` run ended without Done");
+        };
+        let used = done.usage.map_or(0, |u| u.steps);
+        if done.status != v1::RunStatus::Completed as i32 || used as usize != steps {
+            bail!(
+                "a `{model}` run ended with status {} after {used} steps (want completed, {steps})",
+                done.status
+            );
+        }
+        if i >= n.min(50) {
+            out.push(micros(t.elapsed()));
+        }
+    }
+    Ok(Latencies::new(out))
+}
+
+/// One row of the side by side: (workload, clients, runs, result).
+pub struct PeerRow {
+    /// `run_seq`, `run_c10`, ….
+    pub phase: String,
+    /// Concurrent clients.
+    pub clients: usize,
+    /// What was measured.
+    pub result: LoopResult,
+}
+
+/// The peer's streamed-run workload (`bench_langgraph.py` phases `run_seq` and `run_c<C>`)
+/// through our gateway, with the executor's OpenAI-compatible provider on `base_url` (the
+/// peer's `fake_llm.py`): 3 warm-up runs, `seq_runs` runs one after another, then for each
+/// `C` in `levels`, `C` clients making `per_client` runs each.
+pub async fn side_by_side(
+    base_url: &str,
+    seq_runs: usize,
+    levels: &[usize],
+    per_client: usize,
+) -> anyhow::Result<Vec<PeerRow>> {
+    let setup = LlmSetup {
+        openai_base_url: Some(base_url.to_owned()),
+        ..LlmSetup::default()
+    };
+    let stack = RunStack::start(&setup).await?;
+    let url = stack.url("/api/v1/execute/stream");
+    let max = levels.iter().copied().max().unwrap_or(1);
+    let http = http(max)?;
+    let epoch = Instant::now();
+    for _ in 0..3 {
+        streamed_run(&http, &url, "fake", WORDS, epoch)
+            .await
+            .with_context(|| format!("a warm-up run against {base_url}\n{}", stack.logs()))?;
+    }
+    let mut rows = Vec::new();
+    let phases = std::iter::once(("run_seq".to_owned(), 1, seq_runs))
+        .chain(levels.iter().map(|&c| (format!("run_c{c}"), c, per_client)));
+    for (phase, clients, runs) in phases {
+        let result = closed_loop(
+            &http,
+            &url,
+            "fake",
+            WORDS,
+            clients,
+            Budget::RunsPerClient(runs),
+        )
+        .await
+        .with_context(|| format!("{phase}\n{}", stack.logs()))?;
+        rows.push(PeerRow {
+            phase,
+            clients,
+            result,
+        });
+    }
+    Ok(rows)
+}
+
+/// Percentile with linear interpolation, as `bench_langgraph.py` computes them, in ms.
+pub fn pct_ms(runs: &[Timed], f: fn(&Timed) -> u64, p: f64) -> f64 {
+    let mut v: Vec<f64> = runs.iter().map(|t| f(t) as f64 / 1000.0).collect();
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let k = (v.len() - 1) as f64 * p;
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let (lo, hi) = (k.floor() as usize, k.ceil() as usize);
+    v[lo] + (v[hi] - v[lo]) * (k - k.floor())
+}
+
+/// CPU time of the processes of a benchmark (and of this client) since it was made.
+struct Cpu {
+    pids: [(&'static str, u32); 4],
+    start: [u64; 4],
+}
+
+impl Cpu {
+    fn new(stack: &RunStack) -> Self {
+        let pids = [
+            ("executor", stack.executor_pid()),
+            ("gateway", stack.gateway_pid()),
+            ("registry", stack.registry_pid()),
+            ("client", std::process::id()),
+        ];
+        Self {
+            pids,
+            start: pids.map(|(_, pid)| cpu_ticks(pid)),
+        }
+    }
+
+    /// CPU time per run of each process, since `new`.
+    fn per_run(&self, runs: usize) -> String {
+        let parts: Vec<String> = self
+            .pids
+            .iter()
+            .zip(self.start)
+            .map(|(&(name, pid), start)| {
+                // Clock ticks are 10 ms on Linux (USER_HZ = 100).
+                #[allow(clippy::cast_precision_loss)]
+                let per =
+                    (cpu_ticks(pid).saturating_sub(start) * 10_000) as f64 / runs.max(1) as f64;
+                format!("{name} {per:.0} µs")
+            })
+            .collect();
+        parts.join(" · ")
+    }
+}
+
+/// utime + stime of a process (all threads), in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let (_, rest) = s.rsplit_once(')')?;
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+        })
+        .unwrap_or(0)
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn mb(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+/// A field of `/proc/<pid>/status` in kB (0 when unreadable).
+fn status_kb(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix(field))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn kb(v: u64) -> String {
+    #[allow(clippy::cast_precision_loss)]
+    let mb = v as f64 / 1024.0;
+    format!("{mb:.1} MB")
+}
+
+impl Latencies {
+    /// `p50 … · p99 …`.
+    pub fn summary_short(&self) -> String {
+        format!("p50 {} · p99 {}", us(self.pct(0.5)), us(self.pct(0.99)))
+    }
+}

@@ -67,6 +67,9 @@ pub struct Config {
     /// Time limit of one MCP tool call, in milliseconds.
     #[arg(long, env = "TASKFORCE_MCP_CALL_TIMEOUT_MS", default_value_t = 60_000)]
     pub mcp_call_timeout_ms: u64,
+    /// Close an MCP connection unused for this many seconds (0: keep until shutdown).
+    #[arg(long, env = "TASKFORCE_MCP_IDLE_SECS", default_value_t = 600)]
+    pub mcp_idle_secs: u64,
     /// Time limit of one registry call, in milliseconds.
     #[arg(long, env = "TASKFORCE_REGISTRY_TIMEOUT_MS", default_value_t = 5000)]
     pub registry_timeout_ms: u64,
@@ -91,6 +94,7 @@ impl Config {
         crate::tools::mcp::McpTimeouts {
             connect: Duration::from_millis(self.mcp_connect_timeout_ms.max(1)),
             call: Duration::from_millis(self.mcp_call_timeout_ms.max(1)),
+            idle: (self.mcp_idle_secs > 0).then(|| Duration::from_secs(self.mcp_idle_secs)),
         }
     }
 

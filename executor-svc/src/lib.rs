@@ -111,6 +111,8 @@ pub async fn run_with(
     )?;
     let tasks = CancellationToken::new();
     let watch = tokio::spawn(registry.clone().watch(tasks.clone()));
+    let mcp = Arc::new(tools::mcp::McpPool::new(config.mcp_timeouts()));
+    let reaper = tokio::spawn(Arc::clone(&mcp).reap_until(tasks.clone()));
     let budgets = run::Budgets {
         max_steps: config.max_steps.max(1),
         max_duration: config.run_budget(),
@@ -118,7 +120,6 @@ pub async fn run_with(
         workspaces: config.data_dir.join("workspaces"),
         config_dir: config.config_dir.clone(),
     };
-    let mcp = Arc::new(tools::mcp::McpPool::new(config.mcp_timeouts()));
     let runner = Arc::new(run::Runner::new(
         parts.router,
         parts.tools,
@@ -173,6 +174,9 @@ pub async fn run_with(
     tasks.cancel();
     if let Err(e) = watch.await {
         warn!(error = %e, "registry watch task failed");
+    }
+    if let Err(e) = reaper.await {
+        warn!(error = %e, "MCP reaper task failed");
     }
     runner.drain(SHUTDOWN_GRACE).await;
     mcp.close().await;

@@ -4,12 +4,18 @@
 //! environment, URL and headers), shared by every call and every run. A connection is made on
 //! first use, within the connect timeout; one that failed or whose server died is made again on
 //! the next use, so a restarted server is picked up without restarting the executor. Calls are
-//! bounded by the call timeout and the run's cancellation.
+//! bounded by the call timeout and the run's cancellation (a dropped call is cancelled on the
+//! server too: rmcp sends `notifications/cancelled`). Connections idle for longer than the idle
+//! timeout are closed by [`McpPool::reap_idle`], so servers of edited or deleted agents do not
+//! linger.
 
 use std::{
     collections::{BTreeMap, HashMap},
-    sync::{Arc, Mutex},
-    time::Duration,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
 };
 
 use futures::future::BoxFuture;
@@ -22,6 +28,7 @@ use taskforce_proto::{
     mcp_client::{self, ConnectError, DiscoveredTool, McpClient},
     v1,
 };
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::{Tool, ToolContext, ToolError, ToolOutcome};
@@ -34,6 +41,8 @@ pub struct McpTimeouts {
     pub connect: Duration,
     /// One tool call.
     pub call: Duration,
+    /// A connection unused this long is closed (`None`: kept until shutdown).
+    pub idle: Option<Duration>,
 }
 
 impl Default for McpTimeouts {
@@ -41,6 +50,7 @@ impl Default for McpTimeouts {
         Self {
             connect: Duration::from_secs(30),
             call: Duration::from_secs(60),
+            idle: Some(Duration::from_secs(600)),
         }
     }
 }
@@ -50,6 +60,8 @@ impl Default for McpTimeouts {
 pub struct McpPool {
     servers: Mutex<HashMap<String, Arc<Server>>>,
     timeouts: McpTimeouts,
+    /// What `Server::last_used` counts from.
+    epoch: Instant,
 }
 
 /// A server configuration and its current connection.
@@ -63,6 +75,10 @@ pub struct Server {
     /// The live connection; `None` before the first use and after a failure. The lock is held
     /// while connecting, so concurrent users share one connection attempt.
     conn: tokio::sync::Mutex<Option<Arc<Connection>>>,
+    /// The pool's epoch.
+    epoch: Instant,
+    /// Milliseconds from the epoch to the last use.
+    last_used: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -83,32 +99,79 @@ impl McpPool {
         Self {
             servers: Mutex::new(HashMap::new()),
             timeouts,
+            epoch: Instant::now(),
         }
     }
 
     /// The pool's entry of `config` (created on first sight; no connection is made here).
     pub fn server(&self, config: &v1::McpServer) -> Arc<Server> {
         let key = config_key(config);
-        let mut servers = match self.servers.lock() {
-            Ok(guard) => guard,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut servers = self.lock_servers();
         Arc::clone(servers.entry(key).or_insert_with(|| {
             Arc::new(Server {
                 config: config.clone(),
                 label: label(config),
                 timeouts: self.timeouts,
                 conn: tokio::sync::Mutex::new(None),
+                epoch: self.epoch,
+                last_used: AtomicU64::new(0),
             })
         }))
     }
 
+    /// Closes every connection unused for longer than `idle`; forgets configurations no run
+    /// holds any more. Returns how many connections were closed.
+    pub fn reap_idle(&self, idle: Duration) -> usize {
+        let servers: Vec<Arc<Server>> = self.lock_servers().values().cloned().collect();
+        let now = self.epoch.elapsed();
+        let mut closed = 0;
+        for server in servers {
+            let last = Duration::from_millis(server.last_used.load(Ordering::Relaxed));
+            if now.saturating_sub(last) <= idle {
+                continue;
+            }
+            // `try_lock`: a server being connected to is in use.
+            let Ok(mut slot) = server.conn.try_lock() else {
+                continue;
+            };
+            if slot.take().is_some() {
+                info!(server = %server.label, idle_secs = idle.as_secs(), "closing an idle MCP connection");
+                closed += 1;
+            }
+        }
+        // Entries only the map holds (no run has their tools) go too.
+        self.lock_servers().retain(|_, s| {
+            Arc::strong_count(s) > 1 || s.conn.try_lock().map_or(true, |c| c.is_some())
+        });
+        closed
+    }
+
+    /// Reaps idle connections every so often until `stop` fires (when the idle timeout is set).
+    pub async fn reap_until(self: Arc<Self>, stop: CancellationToken) {
+        let Some(idle) = self.timeouts.idle else {
+            return;
+        };
+        let every = (idle / 2).clamp(Duration::from_secs(1), Duration::from_secs(60));
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(every) => {
+                    self.reap_idle(idle);
+                }
+            }
+        }
+    }
+
+    fn lock_servers(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Server>>> {
+        match self.servers.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
     /// Hangs up every connection (stdio servers are killed with their process group).
     pub async fn close(&self) {
-        let servers: Vec<Arc<Server>> = match self.servers.lock() {
-            Ok(mut guard) => guard.drain().map(|(_, s)| s).collect(),
-            Err(poisoned) => poisoned.into_inner().drain().map(|(_, s)| s).collect(),
-        };
+        let servers: Vec<Arc<Server>> = self.lock_servers().drain().map(|(_, s)| s).collect();
         for server in servers {
             let conn = server.conn.lock().await.take();
             if let Some(conn) = conn.and_then(|c| Arc::try_unwrap(c).ok()) {
@@ -126,6 +189,7 @@ impl Server {
 
     /// The live connection, made (again) when there is none or the last one died.
     async fn connection(&self) -> Result<Arc<Connection>, ConnectError> {
+        self.touch();
         let mut slot = self.conn.lock().await;
         if let Some(conn) = slot.as_ref() {
             if conn.alive() {
@@ -140,6 +204,11 @@ impl Server {
         let conn = Arc::new(Connection { client, tools });
         *slot = Some(Arc::clone(&conn));
         Ok(conn)
+    }
+
+    fn touch(&self) {
+        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_used.store(now, Ordering::Relaxed);
     }
 
     /// Forgets `conn` if it is still the current connection (its server died).
@@ -223,6 +292,7 @@ impl Tool for McpTool {
                 r = tokio::time::timeout(timeout, conn.client.call_tool(params)) => r,
                 () = ctx.cancel.cancelled() => return Err(ToolError::Cancelled { tool }),
             };
+            server.touch();
             match result {
                 Err(_) => Err(ToolError::Timeout {
                     tool,
@@ -354,6 +424,7 @@ mod tests {
         let pool = McpPool::new(McpTimeouts {
             connect: Duration::from_secs(5),
             call: Duration::from_secs(5),
+            idle: None,
         });
         let server = pool.server(&v1::McpServer {
             r#type: "stdio".into(),

@@ -331,3 +331,58 @@ async fn a_streamable_http_server_that_restarts_is_reconnected_on_the_next_run()
     assert!(warnings(&events).is_empty(), "{:?}", warnings(&events));
     executor.stop().await;
 }
+
+#[tokio::test]
+async fn idle_connections_are_closed_and_made_again_on_the_next_use() {
+    use executor_svc::tools::{
+        Limits, ToolContext,
+        mcp::{McpPool, McpTimeouts},
+    };
+    let pool = McpPool::new(McpTimeouts {
+        connect: Duration::from_secs(30),
+        call: Duration::from_secs(30),
+        idle: None,
+    });
+    let ctx = ToolContext {
+        workspace: std::env::temp_dir(),
+        agent_id: "helper".into(),
+        session_id: "s".into(),
+        cancel: tokio_util::sync::CancellationToken::new(),
+        limits: Limits::default(),
+    };
+    let pid_of = |pool: &McpPool| {
+        let server = pool.server(&fixture_server());
+        let ctx = &ctx;
+        async move {
+            let tools = server
+                .tools(Some(&["pid".to_owned()]))
+                .await
+                .expect("tools");
+            let tool = tools.first().expect("the pid tool");
+            match tool
+                .call(ctx, serde_json::json!({}))
+                .await
+                .expect("pid call")
+            {
+                executor_svc::tools::ToolOutcome::Output { content, .. } => content,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    };
+    let first = pid_of(&pool).await;
+    assert_eq!(
+        pool.reap_idle(Duration::from_secs(3600)),
+        0,
+        "recently used"
+    );
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(pool.reap_idle(Duration::from_millis(1)), 1);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while process_alive(&first) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!process_alive(&first), "the idle server was stopped");
+    let second = pid_of(&pool).await;
+    assert_ne!(first, second);
+    pool.close().await;
+}

@@ -51,6 +51,9 @@ impl Runner {
         if let Some(id) = &session_id {
             check_session_id(id)?;
         }
+        let id = session_id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let model_name = non_empty(request.model);
         let model = self
             .router
@@ -58,6 +61,8 @@ impl Runner {
             .map_err(|e| ExecutorError::invalid("model", e.to_string()))?;
         let agent = self.registry.resolve(&target).await?;
 
+        // Claimed before it is read, so two requests cannot both continue one stored state.
+        let claim = self.claim(&id)?;
         let existing = match &session_id {
             Some(id) => self.store.get(id)?,
             None => None,
@@ -82,7 +87,6 @@ impl Runner {
                 session
             }
             None => {
-                let id = session_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
                 let mut session = Session::new(id, agent.agent_id.clone(), model_name, mission);
                 session.messages = vec![
                     Message::system(agent.system_prompt.clone()),
@@ -92,7 +96,7 @@ impl Runner {
             }
         };
         info!(session_id = %session.id, agent_id = %agent.agent_id, model = %model.model, "run starting");
-        self.launch(session, agent, model)
+        self.launch(claim, session, agent, model, None)
     }
 
     /// Answers the pending question of a paused session and returns the continued run's
@@ -108,6 +112,8 @@ impl Runner {
         if request.answer.len() > MAX_TEXT {
             return Err(ExecutorError::invalid("answer", "is longer than 256 KiB"));
         }
+        // Claimed before it is read: of two answers to one question, one wins.
+        let claim = self.claim(&request.session_id)?;
         let mut session = self.store.get(&request.session_id)?.ok_or_else(|| {
             ExecutorError::NotFound(format!("session `{}` does not exist", request.session_id))
         })?;
@@ -147,40 +153,42 @@ impl Runner {
             is_error: false,
             duration_ms: 0,
         };
-        self.launch_with(session, agent, model, Some(answered))
+        self.launch(claim, session, agent, model, Some(answered))
     }
 
+    /// Enters `session_id` in the live-run table, or says it already has a live run.
+    fn claim(self: &Arc<Self>, session_id: &str) -> Result<Claim, ExecutorError> {
+        let cancel = self.shutdown.child_token();
+        let mut live = self
+            .live
+            .lock()
+            .map_err(|_| ExecutorError::Config("live-run table poisoned".into()))?;
+        if live.contains_key(session_id) {
+            return Err(ExecutorError::FailedPrecondition(format!(
+                "session `{session_id}` already has a live run"
+            )));
+        }
+        live.insert(session_id.to_owned(), cancel.clone());
+        Ok(Claim {
+            runner: Arc::clone(self),
+            session_id: session_id.to_owned(),
+            cancel,
+            taken: false,
+        })
+    }
+
+    /// Stores the claimed session as running and spawns the driver (which frees the claim when
+    /// the run ends).
     fn launch(
         self: &Arc<Self>,
-        session: Session,
-        agent: Arc<crate::agent::AgentDef>,
-        model: crate::llm::ResolvedModel,
-    ) -> Result<ReceiverStream<StreamItem>, ExecutorError> {
-        self.launch_with(session, agent, model, None)
-    }
-
-    /// Claims the session for a live run, stores it, and spawns the driver.
-    fn launch_with(
-        self: &Arc<Self>,
+        mut claim: Claim,
         mut session: Session,
         agent: Arc<crate::agent::AgentDef>,
         model: crate::llm::ResolvedModel,
         answered: Option<v1::ToolEnd>,
     ) -> Result<ReceiverStream<StreamItem>, ExecutorError> {
-        let cancel = self.shutdown.child_token();
-        {
-            let mut live = self
-                .live
-                .lock()
-                .map_err(|_| ExecutorError::Config("live-run table poisoned".into()))?;
-            if live.contains_key(&session.id) {
-                return Err(ExecutorError::FailedPrecondition(format!(
-                    "session `{}` already has a live run",
-                    session.id
-                )));
-            }
-            live.insert(session.id.clone(), cancel.clone());
-        }
+        claim.taken = true;
+        let cancel = claim.cancel.clone();
         session.status = Status::Running;
         session.pending = None;
         let (tx, rx) = mpsc::channel(events::CHANNEL_CAPACITY);
@@ -196,6 +204,25 @@ impl Runner {
         };
         self.tasks.spawn(run.drive());
         Ok(ReceiverStream::new(rx))
+    }
+}
+
+/// A session entered in the live-run table for a run about to start; removed again on drop
+/// unless a run took it over.
+struct Claim {
+    runner: Arc<Runner>,
+    session_id: String,
+    cancel: tokio_util::sync::CancellationToken,
+    taken: bool,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if !self.taken
+            && let Ok(mut live) = self.runner.live.lock()
+        {
+            live.remove(&self.session_id);
+        }
     }
 }
 

@@ -245,3 +245,72 @@ async fn an_unreachable_registry_is_unavailable() {
     assert_eq!(err.code(), Code::Unavailable, "{}", err.message());
     executor.stop().await;
 }
+
+#[tokio::test]
+async fn of_many_answers_to_one_question_exactly_one_continues_the_run() {
+    let dir = TempDir::new().expect("tmp");
+    let registry = FakeRegistry::start().await;
+    let setup = Setup {
+        data_dir: dir.path().join("executor"),
+        registry_url: registry.url.clone(),
+        script: "turns:\n  - tool_calls:\n      - {name: ask, id: q1, arguments: {question: Which city?}}\n  - text: \"Going to {{last_message}}\"\n    delay_ms: 200\n".into(),
+        max_steps: 10,
+        max_run_secs: None,
+    };
+    let executor = Executor::start(&setup).await;
+    let events = collect(
+        executor
+            .client
+            .clone()
+            .execute(mission("plan a trip"))
+            .await
+            .expect("execute")
+            .into_inner(),
+    )
+    .await;
+    assert_eq!(done_status(&events), RunStatus::Paused);
+    let session_id = events[0].session_id.clone();
+
+    let answers = (0..8).map(|i| {
+        let mut client = executor.client.clone();
+        let session_id = session_id.clone();
+        async move {
+            client
+                .answer(AnswerRequest {
+                    session_id,
+                    answer: format!("City {i}"),
+                    call_id: None,
+                })
+                .await
+        }
+    });
+    let results = futures::future::join_all(answers).await;
+    let mut streams = Vec::new();
+    for result in results {
+        match result {
+            Ok(stream) => streams.push(stream.into_inner()),
+            Err(status) => assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}"),
+        }
+    }
+    assert_eq!(streams.len(), 1, "exactly one answer wins");
+    let Some(stream) = streams.pop() else {
+        unreachable!("one stream")
+    };
+    let resumed = collect(stream).await;
+    assert_eq!(done_status(&resumed), RunStatus::Completed);
+    let session = executor
+        .client
+        .clone()
+        .get_session(GetSessionRequest {
+            session_id: session_id.clone(),
+        })
+        .await
+        .expect("session")
+        .into_inner();
+    assert_eq!(session.status(), RunStatus::Completed);
+    // system, mission, the question's call, its one answer, the final text.
+    assert_eq!(session.messages.len(), 5, "{:?}", session.messages);
+    let answer = session.final_answer;
+    assert!(answer.starts_with("Going to City "), "{answer}");
+    executor.stop().await;
+}

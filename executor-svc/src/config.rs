@@ -67,6 +67,10 @@ pub struct Config {
     /// Time limit of one MCP tool call, in milliseconds.
     #[arg(long, env = "TASKFORCE_MCP_CALL_TIMEOUT_MS", default_value_t = 60_000)]
     pub mcp_call_timeout_ms: u64,
+    /// Delete completed, failed and cancelled sessions this many hours after their last change
+    /// (0: keep them); paused sessions are kept until answered.
+    #[arg(long, env = "TASKFORCE_SESSION_TTL_HOURS", default_value_t = 168)]
+    pub session_ttl_hours: u64,
     /// Close an MCP connection unused for this many seconds (0: keep until shutdown).
     #[arg(long, env = "TASKFORCE_MCP_IDLE_SECS", default_value_t = 600)]
     pub mcp_idle_secs: u64,

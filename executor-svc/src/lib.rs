@@ -42,6 +42,8 @@ pub mod tools;
 
 use std::{sync::Arc, time::Duration};
 
+use futures::future::OptionFuture;
+
 use taskforce_proto::v1::executor_server::ExecutorServer;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -113,6 +115,10 @@ pub async fn run_with(
     let watch = tokio::spawn(registry.clone().watch(tasks.clone()));
     let mcp = Arc::new(tools::mcp::McpPool::new(config.mcp_timeouts()));
     let reaper = tokio::spawn(Arc::clone(&mcp).reap_until(tasks.clone()));
+    let expiry = (config.session_ttl_hours > 0).then(|| {
+        let ttl = Duration::from_secs(config.session_ttl_hours.saturating_mul(3600));
+        tokio::spawn(store.clone().expire_until(ttl, tasks.clone()))
+    });
     let budgets = run::Budgets {
         max_steps: config.max_steps.max(1),
         max_duration: config.run_budget(),
@@ -177,6 +183,9 @@ pub async fn run_with(
     }
     if let Err(e) = reaper.await {
         warn!(error = %e, "MCP reaper task failed");
+    }
+    if let Some(Err(e)) = OptionFuture::from(expiry).await {
+        warn!(error = %e, "session expiry task failed");
     }
     runner.drain(SHUTDOWN_GRACE).await;
     mcp.close().await;

@@ -10,6 +10,7 @@ use std::{path::Path, time::Duration};
 
 use serde::{Deserialize, Serialize};
 use taskforce_proto::v1;
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::{error::ExecutorError, llm::Message};
@@ -226,9 +227,95 @@ impl SessionStore {
         Ok(())
     }
 
+    /// Deletes ended sessions (completed, failed, cancelled) last updated before `cutoff`;
+    /// running and paused ones stay whatever their age. Returns how many went. Blocking: call
+    /// from `spawn_blocking`.
+    pub fn expire(&self, cutoff: chrono::DateTime<chrono::Utc>) -> Result<usize, ExecutorError> {
+        let mut removed = 0;
+        for entry in self.sessions.iter() {
+            let (key, value) = entry?;
+            let Ok(session) = serde_json::from_slice::<Session>(&value) else {
+                continue;
+            };
+            if matches!(session.status, Status::Running | Status::Paused) {
+                continue;
+            }
+            let old =
+                chrono::DateTime::parse_from_rfc3339(&session.updated_at).is_ok_and(|t| t < cutoff);
+            // Only if unchanged since it was read: a run may have just continued it.
+            if old
+                && self
+                    .sessions
+                    .compare_and_swap(&key, Some(&value), None as Option<&[u8]>)?
+                    .is_ok()
+            {
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Deletes ended sessions older than `ttl` now and then, until `stop` fires.
+    pub async fn expire_until(self, ttl: Duration, stop: CancellationToken) {
+        let every = (ttl / 4).clamp(Duration::from_secs(1), Duration::from_secs(3600));
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(every) => {}
+            }
+            let Ok(ttl) = chrono::Duration::from_std(ttl) else {
+                return;
+            };
+            let cutoff = chrono::Utc::now() - ttl;
+            let store = self.clone();
+            match tokio::task::spawn_blocking(move || store.expire(cutoff)).await {
+                Ok(Ok(0)) => {}
+                Ok(Ok(removed)) => info!(removed, "expired ended sessions"),
+                Ok(Err(e)) => warn!(error = %e, "expiring sessions failed"),
+                Err(e) => warn!(error = %e, "expiring sessions failed"),
+            }
+        }
+    }
+
     /// Writes everything to disk (on shutdown). Blocking: call from `spawn_blocking`.
     pub fn flush(&self) -> Result<(), ExecutorError> {
         self.db.flush()?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored(store: &SessionStore, id: &str, status: Status, updated_at: &str) {
+        let mut session = Session::new(id.into(), "agent".into(), None, "m".into());
+        session.status = status;
+        session.updated_at = updated_at.into();
+        let value = serde_json::to_vec(&session).expect("json");
+        store.sessions.insert(id.as_bytes(), value).expect("insert");
+    }
+
+    #[test]
+    fn only_old_ended_sessions_expire() {
+        let dir = tempfile::TempDir::new().expect("tmp");
+        let store = SessionStore::open(dir.path()).expect("open");
+        let old = "2020-01-01T00:00:00.000Z";
+        stored(&store, "old-done", Status::Completed, old);
+        stored(&store, "old-failed", Status::Failed, old);
+        stored(&store, "old-cancelled", Status::Cancelled, old);
+        stored(&store, "old-paused", Status::Paused, old);
+        stored(&store, "new-done", Status::Completed, &now());
+        let cutoff = chrono::Utc::now() - chrono::Duration::hours(1);
+        assert_eq!(store.expire(cutoff).expect("expire"), 3);
+        for (id, kept) in [
+            ("old-done", false),
+            ("old-failed", false),
+            ("old-cancelled", false),
+            ("old-paused", true),
+            ("new-done", true),
+        ] {
+            assert_eq!(store.get(id).expect("get").is_some(), kept, "{id}");
+        }
     }
 }

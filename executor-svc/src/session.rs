@@ -168,6 +168,9 @@ pub fn now() -> String {
 pub struct SessionStore {
     db: sled::Db,
     sessions: sled::Tree,
+    /// Per live run, the `seq` below which events may have been sent (see
+    /// [`SessionStore::reserve_seqs`]): what a session stored mid-run cannot know.
+    seqs: sled::Tree,
 }
 
 impl SessionStore {
@@ -178,7 +181,8 @@ impl SessionStore {
             .map_err(|e| ExecutorError::Config(format!("data dir {}: {e}", dir.display())))?;
         let db = sled::open(dir.join("sessions.sled"))?;
         let sessions = db.open_tree("sessions")?;
-        let store = Self { db, sessions };
+        let seqs = db.open_tree("seq_reserved")?;
+        let store = Self { db, sessions, seqs };
         let mut orphaned = 0usize;
         for entry in store.sessions.iter() {
             let (_, value) = entry?;
@@ -188,12 +192,16 @@ impl SessionStore {
             if session.status == Status::Running {
                 session.status = Status::Failed;
                 session.updated_at = now();
+                // Events after the last save were sent too: continue past all of them.
+                session.next_seq = session.next_seq.max(store.reserved_seq(&session.id)?);
                 store
                     .sessions
                     .insert(session.id.as_bytes(), serde_json::to_vec(&session)?)?;
                 orphaned += 1;
             }
         }
+        // No run is live yet: every reservation is spent.
+        store.seqs.clear()?;
         if orphaned > 0 {
             info!(
                 orphaned,
@@ -275,6 +283,37 @@ impl SessionStore {
                 Err(e) => warn!(error = %e, "expiring sessions failed"),
             }
         }
+    }
+
+    /// Records, durably, that events of session `id` numbered below `upto` may be sent. A run
+    /// reserves numbers before it uses them, so when the process dies mid-run the next start
+    /// continues the session's `seq` past every event already sent (a gap, never a repeat).
+    pub async fn reserve_seqs(&self, id: &str, upto: u64) -> Result<(), ExecutorError> {
+        self.seqs
+            .insert(id.as_bytes(), upto.to_be_bytes().to_vec())?;
+        match tokio::time::timeout(FLUSH_TIMEOUT, self.db.flush_async()).await {
+            Ok(result) => {
+                result?;
+            }
+            Err(_) => warn!(session_id = id, "seq reservation flush timed out"),
+        }
+        Ok(())
+    }
+
+    /// Forgets the reservation of a run that ended (its session then holds the exact next
+    /// `seq`).
+    pub fn release_seqs(&self, id: &str) -> Result<(), ExecutorError> {
+        self.seqs.remove(id.as_bytes())?;
+        Ok(())
+    }
+
+    /// The reservation of session `id` (0: none).
+    fn reserved_seq(&self, id: &str) -> Result<u64, ExecutorError> {
+        Ok(self
+            .seqs
+            .get(id.as_bytes())?
+            .and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
+            .map_or(0, u64::from_be_bytes))
     }
 
     /// Writes everything to disk (on shutdown). Blocking: call from `spawn_blocking`.

@@ -1,5 +1,7 @@
 //! The event sink of one run: numbers events, stamps them, and sends them to the client's
-//! stream. A send that fails means the client left: the run's cancellation fires.
+//! stream. A send that fails means the client left: the run's cancellation fires. Numbers are
+//! reserved on disk in blocks before they are used, so a session continued after a crash never
+//! repeats a `seq` its clients saw.
 
 use std::time::Duration;
 
@@ -7,6 +9,9 @@ use taskforce_proto::v1::{self, run_event::Event};
 use tokio::sync::{Mutex, mpsc};
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
+use tracing::warn;
+
+use crate::session::SessionStore;
 
 /// Items of a gRPC event stream.
 pub type StreamItem = Result<v1::RunEvent, Status>;
@@ -17,6 +22,16 @@ const SEND_TIMEOUT: Duration = Duration::from_secs(30);
 /// Events buffered per stream before the run waits for the client.
 pub const CHANNEL_CAPACITY: usize = 64;
 
+/// How many `seq`s one durable reservation covers.
+pub const SEQ_BLOCK: u64 = 256;
+
+/// The next `seq`, and the reservation on disk it must stay below.
+#[derive(Debug)]
+struct Numbering {
+    next: u64,
+    reserved: u64,
+}
+
 /// Where a run's events go.
 #[derive(Debug)]
 pub struct Sink {
@@ -24,39 +39,56 @@ pub struct Sink {
     session_id: String,
     agent_path: Vec<String>,
     /// The next `seq`; held across the send so events leave in `seq` order.
-    seq: Mutex<u64>,
+    seq: Mutex<Numbering>,
     cancel: CancellationToken,
+    /// Where `seq` reservations go.
+    store: SessionStore,
 }
 
 impl Sink {
-    /// A sink for `session_id`, numbering from `next_seq`, cancelling `cancel` when the client
-    /// is gone.
+    /// A sink for `session_id`, numbering from `next_seq` while below `reserved` (already on
+    /// disk through [`SessionStore::reserve_seqs`]), reserving further blocks in `store`, and
+    /// cancelling `cancel` when the client is gone.
     pub fn new(
         tx: mpsc::Sender<StreamItem>,
         session_id: String,
-        next_seq: u64,
+        (next_seq, reserved): (u64, u64),
         cancel: CancellationToken,
+        store: SessionStore,
     ) -> Self {
         Self {
             tx,
             session_id,
             agent_path: Vec::new(),
-            seq: Mutex::new(next_seq),
+            seq: Mutex::new(Numbering {
+                next: next_seq,
+                reserved,
+            }),
             cancel,
+            store,
         }
     }
 
     /// Sends one event; false when the client is gone (and the run is then cancelled).
     pub async fn emit(&self, event: Event) -> bool {
         let mut seq = self.seq.lock().await;
+        if seq.next >= seq.reserved {
+            let upto = seq.next + SEQ_BLOCK;
+            if let Err(e) = self.store.reserve_seqs(&self.session_id, upto).await {
+                warn!(session_id = %self.session_id, error = %e, "cannot reserve event numbers");
+            }
+            seq.reserved = upto;
+        }
+        // `Done` is the last event: the driver stored the exact next `seq` before sending it.
+        let last = matches!(event, Event::Done(_));
         let item = v1::RunEvent {
             session_id: self.session_id.clone(),
-            seq: *seq,
+            seq: seq.next,
             agent_path: self.agent_path.clone(),
             time_unix_ms: chrono::Utc::now().timestamp_millis(),
             event: Some(event),
         };
-        *seq += 1;
+        seq.next += 1;
         let sent = matches!(
             tokio::time::timeout(SEND_TIMEOUT, self.tx.send(Ok(item))).await,
             Ok(Ok(()))
@@ -64,12 +96,15 @@ impl Sink {
         if !sent {
             self.cancel.cancel();
         }
+        if last && let Err(e) = self.store.release_seqs(&self.session_id) {
+            warn!(session_id = %self.session_id, error = %e, "cannot release event numbers");
+        }
         sent
     }
 
     /// The `seq` the next event will get.
     pub async fn next_seq(&self) -> u64 {
-        *self.seq.lock().await
+        self.seq.lock().await.next
     }
 
     /// Resolves when the client has dropped its end of the stream.

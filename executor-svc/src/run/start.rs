@@ -96,7 +96,7 @@ impl Runner {
             }
         };
         info!(session_id = %session.id, agent_id = %agent.agent_id, model = %model.model, "run starting");
-        self.launch(claim, session, agent, model, None)
+        self.launch(claim, session, agent, model, None).await
     }
 
     /// Answers the pending question of a paused session and returns the continued run's
@@ -154,6 +154,7 @@ impl Runner {
             duration_ms: 0,
         };
         self.launch(claim, session, agent, model, Some(answered))
+            .await
     }
 
     /// Enters `session_id` in the live-run table, or says it already has a live run.
@@ -179,7 +180,11 @@ impl Runner {
 
     /// Stores the claimed session as running and spawns the driver (which frees the claim when
     /// the run ends).
-    fn launch(
+    ///
+    /// The session and its first block of event numbers are on disk before any event is sent:
+    /// an executor that dies from here on leaves a session the next start marks failed and
+    /// continues past every `seq` already sent, never one its clients cannot look up.
+    async fn launch(
         self: &Arc<Self>,
         mut claim: Claim,
         mut session: Session,
@@ -187,12 +192,22 @@ impl Runner {
         model: crate::llm::ResolvedModel,
         answered: Option<v1::ToolEnd>,
     ) -> Result<ReceiverStream<StreamItem>, ExecutorError> {
-        claim.taken = true;
-        let cancel = claim.cancel.clone();
         session.status = Status::Running;
         session.pending = None;
+        let reserved = session.next_seq + events::SEQ_BLOCK;
+        self.store.save(&mut session, false).await?;
+        // One flush makes both durable.
+        self.store.reserve_seqs(&session.id, reserved).await?;
+        claim.taken = true;
+        let cancel = claim.cancel.clone();
         let (tx, rx) = mpsc::channel(events::CHANNEL_CAPACITY);
-        let sink = events::Sink::new(tx, session.id.clone(), session.next_seq, cancel.clone());
+        let sink = events::Sink::new(
+            tx,
+            session.id.clone(),
+            (session.next_seq, reserved),
+            cancel.clone(),
+            self.store.clone(),
+        );
         let run = Run {
             runner: Arc::clone(self),
             session,

@@ -24,10 +24,11 @@
 //! - `gateway_meta`: health, readiness and the OpenAPI document.
 //! - `lifecycle`: stopping the registry with SIGTERM.
 //! - `run_mcp`: an agent's MCP tools (real `mcp-server-time`) in a run through all three binaries.
-//! - `fake_llm`, `run_resume`, `run_cancel`, `run_providers`, `run_faults`: runs through the real
-//!   executor binary against fake OpenAI/Anthropic servers in the test process: resuming after a
-//!   restart, cancellation, whole runs over both protocols, and faults (LLM 500s, malformed tool
-//!   JSON, broken definitions, huge and hanging tools).
+//! - `fake_llm`, `run_resume`, `run_cancel`, `run_shutdown`, `run_providers`, `run_faults`: runs
+//!   through the real executor binary, against fake OpenAI/Anthropic servers in the test process:
+//!   resuming after a restart, cancellation, SIGTERM/SIGKILL mid-run, whole runs over both
+//!   protocols, and faults (LLM 500s, malformed tool JSON, broken definitions, huge and hanging
+//!   tools).
 
 mod bad_input;
 mod bad_input_grpc;
@@ -51,4 +52,5 @@ mod run_faults;
 mod run_mcp;
 mod run_providers;
 mod run_resume;
+mod run_shutdown;
 mod tool_catalog;

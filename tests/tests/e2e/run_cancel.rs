@@ -1,12 +1,13 @@
 //! Cancelling a live run whose tool is a long `python` subprocess: an SSE client that
-//! disconnects, and `POST /sessions/{id}/cancel`. Either way the subprocess is killed (checked
+//! disconnects (reqwest, and a real `curl -N` killed mid-run), and `POST /sessions/{id}/cancel`. Either way the subprocess is killed (checked
 //! in `/proc`), the session is stored as cancelled, and the executor keeps serving.
 
-use std::{path::Path, time::Duration};
+use std::{path::Path, process::Stdio, time::Duration};
 
 use serde_json::{Value, json};
 use taskforce_proto::v1;
 use taskforce_tests::{Stack, StackOptions, eventually, process::pid_exists};
+use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::helpers::{
     RUN_TIMEOUT, STEP, SseReader, create_agent_with_tools, event_names, get_session, send,
@@ -179,4 +180,59 @@ async fn cancel_over_rest_ends_the_stream_as_cancelled_and_kills_its_python() {
     assert_gone(&stack, pid).await;
     let stored = get_session(&stack, &session).await;
     assert_eq!(stored.status(), v1::RunStatus::Cancelled, "{stored:?}");
+}
+
+#[tokio::test]
+async fn a_curl_client_killed_mid_run_cancels_the_run_and_kills_its_python() {
+    let stack = stack().await;
+    let body = json!({"mission": "Run the long job", "agent_id": AGENT}).to_string();
+    let url = stack.url("/api/v1/execute/stream");
+    let mut curl = tokio::process::Command::new("curl");
+    curl.args([
+        "-sN",
+        "--max-time",
+        "120",
+        "-X",
+        "POST",
+        "-H",
+        "content-type: application/json",
+        "-d",
+        &body,
+        &url,
+    ])
+    .env_remove("http_proxy")
+    .env_remove("HTTP_PROXY")
+    .env_remove("all_proxy")
+    .env_remove("ALL_PROXY")
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .kill_on_drop(true);
+    let mut curl = curl.spawn().expect("curl starts");
+    let mut lines = BufReader::new(curl.stdout.take().expect("curl's stdout")).lines();
+    let mut session = None;
+    let read = async {
+        let session = &mut session;
+        while let Some(line) = lines.next_line().await.expect("curl's output reads") {
+            if let Some(data) = line.strip_prefix("data:") {
+                let event: Value = serde_json::from_str(data.trim()).expect("SSE data is JSON");
+                if session.is_none() {
+                    *session = event["session_id"].as_str().map(str::to_owned);
+                }
+                if event["type"] == "tool_start" {
+                    return;
+                }
+            }
+        }
+        panic!("curl's stream ended before tool_start");
+    };
+    tokio::time::timeout(RUN_TIMEOUT, read)
+        .await
+        .expect("tool_start reaches curl in time");
+    let session = session.expect("the events name the session");
+    let pid = sleeping_pid(&stack, &stack.executor_workspace(AGENT)).await;
+
+    curl.kill().await.expect("curl is killed"); // SIGKILL: the connection just drops
+
+    assert_gone(&stack, pid).await;
+    assert_status(&stack, &session, v1::RunStatus::Cancelled).await;
 }

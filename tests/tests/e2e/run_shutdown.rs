@@ -1,0 +1,178 @@
+//! The executor binary stopped while a run's `python` tool is running: SIGTERM ends the run
+//! with `Done{CANCELLED}`, kills the subprocess and exits cleanly; SIGKILL leaves the session
+//! `RUNNING` on disk, which the next start marks `FAILED`. Either way the session is kept and
+//! the restarted executor serves it again.
+
+use taskforce_proto::v1::{self, run_event::Event};
+use taskforce_tests::{Stack, StackOptions, process::pid_exists};
+
+use crate::{
+    helpers::{RUN_TIMEOUT, create_agent_with_tools, get_session, grpc_events},
+    run_cancel::{SLEEPER_SCRIPT, assert_gone, sleeping_pid},
+};
+
+const AGENT: &str = "sleeper";
+
+async fn stack() -> Stack {
+    let stack = StackOptions::full()
+        .with_executor()
+        .llm_script(SLEEPER_SCRIPT)
+        .spawn()
+        .await
+        .expect("stack with executor starts");
+    create_agent_with_tools(&stack, AGENT, &["python"]).await;
+    stack
+}
+
+/// The long job, started: its session, the rest of its stream, the python's PID, and the `seq`
+/// of the last event read.
+struct LongJob {
+    session: String,
+    stream: tonic::Streaming<v1::RunEvent>,
+    pid: u32,
+    last_seq: u64,
+}
+
+/// Starts the long job over gRPC and reads its stream until the python call starts.
+async fn start_long_job(stack: &Stack) -> LongJob {
+    let mut stream = stack
+        .executor()
+        .execute(v1::ExecuteRequest {
+            mission: "Run the long job".to_owned(),
+            agent_id: Some(AGENT.to_owned()),
+            ..Default::default()
+        })
+        .await
+        .expect("Execute starts")
+        .into_inner();
+    let mut session = String::new();
+    let mut last_seq = 0;
+    let read = async {
+        while let Some(event) = stream.message().await.expect("the stream reads") {
+            session.clone_from(&event.session_id);
+            last_seq = event.seq;
+            if matches!(event.event, Some(Event::ToolStart(_))) {
+                return;
+            }
+        }
+        panic!("the stream ended before the tool started");
+    };
+    tokio::time::timeout(RUN_TIMEOUT, read)
+        .await
+        .expect("the tool starts in time");
+    let pid = sleeping_pid(stack, &stack.executor_workspace(AGENT)).await;
+    LongJob {
+        session,
+        stream,
+        pid,
+        last_seq,
+    }
+}
+
+/// A short run on a new session completes (the executor serves).
+async fn assert_serves(stack: &Stack) {
+    let events = grpc_events(
+        stack
+            .executor()
+            .execute(v1::ExecuteRequest {
+                mission: "Say hello".to_owned(),
+                agent_id: Some(AGENT.to_owned()),
+                ..Default::default()
+            })
+            .await
+            .expect("Execute starts")
+            .into_inner(),
+    )
+    .await;
+    match events.last().and_then(|e| e.event.as_ref()) {
+        Some(Event::Done(done)) => assert_eq!(done.status(), v1::RunStatus::Completed),
+        other => panic!("the run ends with Done: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn sigterm_mid_run_cancels_it_kills_its_python_and_the_session_is_kept_as_cancelled() {
+    let mut stack = stack().await;
+    let LongJob {
+        session,
+        stream,
+        pid,
+        last_seq,
+    } = start_long_job(&stack).await;
+    let rest = tokio::spawn(grpc_events(stream));
+
+    stack
+        .stop_executor()
+        .await
+        .expect("a clean exit on SIGTERM with a live run");
+
+    let rest = rest.await.expect("the stream reader ends");
+    match rest.last().and_then(|e| e.event.as_ref()) {
+        Some(Event::Done(done)) => {
+            assert_eq!(done.status(), v1::RunStatus::Cancelled, "{rest:?}");
+        }
+        other => panic!("the stream ends with Done: {other:?}"),
+    }
+    assert!(rest.iter().all(|e| e.seq > last_seq), "{rest:?}");
+    assert_gone(&stack, pid).await;
+
+    stack.restart_executor().await.expect("executor restarts");
+    let stored = get_session(&stack, &session).await;
+    assert_eq!(stored.status(), v1::RunStatus::Cancelled, "{stored:?}");
+    let last = rest.last().map_or(last_seq, |e| e.seq);
+    assert_eq!(stored.next_seq, last + 1, "{stored:?}");
+    assert_serves(&stack).await;
+}
+
+#[tokio::test]
+async fn sigkill_mid_run_leaves_a_session_the_next_start_marks_failed() {
+    let mut stack = stack().await;
+    let LongJob {
+        session,
+        stream,
+        pid,
+        last_seq,
+    } = start_long_job(&stack).await;
+
+    stack.kill9_executor().expect("executor killed");
+    drop(stream);
+    // Nothing of the executor ran to stop its subprocess; the test cleans it up. (A python
+    // outliving a SIGKILLed executor is a known limitation, see the executor's process tool.)
+    if pid_exists(pid) {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+
+    stack.restart_executor().await.expect("executor restarts");
+    let stored = get_session(&stack, &session).await;
+    assert_eq!(stored.status(), v1::RunStatus::Failed, "{stored:?}");
+    assert_eq!(stored.mission, "Run the long job");
+
+    // The session continues with a new mission.
+    let events = grpc_events(
+        stack
+            .executor()
+            .execute(v1::ExecuteRequest {
+                mission: "Say hello".to_owned(),
+                agent_id: Some(AGENT.to_owned()),
+                session_id: Some(session.clone()),
+                ..Default::default()
+            })
+            .await
+            .expect("Execute continues the session")
+            .into_inner(),
+    )
+    .await;
+    assert!(events.iter().all(|e| e.session_id == session), "{events:?}");
+    assert!(
+        events.iter().all(|e| e.seq > last_seq),
+        "seq keeps growing across the crash (last before it: {last_seq}): {:?}",
+        events.iter().map(|e| e.seq).collect::<Vec<_>>()
+    );
+    match events.last().and_then(|e| e.event.as_ref()) {
+        Some(Event::Done(done)) => assert_eq!(done.status(), v1::RunStatus::Completed),
+        other => panic!("the run ends with Done: {other:?}\n{}", stack.logs()),
+    }
+    assert_serves(&stack).await;
+}

@@ -6,7 +6,7 @@ use taskforce_proto::v1::{self, run_event::Event};
 use taskforce_tests::{Stack, StackOptions};
 
 use crate::helpers::{
-    RUN_TIMEOUT, SseReader, create_agent_with_tools, event_names, get_session, grpc_events,
+    RUN_TIMEOUT, SseReader, create_agent_with_tools, event_names, get_session, grpc_events, send,
 };
 
 const AGENT: &str = "asker";
@@ -192,4 +192,71 @@ async fn a_question_survives_a_sigtermed_executor_and_grpc_answer_finishes_the_r
         .await
         .expect_err("nothing is pending any more");
     assert_eq!(again.code(), tonic::Code::FailedPrecondition, "{again:?}");
+}
+
+#[tokio::test]
+async fn answers_that_do_not_fit_the_session_are_refused_over_rest_with_clear_errors() {
+    let stack = stack().await;
+    let r = send(
+        stack
+            .http()
+            .post(stack.url("/api/v1/execute"))
+            .json(&json!({"mission": "Total invoice 9", "agent_id": AGENT})),
+    )
+    .await;
+    assert_eq!(r.body["status"], "paused", "{}", r.text);
+    assert_eq!(r.body["question"]["call_id"], "call_ask", "{}", r.text);
+    let session = r.body["session_id"]
+        .as_str()
+        .expect("session id")
+        .to_owned();
+    let answer_url = stack.url(&format!("/api/v1/sessions/{session}/answer"));
+    let post = |url: String, body: serde_json::Value| {
+        let req = stack.http().post(url).json(&body);
+        async move { send(req).await }
+    };
+
+    post(answer_url.clone(), json!({"answer": "  "}))
+        .await
+        .assert_error(400, "invalid_argument")
+        .assert_names("answer");
+    post(
+        stack.url("/api/v1/sessions/no-such-session/answer"),
+        json!({"answer": "EUR"}),
+    )
+    .await
+    .assert_error(404, "not_found");
+    // A state conflict is 409 (the body's `error` code is the generic `read_only` today); the
+    // message says what to do.
+    let wrong = post(
+        answer_url.clone(),
+        json!({"answer": "EUR", "call_id": "call_other"}),
+    )
+    .await;
+    assert_eq!(wrong.status, 409, "{}", wrong.text);
+    assert!(wrong.text.contains("call_ask"), "{}", wrong.text);
+    let busy = post(
+        stack.url("/api/v1/execute"),
+        json!({"mission": "Something else", "agent_id": AGENT, "session_id": session}),
+    )
+    .await;
+    assert_eq!(busy.status, 409, "{}", busy.text);
+    assert!(busy.text.contains("call Answer"), "{}", busy.text);
+
+    // The question is still there, and answering it works once.
+    let mut sse = SseReader::open(
+        &stack,
+        &format!("/api/v1/sessions/{session}/answer"),
+        &json!({"answer": "USD"}),
+    )
+    .await;
+    let events = sse.rest(RUN_TIMEOUT).await;
+    assert_eq!(
+        events[events.len() - 1].1["status"],
+        "completed",
+        "{events:?}"
+    );
+    let again = post(answer_url, json!({"answer": "USD"})).await;
+    assert_eq!(again.status, 409, "{}", again.text);
+    assert!(again.text.contains("no question waiting"), "{}", again.text);
 }

@@ -1,6 +1,7 @@
 //! Cancelling a live run whose tool is a long `python` subprocess: an SSE client that
-//! disconnects (reqwest, and a real `curl -N` killed mid-run), and `POST /sessions/{id}/cancel`. Either way the subprocess is killed (checked
-//! in `/proc`), the session is stored as cancelled, and the executor keeps serving.
+//! disconnects (reqwest, and a real `curl -N` killed mid-run), a `POST /execute` client that
+//! gives up, and `POST /sessions/{id}/cancel`. Each time the subprocess is killed (checked in
+//! `/proc`), the session is stored as cancelled, and the executor keeps serving.
 
 use std::{path::Path, process::Stdio, time::Duration};
 
@@ -235,4 +236,24 @@ async fn a_curl_client_killed_mid_run_cancels_the_run_and_kills_its_python() {
 
     assert_gone(&stack, pid).await;
     assert_status(&stack, &session, v1::RunStatus::Cancelled).await;
+}
+
+#[tokio::test]
+async fn a_rest_execute_client_that_gives_up_cancels_the_run_and_kills_its_python() {
+    let stack = stack().await;
+    // The client names the session, since it leaves before the reply would.
+    let session = "given-up-by-its-client";
+    let request = stack
+        .http()
+        .post(stack.url("/api/v1/execute"))
+        .json(&json!({"mission": "Run the long job", "agent_id": AGENT, "session_id": session}));
+    let client = tokio::spawn(async move { request.send().await });
+    let pid = sleeping_pid(&stack, &stack.executor_workspace(AGENT)).await;
+
+    client.abort(); // the connection closes with the task
+    assert!(client.await.is_err_and(|e| e.is_cancelled()));
+
+    assert_gone(&stack, pid).await;
+    let stored = assert_status(&stack, session, v1::RunStatus::Cancelled).await;
+    assert_eq!(stored.mission, "Run the long job");
 }

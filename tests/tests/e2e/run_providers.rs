@@ -1,7 +1,7 @@
 //! Whole runs through the real executor binary against fake OpenAI and Anthropic servers in the
 //! test process: a tool call streamed in pieces to `file_write`, another to `file_read`, then a
 //! streamed answer; the SSE events arrive in order, the fakes receive the tool results and the
-//! key from the environment, and the key is never logged.
+//! key from the environment, and the key is never logged nor shown to tool subprocesses.
 
 use serde_json::{Value, json};
 
@@ -302,4 +302,49 @@ async fn a_whole_run_over_the_anthropic_protocol_streams_tool_calls_and_the_answ
     );
     fake_llm::assert_not_logged(&stack, ANTHROPIC_KEY);
     assert!(unused.seen().is_empty());
+}
+
+#[tokio::test]
+async fn tool_subprocesses_never_see_the_api_keys() {
+    let llm = FakeLlm::start(vec![
+        openai::tool_call(
+            "call_env",
+            "python",
+            &[
+                "{\"code\": \"import os\\nprint(os.environ.get('TF_E2E_OPENAI_KEY'))\\n",
+                "print(sorted(os.environ))\\n\"}",
+            ],
+        ),
+        openai::text(&["Checked."]),
+    ])
+    .await;
+    let unused = FakeLlm::start(vec![anthropic::text(&["unused"])]).await;
+    let stack = fake_llm::options(&llm, &unused)
+        .spawn()
+        .await
+        .expect("stack starts");
+    create_agent_with_tools(&stack, "env-reader", &["python"]).await;
+
+    let events = SseReader::open(
+        &stack,
+        "/api/v1/execute/stream",
+        &json!({"mission": "Show the environment", "agent_id": "env-reader"}),
+    )
+    .await
+    .rest(RUN_TIMEOUT)
+    .await;
+    let end = events
+        .iter()
+        .find(|(n, _)| n == "tool_end")
+        .map(|(_, e)| e)
+        .unwrap_or_else(|| panic!("{events:?}\n{}", stack.logs()));
+    let output = end["output"].as_str().unwrap_or_default();
+    assert!(output.contains("stdout:\nNone\n"), "{output}");
+    for secret in [OPENAI_KEY, ANTHROPIC_KEY, "TF_E2E_"] {
+        assert!(!output.contains(secret), "{secret} leaked: {output}");
+    }
+    assert_eq!(events[events.len() - 1].1["status"], "completed");
+    let seen = llm.seen();
+    assert_eq!(seen.len(), 2);
+    assert!(!seen[1].body["messages"].to_string().contains(ANTHROPIC_KEY));
 }

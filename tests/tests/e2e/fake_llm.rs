@@ -17,6 +17,7 @@ use axum::{
     http::{HeaderMap, StatusCode, header},
     response::Response,
 };
+use futures::StreamExt;
 use serde_json::{Value, json};
 
 /// One answer of the fake.
@@ -27,6 +28,8 @@ pub enum Reply {
     Stream(Vec<String>),
     /// An error status with a JSON body.
     Status(u16, Value),
+    /// A 200 event stream that sends these frames, then stays open and silent forever.
+    Stall(Vec<String>),
 }
 
 /// One request as the fake saw it.
@@ -114,7 +117,9 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
             replies.front().cloned()
         }
     };
+    let stall = matches!(reply, Some(Reply::Stall(_)));
     let (status, content_type, chunks) = match reply {
+        Some(Reply::Stall(frames)) => (200, "text/event-stream", frames),
         Some(Reply::Stream(frames)) => {
             let chunks: Vec<String> = frames
                 .iter()
@@ -136,7 +141,12 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
             .into_iter()
             .map(|c| Ok::<_, std::convert::Infallible>(Bytes::from(c))),
     );
-    let mut response = Response::new(Body::from_stream(body));
+    let body = if stall {
+        Body::from_stream(body.chain(futures::stream::pending()))
+    } else {
+        Body::from_stream(body)
+    };
+    let mut response = Response::new(body);
     *response.status_mut() = StatusCode::from_u16(status).expect("a valid status");
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -199,6 +209,13 @@ pub mod openai {
         }));
         frames.extend(closing("tool_calls"));
         Reply::Stream(frames)
+    }
+
+    /// The start of a text answer, then silence with the connection open.
+    pub fn stall_after(pieces: &[&str]) -> Reply {
+        let mut frames = vec![chunk(&json!({"role": "assistant", "content": ""}), None)];
+        frames.extend(pieces.iter().map(|p| chunk(&json!({"content": p}), None)));
+        Reply::Stall(frames)
     }
 
     /// An error status with OpenAI's error body.

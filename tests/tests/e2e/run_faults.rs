@@ -1,7 +1,7 @@
 //! Faults from issue 3 through the real binaries: each gives a clear error event or status,
-//! keeps the executor serving, and loses no session. An LLM answering 500s, malformed tool-call
-//! JSON from the LLM, a stored definition broken by hand, a tool printing 20 MB, a tool that
-//! hangs past its timeout.
+//! keeps the executor serving, and loses no session. An LLM answering 500s, an LLM stream that
+//! stalls, malformed tool-call JSON from the LLM, a stored definition broken by hand, a tool
+//! printing 20 MB, a tool that hangs past its timeout.
 
 use serde_json::{Value, json};
 use taskforce_proto::v1;
@@ -85,6 +85,50 @@ async fn llm_500s_are_retried_then_fail_the_run_with_an_error_event_and_the_exec
     assert_eq!(stored.status(), v1::RunStatus::Failed, "{stored:?}");
     assert_eq!(stored.mission, "Total invoice 42");
     fake_llm::assert_not_logged(&stack, OPENAI_KEY);
+}
+
+#[tokio::test]
+async fn an_llm_stream_that_stalls_fails_the_run_after_the_idle_timeout_and_the_executor_keeps_serving()
+ {
+    let llm = FakeLlm::start(vec![
+        openai::stall_after(&["Hel", "lo"]),
+        openai::text(&["Recovered."]),
+    ])
+    .await;
+    let unused = FakeLlm::start(vec![anthropic::text(&["unused"])]).await;
+    let config = fake_llm::llm_config(&llm.url(), &unused.url()).replace(
+        "    max_attempts: 3\n",
+        "    max_attempts: 3\n    idle_timeout_secs: 1\n",
+    );
+    let stack = fake_llm::options(&llm, &unused)
+        .llm_config(config)
+        .spawn()
+        .await
+        .expect("stack starts");
+
+    let events = stream(&stack, "invoice-extractor", "Total invoice 42").await;
+    let names = event_names(&events);
+    assert_eq!(
+        names,
+        ["run_started", "token", "token", "error", "done"],
+        "{events:?}"
+    );
+    let error = first(&events, "error");
+    assert_eq!(error["code"], "LLM_ERROR", "{error}");
+    let message = error["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("fake_openai") && message.contains("timed out"),
+        "{message}"
+    );
+    assert_eq!(first(&events, "done")["status"], "failed");
+    assert_eq!(llm.seen().len(), 1, "a stream that started is not retried");
+
+    let r = execute(
+        &stack,
+        &json!({"mission": "Total invoice 43", "agent_id": "invoice-extractor"}),
+    )
+    .await;
+    assert_eq!(r.body["final_answer"], "Recovered.", "{}", r.text);
 }
 
 #[tokio::test]

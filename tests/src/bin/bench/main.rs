@@ -53,6 +53,9 @@ struct Args {
     /// Skip the peer-shaped REST CRUD workload.
     #[arg(long)]
     no_peer_crud: bool,
+    /// MCP tool calls of the MCP overhead measurement (`--runs`; 0 skips it).
+    #[arg(long, default_value_t = 2000)]
+    mcp_calls: usize,
     /// Benchmark the executor (agent runs on the scripted provider) instead of the registry.
     #[arg(long)]
     runs: bool,
@@ -87,6 +90,7 @@ struct Args {
     peer_runs_per_client: usize,
 }
 
+mod mcp_call;
 mod metadata;
 mod peer;
 mod runs;
@@ -133,6 +137,15 @@ async fn main() -> anyhow::Result<()> {
 
 /// The executor benchmarks (`--runs`) and the peer's streamed-run workload (`--fake-llm`).
 async fn bench_runs(args: &Args) -> anyhow::Result<()> {
+    let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "{cores} cores; load average at start: {}",
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
     if args.runs {
         let opts = runs::Options {
             steps: args.run_steps.max(1),
@@ -145,6 +158,11 @@ async fn bench_runs(args: &Args) -> anyhow::Result<()> {
         let rows = runs::scripted(&opts).await.context("executor benchmark")?;
         println!("\n### agent runs, scripted provider\n\n| measurement | result |\n|---|---|");
         print_rows(rows);
+        if args.mcp_calls > 0 {
+            mcp_call::run(args.mcp_calls)
+                .await
+                .context("MCP call benchmark")?;
+        }
     }
     if let Some(url) = &args.fake_llm {
         let rows = runs::side_by_side(
@@ -157,8 +175,8 @@ async fn bench_runs(args: &Args) -> anyhow::Result<()> {
         .context("the peer's streamed-run workload")?;
         println!(
             "\n### the peer's streamed runs through the gateway ({url})\n\n\
-             | phase | clients | runs | runs/s | first event p50 / p99 ms | first answer token p50 / p99 ms | total p50 / p99 ms |\n\
-             |---|---:|---:|---:|---|---|---|"
+             | phase | clients | runs | runs/s | first event p50 / p99 ms | first answer token p50 / p99 ms | total p50 / p99 ms | server CPU ms/run |\n\
+             |---|---:|---:|---:|---|---|---|---:|"
         );
         for row in rows {
             let r = &row.result.runs;
@@ -170,14 +188,15 @@ async fn bench_runs(args: &Args) -> anyhow::Result<()> {
                 )
             };
             println!(
-                "| {} | {} | {} | {:.1} | {} | {} | {} |",
+                "| {} | {} | {} | {:.1} | {} | {} | {} | {:.2} |",
                 row.phase,
                 row.clients,
                 r.len(),
                 row.result.rate(),
                 pair(|t| t.first_event),
                 pair(|t| t.first_token),
-                pair(|t| t.total)
+                pair(|t| t.total),
+                row.server_cpu_ms
             );
         }
     }

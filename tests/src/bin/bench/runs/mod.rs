@@ -269,6 +269,8 @@ pub struct PeerRow {
     pub clients: usize,
     /// What was measured.
     pub result: LoopResult,
+    /// CPU time per run of executor, gateway and registry together, in ms.
+    pub server_cpu_ms: f64,
 }
 
 /// The peer's streamed-run workload (`bench_langgraph.py` phases `run_seq` and `run_c<C>`)
@@ -299,6 +301,7 @@ pub async fn side_by_side(
     let phases = std::iter::once(("run_seq".to_owned(), 1, seq_runs))
         .chain(levels.iter().map(|&c| (format!("run_c{c}"), c, per_client)));
     for (phase, clients, runs) in phases {
+        let cpu = Cpu::new(&stack);
         let result = closed_loop(
             &http,
             &url,
@@ -309,10 +312,12 @@ pub async fn side_by_side(
         )
         .await
         .with_context(|| format!("{phase}\n{}", stack.logs()))?;
+        let server_cpu_ms = cpu.servers_ms(result.runs.len());
         rows.push(PeerRow {
             phase,
             clients,
             result,
+            server_cpu_ms,
         });
     }
     Ok(rows)
@@ -349,6 +354,18 @@ impl Cpu {
             pids,
             start: pids.map(|(_, pid)| cpu_ticks(pid)),
         }
+    }
+
+    /// CPU time per run of the three services together (not the client), in ms.
+    fn servers_ms(&self, runs: usize) -> f64 {
+        let ticks: u64 = self.pids[..3]
+            .iter()
+            .zip(self.start)
+            .map(|(&(_, pid), start)| cpu_ticks(pid).saturating_sub(start))
+            .sum();
+        #[allow(clippy::cast_precision_loss)]
+        let ms = (ticks * 10) as f64 / runs.max(1) as f64;
+        ms
     }
 
     /// CPU time per run of each process, since `new`.

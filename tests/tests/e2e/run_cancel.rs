@@ -57,7 +57,7 @@ pub async fn sleeping_pid(stack: &Stack, workspace: &Path) -> u32 {
 }
 
 /// Waits for the PID the sleeping python wrote into `workspace/pid.txt`.
-pub async fn written_pid(stack: &Stack, workspace: &Path) -> u32 {
+async fn written_pid(stack: &Stack, workspace: &Path) -> u32 {
     let file = workspace.join("pid.txt");
     eventually(RUN_TIMEOUT, STEP, || {
         let pid = std::fs::read_to_string(&file)

@@ -99,11 +99,6 @@ impl Stack {
         self.executor_data_dir().join("workspaces").join(agent_id)
     }
 
-    /// True while the executor process runs.
-    pub fn executor_running(&mut self) -> bool {
-        self.executor.as_mut().is_some_and(|e| e.exited().is_none())
-    }
-
     /// Kills the executor with SIGKILL (no shutdown code runs).
     pub fn kill9_executor(&mut self) -> anyhow::Result<()> {
         if let Some(mut child) = self.executor.take() {

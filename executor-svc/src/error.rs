@@ -58,7 +58,7 @@ impl ExecutorError {
         match self {
             Self::InvalidArgument { .. } => ErrorKind::InvalidArgument,
             Self::NotFound(_) => ErrorKind::NotFound,
-            Self::FailedPrecondition(_) => ErrorKind::ReadOnly,
+            Self::FailedPrecondition(_) => ErrorKind::SessionConflict,
             Self::Unavailable(_) => ErrorKind::Unavailable,
             Self::Llm(_) => ErrorKind::InvalidArgument,
             Self::Store(_)
@@ -78,8 +78,6 @@ impl ExecutorError {
                 tracing::error!(error = %self, "internal error");
                 ApiError::new(ErrorKind::Internal, "internal error in the executor")
             }
-            // No error kind fits a session in the wrong state; the plain code says it.
-            Self::FailedPrecondition(message) => return Status::failed_precondition(message),
             other => ApiError::new(other.kind(), other.to_string()),
         };
         api.to_status()

@@ -104,6 +104,7 @@ impl From<tonic::Status> for RestError {
             | ErrorKind::AlreadyExists
             | ErrorKind::VersionConflict
             | ErrorKind::ReadOnly
+            | ErrorKind::SessionConflict
             | ErrorKind::PayloadTooLarge
             | ErrorKind::MethodNotAllowed => Self(api),
         }

@@ -248,6 +248,7 @@ fn execute_request(body: ExecuteBody) -> Result<v1::ExecuteRequest, RestError> {
         (status = 200, description = "The run ended (completed, paused on a question, failed or cancelled)", body = ExecuteResultJson),
         (status = 400, description = "Invalid body (e.g. empty mission)", body = ErrorBody),
         (status = 404, description = "`not_found`: unknown agent or profile", body = ErrorBody),
+        (status = 409, description = "`session_conflict`: the session has a live run or waits for an answer", body = ErrorBody),
         (status = 503, description = "`unavailable`: the executor is down", body = ErrorBody)))]
 #[instrument(level = "debug", skip_all, fields(agent_id = ?body.agent_id))]
 pub async fn execute(
@@ -356,6 +357,7 @@ fn sse(events: Streaming<v1::RunEvent>) -> Response {
         (status = 200, description = "`text/event-stream`: one event per run event (`event: run_started|token|tool_start|tool_end|tool_error|warning|question|final_answer|error|done`, `data:` the event as JSON), ending after `done`", content_type = "text/event-stream", body = String),
         (status = 400, description = "Invalid body (e.g. empty mission)", body = ErrorBody),
         (status = 404, description = "`not_found`: unknown agent or profile", body = ErrorBody),
+        (status = 409, description = "`session_conflict`: the session has a live run or waits for an answer", body = ErrorBody),
         (status = 503, description = "`unavailable`: the executor is down", body = ErrorBody)))]
 #[instrument(level = "debug", skip_all, fields(agent_id = ?body.agent_id))]
 pub async fn execute_stream(
@@ -379,8 +381,9 @@ pub async fn execute_stream(
     params(("session_id" = String, Path, description = "The session")),
     responses(
         (status = 200, description = "`text/event-stream` like `/api/v1/execute/stream`", content_type = "text/event-stream", body = String),
-        (status = 400, description = "Invalid body, or the session is not waiting for this answer", body = ErrorBody),
+        (status = 400, description = "Invalid body (e.g. an empty answer)", body = ErrorBody),
         (status = 404, description = "`not_found`: unknown session", body = ErrorBody),
+        (status = 409, description = "`session_conflict`: no question waiting, another question (`call_id`), or a live run", body = ErrorBody),
         (status = 503, description = "`unavailable`: the executor is down", body = ErrorBody)))]
 #[instrument(level = "debug", skip_all, fields(session_id = %session_id))]
 pub async fn answer(

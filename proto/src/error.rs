@@ -31,6 +31,9 @@ pub enum ErrorKind {
     VersionConflict,
     /// The agent cannot be changed through the API (profile agents).
     ReadOnly,
+    /// A session's state does not allow the request: it has a live run, it waits for an answer,
+    /// or it has no question (or another one) waiting.
+    SessionConflict,
     /// The request body exceeds the size limit.
     PayloadTooLarge,
     /// The route exists but not with this method (REST), or the RPC is not implemented (gRPC).
@@ -45,7 +48,7 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// Every kind, for exhaustive tests.
-    pub const ALL: [Self; 13] = [
+    pub const ALL: [Self; 14] = [
         Self::InvalidArgument,
         Self::InvalidTools,
         Self::InvalidMcpTools,
@@ -54,6 +57,7 @@ impl ErrorKind {
         Self::AlreadyExists,
         Self::VersionConflict,
         Self::ReadOnly,
+        Self::SessionConflict,
         Self::PayloadTooLarge,
         Self::MethodNotAllowed,
         Self::Unavailable,
@@ -72,6 +76,7 @@ impl ErrorKind {
             Self::AlreadyExists => "ALREADY_EXISTS",
             Self::VersionConflict => "VERSION_CONFLICT",
             Self::ReadOnly => "READ_ONLY",
+            Self::SessionConflict => "SESSION_CONFLICT",
             Self::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
             Self::MethodNotAllowed => "METHOD_NOT_ALLOWED",
             Self::Unavailable => "UNAVAILABLE",
@@ -95,7 +100,7 @@ impl ErrorKind {
             Self::NotFound => Code::NotFound,
             Self::AlreadyExists => Code::AlreadyExists,
             Self::VersionConflict => Code::Aborted,
-            Self::ReadOnly => Code::FailedPrecondition,
+            Self::ReadOnly | Self::SessionConflict => Code::FailedPrecondition,
             Self::PayloadTooLarge => Code::ResourceExhausted,
             Self::MethodNotAllowed => Code::Unimplemented,
             Self::Unavailable => Code::Unavailable,
@@ -112,7 +117,10 @@ impl ErrorKind {
             | Self::InvalidMcpTools
             | Self::InvalidMcpConfig => 400,
             Self::NotFound => 404,
-            Self::AlreadyExists | Self::VersionConflict | Self::ReadOnly => 409,
+            Self::AlreadyExists
+            | Self::VersionConflict
+            | Self::ReadOnly
+            | Self::SessionConflict => 409,
             Self::PayloadTooLarge => 413,
             Self::MethodNotAllowed => 405,
             Self::Unavailable => 503,

@@ -226,14 +226,14 @@ async fn answers_that_do_not_fit_the_session_are_refused_over_rest_with_clear_er
     )
     .await
     .assert_error(404, "not_found");
-    // A state conflict is 409 (the body's `error` code is the generic `read_only` today); the
-    // message says what to do.
+    // A state conflict is 409 `session_conflict`; the message says what to do.
     let wrong = post(
         answer_url.clone(),
         json!({"answer": "EUR", "call_id": "call_other"}),
     )
     .await;
     assert_eq!(wrong.status, 409, "{}", wrong.text);
+    assert_eq!(wrong.body["error"], "session_conflict", "{}", wrong.text);
     assert!(wrong.text.contains("call_ask"), "{}", wrong.text);
     let busy = post(
         stack.url("/api/v1/execute"),
@@ -241,6 +241,7 @@ async fn answers_that_do_not_fit_the_session_are_refused_over_rest_with_clear_er
     )
     .await;
     assert_eq!(busy.status, 409, "{}", busy.text);
+    assert_eq!(busy.body["error"], "session_conflict", "{}", busy.text);
     assert!(busy.text.contains("call Answer"), "{}", busy.text);
 
     // The question is still there, and answering it works once.
@@ -258,5 +259,6 @@ async fn answers_that_do_not_fit_the_session_are_refused_over_rest_with_clear_er
     );
     let again = post(answer_url, json!({"answer": "USD"})).await;
     assert_eq!(again.status, 409, "{}", again.text);
+    assert_eq!(again.body["error"], "session_conflict", "{}", again.text);
     assert!(again.text.contains("no question waiting"), "{}", again.text);
 }

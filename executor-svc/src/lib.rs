@@ -101,6 +101,16 @@ pub async fn run_with(
     let data_dir = config.data_dir.clone();
     let store =
         tokio::task::spawn_blocking(move || session::SessionStore::open(&data_dir)).await??;
+    let ledger = config.data_dir.join("subprocesses");
+    let killed = tokio::task::spawn_blocking(move || tools::native::ledger::install(&ledger))
+        .await?
+        .map_err(|e| ExecutorError::Config(format!("subprocess ledger: {e}")))?;
+    if killed > 0 {
+        warn!(
+            killed,
+            "killed tool subprocesses a previous executor left running"
+        );
+    }
     let model = parts.router.resolve(None)?;
     info!(provider = model.provider.name(), model = %model.model, "default model");
     if let Some(reason) = parts.router.scripted_reason() {

@@ -1,7 +1,8 @@
 //! The executor binary stopped while a run's `python` tool is running: SIGTERM ends the run
 //! with `Done{CANCELLED}`, kills the subprocess and exits cleanly; SIGKILL leaves the session
-//! `RUNNING` on disk, which the next start marks `FAILED`. Either way the session is kept and
-//! the restarted executor serves it again.
+//! `RUNNING` on disk, which the next start marks `FAILED`, and the subprocess running, which the
+//! next start kills (from its ledger). Either way the session is kept and the restarted executor
+//! serves it again.
 
 use taskforce_proto::v1::{self, run_event::Event};
 use taskforce_tests::{Stack, StackOptions, process::pid_exists};
@@ -136,15 +137,12 @@ async fn sigkill_mid_run_leaves_a_session_the_next_start_marks_failed() {
 
     stack.kill9_executor().expect("executor killed");
     drop(stream);
-    // Nothing of the executor ran to stop its subprocess; the test cleans it up. (A python
-    // outliving a SIGKILLed executor is a known limitation, see the executor's process tool.)
-    if pid_exists(pid) {
-        let _ = std::process::Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status();
-    }
+    // Nothing of the dead executor can stop its subprocess...
+    assert!(pid_exists(pid), "python {pid} still runs after the SIGKILL");
 
+    // ...but the next start finds it in its ledger and kills it.
     stack.restart_executor().await.expect("executor restarts");
+    assert_gone(&stack, pid).await;
     let stored = get_session(&stack, &session).await;
     assert_eq!(stored.status(), v1::RunStatus::Failed, "{stored:?}");
     assert_eq!(stored.mission, "Run the long job");

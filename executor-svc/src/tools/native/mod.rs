@@ -13,6 +13,7 @@
 //! - `search`: `web_search` (DuckDuckGo's HTML page by default); `fetch`: `web_fetch`.
 //! - `github`: `github`, the GitHub REST API with a token from the environment.
 //! - `ask_user`: `ask_user`, which pauses the run with a question.
+//! - [`ledger`]: running subprocess groups on disk, killed by the next start after a crash.
 //!
 //! Every tool takes its name, description and schema from the catalog, so what the registry
 //! lists and what the model sees never differ.
@@ -24,6 +25,7 @@ mod git;
 mod github;
 mod html;
 mod http;
+pub mod ledger;
 mod process;
 mod python;
 mod search;

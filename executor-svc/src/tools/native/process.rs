@@ -2,7 +2,9 @@
 //! environment, a timeout, the run's cancellation and an output cap.
 //!
 //! The whole process group is killed (SIGKILL) and reaped when the call times out, is cancelled,
-//! or its future is dropped, so nothing the program started outlives the call.
+//! or its future is dropped, so nothing the program started outlives the call; the group is in
+//! the [`super::ledger`] while it runs, so even an executor killed outright does not leave it
+//! running past the next start.
 
 use std::{
     ffi::OsString,
@@ -117,14 +119,17 @@ pub(crate) async fn run(
         .stderr(Stdio::piped());
     let mut wrap = CommandWrap::from(cmd);
     wrap.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
+    let child = wrap.spawn().map_err(|e| {
+        failed(
+            tool,
+            format!("could not start {}: {e}", spec.program.display()),
+        )
+    })?;
+    let recorded = super::ledger::record(child.id());
     let mut guard = GroupGuard {
-        child: wrap.spawn().map_err(|e| {
-            failed(
-                tool,
-                format!("could not start {}: {e}", spec.program.display()),
-            )
-        })?,
+        child,
         ended: false,
+        _recorded: recorded,
     };
     let child = &mut guard.child;
     let pid = child.id();
@@ -179,6 +184,8 @@ pub(crate) async fn run(
 struct GroupGuard {
     child: Box<dyn ChildWrapper>,
     ended: bool,
+    /// Dropped after the kill in `drop`: the group is gone before its ledger entry is.
+    _recorded: super::ledger::Entry,
 }
 
 impl Drop for GroupGuard {

@@ -302,6 +302,7 @@ pub async fn execute(
                 out.status = status_name(e.status).to_owned();
                 out.usage = e.usage.as_ref().map(usage_json);
                 done = true;
+                drain(events).await;
                 break;
             }
             _ => {}
@@ -314,11 +315,29 @@ pub async fn execute(
     Ok(Json(out))
 }
 
+/// How long the end of a stream (its trailers, right after `done`) is awaited.
+const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Reads a run's stream to its end after `done`. Dropping it before its trailers arrive makes
+/// the HTTP/2 client reset the stream, and h2 closes a connection (`ENHANCE_YOUR_CALM`) after
+/// 1,024 such resets: every run then in flight on it would break.
+async fn drain(mut events: Streaming<v1::RunEvent>) {
+    let rest = async { while let Some(Ok(_)) = events.next().await {} };
+    if tokio::time::timeout(DRAIN_TIMEOUT, rest).await.is_err() {
+        debug!("a run stream did not end after `done`; dropping it");
+    }
+}
+
 /// SSE of a gRPC event stream: one event per `RunEvent`, ending after `done`; a gRPC error in
 /// the middle becomes a last `error` event.
 fn sse(events: Streaming<v1::RunEvent>) -> Response {
-    let stream = stream::unfold(Some(events), |state| async move {
-        let mut events = state?;
+    // The state: the stream, and whether `done` has been sent (then only its end is awaited).
+    let stream = stream::unfold(Some((events, false)), |state| async move {
+        let (mut events, done) = state?;
+        if done {
+            drain(events).await;
+            return None;
+        }
         loop {
             match events.next().await {
                 None => return None,
@@ -328,8 +347,7 @@ fn sse(events: Streaming<v1::RunEvent>) -> Response {
                         continue;
                     };
                     let sse = Event::default().event(name).data(data.to_string());
-                    let next = (name != "done").then_some(events);
-                    return Some((sse, next));
+                    return Some((sse, Some((events, name == "done"))));
                 }
                 Some(Err(status)) => {
                     let api = executor_error(status);

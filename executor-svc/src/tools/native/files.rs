@@ -3,10 +3,14 @@
 use futures::{FutureExt, future::BoxFuture};
 use serde::Deserialize;
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::{
+    io::{Read, Write},
+    path::Path,
+};
+
 use tracing::debug;
 
-use super::{bounded, catalog_definition, failed, parse_args, workspace};
+use super::{blocking, bounded, catalog_definition, failed, parse_args, workspace};
 use crate::{
     llm::ToolDefinition,
     tools::{Tool, ToolContext, ToolError, ToolOutcome},
@@ -65,20 +69,21 @@ impl Tool for FileRead {
                 })
                 .min(ctx.limits.max_output_bytes)
                 .max(1);
-            bounded("file_read", ctx, read(ctx, &args.path, cap)).await
+            let workspace = ctx.workspace.clone();
+            let work = blocking("file_read", move || read(&workspace, &args.path, cap));
+            bounded("file_read", ctx, work).await
         }
         .boxed()
     }
 }
 
-async fn read(ctx: &ToolContext, given: &str, cap: usize) -> Result<ToolOutcome, ToolError> {
+/// The whole read, blocking: resolve inside the workspace, check, read at most `cap` bytes.
+fn read(workspace: &Path, given: &str, cap: usize) -> Result<ToolOutcome, ToolError> {
     const TOOL: &str = "file_read";
-    let root = workspace::root(TOOL, &ctx.workspace).await?;
-    let candidate = workspace::lexical(TOOL, &ctx.workspace, &root, given)?;
-    let real = workspace::resolve_existing(TOOL, &root, &candidate, given).await?;
-    let meta = tokio::fs::metadata(&real)
-        .await
-        .map_err(|e| failed(TOOL, format!("{given}: {e}")))?;
+    let root = workspace::root_blocking(TOOL, workspace)?;
+    let candidate = workspace::lexical(TOOL, workspace, &root, given)?;
+    let real = workspace::resolve_existing(TOOL, &root, &candidate, given)?;
+    let meta = std::fs::metadata(&real).map_err(|e| failed(TOOL, format!("{given}: {e}")))?;
     if meta.is_dir() {
         return Ok(ToolOutcome::failed(format!(
             "{given} is a directory; file_read reads files"
@@ -90,14 +95,11 @@ async fn read(ctx: &ToolContext, given: &str, cap: usize) -> Result<ToolOutcome,
             "{given} is not a regular file; file_read reads files"
         )));
     }
-    let file = tokio::fs::File::open(&real)
-        .await
-        .map_err(|e| failed(TOOL, format!("{given}: {e}")))?;
+    let file = std::fs::File::open(&real).map_err(|e| failed(TOOL, format!("{given}: {e}")))?;
     // Read one byte past the cap to know whether the file is longer, never the whole file.
     let mut buf = Vec::with_capacity(cap.min(1 << 20) + 1);
     file.take(cap as u64 + 1)
         .read_to_end(&mut buf)
-        .await
         .map_err(|e| failed(TOOL, format!("{given}: {e}")))?;
     let cut = buf.len() > cap;
     buf.truncate(cap);
@@ -186,31 +188,31 @@ impl Tool for FileWrite {
                     ),
                 });
             }
-            bounded("file_write", ctx, write(ctx, &args)).await
+            let workspace = ctx.workspace.clone();
+            let work = blocking("file_write", move || write(&workspace, &args));
+            bounded("file_write", ctx, work).await
         }
         .boxed()
     }
 }
 
-async fn write(ctx: &ToolContext, args: &WriteArgs) -> Result<ToolOutcome, ToolError> {
+/// The whole write, blocking: resolve inside the workspace (creating directories), write.
+fn write(workspace: &Path, args: &WriteArgs) -> Result<ToolOutcome, ToolError> {
     const TOOL: &str = "file_write";
     let given = args.path.as_str();
-    let root = workspace::root(TOOL, &ctx.workspace).await?;
-    let candidate = workspace::lexical(TOOL, &ctx.workspace, &root, given)?;
-    let real = workspace::resolve_for_write(TOOL, &root, &candidate, given).await?;
-    let mut file = tokio::fs::OpenOptions::new()
+    let root = workspace::root_blocking(TOOL, workspace)?;
+    let candidate = workspace::lexical(TOOL, workspace, &root, given)?;
+    let real = workspace::resolve_for_write(TOOL, &root, &candidate, given)?;
+    let mut file = std::fs::OpenOptions::new()
         .create(true)
         .write(true)
         .append(args.append)
         .truncate(!args.append)
         .open(&real)
-        .await
         .map_err(|e| failed(TOOL, format!("{given}: {e}")))?;
     file.write_all(args.content.as_bytes())
-        .await
         .map_err(|e| failed(TOOL, format!("{given}: {e}")))?;
     file.flush()
-        .await
         .map_err(|e| failed(TOOL, format!("{given}: {e}")))?;
     let n = args.content.len();
     debug!(path = given, bytes = n, append = args.append, "file_write");

@@ -246,6 +246,17 @@ pub(crate) async fn bounded<T>(
     }
 }
 
+/// Runs blocking file-system work on the blocking pool, in one hop (each `tokio::fs` call is
+/// its own hop; a tool's handful of calls cost more in thread hand-offs than in the calls).
+pub(crate) async fn blocking<T: Send + 'static>(
+    tool: &str,
+    work: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
+) -> Result<T, ToolError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| failed(tool, format!("background task: {e}")))?
+}
+
 /// A shorthand for [`ToolError::Failed`].
 pub(crate) fn failed(tool: &str, reason: impl fmt::Display) -> ToolError {
     ToolError::Failed {

@@ -18,14 +18,18 @@ use super::failed;
 
 /// The canonical workspace root, created if missing.
 pub(crate) async fn root(tool: &str, workspace: &Path) -> Result<PathBuf, ToolError> {
+    let (owned_tool, workspace) = (tool.to_owned(), workspace.to_path_buf());
+    super::blocking(tool, move || root_blocking(&owned_tool, &workspace)).await
+}
+
+/// [`root`], on this thread.
+pub(crate) fn root_blocking(tool: &str, workspace: &Path) -> Result<PathBuf, ToolError> {
     if workspace.as_os_str().is_empty() {
         return Err(failed(tool, "the agent has no workspace"));
     }
-    tokio::fs::create_dir_all(workspace)
-        .await
+    std::fs::create_dir_all(workspace)
         .map_err(|e| failed(tool, format!("workspace {}: {e}", workspace.display())))?;
-    tokio::fs::canonicalize(workspace)
-        .await
+    std::fs::canonicalize(workspace)
         .map_err(|e| failed(tool, format!("workspace {}: {e}", workspace.display())))
 }
 
@@ -69,14 +73,14 @@ pub(crate) fn lexical(
     Ok(parts.iter().fold(root.to_path_buf(), |acc, s| acc.join(s)))
 }
 
-/// A path to read: it must exist and resolve (through any symlinks) inside `root`.
-pub(crate) async fn resolve_existing(
+/// A path to read: it must exist and resolve (through any symlinks) inside `root`. Blocking.
+pub(crate) fn resolve_existing(
     tool: &str,
     root: &Path,
     candidate: &Path,
     given: &str,
 ) -> Result<PathBuf, ToolError> {
-    let real = match tokio::fs::canonicalize(candidate).await {
+    let real = match std::fs::canonicalize(candidate) {
         Ok(p) => p,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             // A dangling symlink is reported as missing, whatever it points to.
@@ -97,8 +101,8 @@ pub(crate) async fn resolve_existing(
 }
 
 /// A path to write: its parent directories are created inside `root`, and the target (if it is
-/// a symlink) must resolve inside `root`; returns the real path to open.
-pub(crate) async fn resolve_for_write(
+/// a symlink) must resolve inside `root`; returns the real path to open. Blocking.
+pub(crate) fn resolve_for_write(
     tool: &str,
     root: &Path,
     candidate: &Path,
@@ -116,37 +120,31 @@ pub(crate) async fn resolve_for_write(
     }
     // The nearest existing ancestor must resolve inside the root before anything is created.
     let mut existing = parent;
-    while tokio::fs::symlink_metadata(existing).await.is_err() {
+    while std::fs::symlink_metadata(existing).is_err() {
         existing = existing.parent().ok_or_else(outside)?;
     }
-    let real_existing = tokio::fs::canonicalize(existing)
-        .await
-        .map_err(|e| failed(tool, format!("{given}: {e}")))?;
+    let real_existing =
+        std::fs::canonicalize(existing).map_err(|e| failed(tool, format!("{given}: {e}")))?;
     if !real_existing.starts_with(root) {
         return Err(outside());
     }
-    tokio::fs::create_dir_all(parent)
-        .await
+    std::fs::create_dir_all(parent)
         .map_err(|e| failed(tool, format!("{given}: cannot create its directory: {e}")))?;
-    let real_parent = tokio::fs::canonicalize(parent)
-        .await
-        .map_err(|e| failed(tool, format!("{given}: {e}")))?;
+    let real_parent =
+        std::fs::canonicalize(parent).map_err(|e| failed(tool, format!("{given}: {e}")))?;
     if !real_parent.starts_with(root) {
         return Err(outside());
     }
     let mut target = real_parent.join(name);
-    if tokio::fs::symlink_metadata(&target)
-        .await
-        .is_ok_and(|m| m.file_type().is_symlink())
-    {
+    if std::fs::symlink_metadata(&target).is_ok_and(|m| m.file_type().is_symlink()) {
         // Follow a link only when it lands inside; a dangling one would create its target
         // wherever it points, so it is refused too.
-        target = match tokio::fs::canonicalize(&target).await {
+        target = match std::fs::canonicalize(&target) {
             Ok(real) if real.starts_with(root) => real,
             _ => return Err(outside()),
         };
     }
-    match tokio::fs::metadata(&target).await {
+    match std::fs::metadata(&target) {
         Ok(meta) if meta.is_dir() => Err(failed(tool, format!("{given}: is a directory"))),
         // A FIFO or device would block the write or do something else entirely.
         Ok(meta) if !meta.is_file() => Err(failed(tool, format!("{given}: not a regular file"))),

@@ -72,7 +72,7 @@ struct Args {
     #[arg(long, default_value_t = 1000)]
     in_flight: usize,
     /// How long each of those runs pauses before its answer, in milliseconds (`--runs`).
-    #[arg(long, default_value_t = 5000)]
+    #[arg(long, default_value_t = 10_000)]
     hold_ms: u64,
     /// Run the LangGraph peer's streamed-run workload (`run_seq`, then `run_c<C>` for each
     /// `--peer-concurrency`) with the executor's OpenAI-compatible provider on this base URL

@@ -71,8 +71,10 @@ async fn scripted_on(stack: &RunStack, opts: &Options) -> anyhow::Result<Rows> {
     let max_level = opts.levels.iter().copied().max().unwrap_or(1);
     let http = http(max_level.max(opts.in_flight))?;
     // Warm-up: connections, the registry's definition cache, lazy initialisation.
+    eprintln!("runs: warm-up");
     closed_loop(&http, &url, "peer", WORDS, 10, Budget::RunsPerClient(20)).await?;
 
+    eprintln!("runs: step overhead over gRPC");
     let mut grpc = stack.executor_client().await?;
     let one = sequential_grpc(&mut grpc, "answer", 1, opts.samples).await?;
     let many = sequential_grpc(&mut grpc, "steps", opts.steps + 1, opts.samples).await?;
@@ -103,10 +105,12 @@ async fn scripted_on(stack: &RunStack, opts: &Options) -> anyhow::Result<Rows> {
     ));
 
     tokio::time::sleep(Duration::from_secs(1)).await;
+    eprintln!("runs: {} in flight at once", opts.in_flight);
     rows.extend(in_flight(stack, &http, &url, opts).await?);
 
     let mut total_runs = 20 * 10 + 2 * (opts.samples + opts.samples.min(50)) + opts.in_flight;
     for &conc in &opts.levels {
+        eprintln!("runs: concurrency {conc} for {} s", opts.seconds);
         let cpu = Cpu::new(stack);
         let r = closed_loop(
             &http,

@@ -59,36 +59,36 @@ fn script_of_calls(calls: &[(&str, &str)]) -> String {
     script
 }
 
-/// `(tool, output, is_error)` of every `ToolEnd`, in order.
-fn tool_ends(events: &[RunEvent]) -> Vec<(String, String, bool)> {
+/// What `f` picks from each event, in order.
+fn pick<T>(events: &[RunEvent], f: impl Fn(&Event) -> Option<T>) -> Vec<T> {
     events
         .iter()
-        .filter_map(|e| match &e.event {
-            Some(Event::ToolEnd(end)) => Some((end.tool.clone(), end.output.clone(), end.is_error)),
-            _ => None,
-        })
+        .filter_map(|e| e.event.as_ref().and_then(&f))
         .collect()
+}
+
+/// `(tool, output, is_error)` of every `ToolEnd`.
+fn tool_ends(events: &[RunEvent]) -> Vec<(String, String, bool)> {
+    pick(events, |e| match e {
+        Event::ToolEnd(end) => Some((end.tool.clone(), end.output.clone(), end.is_error)),
+        _ => None,
+    })
 }
 
 /// `(code, message)` of every warning.
 fn warnings(events: &[RunEvent]) -> Vec<(String, String)> {
-    events
-        .iter()
-        .filter_map(|e| match &e.event {
-            Some(Event::Warning(w)) => Some((w.code.clone(), w.message.clone())),
-            _ => None,
-        })
-        .collect()
+    pick(events, |e| match e {
+        Event::Warning(w) => Some((w.code.clone(), w.message.clone())),
+        _ => None,
+    })
 }
 
+/// `(tool, message)` of every `ToolError`.
 fn tool_errors(events: &[RunEvent]) -> Vec<(String, String)> {
-    events
-        .iter()
-        .filter_map(|e| match &e.event {
-            Some(Event::ToolError(t)) => Some((t.tool.clone(), t.message.clone())),
-            _ => None,
-        })
-        .collect()
+    pick(events, |e| match e {
+        Event::ToolError(t) => Some((t.tool.clone(), t.message.clone())),
+        _ => None,
+    })
 }
 
 fn process_alive(pid: &str) -> bool {

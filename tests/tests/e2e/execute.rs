@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 use taskforce_tests::{Stack, StackOptions};
 
-use crate::helpers::send;
+use crate::helpers::{RUN_TIMEOUT, SseReader, parse_sse, send};
 
 async fn stack() -> Stack {
     StackOptions::full()
@@ -12,31 +12,6 @@ async fn stack() -> Stack {
         .spawn()
         .await
         .expect("stack with executor starts")
-}
-
-/// Parses SSE text into `(event, data as JSON)` pairs; comments (keep-alives) are skipped.
-fn parse_sse(text: &str) -> Vec<(String, Value)> {
-    let mut out = Vec::new();
-    for block in text.replace("\r\n", "\n").split("\n\n") {
-        let mut name = String::new();
-        let mut data = String::new();
-        for line in block.lines() {
-            if let Some(v) = line.strip_prefix("event:") {
-                name = v.trim().to_owned();
-            } else if let Some(v) = line.strip_prefix("data:") {
-                if !data.is_empty() {
-                    data.push('\n');
-                }
-                data.push_str(v.strip_prefix(' ').unwrap_or(v));
-            }
-        }
-        if !name.is_empty() || !data.is_empty() {
-            let value = serde_json::from_str(&data)
-                .unwrap_or_else(|e| panic!("SSE data is JSON ({e}): {data:?}"));
-            out.push((name, value));
-        }
-    }
-    out
 }
 
 #[tokio::test]
@@ -85,30 +60,15 @@ async fn execute_runs_a_custom_agent_to_its_final_answer() {
 #[tokio::test]
 async fn execute_stream_sends_every_event_as_sse_and_ends_after_done() {
     let stack = stack().await;
-    let mut resp = stack
-        .http()
-        .post(stack.url("/api/v1/execute/stream"))
-        .json(&json!({"mission": "Extract the totals of invoice 42", "agent_id": "invoice-extractor"}))
-        .send()
-        .await
-        .expect("stream request is answered");
-    assert_eq!(resp.status(), 200, "{}", stack.logs());
-    let content_type = resp
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
-    assert!(
-        content_type.starts_with("text/event-stream"),
-        "{content_type}"
-    );
-    // Read chunk by chunk, as `curl -N` does; the server closes the stream after `done`.
-    let mut text = String::new();
-    while let Some(chunk) = resp.chunk().await.expect("stream chunk") {
-        text.push_str(&String::from_utf8_lossy(&chunk));
-    }
-    let events = parse_sse(&text);
+    // Read event by event, as `curl -N` does; the server closes the stream after `done`.
+    let mut sse = SseReader::open(
+        &stack,
+        "/api/v1/execute/stream",
+        &json!({"mission": "Extract the totals of invoice 42", "agent_id": "invoice-extractor"}),
+    )
+    .await;
+    let events = sse.rest(RUN_TIMEOUT).await;
+    let text = format!("{events:?}");
     let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names.first(), Some(&"run_started"), "{names:?}");
     assert!(names.contains(&"token"), "{names:?}");

@@ -266,6 +266,14 @@ pub async fn create_agent_with_tools(stack: &Stack, id: &str, tools: &[&str]) {
     assert_eq!(r.status, 201, "creating {id}: {}", r.text);
 }
 
+/// Parses a whole SSE body into `(event, data as JSON)` pairs; comments (keep-alives) skipped.
+pub fn parse_sse(text: &str) -> Vec<(String, Value)> {
+    text.replace("\r\n", "\n")
+        .split("\n\n")
+        .filter_map(parse_sse_block)
+        .collect()
+}
+
 /// Parses one SSE event block into `(event, data as JSON)`; `None` for comments (keep-alives).
 fn parse_sse_block(block: &str) -> Option<(String, Value)> {
     let mut name = String::new();

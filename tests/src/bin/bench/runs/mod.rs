@@ -258,6 +258,14 @@ async fn sequential_grpc(
                 done.status
             );
         }
+        // These runs take milliseconds; seconds mean the executor is stuck (e.g. waiting out
+        // a flush timeout), and the benchmark would otherwise crawl on for many minutes.
+        if t.elapsed() > Duration::from_secs(2) {
+            bail!(
+                "a `{model}` run took {:?} (scripted runs take milliseconds); see the executor log",
+                t.elapsed()
+            );
+        }
         if i >= n.min(50) {
             out.push(micros(t.elapsed()));
         }

@@ -6,7 +6,14 @@
 //! an executor restart; sessions found `RUNNING` at start belonged to a process that died and are
 //! marked `FAILED`.
 
-use std::{path::Path, time::Duration};
+use std::{
+    path::Path,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
 
 use serde::{Deserialize, Serialize};
 use taskforce_proto::v1;
@@ -171,6 +178,21 @@ pub struct SessionStore {
     /// Per live run, the `seq` below which events may have been sent (see
     /// [`SessionStore::reserve_seqs`]): what a session stored mid-run cannot know.
     seqs: sled::Tree,
+    /// One flush at a time, shared by every writer waiting for one.
+    durability: Arc<GroupCommit>,
+}
+
+/// Group commit: writers that need their write on disk count themselves in, and one flush at a
+/// time covers everyone counted before it started. Flushes run on tokio's blocking pool with
+/// `sled::Db::flush`, never many at once on sled's own small pool: concurrent `flush_async`
+/// calls there can occupy every thread of it while waiting for the log writes that pool was to
+/// run, which deadlocked the store under load.
+#[derive(Debug, Default)]
+struct GroupCommit {
+    /// Bumped after each write that must become durable.
+    written: AtomicU64,
+    /// Held while a flush runs; the `written` count the last finished flush covered.
+    flushed: tokio::sync::Mutex<u64>,
 }
 
 impl SessionStore {
@@ -182,7 +204,12 @@ impl SessionStore {
         let db = sled::open(dir.join("sessions.sled"))?;
         let sessions = db.open_tree("sessions")?;
         let seqs = db.open_tree("seq_reserved")?;
-        let store = Self { db, sessions, seqs };
+        let store = Self {
+            db,
+            sessions,
+            seqs,
+            durability: Arc::default(),
+        };
         let mut orphaned = 0usize;
         for entry in store.sessions.iter() {
             let (_, value) = entry?;
@@ -225,14 +252,35 @@ impl SessionStore {
         let value = serde_json::to_vec(session)?;
         self.sessions.insert(session.id.as_bytes(), value)?;
         if durable {
-            match tokio::time::timeout(FLUSH_TIMEOUT, self.db.flush_async()).await {
-                Ok(result) => {
-                    result?;
-                }
-                Err(_) => warn!(session_id = %session.id, "session flush timed out"),
-            }
+            self.make_durable(&session.id).await?;
         }
         Ok(())
+    }
+
+    /// Returns once every write made before the call is on disk (within [`FLUSH_TIMEOUT`]; past
+    /// it the write is reported and left to sled's periodic flush).
+    async fn make_durable(&self, session_id: &str) -> Result<(), ExecutorError> {
+        let group = &self.durability;
+        let mine = group.written.fetch_add(1, Ordering::SeqCst) + 1;
+        let flush = async {
+            let mut flushed = group.flushed.lock().await;
+            if *flushed >= mine {
+                // A flush that started after this write has finished.
+                return Ok(());
+            }
+            let upto = group.written.load(Ordering::SeqCst);
+            let db = self.db.clone();
+            tokio::task::spawn_blocking(move || db.flush()).await??;
+            *flushed = upto;
+            Ok::<(), ExecutorError>(())
+        };
+        match tokio::time::timeout(FLUSH_TIMEOUT, flush).await {
+            Ok(result) => result,
+            Err(_) => {
+                warn!(session_id, "session flush timed out");
+                Ok(())
+            }
+        }
     }
 
     /// Deletes ended sessions (completed, failed, cancelled) last updated before `cutoff`;
@@ -291,13 +339,7 @@ impl SessionStore {
     pub async fn reserve_seqs(&self, id: &str, upto: u64) -> Result<(), ExecutorError> {
         self.seqs
             .insert(id.as_bytes(), upto.to_be_bytes().to_vec())?;
-        match tokio::time::timeout(FLUSH_TIMEOUT, self.db.flush_async()).await {
-            Ok(result) => {
-                result?;
-            }
-            Err(_) => warn!(session_id = id, "seq reservation flush timed out"),
-        }
-        Ok(())
+        self.make_durable(id).await
     }
 
     /// Forgets the reservation of a run that ended (its session then holds the exact next

@@ -2,6 +2,8 @@
 
 use std::{sync::atomic::Ordering, time::Duration};
 
+use futures::StreamExt;
+
 use taskforce_proto::v1::{
     AgentStatus, ExecuteRequest, GetSessionRequest, RunStatus, run_event::Event,
 };
@@ -257,5 +259,45 @@ async fn a_client_that_drops_the_stream_cancels_the_run() {
         assert!(dropped.elapsed() < WAIT, "status {:?}", session.status());
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    executor.stop().await;
+}
+
+/// Every run start is made durable (session and `seq` reservation flushed) before its first
+/// event; hundreds of runs at once must share flushes, not pile them up. Concurrent sled
+/// `flush_async` calls once deadlocked the store here, and every later run then waited out the
+/// flush timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_concurrent_runs_all_complete_promptly() {
+    let dir = TempDir::new().expect("tmp");
+    let registry = FakeRegistry::start().await;
+    let script = "turns:\n  - tool_calls:\n      - {name: probe, id: c1, arguments: {x: hi}}\n  - text: done\n";
+    let executor = Executor::start(&setup(&dir, &registry, script, 5)).await;
+    let started = std::time::Instant::now();
+    let runs = (0..400).map(|i| {
+        let mut client = executor.client.clone();
+        async move {
+            let stream = client
+                .execute(mission(&format!("run {i}")))
+                .await
+                .expect("execute")
+                .into_inner();
+            done_status(&collect(stream).await)
+        }
+    });
+    let statuses = futures::stream::iter(runs)
+        .buffer_unordered(50)
+        .collect::<Vec<_>>()
+        .await;
+    assert!(
+        statuses.iter().all(|s| *s == RunStatus::Completed),
+        "{statuses:?}"
+    );
+    // No run waited out a flush timeout (5 s); on a loaded 2-core machine 400 debug-build runs
+    // take a few seconds.
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "400 runs took {:?}",
+        started.elapsed()
+    );
     executor.stop().await;
 }

@@ -22,6 +22,10 @@ use tracing::{info, warn};
 
 use crate::{error::ExecutorError, llm::Message};
 
+/// sled's page cache: sessions are read once per run, so a small cache costs little and keeps
+/// memory from following the number of stored sessions (sled's default is 1 GiB).
+const CACHE_BYTES: u64 = 16 * 1024 * 1024;
+
 /// How long a flush may take before the write is reported as not durable.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -201,7 +205,10 @@ impl SessionStore {
     pub fn open(dir: &Path) -> Result<Self, ExecutorError> {
         std::fs::create_dir_all(dir)
             .map_err(|e| ExecutorError::Config(format!("data dir {}: {e}", dir.display())))?;
-        let db = sled::open(dir.join("sessions.sled"))?;
+        let db = sled::Config::new()
+            .path(dir.join("sessions.sled"))
+            .cache_capacity(CACHE_BYTES)
+            .open()?;
         let sessions = db.open_tree("sessions")?;
         let seqs = db.open_tree("seq_reserved")?;
         let store = Self {

@@ -134,7 +134,13 @@ pub struct CancelJson {
 
 /// The REST error for an executor status: like the registry's, but naming the executor.
 pub fn executor_error(status: tonic::Status) -> RestError {
-    let api = ApiError::from_status(&status);
+    let mut api = ApiError::from_status(&status);
+    // RESOURCE_EXHAUSTED without Taskforce details is the HTTP/2 connection giving up (a GOAWAY
+    // with ENHANCE_YOUR_CALM, flow control), not a body that was too large: the executor says
+    // `invalid_argument` for those, with details.
+    if status.code() == tonic::Code::ResourceExhausted && status.details().is_empty() {
+        api.kind = ErrorKind::Unavailable;
+    }
     match api.kind {
         ErrorKind::Unavailable => {
             warn!(code = ?status.code(), error = %cause(&status), "executor unavailable");

@@ -315,3 +315,14 @@ async fn a_dead_executor_is_503() {
             .is_some_and(|m| m.contains("executor"))
     );
 }
+
+#[test]
+fn a_connection_giving_up_is_unavailable_not_payload_too_large() {
+    use crate::execute::executor_error;
+    // What tonic reports for an HTTP/2 GOAWAY with ENHANCE_YOUR_CALM: no Taskforce details.
+    let goaway = executor_error(Status::resource_exhausted("h2 protocol error"));
+    assert_eq!(goaway.0.kind, ErrorKind::Unavailable);
+    // A Taskforce error with details keeps its kind.
+    let real = executor_error(ApiError::new(ErrorKind::PayloadTooLarge, "big").to_status());
+    assert_eq!(real.0.kind, ErrorKind::PayloadTooLarge);
+}

@@ -59,14 +59,12 @@ impl Run {
             provider: self.model.provider.name().to_owned(),
         }))
         .await;
+        // Created by the first tool that works in it.
         let workspace = match &self.agent.workspace {
             Some(path) if path.is_relative() => runner.budgets.config_dir.join(path),
             Some(path) => path.clone(),
             None => runner.budgets.workspaces.join(&self.agent.agent_id),
         };
-        if let Err(e) = tokio::fs::create_dir_all(&workspace).await {
-            warn!(agent_id = %self.agent.agent_id, path = %workspace.display(), error = %e, "cannot create the workspace");
-        }
         let ctx = RunCtx {
             sink: Arc::clone(&self.sink),
             agent: Arc::clone(&self.agent),
@@ -78,9 +76,7 @@ impl Run {
             max_steps: runner.budgets.max_steps,
             store: runner.store.clone(),
         };
-        if let Err(e) = runner.store.save(&mut self.session, false).await {
-            warn!(session_id = %self.session.id, error = %e, "cannot store the session");
-        }
+        // `launch` stored the session as running before the stream was returned.
         if let Some(answered) = self.answered.take() {
             sink.emit(Event::ToolEnd(answered)).await;
         }

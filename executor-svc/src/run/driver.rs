@@ -206,7 +206,7 @@ async fn select_tools(runner: &Runner, ctx: &RunCtx) -> (Tools, Vec<ToolDefiniti
             warn!(agent_id = %agent.agent_id, tool = %tool.name(), "two tools share this name; the first is offered");
             return;
         }
-        definitions.push(tool.definition());
+        definitions.push(tool.definition().clone());
         tools.insert(tool.name().to_owned(), Arc::clone(tool));
     };
     for name in &agent.tools {

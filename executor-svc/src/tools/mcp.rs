@@ -252,12 +252,8 @@ pub struct McpTool {
 }
 
 impl Tool for McpTool {
-    fn name(&self) -> &str {
-        &self.definition.name
-    }
-
-    fn definition(&self) -> ToolDefinition {
-        self.definition.clone()
+    fn definition(&self) -> &ToolDefinition {
+        &self.definition
     }
 
     fn call<'a>(

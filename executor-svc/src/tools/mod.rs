@@ -153,11 +153,13 @@ pub enum ToolError {
 
 /// A tool the loop can call.
 pub trait Tool: Send + Sync + std::fmt::Debug {
-    /// The name in allowlists and in the model's tool list (case-sensitive).
-    fn name(&self) -> &str;
-
     /// Name, description and JSON schema as the model sees them.
-    fn definition(&self) -> ToolDefinition;
+    fn definition(&self) -> &ToolDefinition;
+
+    /// The name in allowlists and in the model's tool list (case-sensitive).
+    fn name(&self) -> &str {
+        &self.definition().name
+    }
 
     /// Runs one call. Must honour `ctx.cancel` and `ctx.limits`.
     fn call<'a>(

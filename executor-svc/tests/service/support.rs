@@ -3,7 +3,7 @@
 use std::{
     path::{Path, PathBuf},
     sync::{
-        Arc, Once,
+        Arc, LazyLock, Once,
         atomic::{AtomicBool, Ordering},
     },
     time::Duration,
@@ -43,17 +43,21 @@ pub struct Probe {
     pub saw_cancel: Arc<AtomicBool>,
 }
 
-impl Tool for Probe {
-    fn name(&self) -> &str {
-        "probe"
-    }
+static PROBE: LazyLock<ToolDefinition> = LazyLock::new(|| ToolDefinition {
+    name: "probe".into(),
+    description: "Answers with its argument.".into(),
+    parameters: json!({"type": "object", "properties": {"x": {"type": "string"}}}),
+});
 
-    fn definition(&self) -> ToolDefinition {
-        ToolDefinition {
-            name: "probe".into(),
-            description: "Answers with its argument.".into(),
-            parameters: json!({"type": "object", "properties": {"x": {"type": "string"}}}),
-        }
+static ASK: LazyLock<ToolDefinition> = LazyLock::new(|| ToolDefinition {
+    name: "ask".into(),
+    description: "Asks the user.".into(),
+    parameters: json!({"type": "object", "properties": {"question": {"type": "string"}}}),
+});
+
+impl Tool for Probe {
+    fn definition(&self) -> &ToolDefinition {
+        &PROBE
     }
 
     fn call<'a>(
@@ -80,16 +84,8 @@ impl Tool for Probe {
 pub struct Ask;
 
 impl Tool for Ask {
-    fn name(&self) -> &str {
-        "ask"
-    }
-
-    fn definition(&self) -> ToolDefinition {
-        ToolDefinition {
-            name: "ask".into(),
-            description: "Asks the user.".into(),
-            parameters: json!({"type": "object", "properties": {"question": {"type": "string"}}}),
-        }
+    fn definition(&self) -> &ToolDefinition {
+        &ASK
     }
 
     fn call<'a>(

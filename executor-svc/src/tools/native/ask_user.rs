@@ -37,12 +37,8 @@ struct AskArgs {
 }
 
 impl Tool for AskUser {
-    fn name(&self) -> &str {
-        "ask_user"
-    }
-
-    fn definition(&self) -> ToolDefinition {
-        self.definition.clone()
+    fn definition(&self) -> &ToolDefinition {
+        &self.definition
     }
 
     fn call<'a>(

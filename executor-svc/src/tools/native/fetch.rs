@@ -69,12 +69,8 @@ fn is_html(content_type: &str, body: &[u8]) -> Option<bool> {
 }
 
 impl Tool for WebFetch {
-    fn name(&self) -> &str {
-        "web_fetch"
-    }
-
-    fn definition(&self) -> ToolDefinition {
-        self.definition.clone()
+    fn definition(&self) -> &ToolDefinition {
+        &self.definition
     }
 
     fn call<'a>(

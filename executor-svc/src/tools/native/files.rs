@@ -47,12 +47,8 @@ struct ReadArgs {
 }
 
 impl Tool for FileRead {
-    fn name(&self) -> &str {
-        "file_read"
-    }
-
-    fn definition(&self) -> ToolDefinition {
-        self.definition.clone()
+    fn definition(&self) -> &ToolDefinition {
+        &self.definition
     }
 
     fn call<'a>(
@@ -163,12 +159,8 @@ struct WriteArgs {
 }
 
 impl Tool for FileWrite {
-    fn name(&self) -> &str {
-        "file_write"
-    }
-
-    fn definition(&self) -> ToolDefinition {
-        self.definition.clone()
+    fn definition(&self) -> &ToolDefinition {
+        &self.definition
     }
 
     fn call<'a>(

@@ -69,12 +69,8 @@ fn refused_option(args: &[String]) -> Option<&str> {
 }
 
 impl Tool for Git {
-    fn name(&self) -> &str {
-        "git"
-    }
-
-    fn definition(&self) -> ToolDefinition {
-        self.definition.clone()
+    fn definition(&self) -> &ToolDefinition {
+        &self.definition
     }
 
     fn call<'a>(

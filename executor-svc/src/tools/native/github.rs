@@ -62,12 +62,8 @@ fn check_path(path: &str) -> Result<(), String> {
 }
 
 impl Tool for GitHub {
-    fn name(&self) -> &str {
-        TOOL
-    }
-
-    fn definition(&self) -> ToolDefinition {
-        self.definition.clone()
+    fn definition(&self) -> &ToolDefinition {
+        &self.definition
     }
 
     fn call<'a>(

@@ -43,12 +43,8 @@ struct PythonArgs {
 }
 
 impl Tool for Python {
-    fn name(&self) -> &str {
-        "python"
-    }
-
-    fn definition(&self) -> ToolDefinition {
-        self.definition.clone()
+    fn definition(&self) -> &ToolDefinition {
+        &self.definition
     }
 
     fn call<'a>(
@@ -113,12 +109,8 @@ struct PowershellArgs {
 }
 
 impl Tool for Powershell {
-    fn name(&self) -> &str {
-        "powershell"
-    }
-
-    fn definition(&self) -> ToolDefinition {
-        self.definition.clone()
+    fn definition(&self) -> &ToolDefinition {
+        &self.definition
     }
 
     fn call<'a>(

@@ -139,12 +139,8 @@ struct SearchArgs {
 }
 
 impl Tool for WebSearch {
-    fn name(&self) -> &str {
-        "web_search"
-    }
-
-    fn definition(&self) -> ToolDefinition {
-        self.definition.clone()
+    fn definition(&self) -> &ToolDefinition {
+        &self.definition
     }
 
     fn call<'a>(

@@ -49,10 +49,13 @@ pub trait LlmProvider: Send + Sync + fmt::Debug {
 
     /// Starts a call. Nothing is sent until the stream is first polled; retries happen inside,
     /// before the first event.
-    fn stream(&self, request: &LlmRequest) -> LlmStream;
+    fn stream(&self, request: &LlmRequest<'_>) -> LlmStream;
 
     /// Runs a call to the end and collects it; any error, a malformed tool call included, fails it.
-    fn complete(&self, request: &LlmRequest) -> BoxFuture<'static, Result<LlmResponse, LlmError>> {
+    fn complete(
+        &self,
+        request: &LlmRequest<'_>,
+    ) -> BoxFuture<'static, Result<LlmResponse, LlmError>> {
         Box::pin(collect(self.name().to_owned(), self.stream(request)))
     }
 }

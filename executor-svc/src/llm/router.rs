@@ -46,11 +46,15 @@ pub struct ResolvedModel {
 
 impl ResolvedModel {
     /// A request for this model with the alias's defaults.
-    pub fn request(&self, messages: Vec<Message>, tools: Vec<ToolDefinition>) -> LlmRequest {
+    pub fn request<'a>(
+        &self,
+        messages: &'a [Message],
+        tools: &'a [ToolDefinition],
+    ) -> LlmRequest<'a> {
         LlmRequest {
             model: self.model.clone(),
-            messages,
-            tools,
+            messages: messages.into(),
+            tools: tools.into(),
             temperature: self.temperature,
             max_tokens: self.max_tokens,
         }

@@ -108,7 +108,7 @@ impl Script {
     }
 
     /// The turn that answers `request`, and its position; `None` once the script has run out.
-    pub fn pick(&self, request: &LlmRequest) -> Option<(usize, &Turn)> {
+    pub fn pick(&self, request: &LlmRequest<'_>) -> Option<(usize, &Turn)> {
         let taken = request
             .messages
             .iter()
@@ -124,7 +124,7 @@ impl Script {
 }
 
 /// The last user or tool message's text ("" when there is none).
-fn last_input(request: &LlmRequest) -> &str {
+fn last_input<'r>(request: &'r LlmRequest<'_>) -> &'r str {
     request
         .messages
         .iter()
@@ -186,7 +186,7 @@ impl ScriptedProvider {
         &self.script
     }
 
-    fn events(&self, request: &LlmRequest) -> Vec<(Duration, Result<LlmEvent, LlmError>)> {
+    fn events(&self, request: &LlmRequest<'_>) -> Vec<(Duration, Result<LlmEvent, LlmError>)> {
         let fallback = Turn {
             text: Some(
                 self.script
@@ -274,7 +274,7 @@ impl LlmProvider for ScriptedProvider {
         &self.name
     }
 
-    fn stream(&self, request: &LlmRequest) -> LlmStream {
+    fn stream(&self, request: &LlmRequest<'_>) -> LlmStream {
         let events = self.events(request);
         if events.iter().all(|(delay, _)| delay.is_zero()) {
             return Box::pin(futures::stream::iter(

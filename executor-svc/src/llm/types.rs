@@ -3,6 +3,8 @@
 //! Every provider translates these to and from its wire format; nothing above the `llm` module
 //! sees a provider's JSON.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 
 use super::LlmError;
@@ -101,16 +103,17 @@ pub struct ToolDefinition {
     pub parameters: Value,
 }
 
-/// One call to a model.
+/// One call to a model. It borrows the conversation and the tools (a run's loop builds one per
+/// step and must not copy the whole conversation each time); providers encode it at once.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct LlmRequest {
+pub struct LlmRequest<'a> {
     /// The provider's model name (already resolved from an alias).
     pub model: String,
     /// The conversation so far.
-    pub messages: Vec<Message>,
+    pub messages: Cow<'a, [Message]>,
     /// Tools offered to the model; empty means none.
     #[serde(default)]
-    pub tools: Vec<ToolDefinition>,
+    pub tools: Cow<'a, [ToolDefinition]>,
     /// Sampling temperature; the provider's default when unset.
     #[serde(default)]
     pub temperature: Option<f32>,

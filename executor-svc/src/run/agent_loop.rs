@@ -68,9 +68,7 @@ pub async fn run(
             };
         }
         counts.steps += 1;
-        let request = ctx
-            .model
-            .request(session.messages.clone(), definitions.to_vec());
+        let request = ctx.model.request(&session.messages, definitions);
         let mut stream = ctx.model.provider.stream(&request);
         let mut text = String::new();
         let mut requested = Vec::new();

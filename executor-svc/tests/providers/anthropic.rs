@@ -54,7 +54,7 @@ fn message_end(stop_reason: &str, output_tokens: u64) -> Vec<String> {
     ]
 }
 
-fn request() -> LlmRequest {
+fn request() -> LlmRequest<'static> {
     let call = ToolCall {
         id: "toolu_0".into(),
         name: "file_read".into(),
@@ -70,12 +70,14 @@ fn request() -> LlmRequest {
                 tool_calls: vec![call.clone()],
             },
             Message::tool_result(&call, "contents"),
-        ],
+        ]
+        .into(),
         tools: vec![ToolDefinition {
             name: "web_search".into(),
             description: "search the web".into(),
             parameters: json!({ "type": "object", "properties": { "query": { "type": "string" } } }),
-        }],
+        }]
+        .into(),
         temperature: None,
         max_tokens: None,
     }

@@ -36,15 +36,16 @@ pub(crate) fn provider(server: &FakeServer, extra: &str) -> OpenAiProvider {
     OpenAiProvider::new("test-openai", &config, &env()).expect("provider")
 }
 
-pub(crate) fn request() -> LlmRequest {
+pub(crate) fn request() -> LlmRequest<'static> {
     LlmRequest {
         model: "gpt-test".into(),
-        messages: vec![Message::system("be brief"), Message::user("hi")],
+        messages: vec![Message::system("be brief"), Message::user("hi")].into(),
         tools: vec![ToolDefinition {
             name: "python".into(),
             description: "run code".into(),
             parameters: json!({ "type": "object", "properties": { "code": { "type": "string" } } }),
-        }],
+        }]
+        .into(),
         temperature: Some(0.5),
         max_tokens: Some(100),
     }
@@ -162,11 +163,14 @@ async fn conversation_with_tool_results_is_sent_in_openai_shape() {
         arguments: json!({ "code": "1+1" }),
     };
     let mut request = request();
-    request.messages.push(Message::Assistant {
+    request.messages.to_mut().push(Message::Assistant {
         content: String::new(),
         tool_calls: vec![call.clone()],
     });
-    request.messages.push(Message::tool_result(&call, "2"));
+    request
+        .messages
+        .to_mut()
+        .push(Message::tool_result(&call, "2"));
     provider(&server, "")
         .complete(&request)
         .await

@@ -59,7 +59,8 @@ fn aliases_resolve_to_their_provider_and_model_with_defaults() {
         (claude.provider.name(), claude.max_tokens),
         ("anthropic", Some(2048))
     );
-    let request = claude.request(vec![Message::user("hi")], Vec::new());
+    let messages = [Message::user("hi")];
+    let request = claude.request(&messages, &[]);
     assert_eq!(
         (request.model.as_str(), request.max_tokens),
         ("claude-sonnet-4-5", Some(2048))
@@ -117,7 +118,7 @@ async fn environment_forces_provider_model_and_base_url() {
     );
     let response = resolved
         .provider
-        .complete(&resolved.request(vec![Message::user("hi")], Vec::new()))
+        .complete(&resolved.request(&[Message::user("hi")], &[]))
         .await;
     assert_eq!(response.expect("answer").text, "from env");
     assert_eq!(server.seen()[0].body["model"], "qwen3");
@@ -138,7 +139,7 @@ fn scripts_load_relative_to_the_config_and_from_the_environment() {
         LlmRouter::new(&config, dir.path(), &Env::from_pairs::<&str, &str>([])).expect("router");
     let provider = router.resolve(None).expect("default").provider;
     let request = executor_svc::llm::LlmRequest {
-        messages: vec![Message::user("x")],
+        messages: vec![Message::user("x")].into(),
         ..Default::default()
     };
     let text = futures::executor::block_on(provider.complete(&request))

@@ -22,10 +22,10 @@ turns:
 final_text: "Nothing more to say."
 "#;
 
-fn request(messages: Vec<Message>) -> LlmRequest {
+fn request(messages: Vec<Message>) -> LlmRequest<'static> {
     LlmRequest {
         model: "scripted".into(),
-        messages,
+        messages: messages.into(),
         ..LlmRequest::default()
     }
 }
@@ -73,7 +73,7 @@ async fn turns_replay_in_order_and_identically_every_time() {
     assert_eq!(response.stop_reason, StopReason::EndTurn);
     assert!(response.usage.is_some());
 
-    let mut third = second.messages.clone();
+    let mut third = second.messages.to_vec();
     third.push(Message::assistant("The answer is 42."));
     third.push(Message::user("and now?"));
     assert_eq!(

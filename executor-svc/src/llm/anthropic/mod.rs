@@ -60,13 +60,13 @@ impl LlmProvider for AnthropicProvider {
         &self.endpoint.provider
     }
 
-    fn stream(&self, request: &LlmRequest) -> LlmStream {
+    fn stream(&self, request: &LlmRequest<'_>) -> LlmStream {
         let decoder = EventDecoder::new(self.endpoint.provider.clone());
         sse_stream(Arc::clone(&self.endpoint), request_body(request), decoder)
     }
 }
 
-fn request_body(request: &LlmRequest) -> Vec<u8> {
+fn request_body(request: &LlmRequest<'_>) -> Vec<u8> {
     let mut system = Vec::new();
     let mut messages: Vec<(&'static str, Vec<Value>)> = Vec::new();
     let mut push = |role: &'static str, block: Value, first: bool| match messages.last_mut() {
@@ -84,7 +84,7 @@ fn request_body(request: &LlmRequest) -> Vec<u8> {
         }
         _ => messages.push((role, vec![block])),
     };
-    for message in &request.messages {
+    for message in request.messages.iter() {
         match message {
             Message::System { content } => system.push(content.as_str()),
             Message::User { content } => {

@@ -72,7 +72,7 @@ impl LlmProvider for OpenAiProvider {
         &self.endpoint.provider
     }
 
-    fn stream(&self, request: &LlmRequest) -> LlmStream {
+    fn stream(&self, request: &LlmRequest<'_>) -> LlmStream {
         let body = request_body(request, self.stream_usage);
         let decoder = ChunkDecoder::new(self.endpoint.provider.clone());
         sse_stream(Arc::clone(&self.endpoint), body, decoder)
@@ -80,7 +80,7 @@ impl LlmProvider for OpenAiProvider {
 }
 
 /// The JSON body of a streamed chat completion.
-fn request_body(request: &LlmRequest, stream_usage: bool) -> Vec<u8> {
+fn request_body(request: &LlmRequest<'_>, stream_usage: bool) -> Vec<u8> {
     let messages: Vec<Value> = request.messages.iter().map(wire_message).collect();
     let mut body = json!({ "model": request.model, "messages": messages, "stream": true });
     if stream_usage {

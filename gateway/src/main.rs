@@ -5,7 +5,6 @@ use anyhow::Context;
 use clap::Parser;
 use gateway::Config;
 use taskforce_proto::runtime;
-use tokio_util::sync::CancellationToken;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -13,18 +12,12 @@ async fn main() -> anyhow::Result<()> {
     runtime::init_tracing();
     config.validate()?;
     if config.mcp_stdio {
-        let shutdown = CancellationToken::new();
-        let signals = tokio::spawn(runtime::cancel_on_signals(shutdown.clone()));
-        let result = gateway::mcp::serve_stdio(config, shutdown).await;
-        signals.abort();
-        return Ok(result?);
+        return Ok(
+            runtime::until_signal(|shutdown| gateway::mcp::serve_stdio(config, shutdown)).await?,
+        );
     }
     let listener = runtime::bind(config.listen, config.addr_file.as_deref())
         .await
         .with_context(|| format!("binding {}", config.listen))?;
-    let shutdown = CancellationToken::new();
-    let signals = tokio::spawn(runtime::cancel_on_signals(shutdown.clone()));
-    let result = gateway::run(listener, config, shutdown).await;
-    signals.abort();
-    Ok(result?)
+    Ok(runtime::until_signal(|shutdown| gateway::run(listener, config, shutdown)).await?)
 }

@@ -36,6 +36,19 @@ pub async fn bind(addr: SocketAddr, addr_file: Option<&Path>) -> std::io::Result
     Ok(listener)
 }
 
+/// Runs `serve` with a token that [`cancel_on_signals`] fires; the signal watcher ends with it.
+pub async fn until_signal<F, Fut>(serve: F) -> Fut::Output
+where
+    F: FnOnce(CancellationToken) -> Fut,
+    Fut: std::future::Future,
+{
+    let shutdown = CancellationToken::new();
+    let signals = tokio::spawn(cancel_on_signals(shutdown.clone()));
+    let out = serve(shutdown).await;
+    signals.abort();
+    out
+}
+
 /// Cancels `shutdown` on the first SIGINT or SIGTERM; a second signal exits at once (130).
 pub async fn cancel_on_signals(shutdown: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};

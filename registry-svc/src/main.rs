@@ -4,7 +4,6 @@ use anyhow::Context;
 use clap::Parser;
 use registry_svc::Config;
 use taskforce_proto::runtime;
-use tokio_util::sync::CancellationToken;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -13,9 +12,5 @@ async fn main() -> anyhow::Result<()> {
     let listener = runtime::bind(config.listen, config.addr_file.as_deref())
         .await
         .with_context(|| format!("binding {}", config.listen))?;
-    let shutdown = CancellationToken::new();
-    let signals = tokio::spawn(runtime::cancel_on_signals(shutdown.clone()));
-    let result = registry_svc::run(listener, config, shutdown).await;
-    signals.abort();
-    Ok(result?)
+    Ok(runtime::until_signal(|shutdown| registry_svc::run(listener, config, shutdown)).await?)
 }

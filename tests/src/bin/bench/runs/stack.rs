@@ -1,18 +1,14 @@
-//! The stack the run benchmarks drive: the registry from the harness, then an executor with the
-//! benchmark's own `llm_config.yaml` (scripted providers, and optionally an OpenAI-compatible
-//! one) and a gateway pointed at it. The harness starts the executor with the stack's config,
-//! written before the benchmark could add its scripts, so the two are started here.
+//! The stack the run benchmarks drive: registry, executor and gateway from the harness, the
+//! executor with the benchmark's own `llm_config.yaml` (scripted providers, and optionally an
+//! OpenAI-compatible one), and the agent every run uses.
 
-use std::{net::SocketAddr, path::PathBuf, process::Command, time::Duration};
+use std::{net::SocketAddr, path::Path};
 
 use anyhow::{Context, bail};
 use serde_json::json;
 use taskforce_proto::v1::executor_client::ExecutorClient;
-use taskforce_tests::{
-    Stack, StackOptions, eventually, paths,
-    process::{ChildProcess, wait_for_addr_file},
-    stack::STARTUP_TIMEOUT,
-};
+use taskforce_tests::{Stack, StackOptions};
+use tempfile::TempDir;
 use tonic::transport::{Channel, Endpoint};
 
 /// The agent every benchmark run uses.
@@ -34,84 +30,40 @@ pub struct LlmSetup {
     pub openai_base_url: Option<String>,
 }
 
-/// Registry (harness), executor and gateway (started here), and the agent.
+/// The harness's stack with the benchmark's models, and the agent.
 pub struct RunStack {
-    /// Kept for its registry and temp dir; dropped last.
     stack: Stack,
-    executor: ChildProcess,
-    gateway: ChildProcess,
     executor_addr: SocketAddr,
-    gateway_url: String,
+    /// The scripts and the agent's workspace; dropped after the stack.
+    _files: TempDir,
 }
 
 impl RunStack {
     /// Starts everything and creates [`AGENT`] with `file_read` over a workspace holding the
     /// 4-byte file `ping`.
     pub async fn start(setup: &LlmSetup) -> anyhow::Result<Self> {
-        let stack = StackOptions::registry_only()
-            .empty_configs()
-            .spawn()
-            .await?;
-        let root = stack.root().to_path_buf();
-        let llm_config = write_llm_config(&root, setup)?;
-        let workspace = root.join("workspace");
+        let files = TempDir::new()?;
+        let workspace = files.path().join("workspace");
         std::fs::create_dir_all(&workspace)?;
         std::fs::write(workspace.join("ping"), "pong")?;
-
-        let addr_file = root.join("executor.addr");
-        let mut cmd = Command::new(paths::binary("executor-svc")?);
-        cmd.arg("--listen")
-            .arg("127.0.0.1:0")
-            .arg("--addr-file")
-            .arg(&addr_file)
-            .arg("--registry-url")
-            .arg(format!("http://{}", stack.registry_addr()))
-            .arg("--data-dir")
-            .arg(root.join("data").join("executor"))
-            .arg("--config-dir")
-            .arg(stack.config_dir())
-            .arg("--llm-config")
-            .arg(&llm_config)
-            .env(KEY_ENV, "not-a-real-key");
-        let mut executor = ChildProcess::spawn("executor-svc", cmd, &root.join("executor.log"))?;
-        let executor_addr = wait_for_addr_file(&mut executor, &addr_file, STARTUP_TIMEOUT).await?;
-
-        let addr_file = root.join("gateway.addr");
-        let mut cmd = Command::new(paths::binary("gateway")?);
-        cmd.arg("--listen")
-            .arg("127.0.0.1:0")
-            .arg("--addr-file")
-            .arg(&addr_file)
-            .arg("--registry-url")
-            .arg(format!("http://{}", stack.registry_addr()))
-            .arg("--executor-url")
-            .arg(format!("http://{executor_addr}"));
-        let mut gateway = ChildProcess::spawn("gateway", cmd, &root.join("gateway.log"))?;
-        let gateway_addr = wait_for_addr_file(&mut gateway, &addr_file, STARTUP_TIMEOUT).await?;
-        let gateway_url = format!("http://{gateway_addr}");
-        let ready = eventually(STARTUP_TIMEOUT, Duration::from_millis(50), || {
-            let (http, url) = (stack.http().clone(), format!("{gateway_url}/readyz"));
-            async move {
-                let r = http.get(url).send().await.ok()?;
-                r.status().is_success().then_some(())
-            }
-        })
-        .await;
-        if ready.is_none() {
-            bail!("the gateway did not become ready\n{}", gateway.log_tail(40));
-        }
+        let stack = StackOptions::full()
+            .empty_configs()
+            .with_executor()
+            .llm_config(llm_config(files.path(), setup)?)
+            .executor_env(KEY_ENV, "not-a-real-key")
+            .spawn()
+            .await?;
+        let executor_addr = stack.executor_addr().context("the stack has no executor")?;
         let this = Self {
             stack,
-            executor,
-            gateway,
             executor_addr,
-            gateway_url,
+            _files: files,
         };
         this.create_agent(&workspace).await?;
         Ok(this)
     }
 
-    async fn create_agent(&self, workspace: &std::path::Path) -> anyhow::Result<()> {
+    async fn create_agent(&self, workspace: &Path) -> anyhow::Result<()> {
         let body = json!({
             "agent_id": AGENT,
             "name": "Benchmark runner",
@@ -123,7 +75,7 @@ impl RunStack {
         let r = self
             .stack
             .http()
-            .post(self.url("/api/v1/agents"))
+            .post(self.stack.url("/api/v1/agents"))
             .json(&body)
             .send()
             .await?;
@@ -136,7 +88,7 @@ impl RunStack {
 
     /// The gateway URL of `path`.
     pub fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.gateway_url)
+        self.stack.url(path)
     }
 
     /// A gRPC client of the executor over a new connection.
@@ -149,14 +101,14 @@ impl RunStack {
         Ok(ExecutorClient::new(channel))
     }
 
-    /// The executor's process id.
+    /// The executor's process id (0 when it is not running).
     pub fn executor_pid(&self) -> u32 {
-        self.executor.id()
+        self.stack.executor_pid().unwrap_or(0)
     }
 
-    /// The gateway's process id.
+    /// The gateway's process id (0 when it is not running).
     pub fn gateway_pid(&self) -> u32 {
-        self.gateway.id()
+        self.stack.gateway_pid().unwrap_or(0)
     }
 
     /// The registry's process id (0 when it is not running).
@@ -166,21 +118,17 @@ impl RunStack {
 
     /// Bytes the executor's session store takes on disk.
     pub fn sessions_on_disk(&self) -> u64 {
-        dir_size(&self.stack.root().join("data").join("executor"))
+        dir_size(&self.stack.executor_data_dir())
     }
 
-    /// The tails of the executor's and the gateway's logs.
+    /// The services' logs.
     pub fn logs(&self) -> String {
-        format!(
-            "{}\n{}",
-            self.executor.log_tail(30),
-            self.gateway.log_tail(30)
-        )
+        self.stack.logs()
     }
 }
 
-/// Writes the scripts and `llm_config.yaml` into `root`; returns the config's path.
-fn write_llm_config(root: &std::path::Path, setup: &LlmSetup) -> anyhow::Result<PathBuf> {
+/// Writes the scripts into `dir`; returns the `llm_config.yaml` that serves them.
+fn llm_config(dir: &Path, setup: &LlmSetup) -> anyhow::Result<String> {
     let read = "  - tool_calls:\n      - name: file_read\n        arguments: {path: ping}\n";
     let answer = format!("  - text: \"{ANSWER}\"\n");
     let scripts = [
@@ -198,15 +146,14 @@ fn write_llm_config(root: &std::path::Path, setup: &LlmSetup) -> anyhow::Result<
     let mut models = String::from("models:\n");
     let mut providers = String::from("providers:\n");
     for (name, turns) in &scripts {
-        std::fs::write(
-            root.join(format!("{name}.yaml")),
-            format!("turns:\n{turns}"),
-        )?;
+        let script = dir.join(format!("{name}.yaml"));
+        std::fs::write(&script, format!("turns:\n{turns}"))?;
         models.push_str(&format!(
             "  {name}: {{provider: {name}, model: scripted}}\n"
         ));
         providers.push_str(&format!(
-            "  {name}: {{type: scripted, script: {name}.yaml}}\n"
+            "  {name}: {{type: scripted, script: \"{}\"}}\n",
+            script.display()
         ));
     }
     if let Some(url) = &setup.openai_base_url {
@@ -216,18 +163,13 @@ fn write_llm_config(root: &std::path::Path, setup: &LlmSetup) -> anyhow::Result<
              model: fake-model, max_attempts: 1}}\n"
         ));
     }
-    let path = root.join("bench_llm_config.yaml");
-    std::fs::write(
-        &path,
-        format!(
-            "default_provider: answer\ndefault_model: answer\nfallback_to_scripted: false\n\
-             {models}{providers}"
-        ),
-    )?;
-    Ok(path)
+    Ok(format!(
+        "default_provider: answer\ndefault_model: answer\nfallback_to_scripted: false\n\
+         {models}{providers}"
+    ))
 }
 
-fn dir_size(dir: &std::path::Path) -> u64 {
+fn dir_size(dir: &Path) -> u64 {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
     };

@@ -24,6 +24,12 @@ pub struct AgentDef {
     /// Which of their tools it may call: a custom agent's `mcp_tool_allowlist`; `None` (a
     /// profile, written by the operator) is every tool of its servers.
     pub mcp_tools: Option<Vec<String>>,
+    /// Registry agents it may delegate to, each offered as a tool `agent_<id>`.
+    pub subagents: Vec<String>,
+    /// The model alias it runs on, when its definition names one.
+    pub model: Option<String>,
+    /// What it is for (describes it as a sub-agent tool).
+    pub description: String,
 }
 
 impl AgentDef {
@@ -46,6 +52,9 @@ impl AgentDef {
                     workspace: (!spec.workspace.is_empty()).then(|| PathBuf::from(&spec.workspace)),
                     mcp_servers: spec.mcp_servers.clone(),
                     mcp_tools: Some(spec.mcp_tool_allowlist.clone()),
+                    subagents: spec.subagents.clone(),
+                    model: (!spec.model.trim().is_empty()).then(|| spec.model.trim().to_owned()),
+                    description: spec.description.clone(),
                 })
             }
             Some(Kind::Profile(profile)) => Ok(Self {
@@ -60,6 +69,9 @@ impl AgentDef {
                 workspace: None,
                 mcp_servers: profile.mcp_servers.clone(),
                 mcp_tools: None,
+                subagents: Vec::new(),
+                model: None,
+                description: profile.description.clone(),
             }),
             None => Err(invalid("neither a custom nor a profile agent")),
         }

@@ -47,10 +47,16 @@ pub struct Record<'a> {
     pub agent_id: &'a str,
     /// The session.
     pub session_id: &'a str,
+    /// The frame's agent path (empty for the top agent).
+    pub agent_path: &'a [String],
     /// The tool call id.
     pub call_id: &'a str,
     /// The tool.
     pub tool: &'a str,
+    /// The sub-agent a delegation ran (seed 003 §8's `agent_name`).
+    pub subagent: Option<&'a str>,
+    /// The ops of a patch the call made, comma-separated.
+    pub patch_ops: Option<&'a str>,
     /// The arguments as JSON text.
     pub input: &'a str,
     /// How it ended.
@@ -68,8 +74,11 @@ pub fn log(record: Record<'_>) {
         time = %crate::session::now(),
         agent_id = record.agent_id,
         session_id = record.session_id,
+        agent_path = %record.agent_path.join("/"),
         call_id = record.call_id,
         tool = record.tool,
+        agent_name = record.subagent.unwrap_or(""),
+        patch_ops = record.patch_ops.unwrap_or(""),
         input = %cut(record.input),
         outcome = record.outcome.as_str(),
         output_sha256 = %output_hash(record.output),

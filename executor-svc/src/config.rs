@@ -75,6 +75,19 @@ pub struct Config {
     #[arg(long, env = "TASKFORCE_MCP_IDLE_SECS", default_value_t = 600)]
     pub mcp_idle_secs: u64,
     /// Time limit of one registry call, in milliseconds.
+    /// Deepest delegation: orchestrator → A → B is two hops; a third is refused.
+    #[arg(long, env = "TASKFORCE_MAX_DELEGATION_HOPS", default_value_t = 2)]
+    pub max_delegation_hops: u32,
+
+    /// Default wall-clock budget of one sub-agent delegation (a `budget.timeout_s` may ask for
+    /// another; never more than the parent has left).
+    #[arg(long, env = "TASKFORCE_SUBAGENT_TIMEOUT_SECS", default_value_t = 120)]
+    pub subagent_timeout_secs: u64,
+
+    /// Where the executor serves Prometheus metrics (`/metrics`); empty: nowhere.
+    #[arg(long, env = "TASKFORCE_EXECUTOR_METRICS_LISTEN", default_value = "127.0.0.1:9464")]
+    pub metrics_listen: String,
+
     #[arg(long, env = "TASKFORCE_REGISTRY_TIMEOUT_MS", default_value_t = 5000)]
     pub registry_timeout_ms: u64,
 }
@@ -85,6 +98,8 @@ impl Config {
         use clap::Parser;
         let mut config = Self::parse_from(["executor-svc"]);
         config.listen = listen;
+        // Tests start many executors: none claims the metrics port unless asked to.
+        config.metrics_listen = String::new();
         config
     }
 
@@ -99,6 +114,14 @@ impl Config {
             connect: Duration::from_millis(self.mcp_connect_timeout_ms.max(1)),
             call: Duration::from_millis(self.mcp_call_timeout_ms.max(1)),
             idle: (self.mcp_idle_secs > 0).then(|| Duration::from_secs(self.mcp_idle_secs)),
+        }
+    }
+
+    /// Hop limit and default time budget of sub-agent delegations.
+    pub fn delegation_limits(&self) -> crate::run::DelegationLimits {
+        crate::run::DelegationLimits {
+            max_hops: self.max_delegation_hops,
+            timeout: Duration::from_secs(self.subagent_timeout_secs.max(1)),
         }
     }
 

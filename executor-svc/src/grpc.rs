@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use taskforce_proto::v1::{
-    AnswerRequest, CancelRequest, CancelResponse, ExecuteRequest, GetSessionRequest, Session,
-    executor_server::Executor,
+    AnswerRequest, CancelRequest, CancelResponse, ExecuteRequest, GetPlanRequest,
+    GetSessionRequest, Plan, Session, executor_server::Executor,
 };
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
@@ -85,6 +85,17 @@ impl Executor for ExecutorService {
         let id = request.into_inner().session_id;
         match self.runner.session(&id).map_err(|e| e.to_status())? {
             Some(session) => Ok(Response::new(session.to_proto())),
+            None => {
+                Err(ExecutorError::NotFound(format!("session `{id}` does not exist")).to_status())
+            }
+        }
+    }
+
+    #[instrument(skip_all, fields(session_id = %request.get_ref().session_id))]
+    async fn get_plan(&self, request: Request<GetPlanRequest>) -> Result<Response<Plan>, Status> {
+        let id = request.into_inner().session_id;
+        match self.runner.plan(&id).map_err(|e| e.to_status())? {
+            Some(plan) => Ok(Response::new(crate::session::plan_to_proto(&plan))),
             None => {
                 Err(ExecutorError::NotFound(format!("session `{id}` does not exist")).to_status())
             }

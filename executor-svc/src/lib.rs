@@ -34,6 +34,8 @@ pub mod config;
 pub mod error;
 pub mod grpc;
 pub mod llm;
+pub mod metrics;
+pub mod plan;
 pub mod policy;
 pub mod registry;
 pub mod run;
@@ -135,6 +137,20 @@ pub async fn run_with(
         tool_limits: config.tool_limits(),
         workspaces: config.data_dir.join("workspaces"),
         config_dir: config.config_dir.clone(),
+        delegation: config.delegation_limits(),
+    };
+    let key_dir = config.data_dir.clone();
+    let tokens =
+        tokio::task::spawn_blocking(move || run::token::TokenKey::load_or_create(&key_dir))
+            .await??;
+    let metrics = match config.metrics_listen.trim() {
+        "" => None,
+        addr => {
+            let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+                ExecutorError::Config(format!("--metrics-listen {addr}: {e}"))
+            })?;
+            Some(tokio::spawn(metrics::serve(listener, tasks.clone())))
+        }
     };
     let runner = Arc::new(run::Runner::new(
         parts.router,
@@ -143,6 +159,7 @@ pub async fn run_with(
         store,
         registry,
         budgets,
+        tokens,
         shutdown.child_token(),
     ));
 
@@ -193,6 +210,9 @@ pub async fn run_with(
     }
     if let Err(e) = reaper.await {
         warn!(error = %e, "MCP reaper task failed");
+    }
+    if let Some(Err(e)) = OptionFuture::from(metrics).await {
+        warn!(error = %e, "metrics task failed");
     }
     if let Some(Err(e)) = OptionFuture::from(expiry).await {
         warn!(error = %e, "session expiry task failed");

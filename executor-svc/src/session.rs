@@ -16,6 +16,7 @@ use std::{
 };
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use taskforce_proto::v1;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -58,15 +59,127 @@ impl Status {
     }
 }
 
-/// A question a run is waiting on.
+/// What a paused run waits on: one question of its own `ask_user`, or the questions of
+/// sub-agents (bubbled up through their delegations), consolidated into one.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Pending {
-    /// The tool call that asked; the answer becomes its result.
+    /// The tool call that asked (the answer becomes its result); for sub-agents' questions an
+    /// id of the consolidated question.
     pub call_id: String,
-    /// The tool that asked (`ask_user`).
+    /// The tool that asked (`ask_user`), or `need_user_input`.
     pub tool: String,
-    /// What was asked.
+    /// What was asked, as shown to the user.
     pub question: String,
+    /// Every question waiting, by key (empty in sessions stored before sub-agents existed: then
+    /// the one question above is the frame's own `ask_user`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub asks: Vec<Ask>,
+}
+
+impl Pending {
+    /// True when the only question is the frame's own `ask_user`: answered with plain text,
+    /// shown without items (what clients saw before sub-agents existed).
+    pub fn is_plain(&self) -> bool {
+        self.asks.len() <= 1 && self.asks.iter().all(|a| a.token.is_none())
+    }
+}
+
+/// One question waiting for the user, as a frame sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Ask {
+    /// Unique among the questions waiting: `<agent_id>.<key the asker gave>`.
+    pub key: String,
+    /// The question.
+    pub text: String,
+    /// Whether the run can go on without an answer (then the default, or nothing, is used).
+    pub required: bool,
+    /// The proposed answer, shown to the user and used when they leave it blank.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<Value>,
+    /// The agent that asks.
+    pub agent_path: Vec<String>,
+    /// The call of this frame that produced it: its own `ask_user` call, or the delegation
+    /// whose sub-agent asks.
+    pub call_id: String,
+    /// `ask_user`, or the sub-agent tool (`agent_<id>`) that resumes the asking frame.
+    pub tool: String,
+    /// The signed reference to the sub-agent frame that waits (absent for an own `ask_user`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// The delegated task (passed again when resuming).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub task: String,
+    /// An answer already given while other questions of its group are still open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<Value>,
+}
+
+impl Ask {
+    /// The wire form of the question.
+    pub fn to_proto(&self) -> v1::QuestionItem {
+        v1::QuestionItem {
+            key: self.key.clone(),
+            text: self.text.clone(),
+            required: self.required,
+            default_json: self
+                .default
+                .as_ref()
+                .map(Value::to_string)
+                .unwrap_or_default(),
+            agent_path: self.agent_path.clone(),
+        }
+    }
+}
+
+/// What multi-agent orchestration keeps per session: the todo plan, the facts sub-agents
+/// reported, and the sub-agent frames waiting for answers.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Orchestration {
+    /// The master todo plan.
+    #[serde(default)]
+    pub plan: crate::plan::Plan,
+    /// `new_facts` of every sub-agent, merged.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub facts: serde_json::Map<String, Value>,
+    /// Paused sub-agent frames, by frame id.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub frames: std::collections::BTreeMap<String, Frame>,
+}
+
+impl Orchestration {
+    /// True when nothing was orchestrated (most sessions): then nothing extra is stored.
+    pub fn is_empty(&self) -> bool {
+        self.plan.tasks.is_empty() && self.facts.is_empty() && self.frames.is_empty()
+    }
+}
+
+/// A sub-agent's frame, stored while it waits for answers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Frame {
+    /// Its id (named by its state token).
+    pub id: String,
+    /// The sub-agent.
+    pub agent_id: String,
+    /// Agent ids from below the top agent down to this one.
+    pub agent_path: Vec<String>,
+    /// The frame that delegated to it (empty: the top agent).
+    pub parent: String,
+    /// The model alias it runs on (`None`: the default).
+    pub model: Option<String>,
+    /// Its conversation.
+    pub messages: Vec<Message>,
+    /// What it waits on.
+    pub pending: Pending,
+    /// The plan task it works on.
+    pub task_id: String,
+    /// The delegated task.
+    pub task: String,
+    /// The tools it may call (the intersection with `allowed_tools`, when that was given).
+    pub allowed_tools: Option<Vec<String>>,
+    /// Model calls it may still make.
+    pub steps_left: u32,
+    /// Wall-clock budget left, in milliseconds.
+    pub time_left_ms: u64,
 }
 
 /// One conversation with one agent.
@@ -94,6 +207,9 @@ pub struct Session {
     pub updated_at: String,
     /// The `seq` of the next event.
     pub next_seq: u64,
+    /// Plan, facts and waiting sub-agents (multi-agent orchestration).
+    #[serde(default, skip_serializing_if = "Orchestration::is_empty")]
+    pub orchestration: Orchestration,
 }
 
 impl Session {
@@ -112,6 +228,7 @@ impl Session {
             created_at: now.clone(),
             updated_at: now,
             next_seq: 0,
+            orchestration: Orchestration::default(),
         }
     }
 
@@ -124,6 +241,7 @@ impl Session {
             pending_question: self.pending.as_ref().map(|p| v1::PendingQuestion {
                 call_id: p.call_id.clone(),
                 question: p.question.clone(),
+                items: question_items(p),
             }),
             messages: self.messages.iter().map(message_to_proto).collect(),
             mission: self.mission.clone(),
@@ -132,7 +250,47 @@ impl Session {
             created_at: self.created_at.clone(),
             updated_at: self.updated_at.clone(),
             next_seq: self.next_seq,
+            plan: Some(plan_to_proto(&self.orchestration.plan)),
+            facts_json: if self.orchestration.facts.is_empty() {
+                String::new()
+            } else {
+                Value::Object(self.orchestration.facts.clone()).to_string()
+            },
         }
+    }
+}
+
+/// The wire form of a plan, with its Markdown view.
+pub fn plan_to_proto(plan: &crate::plan::Plan) -> v1::Plan {
+    let json = |v: &Option<Value>| v.as_ref().map(Value::to_string).unwrap_or_default();
+    v1::Plan {
+        version: plan.version,
+        tasks: plan
+            .tasks
+            .iter()
+            .map(|t| v1::PlanTask {
+                id: t.id.clone(),
+                title: t.title.clone(),
+                status: t.status.as_str().to_owned(),
+                depends_on: t.depends_on.clone(),
+                owner_agent: t.owner_agent.clone(),
+                parent_id: t.parent_id.clone().unwrap_or_default(),
+                notes: t.notes.clone(),
+                tool: t.tool.clone().unwrap_or_default(),
+                params_json: json(&t.params),
+                result_json: json(&t.result),
+            })
+            .collect(),
+        markdown: plan.render_markdown(),
+    }
+}
+
+/// The items of a question as clients see them: none for a plain `ask_user`.
+pub fn question_items(pending: &Pending) -> Vec<v1::QuestionItem> {
+    if pending.is_plain() {
+        Vec::new()
+    } else {
+        pending.asks.iter().map(Ask::to_proto).collect()
     }
 }
 

@@ -59,6 +59,78 @@ pub fn is_native_tool(name: &str) -> bool {
     NATIVE_TOOL_NAMES.contains(&name)
 }
 
+/// The orchestration tools (seed 003): built into the executor's loop rather than standalone
+/// tools, allowlisted like native tools. `delegate_to_agent` runs one of the agent's
+/// `subagents`; `update_todolist` patches the session's todo plan.
+pub const ORCHESTRATION_TOOL_NAMES: [&str; 2] = ["delegate_to_agent", "update_todolist"];
+
+/// True when `name` is an orchestration tool.
+pub fn is_orchestration_tool(name: &str) -> bool {
+    ORCHESTRATION_TOOL_NAMES.contains(&name)
+}
+
+/// True when `name` may appear in a `tool_allowlist`: a native or an orchestration tool.
+pub fn is_catalog_tool(name: &str) -> bool {
+    is_native_tool(name) || is_orchestration_tool(name)
+}
+
+/// The JSON schema of one patch op of the todo plan (seed 003 §3), shared by `update_todolist`
+/// and the sub-agents' result format.
+pub fn patch_op_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "op": { "type": "string", "enum": ["add", "add_subtask", "update", "link_dep", "unlink_dep"] },
+            "task": { "type": "object", "description": "add / add_subtask: {id, title, status?, depends_on?, notes?, tool?, params?}" },
+            "parent_id": { "type": "string", "description": "add_subtask: the parent task" },
+            "task_id": { "type": "string", "description": "update / link_dep / unlink_dep: the task" },
+            "fields": { "type": "object", "description": "update: {title?, status?, notes?, depends_on?, tool?, params?}" },
+            "dep_id": { "type": "string", "description": "link_dep / unlink_dep: the task depended on" }
+        },
+        "required": ["op"]
+    })
+}
+
+/// The orchestration tools, in [`ORCHESTRATION_TOOL_NAMES`] order.
+pub fn orchestration_tools() -> Vec<NativeTool> {
+    vec![
+        NativeTool {
+            name: "delegate_to_agent",
+            description: "Delegate a task to one of your sub-agents and get its structured result \
+                          ({success, result, patch, new_facts} or {success: false, need_user_input})",
+            requires_approval: false,
+            risk: RiskLevel::Medium,
+            parameters_schema: object(
+                json!({
+                    "agent_name": { "type": "string", "description": "The sub-agent's id" },
+                    "task": { "type": "string", "description": "What the sub-agent should do" },
+                    "task_id": { "type": "string", "description": "The plan task this works on (created when absent)" },
+                    "inputs": { "type": "object", "description": "Inputs for the sub-agent" },
+                    "allowed_tools": { "type": "array", "items": { "type": "string" }, "description": "Narrow the sub-agent's tools to these" },
+                    "budget": { "type": "object", "properties": {
+                        "max_steps": { "type": "integer", "minimum": 1 },
+                        "timeout_s": { "type": "number", "exclusiveMinimum": 0 } } }
+                }),
+                &["agent_name", "task"],
+            ),
+        },
+        NativeTool {
+            name: "update_todolist",
+            description: "Change the session's todo plan with a patch of ops (add, add_subtask, \
+                          update, link_dep, unlink_dep); applies whole or not at all",
+            requires_approval: false,
+            risk: RiskLevel::Low,
+            parameters_schema: object(
+                json!({
+                    "base_version": { "type": "integer", "minimum": 1, "description": "The plan version the ops were written against (default: the current one)" },
+                    "ops": { "type": "array", "items": patch_op_schema() }
+                }),
+                &["ops"],
+            ),
+        },
+    ]
+}
+
 fn object(properties: Value, required: &[&str]) -> Value {
     json!({ "type": "object", "properties": properties, "required": required })
 }
@@ -175,7 +247,12 @@ pub fn native_tools() -> Vec<NativeTool> {
             requires_approval: false,
             risk: RiskLevel::Low,
             parameters_schema: object(
-                json!({ "question": string("The question to ask") }),
+                json!({
+                    "question": string("The question to ask"),
+                    "key": string("A short name for the answer (e.g. python_version); used when a sub-agent's question is bubbled up"),
+                    "required": { "type": "boolean", "default": true },
+                    "default": { "description": "A proposed answer, shown to the user and used when they leave it blank" }
+                }),
                 &["question"],
             ),
         },
@@ -195,8 +272,16 @@ mod tests {
     }
 
     #[test]
+    fn orchestration_tools_are_catalog_tools_but_not_native_ones() {
+        let names: Vec<_> = orchestration_tools().iter().map(|t| t.name).collect();
+        assert_eq!(names, ORCHESTRATION_TOOL_NAMES);
+        assert!(is_catalog_tool("delegate_to_agent") && !is_native_tool("delegate_to_agent"));
+        assert!(is_catalog_tool("web_search") && !is_catalog_tool("agent_x"));
+    }
+
+    #[test]
     fn every_schema_is_an_object_with_its_required_fields_declared() {
-        for t in native_tools() {
+        for t in native_tools().into_iter().chain(orchestration_tools()) {
             assert_eq!(t.parameters_schema["type"], "object", "{}", t.name);
             let props = t.parameters_schema["properties"]
                 .as_object()

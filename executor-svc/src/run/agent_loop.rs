@@ -2,17 +2,21 @@
 //! failure, or cancellation. Tokens and tool events go out as they happen; the driver emits the
 //! closing events.
 
-use futures::StreamExt;
+use std::sync::{Arc, atomic::Ordering};
+
+use futures::{StreamExt, future::BoxFuture};
 use serde_json::Value;
 
 use super::{
     RunCtx,
-    calls::{self, Requested, Tools},
-    events,
+    answers::{self, Split},
+    calls::{self, Finished, Kind, Requested, Tools},
+    delegate, events,
 };
 use crate::{
     llm::{LlmError, LlmEvent, Message, ToolCall, ToolDefinition},
-    session::{Pending, Session},
+    session::{Ask, Pending},
+    tools::orchestration::Orchestrate,
 };
 
 /// How the loop ended.
@@ -46,14 +50,43 @@ pub struct Counts {
     pub tool_calls: u32,
 }
 
-/// Runs the loop on `session` until it ends; `session.messages` grows as it goes.
+/// A frame's conversation: the top agent's lives in its session (stored after every tool
+/// round), a sub-agent's in memory until its frame pauses or ends.
+pub trait Conversation: Send {
+    /// The messages, system prompt first.
+    fn messages(&mut self) -> &mut Vec<Message>;
+
+    /// Stores what a crash would lose (after a tool round).
+    fn checkpoint<'a>(&'a mut self, ctx: &'a RunCtx) -> BoxFuture<'a, ()>;
+}
+
+impl Conversation for Vec<Message> {
+    fn messages(&mut self) -> &mut Vec<Message> {
+        self
+    }
+
+    fn checkpoint<'a>(&'a mut self, _ctx: &'a RunCtx) -> BoxFuture<'a, ()> {
+        Box::pin(async {})
+    }
+}
+
+/// Runs the loop until it ends; the conversation grows as it goes. With `resume`, the answers
+/// to the frame's pending questions are applied first (results, sub-agents resumed).
 pub async fn run(
-    ctx: &RunCtx,
+    ctx: &Arc<RunCtx>,
     tools: &Tools,
     definitions: &[ToolDefinition],
-    session: &mut Session,
+    convo: &mut dyn Conversation,
     counts: &mut Counts,
+    resume: Option<Split>,
 ) -> LoopEnd {
+    let orchestra: Arc<dyn Orchestrate> = Arc::new(delegate::FrameHandle::new(Arc::clone(ctx)));
+    if let Some(split) = resume {
+        if let Some(pending) = apply_answers(ctx, tools, &orchestra, convo, counts, split).await {
+            return LoopEnd::Paused(pending);
+        }
+        convo.checkpoint(ctx).await;
+    }
     loop {
         if ctx.cancel.is_cancelled() {
             return LoopEnd::Cancelled;
@@ -68,7 +101,8 @@ pub async fn run(
             };
         }
         counts.steps += 1;
-        let request = ctx.model.request(&session.messages, definitions);
+        ctx.steps_used.store(counts.steps, Ordering::Relaxed);
+        let request = ctx.model.request(convo.messages(), definitions);
         let mut stream = ctx.model.provider.stream(&request);
         let mut text = String::new();
         let mut requested = Vec::new();
@@ -109,7 +143,7 @@ pub async fn run(
             }
         }
         drop(stream);
-        session.messages.push(Message::Assistant {
+        convo.messages().push(Message::Assistant {
             content: text.clone(),
             tool_calls: requested.iter().map(as_tool_call).collect(),
         });
@@ -117,37 +151,103 @@ pub async fn run(
             return LoopEnd::Completed(text);
         }
         counts.tool_calls += u32::try_from(requested.len()).unwrap_or(u32::MAX);
-        let results = calls::run_all(ctx, tools, &requested).await;
-        let mut pending = None;
-        for done in results {
-            if done.question && pending.is_none() {
-                pending = Some(Pending {
+        let results = calls::run_all(ctx, tools, &orchestra, &requested).await;
+        let asks = absorb(ctx, results, convo.messages());
+        if !asks.is_empty() {
+            return LoopEnd::Paused(answers::pending(asks));
+        }
+        // A round's results are what a crash would lose; the driver stores the run's end.
+        convo.checkpoint(ctx).await;
+    }
+}
+
+/// Applies answers to the frame's pending questions: own questions get their results, and
+/// the sub-agents whose questions are all answered are resumed in one round of calls (through
+/// the same tool path as every call). Returns what still waits for the user.
+async fn apply_answers(
+    ctx: &Arc<RunCtx>,
+    tools: &Tools,
+    orchestra: &Arc<dyn Orchestrate>,
+    convo: &mut dyn Conversation,
+    counts: &mut Counts,
+    split: Split,
+) -> Option<Pending> {
+    let Split {
+        results,
+        calls: resumes,
+        mut still,
+    } = split;
+    let messages = convo.messages();
+    for (call_id, name, content) in results {
+        messages.push(Message::Tool {
+            call_id,
+            name,
+            content,
+            is_error: false,
+        });
+    }
+    if !resumes.is_empty() {
+        messages.push(Message::Assistant {
+            content: String::new(),
+            tool_calls: resumes.clone(),
+        });
+        counts.tool_calls += u32::try_from(resumes.len()).unwrap_or(u32::MAX);
+        let requested: Vec<Requested> = resumes.into_iter().map(Requested::Call).collect();
+        let results = calls::run_all(ctx, tools, orchestra, &requested).await;
+        still.extend(absorb(ctx, results, messages));
+    }
+    (!still.is_empty()).then(|| answers::pending(still))
+}
+
+/// Puts a round's results into the conversation and returns the questions it raised: the
+/// first own `ask_user` (its result comes with the answer), and every sub-agent's.
+fn absorb(ctx: &RunCtx, results: Vec<Finished>, messages: &mut Vec<Message>) -> Vec<Ask> {
+    let mut asks = Vec::new();
+    let mut asked = false;
+    for done in results {
+        let (content, is_error) = match done.kind {
+            Kind::Question {
+                key,
+                required,
+                default,
+            } if !asked => {
+                asked = true;
+                asks.push(Ask {
+                    key: format!(
+                        "{}.{}",
+                        ctx.agent.agent_id,
+                        key.as_deref().unwrap_or("answer")
+                    ),
+                    text: done.content,
+                    required,
+                    default,
+                    agent_path: ctx.sink.agent_path().to_vec(),
                     call_id: done.call_id,
                     tool: done.tool,
-                    question: done.content,
+                    token: None,
+                    task: String::new(),
+                    answer: None,
                 });
                 continue;
             }
-            let content = if done.question {
-                "only one question can wait for the user at a time; ask again later".to_owned()
-            } else {
-                done.content
-            };
-            session.messages.push(Message::Tool {
-                call_id: done.call_id,
-                name: done.tool,
-                content,
-                is_error: done.is_error || done.question,
-            });
-        }
-        if let Some(pending) = pending {
-            return LoopEnd::Paused(pending);
-        }
-        // A round's results are what a crash would lose; the driver stores the run's end.
-        if let Err(e) = ctx.store.save(session, false).await {
-            tracing::warn!(session_id = %session.id, error = %e, "cannot store the session");
-        }
+            Kind::Question { .. } => (
+                "only one question can wait for the user at a time; ask again later".to_owned(),
+                true,
+            ),
+            Kind::NeedInput(more) => {
+                asks.extend(more);
+                (done.content, done.is_error)
+            }
+            Kind::Plain => (done.content, done.is_error),
+        };
+        messages.push(Message::Tool {
+            call_id: done.call_id,
+            name: done.tool,
+            content,
+            is_error,
+        });
     }
+    asks
 }
 
 /// The call as it goes into the conversation (malformed arguments kept as the model's text).

@@ -4,6 +4,7 @@
 use std::{collections::HashMap, sync::Arc, time::Instant};
 
 use futures::future::join_all;
+use serde_json::Value;
 use taskforce_proto::v1::{self, run_event::Event};
 
 use super::{RunCtx, events};
@@ -11,7 +12,11 @@ use crate::{
     audit,
     llm::ToolCall,
     policy,
-    tools::{Tool, ToolContext, ToolError, ToolOutcome},
+    session::Ask,
+    tools::{
+        Tool, ToolContext, ToolError, ToolOutcome,
+        orchestration::{AGENT_TOOL_PREFIX, Orchestrate},
+    },
 };
 
 /// Grace a cancelled tool gets to stop by itself before its call is dropped.
@@ -49,23 +54,56 @@ pub struct Finished {
     pub call_id: String,
     /// Tool name.
     pub tool: String,
-    /// What the model reads.
+    /// What the model reads (for a question: the question).
     pub content: String,
     /// Whether it failed.
     pub is_error: bool,
-    /// A question that pauses the run (then `content` is the question).
-    pub question: bool,
+    /// Whether it pauses the frame.
+    pub kind: Kind,
+}
+
+/// Whether a call pauses its frame.
+#[derive(Debug, Clone)]
+pub enum Kind {
+    /// A result; the frame goes on.
+    Plain,
+    /// The frame's own `ask_user`.
+    Question {
+        /// The asker's key for the answer.
+        key: Option<String>,
+        /// Whether an answer is needed.
+        required: bool,
+        /// The proposed answer.
+        default: Option<Value>,
+    },
+    /// Sub-agents need answers (`content` is their `need_user_input` result).
+    NeedInput(Vec<Ask>),
 }
 
 /// The tools one agent may call, by name.
 pub type Tools = HashMap<String, Arc<dyn Tool>>;
 
 /// Runs every call concurrently; results come back in the calls' order.
-pub async fn run_all(ctx: &RunCtx, tools: &Tools, calls: &[Requested]) -> Vec<Finished> {
-    join_all(calls.iter().map(|call| run_one(ctx, tools, call))).await
+pub async fn run_all(
+    ctx: &RunCtx,
+    tools: &Tools,
+    orchestra: &Arc<dyn Orchestrate>,
+    calls: &[Requested],
+) -> Vec<Finished> {
+    join_all(
+        calls
+            .iter()
+            .map(|call| run_one(ctx, tools, orchestra, call)),
+    )
+    .await
 }
 
-async fn run_one(ctx: &RunCtx, tools: &Tools, requested: &Requested) -> Finished {
+async fn run_one(
+    ctx: &RunCtx,
+    tools: &Tools,
+    orchestra: &Arc<dyn Orchestrate>,
+    requested: &Requested,
+) -> Finished {
     let started = Instant::now();
     let (call_id, name) = requested.ids();
     let input = match requested {
@@ -87,10 +125,10 @@ async fn run_one(ctx: &RunCtx, tools: &Tools, requested: &Requested) -> Finished
             )),
             audit::Outcome::Error,
         ),
-        Requested::Call(call) => call_tool(ctx, tools, call).await,
+        Requested::Call(call) => call_tool(ctx, tools, orchestra, call).await,
     };
     let duration = started.elapsed();
-    let finished = match outcome {
+    let (content, is_error, kind) = match outcome {
         Ok(ToolOutcome::Output { content, is_error }) => {
             let content = cap(content, ctx.limits.max_output_bytes);
             ctx.sink
@@ -102,41 +140,102 @@ async fn run_one(ctx: &RunCtx, tools: &Tools, requested: &Requested) -> Finished
                     duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
                 }))
                 .await;
-            (content, is_error, false)
+            (content, is_error, Kind::Plain)
         }
         // The driver announces the question once the paused session is on disk.
-        Ok(ToolOutcome::Question { question }) => (question, false, true),
+        Ok(ToolOutcome::Question {
+            question,
+            key,
+            required,
+            default,
+        }) => (
+            question,
+            false,
+            Kind::Question {
+                key,
+                required,
+                default,
+            },
+        ),
+        // Its `delegation_end` event told the stream; the model reads the request for input.
+        Ok(ToolOutcome::NeedInput { content, asks }) => (content, false, Kind::NeedInput(asks)),
         Err(message) => {
             ctx.sink
                 .emit(events::tool_error(call_id, name, message.clone()))
                 .await;
-            (message, true, false)
+            (message, true, Kind::Plain)
         }
     };
-    let (content, is_error, question) = finished;
+    let subagent = subagent_of(tools, requested);
+    let patch_ops = patch_ops_of(requested, subagent.is_some(), &content);
     audit::log(audit::Record {
         agent_id: &ctx.agent.agent_id,
         session_id: &ctx.session_id,
+        agent_path: ctx.sink.agent_path(),
         call_id,
         tool: name,
+        subagent: subagent.as_deref(),
+        patch_ops: patch_ops.as_deref(),
         input: &input,
         outcome: audit_outcome,
         output: &content,
         duration,
     });
+    crate::metrics::tool_call(name, subagent.as_deref(), audit_outcome, duration);
     Finished {
         call_id: call_id.to_owned(),
         tool: name.to_owned(),
         content,
         is_error,
-        question,
+        kind,
     }
+}
+
+/// The sub-agent a call delegates to: `agent_<id>`'s, or `delegate_to_agent`'s `agent_name`.
+fn subagent_of(tools: &Tools, requested: &Requested) -> Option<String> {
+    let Requested::Call(call) = requested else {
+        return None;
+    };
+    if call.name == "delegate_to_agent" {
+        return call.arguments["agent_name"].as_str().map(str::to_owned);
+    }
+    let id = call.name.strip_prefix(AGENT_TOOL_PREFIX)?;
+    tools
+        .get(&call.name)
+        .filter(|t| t.bounds_own_time())
+        .map(|_| id.to_owned())
+}
+
+/// The ops of a patch a call made: `update_todolist`'s arguments, or the patch in a
+/// sub-agent's result (comma-separated op names).
+fn patch_ops_of(requested: &Requested, delegation: bool, output: &str) -> Option<String> {
+    let Requested::Call(call) = requested else {
+        return None;
+    };
+    let names = |ops: &Value| -> Option<String> {
+        let ops = ops.as_array()?;
+        Some(
+            ops.iter()
+                .map(|op| op["op"].as_str().unwrap_or("?"))
+                .collect::<Vec<_>>()
+                .join(","),
+        )
+    };
+    if call.name == "update_todolist" {
+        return names(&call.arguments["ops"]);
+    }
+    if delegation {
+        let result: Value = serde_json::from_str(output).ok()?;
+        return names(&result["patch"]["ops"]);
+    }
+    None
 }
 
 /// Policy, lookup, then the call under its time limit and the run's cancellation.
 async fn call_tool(
     ctx: &RunCtx,
     tools: &Tools,
+    orchestra: &Arc<dyn Orchestrate>,
     call: &ToolCall,
 ) -> (Result<ToolOutcome, String>, audit::Outcome) {
     let Some(tool) = tools.get(&call.name) else {
@@ -170,8 +269,17 @@ async fn call_tool(
         session_id: ctx.session_id.clone(),
         cancel: ctx.cancel.clone(),
         limits: ctx.limits.clone(),
+        call_id: call.id.clone(),
+        orchestra: Some(Arc::clone(orchestra)),
     };
-    let timeout = ctx.limits.timeout;
+    // Sub-agents run under their own budget, which never exceeds their parent's.
+    let timeout = if tool.bounds_own_time() {
+        ctx.deadline
+            .saturating_duration_since(tokio::time::Instant::now())
+            .saturating_add(CANCEL_GRACE)
+    } else {
+        ctx.limits.timeout
+    };
     let cancelled = async {
         ctx.cancel.cancelled().await;
         tokio::time::sleep(CANCEL_GRACE).await;
@@ -189,7 +297,9 @@ async fn call_tool(
             },
         ) => (Ok(outcome), audit::Outcome::Ok),
         Ok(outcome @ ToolOutcome::Output { .. }) => (Ok(outcome), audit::Outcome::ToolFailed),
-        Ok(outcome @ ToolOutcome::Question { .. }) => (Ok(outcome), audit::Outcome::Question),
+        Ok(outcome @ (ToolOutcome::Question { .. } | ToolOutcome::NeedInput { .. })) => {
+            (Ok(outcome), audit::Outcome::Question)
+        }
         Err(e) => {
             if let ToolError::ServerUnavailable { server, reason, .. } = &e {
                 let message = format!(

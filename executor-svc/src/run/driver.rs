@@ -1,24 +1,29 @@
 //! One run from start to its closing events: the wall-clock budget, a client that leaves, the
 //! BUSY/IDLE lease, storing the session, and the last events (answer, question, error, `Done`).
 
-use std::{sync::Arc, time::Instant};
+use std::{
+    path::PathBuf,
+    sync::{Arc, atomic::AtomicU32},
+    time::Instant,
+};
 
-use futures::future::join_all;
+use futures::future::{BoxFuture, join_all};
 use taskforce_proto::v1::{self, run_event::Event};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::{
-    RunCtx, Runner,
-    agent_loop::{self, Counts, LoopEnd},
+    FrameInfo, Orchestra, RunCtx, Runner,
+    agent_loop::{self, Conversation, Counts, LoopEnd},
+    answers::Split,
     calls::Tools,
     events::{self, Sink},
 };
 use crate::{
     agent::AgentDef,
     llm::{ResolvedModel, ToolDefinition},
-    session::{Session, Status},
-    tools::Tool,
+    session::{Session, Status, question_items},
+    tools::{Tool, orchestration},
 };
 
 /// A run ready to be driven.
@@ -32,6 +37,23 @@ pub(super) struct Run {
     pub(super) cancel: CancellationToken,
     /// The answer that resumes a paused run, announced as the question's `ToolEnd`.
     pub(super) answered: Option<v1::ToolEnd>,
+    /// Answers to sub-agents' questions, applied before the first model call.
+    pub(super) resume: Option<Split>,
+}
+
+impl Conversation for Session {
+    fn messages(&mut self) -> &mut Vec<crate::llm::Message> {
+        &mut self.messages
+    }
+
+    fn checkpoint<'a>(&'a mut self, ctx: &'a RunCtx) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            self.orchestration = ctx.orchestra.snapshot();
+            if let Err(e) = ctx.runner.store.save(self, false).await {
+                warn!(session_id = %self.id, error = %e, "cannot store the session");
+            }
+        })
+    }
 }
 
 impl Run {
@@ -59,23 +81,30 @@ impl Run {
             provider: self.model.provider.name().to_owned(),
         }))
         .await;
-        // Created by the first tool that works in it.
-        let workspace = match &self.agent.workspace {
-            Some(path) if path.is_relative() => runner.budgets.config_dir.join(path),
-            Some(path) => path.clone(),
-            None => runner.budgets.workspaces.join(&self.agent.agent_id),
-        };
-        let ctx = RunCtx {
+        let model_alias = self
+            .session
+            .model
+            .clone()
+            .or_else(|| self.agent.model.clone());
+        let orchestra = Arc::new(Orchestra::new(std::mem::take(
+            &mut self.session.orchestration,
+        )));
+        let ctx = Arc::new(RunCtx {
             sink: Arc::clone(&self.sink),
+            workspace: workspace_for(&runner, &self.agent),
             agent: Arc::clone(&self.agent),
             session_id: self.session.id.clone(),
             cancel: self.cancel.clone(),
             limits: runner.budgets.tool_limits.clone(),
-            workspace,
             model: self.model.clone(),
+            model_alias,
             max_steps: runner.budgets.max_steps,
-            store: runner.store.clone(),
-        };
+            steps_used: AtomicU32::new(0),
+            deadline: tokio::time::Instant::now() + runner.budgets.max_duration,
+            frame: FrameInfo::default(),
+            orchestra: Arc::clone(&orchestra),
+            runner: Arc::clone(&runner),
+        });
         // `launch` stored the session as running before the stream was returned.
         if let Some(answered) = self.answered.take() {
             sink.emit(Event::ToolEnd(answered)).await;
@@ -85,11 +114,12 @@ impl Run {
         let mut timed_out = false;
         let end = {
             let (session, counts) = (&mut self.session, &mut counts);
+            let resume = self.resume.take();
             let run = async {
                 // Inside the raced future: a departed client or the budget also stops a slow
                 // MCP connection.
-                let (tools, definitions) = select_tools(&runner, &ctx).await;
-                agent_loop::run(&ctx, &tools, &definitions, session, counts).await
+                let (tools, definitions) = select_tools(&runner, &ctx, None).await;
+                agent_loop::run(&ctx, &tools, &definitions, session, counts, resume).await
             };
             tokio::pin!(run);
             let budget = tokio::time::sleep(runner.budgets.max_duration);
@@ -122,6 +152,13 @@ impl Run {
             },
             other => other,
         };
+        // Sub-agents' model calls and tokens count as the run's.
+        let sub = orchestra.usage();
+        counts.input_tokens += sub.input_tokens;
+        counts.output_tokens += sub.output_tokens;
+        counts.steps += sub.steps;
+        counts.tool_calls += sub.tool_calls;
+        self.session.orchestration = orchestra.snapshot();
         self.finish(end, counts, started).await;
     }
 
@@ -139,6 +176,7 @@ impl Run {
                 let event = Event::Question(v1::Question {
                     call_id: pending.call_id.clone(),
                     question: pending.question.clone(),
+                    items: question_items(&pending),
                 });
                 session.pending = Some(pending);
                 (Status::Paused, Some(event))
@@ -194,14 +232,34 @@ impl Run {
     }
 }
 
-/// The agent's tools: the native tools of its allowlist the executor has (others are skipped,
-/// logged), then the allowed tools of its MCP servers. A server that cannot be reached is left
-/// out with a warning event; the run goes on with the other tools.
-async fn select_tools(runner: &Runner, ctx: &RunCtx) -> (Tools, Vec<ToolDefinition>) {
+/// Where an agent's tools work: its definition's workspace (relative to the config directory),
+/// else `<workspaces>/<agent_id>`. Created by the first tool that works in it.
+pub(super) fn workspace_for(runner: &Runner, agent: &AgentDef) -> PathBuf {
+    match &agent.workspace {
+        Some(path) if path.is_relative() => runner.budgets.config_dir.join(path),
+        Some(path) => path.clone(),
+        None => runner.budgets.workspaces.join(&agent.agent_id),
+    }
+}
+
+/// The frame's tools: the native tools of its allowlist the executor has (others are skipped,
+/// logged), the orchestration tools (a tool `agent_<id>` per sub-agent, `delegate_to_agent`
+/// and, for the top agent, `update_todolist`, when allowlisted), then the allowed tools of its
+/// MCP servers. `allowed` (a delegation's `allowed_tools`) narrows all of them. A server that
+/// cannot be reached is left out with a warning event; the run goes on with the other tools.
+pub(super) async fn select_tools(
+    runner: &Runner,
+    ctx: &RunCtx,
+    allowed: Option<&[String]>,
+) -> (Tools, Vec<ToolDefinition>) {
     let agent = &ctx.agent;
+    let permitted = |name: &str| allowed.is_none_or(|a| a.iter().any(|n| n == name));
     let mut tools = Tools::new();
     let mut definitions = Vec::new();
     let mut offer = |tool: &Arc<dyn Tool>, tools: &mut Tools| {
+        if !permitted(tool.name()) {
+            return;
+        }
         if tools.contains_key(tool.name()) {
             warn!(agent_id = %agent.agent_id, tool = %tool.name(), "two tools share this name; the first is offered");
             return;
@@ -209,6 +267,43 @@ async fn select_tools(runner: &Runner, ctx: &RunCtx) -> (Tools, Vec<ToolDefiniti
         definitions.push(tool.definition().clone());
         tools.insert(tool.name().to_owned(), Arc::clone(tool));
     };
+    for name in &agent.tools {
+        let orchestration: Option<Arc<dyn Tool>> = match name.as_str() {
+            "delegate_to_agent" if !agent.subagents.is_empty() => {
+                Some(Arc::new(orchestration::DelegateToAgent::new()))
+            }
+            "update_todolist" if ctx.frame.depth == 0 => {
+                Some(Arc::new(orchestration::UpdateTodolist::new()))
+            }
+            _ => None,
+        };
+        if let Some(tool) = orchestration {
+            offer(&tool, &mut tools);
+            continue;
+        }
+        if taskforce_proto::catalog::is_orchestration_tool(name) {
+            continue;
+        }
+        match runner.tools.get(name) {
+            Some(tool) => offer(tool, &mut tools),
+            None => {
+                warn!(agent_id = %agent.agent_id, tool = %name, "tool not available in this executor; not offered")
+            }
+        }
+    }
+    if !agent.subagents.is_empty() {
+        let subs = join_all(agent.subagents.iter().map(|id| async move {
+            let target = crate::registry::Target::Agent(id.clone());
+            runner.registry.resolve(&target).await
+        }))
+        .await;
+        for (id, def) in agent.subagents.iter().zip(subs) {
+            // An agent that cannot be loaded now is still offered: calling it says why.
+            let description = def.map(|d| d.description.clone()).unwrap_or_default();
+            let tool: Arc<dyn Tool> = Arc::new(orchestration::AgentTool::new(id, &description));
+            offer(&tool, &mut tools);
+        }
+    }
     for name in &agent.tools {
         match runner.tools.get(name) {
             Some(tool) => offer(tool, &mut tools),

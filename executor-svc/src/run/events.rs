@@ -32,12 +32,20 @@ struct Numbering {
     reserved: u64,
 }
 
-/// Where a run's events go.
+/// Where a run's events go: the stream shared by the run's frames, and the frame's place in it.
+/// Sub-agents get a [`Sink::child`] that stamps their `agent_path` and `frame_id` on every event.
 #[derive(Debug)]
 pub struct Sink {
+    stream: std::sync::Arc<Stream>,
+    agent_path: Vec<String>,
+    frame_id: String,
+}
+
+/// The one event stream of a run.
+#[derive(Debug)]
+struct Stream {
     tx: mpsc::Sender<StreamItem>,
     session_id: String,
-    agent_path: Vec<String>,
     /// The next `seq`; held across the send so events leave in `seq` order.
     seq: Mutex<Numbering>,
     cancel: CancellationToken,
@@ -57,59 +65,80 @@ impl Sink {
         store: SessionStore,
     ) -> Self {
         Self {
-            tx,
-            session_id,
-            agent_path: Vec::new(),
-            seq: Mutex::new(Numbering {
-                next: next_seq,
-                reserved,
+            stream: std::sync::Arc::new(Stream {
+                tx,
+                session_id,
+                seq: Mutex::new(Numbering {
+                    next: next_seq,
+                    reserved,
+                }),
+                cancel,
+                store,
             }),
-            cancel,
-            store,
+            agent_path: Vec::new(),
+            frame_id: String::new(),
         }
+    }
+
+    /// The sink of a sub-agent's frame: same stream and numbering, its path one level deeper.
+    pub fn child(&self, agent_id: &str, frame_id: &str) -> Self {
+        let mut agent_path = self.agent_path.clone();
+        agent_path.push(agent_id.to_owned());
+        Self {
+            stream: std::sync::Arc::clone(&self.stream),
+            agent_path,
+            frame_id: frame_id.to_owned(),
+        }
+    }
+
+    /// The frame's agent path (empty for the top agent).
+    pub fn agent_path(&self) -> &[String] {
+        &self.agent_path
     }
 
     /// Sends one event; false when the client is gone (and the run is then cancelled).
     pub async fn emit(&self, event: Event) -> bool {
-        let mut seq = self.seq.lock().await;
+        let stream = &*self.stream;
+        let mut seq = stream.seq.lock().await;
         if seq.next >= seq.reserved {
             let upto = seq.next + SEQ_BLOCK;
-            if let Err(e) = self.store.reserve_seqs(&self.session_id, upto).await {
-                warn!(session_id = %self.session_id, error = %e, "cannot reserve event numbers");
+            if let Err(e) = stream.store.reserve_seqs(&stream.session_id, upto).await {
+                warn!(session_id = %stream.session_id, error = %e, "cannot reserve event numbers");
             }
             seq.reserved = upto;
         }
         // `Done` is the last event: the driver stored the exact next `seq` before sending it.
         let last = matches!(event, Event::Done(_));
         let item = v1::RunEvent {
-            session_id: self.session_id.clone(),
+            session_id: stream.session_id.clone(),
             seq: seq.next,
             agent_path: self.agent_path.clone(),
             time_unix_ms: chrono::Utc::now().timestamp_millis(),
+            frame_id: self.frame_id.clone(),
             event: Some(event),
         };
         seq.next += 1;
         let sent = matches!(
-            tokio::time::timeout(SEND_TIMEOUT, self.tx.send(Ok(item))).await,
+            tokio::time::timeout(SEND_TIMEOUT, stream.tx.send(Ok(item))).await,
             Ok(Ok(()))
         );
         if !sent {
-            self.cancel.cancel();
+            stream.cancel.cancel();
         }
-        if last && let Err(e) = self.store.release_seqs(&self.session_id) {
-            warn!(session_id = %self.session_id, error = %e, "cannot release event numbers");
+        if last && let Err(e) = stream.store.release_seqs(&stream.session_id) {
+            warn!(session_id = %stream.session_id, error = %e, "cannot release event numbers");
         }
         sent
     }
 
     /// The `seq` the next event will get.
     pub async fn next_seq(&self) -> u64 {
-        self.seq.lock().await.next
+        self.stream.seq.lock().await.next
     }
 
     /// Resolves when the client has dropped its end of the stream.
     pub async fn closed(&self) {
-        self.tx.closed().await;
+        self.stream.tx.closed().await;
     }
 }
 

@@ -5,17 +5,23 @@
 //! - `calls`: one round of concurrent tool calls, through the policy and into the audit log.
 //! - `driver`: one run from start to its closing events, with the budgets and the status lease.
 //! - `start`: request validation and session set-up for `Execute` and `Answer`.
+//! - `delegate`: sub-agent frames (seed 003): delegations, plan merges, bubbled-up questions.
+//! - `answers`: pending questions and the answers that continue them (pure).
+//! - `token`: signed state tokens naming a paused sub-agent frame.
 
 mod agent_loop;
+mod answers;
 mod calls;
+mod delegate;
 mod driver;
 mod events;
 mod start;
+pub mod token;
 
 use std::{
     collections::HashMap,
     path::PathBuf,
-    sync::{Arc, Mutex},
+    sync::{Arc, Mutex, atomic::AtomicU32},
     time::Duration,
 };
 
@@ -27,9 +33,10 @@ use crate::{
     agent::AgentDef,
     llm::{LlmRouter, ResolvedModel},
     registry::Registry,
-    session::{Session, SessionStore},
+    session::{Orchestration, Session, SessionStore},
     tools::{Limits, Tool, mcp::McpPool},
 };
+use agent_loop::Counts;
 use events::Sink;
 
 /// Budgets and limits of runs.
@@ -46,6 +53,17 @@ pub struct Budgets {
     /// What a relative `workspace` in a definition is relative to: the registry's config
     /// directory, so both services mean the same directory.
     pub config_dir: PathBuf,
+    /// Sub-agent delegations.
+    pub delegation: DelegationLimits,
+}
+
+/// Guards of sub-agent delegations (seed 003 §7).
+#[derive(Debug, Clone)]
+pub struct DelegationLimits {
+    /// Deepest delegation (orchestrator → A → B is 2).
+    pub max_hops: u32,
+    /// Default wall-clock budget of a delegation.
+    pub timeout: Duration,
 }
 
 /// Everything a run needs, shared by all runs.
@@ -58,6 +76,8 @@ pub struct Runner {
     store: SessionStore,
     registry: Registry,
     budgets: Budgets,
+    /// Signs the state tokens of paused sub-agent frames.
+    tokens: token::TokenKey,
     /// Cancellation of each live run, by session id.
     live: Mutex<HashMap<String, CancellationToken>>,
     /// Every run task; waited for on shutdown.
@@ -66,16 +86,16 @@ pub struct Runner {
     shutdown: CancellationToken,
 }
 
-/// What one run works with.
+/// What one frame of a run works with: the top agent's, or a sub-agent's.
 #[derive(Debug)]
 pub struct RunCtx {
-    /// Where events go.
+    /// Where events go (a sub-agent's sink stamps its path).
     sink: Arc<Sink>,
     /// The agent.
     agent: Arc<AgentDef>,
     /// The session.
     session_id: String,
-    /// Fires when the run must stop.
+    /// Fires when the frame must stop.
     cancel: CancellationToken,
     /// Limits of each tool call.
     limits: Limits,
@@ -83,10 +103,72 @@ pub struct RunCtx {
     workspace: PathBuf,
     /// The model.
     model: ResolvedModel,
+    /// The model alias the frame runs on (sub-agents without one of their own inherit it).
+    model_alias: Option<String>,
     /// Most model calls.
     max_steps: u32,
-    /// Where the session is stored after each tool round.
-    store: SessionStore,
+    /// Model calls made so far (a sub-agent gets at most what is left).
+    steps_used: AtomicU32,
+    /// When the frame's time is up (a sub-agent gets at most what is left).
+    deadline: tokio::time::Instant,
+    /// Where the frame sits among the run's frames.
+    frame: FrameInfo,
+    /// The run's shared orchestration state (plan, facts, waiting frames).
+    orchestra: Arc<Orchestra>,
+    /// Everything runs share (registry, router, tools, store).
+    runner: Arc<Runner>,
+}
+
+/// Where a frame sits: its id, depth and the agents above it.
+#[derive(Debug, Clone, Default)]
+pub struct FrameInfo {
+    /// Empty for the top agent.
+    pub id: String,
+    /// 0 for the top agent; each delegation adds one.
+    pub depth: u32,
+    /// The agents of every frame above this one, top first.
+    pub ancestors: Vec<String>,
+}
+
+/// A run's orchestration state, shared by its frames; merges are serialised by its lock.
+#[derive(Debug, Default)]
+pub struct Orchestra {
+    state: Mutex<Orchestration>,
+    /// Token and step counts of the run's sub-agents, added to the run's usage.
+    usage: Mutex<Counts>,
+}
+
+impl Orchestra {
+    fn new(state: Orchestration) -> Self {
+        Self {
+            state: Mutex::new(state),
+            usage: Mutex::default(),
+        }
+    }
+
+    /// Runs `f` on the state (a poisoned lock still holds a consistent state: every change is
+    /// made on a copy or is a single assignment).
+    fn with<R>(&self, f: impl FnOnce(&mut Orchestration) -> R) -> R {
+        let mut state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&mut state)
+    }
+
+    /// A copy of the state, for storing with the session.
+    fn snapshot(&self) -> Orchestration {
+        self.with(|state| state.clone())
+    }
+
+    fn add_usage(&self, counts: &Counts) {
+        let mut usage = self.usage.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        usage.input_tokens += counts.input_tokens;
+        usage.output_tokens += counts.output_tokens;
+        usage.steps += counts.steps;
+        usage.tool_calls += counts.tool_calls;
+    }
+
+    fn usage(&self) -> Counts {
+        *self.usage.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 impl Runner {
@@ -99,6 +181,7 @@ impl Runner {
         store: SessionStore,
         registry: Registry,
         budgets: Budgets,
+        tokens: token::TokenKey,
         shutdown: CancellationToken,
     ) -> Self {
         let tools = tools
@@ -112,6 +195,7 @@ impl Runner {
             store,
             registry,
             budgets,
+            tokens,
             live: Mutex::new(HashMap::new()),
             tasks: TaskTracker::new(),
             shutdown,
@@ -143,6 +227,14 @@ impl Runner {
     pub async fn drain(&self, grace: Duration) -> bool {
         self.tasks.close();
         tokio::time::timeout(grace, self.tasks.wait()).await.is_ok()
+    }
+
+    /// The todo plan of a session (as of its last checkpoint).
+    pub fn plan(&self, session_id: &str) -> Result<Option<crate::plan::Plan>, crate::ExecutorError> {
+        Ok(self
+            .store
+            .get(session_id)?
+            .map(|session| session.orchestration.plan))
     }
 
     /// The session store (for the final flush).

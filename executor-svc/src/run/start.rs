@@ -7,7 +7,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tracing::info;
 
-use super::{Runner, StreamItem, driver::Run, events};
+use super::{Runner, StreamItem, answers, driver::Run, events};
 use crate::{
     error::ExecutorError,
     llm::Message,
@@ -55,11 +55,12 @@ impl Runner {
             .clone()
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let model_name = non_empty(request.model);
+        let agent = self.registry.resolve(&target).await?;
+        // The request's model, else the one the agent's definition names, else the default.
         let model = self
             .router
-            .resolve(model_name.as_deref())
+            .resolve(model_name.as_deref().or(agent.model.as_deref()))
             .map_err(|e| ExecutorError::invalid("model", e.to_string()))?;
-        let agent = self.registry.resolve(&target).await?;
 
         // Claimed before it is read, so two requests cannot both continue one stored state.
         let claim = self.claim(&id)?;
@@ -96,7 +97,7 @@ impl Runner {
             }
         };
         info!(session_id = %session.id, agent_id = %agent.agent_id, model = %model.model, "run starting");
-        self.launch(claim, session, agent, model, None).await
+        self.launch(claim, session, agent, model, None, None).await
     }
 
     /// Answers the pending question of a paused session and returns the continued run's
@@ -106,10 +107,20 @@ impl Runner {
         request: v1::AnswerRequest,
     ) -> Result<ReceiverStream<StreamItem>, ExecutorError> {
         check_session_id(&request.session_id)?;
-        if request.answer.trim().is_empty() {
-            return Err(ExecutorError::invalid("answer", "must not be empty"));
+        let answers_given = request.answers.values().any(|v| !v.trim().is_empty());
+        if request.answer.trim().is_empty() && !answers_given {
+            return Err(ExecutorError::invalid(
+                "answer",
+                "must not be empty (or give `answers` by question key)",
+            ));
         }
-        if request.answer.len() > MAX_TEXT {
+        let size = request.answer.len()
+            + request
+                .answers
+                .iter()
+                .map(|(k, v)| k.len() + v.len())
+                .sum::<usize>();
+        if size > MAX_TEXT {
             return Err(ExecutorError::invalid("answer", "is longer than 256 KiB"));
         }
         // Claimed before it is read: of two answers to one question, one wins.
@@ -117,7 +128,7 @@ impl Runner {
         let mut session = self.store.get(&request.session_id)?.ok_or_else(|| {
             ExecutorError::NotFound(format!("session `{}` does not exist", request.session_id))
         })?;
-        let (Status::Paused, Some(pending)) = (session.status, session.pending.take()) else {
+        let (Status::Paused, Some(pending)) = (session.status, session.pending.clone()) else {
             return Err(ExecutorError::FailedPrecondition(format!(
                 "session `{}` has no question waiting for an answer",
                 session.id
@@ -131,29 +142,55 @@ impl Runner {
                 pending.call_id
             )));
         }
-        let model = self
-            .router
-            .resolve(session.model.as_deref())
-            .map_err(|e| ExecutorError::invalid("model", e.to_string()))?;
         let agent = self
             .registry
             .resolve(&Target::Agent(session.agent_id.clone()))
             .await?;
+        let model = self
+            .router
+            .resolve(session.model.as_deref().or(agent.model.as_deref()))
+            .map_err(|e| ExecutorError::invalid("model", e.to_string()))?;
+        if !pending.is_plain() {
+            // Questions of sub-agents: answers by key, applied by the run before its next
+            // model call.
+            let mut answers: serde_json::Map<String, serde_json::Value> = request
+                .answers
+                .into_iter()
+                .map(|(k, v)| (k, serde_json::Value::String(v)))
+                .collect();
+            if !request.answer.trim().is_empty() {
+                let parsed = answers::parse_reply(&pending, &request.answer)
+                    .map_err(|e| ExecutorError::invalid("answer", e))?;
+                answers.extend(parsed);
+            }
+            let split = answers::split(&pending, &answers)
+                .map_err(|e| ExecutorError::invalid("answers", e))?;
+            info!(session_id = %session.id, agent_id = %agent.agent_id, resumes = split.calls.len(), "run resuming with answers for sub-agents");
+            session.pending = None;
+            return self
+                .launch(claim, session, agent, model, None, Some(split))
+                .await;
+        }
+        session.pending = None;
+        let answer = match request.answers.into_values().find(|v| !v.trim().is_empty()) {
+            Some(answer) if request.answer.trim().is_empty() => answer,
+            _ => request.answer,
+        };
         session.messages.push(Message::Tool {
             call_id: pending.call_id.clone(),
             name: pending.tool.clone(),
-            content: request.answer.clone(),
+            content: answer.clone(),
             is_error: false,
         });
         info!(session_id = %session.id, agent_id = %agent.agent_id, "run resuming with an answer");
         let answered = v1::ToolEnd {
             call_id: pending.call_id,
             tool: pending.tool,
-            output: request.answer,
+            output: answer,
             is_error: false,
             duration_ms: 0,
         };
-        self.launch(claim, session, agent, model, Some(answered))
+        self.launch(claim, session, agent, model, Some(answered), None)
             .await
     }
 
@@ -191,6 +228,7 @@ impl Runner {
         agent: Arc<crate::agent::AgentDef>,
         model: crate::llm::ResolvedModel,
         answered: Option<v1::ToolEnd>,
+        resume: Option<answers::Split>,
     ) -> Result<ReceiverStream<StreamItem>, ExecutorError> {
         session.status = Status::Running;
         session.pending = None;
@@ -216,6 +254,7 @@ impl Runner {
             sink: Arc::new(sink),
             cancel,
             answered,
+            resume,
         };
         self.tasks.spawn(run.drive());
         Ok(ReceiverStream::new(rx))

@@ -8,8 +8,9 @@
 
 pub mod mcp;
 pub mod native;
+pub mod orchestration;
 
-use std::{path::PathBuf, time::Duration};
+use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use futures::future::BoxFuture;
 use serde_json::Value;
@@ -49,6 +50,10 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     /// Time and size limits.
     pub limits: Limits,
+    /// The id of this call (a sub-agent's questions name the delegation they came from).
+    pub call_id: String,
+    /// The frame's link to orchestration (sub-agents, the plan); set by the loop.
+    pub orchestra: Option<Arc<dyn orchestration::Orchestrate>>,
 }
 
 /// How a call ended, when it did not fail.
@@ -66,6 +71,20 @@ pub enum ToolOutcome {
     Question {
         /// What to ask.
         question: String,
+        /// A short name for the answer (bubbled-up questions are answered by key).
+        key: Option<String>,
+        /// Whether the asker cannot go on without an answer.
+        required: bool,
+        /// A proposed answer.
+        default: Option<Value>,
+    },
+    /// A sub-agent needs answers: `content` (its `need_user_input` result) goes to the model,
+    /// and the frame pauses until the user has answered `asks`.
+    NeedInput {
+        /// What the model reads.
+        content: String,
+        /// The questions, keyed, each naming the frame to resume.
+        asks: Vec<crate::session::Ask>,
     },
 }
 
@@ -159,6 +178,12 @@ pub trait Tool: Send + Sync + std::fmt::Debug {
     /// The name in allowlists and in the model's tool list (case-sensitive).
     fn name(&self) -> &str {
         &self.definition().name
+    }
+
+    /// True for tools that bound their own time (sub-agents run under their own budget, within
+    /// their parent's): the loop then does not apply the per-call timeout.
+    fn bounds_own_time(&self) -> bool {
+        false
     }
 
     /// Runs one call. Must honour `ctx.cancel` and `ctx.limits`.

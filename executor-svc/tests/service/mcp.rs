@@ -349,6 +349,8 @@ async fn idle_connections_are_closed_and_made_again_on_the_next_use() {
         session_id: "s".into(),
         cancel: tokio_util::sync::CancellationToken::new(),
         limits: Limits::default(),
+        call_id: "call-1".into(),
+        orchestra: None,
     };
     let pid_of = |pool: &McpPool| {
         let server = pool.server(&fixture_server());

@@ -66,6 +66,7 @@ async fn a_question_survives_a_restart_and_the_answer_completes_the_run() {
     let err = executor
         .client
         .answer(AnswerRequest {
+            answers: Default::default(),
             session_id: session_id.clone(),
             answer: "Lisbon".into(),
             call_id: Some("other".into()),
@@ -78,6 +79,7 @@ async fn a_question_survives_a_restart_and_the_answer_completes_the_run() {
         executor
             .client
             .answer(AnswerRequest {
+                answers: Default::default(),
                 session_id: session_id.clone(),
                 answer: "Lisbon".into(),
                 call_id: Some("q1".into()),
@@ -110,6 +112,7 @@ async fn a_question_survives_a_restart_and_the_answer_completes_the_run() {
             session_id,
             answer: "again".into(),
             call_id: None,
+            answers: Default::default(),
         })
         .await
         .expect_err("nothing pending");
@@ -280,6 +283,7 @@ async fn of_many_answers_to_one_question_exactly_one_continues_the_run() {
                     session_id,
                     answer: format!("City {i}"),
                     call_id: None,
+                    answers: Default::default(),
                 })
                 .await
         }

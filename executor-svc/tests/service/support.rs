@@ -96,6 +96,9 @@ impl Tool for Ask {
         Box::pin(async move {
             Ok(ToolOutcome::Question {
                 question: arguments["question"].as_str().unwrap_or("?").to_owned(),
+                key: None,
+                required: true,
+                default: None,
             })
         })
     }
@@ -222,6 +225,11 @@ pub fn kinds(events: &[RunEvent]) -> Vec<&'static str> {
             Event::Error(_) => "error",
             Event::Warning(_) => "warning",
             Event::Done(_) => "done",
+            Event::DelegationStart(_) => "delegation_start",
+            Event::DelegationEnd(_) => "delegation_end",
+            Event::PatchApplied(_) => "patch_applied",
+            Event::PatchRejected(_) => "patch_rejected",
+            Event::PlanUpdated(_) => "plan_updated",
         })
         .collect()
 }

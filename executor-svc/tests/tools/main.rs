@@ -31,6 +31,8 @@ pub fn ctx_with(workspace: &Path, timeout: Duration, max_output_bytes: usize) ->
             timeout,
             max_output_bytes,
         },
+        call_id: "call-1".into(),
+        orchestra: None,
     }
 }
 
@@ -81,7 +83,10 @@ async fn ask_user_returns_the_question_and_refuses_an_empty_one() {
     assert_eq!(
         got,
         ToolOutcome::Question {
-            question: "Which invoice?".into()
+            question: "Which invoice?".into(),
+            key: None,
+            required: true,
+            default: None,
         }
     );
     let err = ask.call(&ctx(dir.path()), json!({ "question": " " })).await;

@@ -149,9 +149,11 @@ async fn a_question_survives_a_sigtermed_executor_and_grpc_answer_finishes_the_r
     stack.restart_executor().await.expect("executor restarts");
 
     let answer = |call_id: &str| v1::AnswerRequest {
+        answers: Default::default(),
         session_id: session.clone(),
         answer: "CHF".to_owned(),
         call_id: Some(call_id.to_owned()),
+        ..Default::default()
     };
     // The guard against answering another question than the one shown.
     let wrong = stack

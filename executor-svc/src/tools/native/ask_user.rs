@@ -34,6 +34,12 @@ impl Default for AskUser {
 #[derive(Deserialize)]
 struct AskArgs {
     question: String,
+    #[serde(default)]
+    key: Option<String>,
+    #[serde(default)]
+    required: Option<bool>,
+    #[serde(default)]
+    default: Option<Value>,
 }
 
 impl Tool for AskUser {
@@ -55,10 +61,33 @@ impl Tool for AskUser {
                     reason: "`question` is empty".to_owned(),
                 });
             }
+            let key = match args.key.as_deref().map(str::trim) {
+                None | Some("") => None,
+                Some(key) if valid_key(key) => Some(key.to_owned()),
+                Some(key) => {
+                    return Err(ToolError::InvalidArguments {
+                        tool: "ask_user".to_owned(),
+                        reason: format!(
+                            "`key` `{key}` must be 1-64 letters, digits, `_`, `-` or `.`"
+                        ),
+                    });
+                }
+            };
             Ok(ToolOutcome::Question {
                 question: question.to_owned(),
+                key,
+                required: args.required.unwrap_or(true),
+                default: args.default.filter(|d| !d.is_null()),
             })
         }
         .boxed()
     }
+}
+
+/// Keys name answers in JSON objects and `key: value` lines: keep them plain.
+fn valid_key(key: &str) -> bool {
+    (1..=64).contains(&key.len())
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }

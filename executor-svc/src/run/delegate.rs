@@ -1,0 +1,633 @@
+//! Sub-agent frames (seed 003): a delegation runs a registry agent's loop as a frame of the
+//! same run, with its own conversation, tools, budgets and a sink that nests its events under
+//! its `agent_path`. Its final answer becomes the seed's result object; its patch is merged
+//! into the session's plan; its questions bubble up as `need_user_input` with a state token
+//! naming the frame, which stays in the session until the answers resume it.
+
+use std::{
+    sync::{Arc, atomic::AtomicU32},
+    time::Duration,
+};
+
+use futures::{FutureExt, future::BoxFuture};
+use serde_json::{Map, Value, json};
+use taskforce_proto::v1::{self, run_event::Event};
+use tracing::info;
+
+use super::{
+    FrameInfo, RunCtx,
+    agent_loop::{self, Counts, LoopEnd},
+    answers::{self, Split},
+    driver::{select_tools, workspace_for},
+};
+use crate::{
+    llm::Message,
+    plan::{ORCHESTRATOR, Patch, Rejection, TaskStatus, UnlinkPolicy},
+    registry::Target,
+    session::{Ask, Frame, plan_to_proto},
+    tools::{
+        ToolContext, ToolError, ToolOutcome,
+        orchestration::{AGENT_TOOL_PREFIX, Delegation, Orchestrate},
+    },
+};
+
+/// What every sub-agent is told about working inside a plan.
+const SUBAGENT_GUIDE: &str = "\n\n## Working as a sub-agent\n\
+You work on one task of a larger plan, delegated to you by another agent. The task message \
+holds `inputs` and a `shared_context` with the plan snapshot (its `version` and tasks) and the \
+facts known so far. You never change the plan directly: finish with a final answer that is ONE \
+JSON object, every key optional:\n\
+{\"result\": {…}, \"patch\": {\"base_version\": <plan version>, \"ops\": [{\"op\": \"add\"|\
+\"add_subtask\"|\"update\"|\"link_dep\"|\"unlink_dep\", …}]}, \"new_facts\": {…}, \
+\"suggested_next_action\": \"…\"}\n\
+You may only update tasks you own. If you need information only the user has, call \
+`ask_user` with a short `key`; the question is passed on and you continue with the answer.";
+
+/// A frame's link to orchestration, handed to its tool calls.
+#[derive(Debug)]
+pub struct FrameHandle {
+    ctx: Arc<RunCtx>,
+}
+
+impl FrameHandle {
+    /// The handle of the frame `ctx`.
+    pub fn new(ctx: Arc<RunCtx>) -> Self {
+        Self { ctx }
+    }
+}
+
+impl Orchestrate for FrameHandle {
+    fn delegate<'a>(
+        &'a self,
+        tool: &'a ToolContext,
+        request: Delegation,
+    ) -> BoxFuture<'a, Result<ToolOutcome, ToolError>> {
+        delegate(&self.ctx, &tool.call_id, request).boxed()
+    }
+
+    fn update_plan<'a>(&'a self, patch: Value) -> BoxFuture<'a, Result<ToolOutcome, ToolError>> {
+        update_plan(&self.ctx, patch).boxed()
+    }
+}
+
+fn failed(agent: &str, reason: impl Into<String>) -> ToolError {
+    ToolError::Failed {
+        tool: format!("{AGENT_TOOL_PREFIX}{agent}"),
+        reason: reason.into(),
+    }
+}
+
+/// The sub-agent `named` refers to among the parent's `subagents`: its id, `agent_<id>`, or
+/// the id with `_` for `-` (the seed writes `scaffold_webservice`).
+fn which(parent: &RunCtx, named: &str) -> Result<String, ToolError> {
+    let named = named.strip_prefix(AGENT_TOOL_PREFIX).unwrap_or(named);
+    let subs = &parent.agent.subagents;
+    if let Some(id) = subs.iter().find(|s| *s == named) {
+        return Ok(id.clone());
+    }
+    if let Some(id) = subs.iter().find(|s| s.replace('-', "_") == named.replace('-', "_")) {
+        return Ok(id.clone());
+    }
+    Err(failed(
+        named,
+        format!(
+            "`{named}` is not a sub-agent of `{}`; it may delegate to: {}",
+            parent.agent.agent_id,
+            if subs.is_empty() {
+                "none".to_owned()
+            } else {
+                subs.join(", ")
+            }
+        ),
+    ))
+}
+
+/// Runs or resumes a sub-agent for `parent`'s call `call_id`.
+async fn delegate(
+    parent: &Arc<RunCtx>,
+    call_id: &str,
+    request: Delegation,
+) -> Result<ToolOutcome, ToolError> {
+    let agent_id = which(parent, &request.agent)?;
+    let (frame, split) = match &request.resume {
+        Some((token, answers)) => resumed_frame(parent, &agent_id, token, answers)?,
+        None => (new_frame(parent, &agent_id, &request).await?, None),
+    };
+    run_frame(parent, call_id, frame, split, request.resume.is_some()).await
+}
+
+/// The stored frame a resume token names, with the answers applied to its questions.
+fn resumed_frame(
+    parent: &RunCtx,
+    agent_id: &str,
+    token: &str,
+    answers: &Map<String, Value>,
+) -> Result<(Frame, Option<Split>), ToolError> {
+    let frame_id = parent
+        .runner
+        .tokens
+        .verify(&parent.session_id, token)
+        .map_err(|e| failed(agent_id, e.to_string()))?;
+    let taken = parent.orchestra.with(|o| {
+        let frame = o.frames.get(&frame_id)?;
+        if frame.agent_id != agent_id || frame.parent != parent.frame.id {
+            return None;
+        }
+        o.frames.remove(&frame_id)
+    });
+    let frame = taken.ok_or_else(|| {
+        failed(
+            agent_id,
+            "`resume_token` names no question of this sub-agent that is still waiting (it was \
+             answered already, or belongs to another delegation)",
+        )
+    })?;
+    match answers::split(&frame.pending, answers) {
+        Ok(split) => Ok((frame, Some(split))),
+        Err(message) => {
+            // Refused answers change nothing: the frame waits on.
+            parent.orchestra.with(|o| o.frames.insert(frame.id.clone(), frame));
+            Err(ToolError::InvalidArguments {
+                tool: format!("{AGENT_TOOL_PREFIX}{agent_id}"),
+                reason: message,
+            })
+        }
+    }
+}
+
+/// A new frame for a delegation, after the guards: hop limit, cycles, budgets left.
+async fn new_frame(
+    parent: &RunCtx,
+    agent_id: &str,
+    request: &Delegation,
+) -> Result<Frame, ToolError> {
+    let runner = &parent.runner;
+    let limits = &runner.budgets.delegation;
+    if parent.frame.depth + 1 > limits.max_hops {
+        return Err(failed(
+            agent_id,
+            format!(
+                "delegation refused: the hop limit is {} (orchestrator → A → B), and `{}` is \
+                 already {} level(s) down",
+                limits.max_hops, parent.agent.agent_id, parent.frame.depth
+            ),
+        ));
+    }
+    if agent_id == parent.agent.agent_id || parent.frame.ancestors.iter().any(|a| a == agent_id) {
+        let mut chain = parent.frame.ancestors.clone();
+        chain.push(parent.agent.agent_id.clone());
+        chain.push(agent_id.to_owned());
+        return Err(failed(
+            agent_id,
+            format!("delegation refused: it would make a cycle ({})", chain.join(" → ")),
+        ));
+    }
+    let steps_used = parent.steps_used.load(std::sync::atomic::Ordering::Relaxed);
+    let steps_left = parent.max_steps.saturating_sub(steps_used);
+    let steps = request
+        .max_steps
+        .unwrap_or(runner.budgets.max_steps)
+        .min(steps_left);
+    let time_left = parent
+        .deadline
+        .saturating_duration_since(tokio::time::Instant::now());
+    let time = request.timeout.unwrap_or(limits.timeout).min(time_left);
+    if steps == 0 || time.is_zero() {
+        return Err(failed(
+            agent_id,
+            format!(
+                "delegation refused: `{}` has no budget left for a sub-agent ({steps_left} \
+                 model calls, {time_left:?})",
+                parent.agent.agent_id
+            ),
+        ));
+    }
+    let def = runner
+        .registry
+        .resolve(&Target::Agent(agent_id.to_owned()))
+        .await
+        .map_err(|e| failed(agent_id, format!("cannot load the sub-agent: {e}")))?;
+    let (task_id, plan) = parent
+        .orchestra
+        .with(|o| {
+            let id = o
+                .plan
+                .ensure_task(request.task_id.as_deref(), &request.task, agent_id)?;
+            o.plan.set_status(&id, TaskStatus::InProgress, None);
+            Ok::<_, String>((id, o.plan.clone()))
+        })
+        .map_err(|reason| ToolError::InvalidArguments {
+            tool: format!("{AGENT_TOOL_PREFIX}{agent_id}"),
+            reason: format!("`task_id`: {reason}"),
+        })?;
+    parent.sink.emit(plan_updated(&plan)).await;
+    let facts = parent.orchestra.with(|o| o.facts.clone());
+    let mut shared = json!({
+        "plan": {"version": plan.version, "tasks": plan.tasks},
+        "facts": facts,
+        "your_task_id": task_id,
+    });
+    if let (Some(shared), Value::Object(extra)) = (shared.as_object_mut(), &request.shared_context)
+    {
+        for (k, v) in extra {
+            shared.insert(k.clone(), v.clone());
+        }
+    }
+    let message = format!(
+        "{}\n\ninputs: {}\nshared_context: {}",
+        request.task, request.inputs, shared
+    );
+    let mut agent_path = parent.sink.agent_path().to_vec();
+    agent_path.push(agent_id.to_owned());
+    Ok(Frame {
+        id: format!("f{}", uuid::Uuid::new_v4().simple()),
+        agent_id: agent_id.to_owned(),
+        agent_path,
+        parent: parent.frame.id.clone(),
+        model: def.model.clone().or_else(|| parent.model_alias.clone()),
+        messages: vec![
+            Message::system(format!("{}{SUBAGENT_GUIDE}", def.system_prompt)),
+            Message::user(message),
+        ],
+        pending: answers::pending(Vec::new()),
+        task_id,
+        task: request.task.clone(),
+        allowed_tools: request.allowed_tools.clone(),
+        steps_left: steps,
+        time_left_ms: u64::try_from(time.as_millis()).unwrap_or(u64::MAX),
+    })
+}
+
+/// Runs `frame` to its end (answer, questions, failure) under its budget.
+async fn run_frame(
+    parent: &Arc<RunCtx>,
+    call_id: &str,
+    mut frame: Frame,
+    split: Option<Split>,
+    resumed: bool,
+) -> Result<ToolOutcome, ToolError> {
+    let runner = Arc::clone(&parent.runner);
+    let agent_id = frame.agent_id.clone();
+    let def = runner
+        .registry
+        .resolve(&Target::Agent(agent_id.clone()))
+        .await
+        .map_err(|e| failed(&agent_id, format!("cannot load the sub-agent: {e}")))?;
+    let model = runner
+        .router
+        .resolve(frame.model.as_deref())
+        .map_err(|e| failed(&agent_id, format!("its model: {e}")))?;
+    // What the parent has left bounds a resumed frame too.
+    let time = Duration::from_millis(frame.time_left_ms).min(
+        parent
+            .deadline
+            .saturating_duration_since(tokio::time::Instant::now()),
+    );
+    let started = tokio::time::Instant::now();
+    let mut ancestors = parent.frame.ancestors.clone();
+    ancestors.push(parent.agent.agent_id.clone());
+    let ctx = Arc::new(RunCtx {
+        sink: Arc::new(parent.sink.child(&agent_id, &frame.id)),
+        workspace: workspace_for(&runner, &def),
+        agent: def,
+        session_id: parent.session_id.clone(),
+        cancel: parent.cancel.child_token(),
+        limits: parent.limits.clone(),
+        model,
+        model_alias: frame.model.clone(),
+        max_steps: frame.steps_left,
+        steps_used: AtomicU32::new(0),
+        deadline: started + time,
+        frame: FrameInfo {
+            id: frame.id.clone(),
+            depth: parent.frame.depth + 1,
+            ancestors,
+        },
+        orchestra: Arc::clone(&parent.orchestra),
+        runner: Arc::clone(&runner),
+    });
+    ctx.sink
+        .emit(Event::DelegationStart(v1::DelegationStart {
+            call_id: call_id.to_owned(),
+            agent_id: agent_id.clone(),
+            task: frame.task.clone(),
+            task_id: frame.task_id.clone(),
+            resumed,
+        }))
+        .await;
+    info!(session_id = %ctx.session_id, agent_id = %agent_id, frame_id = %frame.id, resumed, "sub-agent starting");
+    let mut counts = Counts::default();
+    let mut timed_out = false;
+    let end = {
+        let (messages, counts) = (&mut frame.messages, &mut counts);
+        let allowed = frame.allowed_tools.clone();
+        let run = async {
+            let (tools, definitions) = select_tools(&runner, &ctx, allowed.as_deref()).await;
+            agent_loop::run(&ctx, &tools, &definitions, messages, counts, split).await
+        };
+        tokio::pin!(run);
+        let budget = tokio::time::sleep(time);
+        tokio::pin!(budget);
+        loop {
+            tokio::select! {
+                end = &mut run => break end,
+                () = &mut budget, if !timed_out => {
+                    timed_out = true;
+                    ctx.cancel.cancel();
+                }
+            }
+        }
+    };
+    parent.orchestra.add_usage(&counts);
+    let end = match end {
+        LoopEnd::Cancelled if timed_out => LoopEnd::Failed {
+            code: "TIME_BUDGET_EXCEEDED",
+            message: format!("the sub-agent did not finish within its {time:?} budget"),
+        },
+        other => other,
+    };
+    match end {
+        LoopEnd::Completed(text) => Ok(completed(&ctx, call_id, &frame, &text).await),
+        LoopEnd::Paused(pending) => {
+            frame.steps_left = frame.steps_left.saturating_sub(counts.steps);
+            frame.time_left_ms = u64::try_from(time.saturating_sub(started.elapsed()).as_millis())
+                .unwrap_or(u64::MAX);
+            frame.pending = pending;
+            Ok(paused(&ctx, call_id, frame).await)
+        }
+        LoopEnd::Failed { code, message } => {
+            let error = json!({"code": code, "message": message});
+            Ok(ended_badly(&ctx, call_id, &frame, error).await)
+        }
+        LoopEnd::Cancelled => {
+            let error = json!({"code": "CANCELLED", "message": "the run was cancelled"});
+            ended_badly(&ctx, call_id, &frame, error).await;
+            Err(ToolError::Cancelled {
+                tool: format!("{AGENT_TOOL_PREFIX}{agent_id}"),
+            })
+        }
+    }
+}
+
+/// The structured result in a sub-agent's final answer: a JSON object with any of `result`,
+/// `patch`, `new_facts`, `suggested_next_action` (also inside a ```json fence); else the text
+/// is the result.
+fn structured(text: &str) -> Map<String, Value> {
+    let trimmed = text.trim();
+    let body = trimmed
+        .strip_prefix("```json")
+        .or_else(|| trimmed.strip_prefix("```"))
+        .and_then(|b| b.strip_suffix("```"))
+        .unwrap_or(trimmed)
+        .trim();
+    if let Ok(Value::Object(map)) = serde_json::from_str::<Value>(body)
+        && ["result", "patch", "new_facts", "suggested_next_action"]
+            .iter()
+            .any(|k| map.contains_key(*k))
+    {
+        return map;
+    }
+    let mut map = Map::new();
+    map.insert("result".to_owned(), json!({"text": text}));
+    map
+}
+
+/// A sub-agent answered: merge its patch and facts, complete its task, build the result.
+async fn completed(ctx: &RunCtx, call_id: &str, frame: &Frame, text: &str) -> ToolOutcome {
+    let mut out = structured(text);
+    let result = out.remove("result").unwrap_or(Value::Null);
+    let patch = out.remove("patch").filter(|p| !p.is_null());
+    let facts = match out.remove("new_facts") {
+        Some(Value::Object(facts)) => facts,
+        _ => Map::new(),
+    };
+    let next = out.remove("suggested_next_action").unwrap_or(Value::Null);
+    let patch_status = match &patch {
+        Some(patch) => Some(merge(ctx, &frame.agent_id, patch).await),
+        None => None,
+    };
+    let plan = ctx.orchestra.with(|o| {
+        o.facts.extend(facts.clone());
+        o.plan
+            .set_status(&frame.task_id, TaskStatus::Completed, Some(result.clone()));
+        o.plan.clone()
+    });
+    ctx.sink.emit(plan_updated(&plan)).await;
+    let mut content = json!({
+        "success": true,
+        "agent": frame.agent_id,
+        "task_id": frame.task_id,
+        "result": result,
+        "patch": patch,
+        "new_facts": facts,
+        "suggested_next_action": next,
+    });
+    if let (Some(content), Some(status)) = (content.as_object_mut(), patch_status) {
+        content.insert("patch_status".to_owned(), status);
+    }
+    delegation_end(ctx, call_id, frame, "completed", &content).await;
+    ToolOutcome::Output {
+        content: content.to_string(),
+        is_error: false,
+    }
+}
+
+/// A sub-agent failed (or was cancelled): its task fails with the error as its result.
+async fn ended_badly(ctx: &RunCtx, call_id: &str, frame: &Frame, error: Value) -> ToolOutcome {
+    let plan = ctx.orchestra.with(|o| {
+        o.plan.set_status(
+            &frame.task_id,
+            TaskStatus::Failed,
+            Some(json!({"error": error})),
+        );
+        o.plan.clone()
+    });
+    ctx.sink.emit(plan_updated(&plan)).await;
+    let content = json!({
+        "success": false,
+        "agent": frame.agent_id,
+        "task_id": frame.task_id,
+        "error": error,
+    });
+    delegation_end(ctx, call_id, frame, "failed", &content).await;
+    ToolOutcome::Output {
+        content: content.to_string(),
+        is_error: true,
+    }
+}
+
+/// A sub-agent needs answers: store its frame, hand its questions up with a token naming it.
+async fn paused(ctx: &RunCtx, call_id: &str, frame: Frame) -> ToolOutcome {
+    let token = ctx.runner.tokens.sign(&ctx.session_id, &frame.id);
+    let tool = format!("{AGENT_TOOL_PREFIX}{}", frame.agent_id);
+    let asks: Vec<Ask> = frame
+        .pending
+        .asks
+        .iter()
+        .filter(|a| a.answer.is_none())
+        .map(|a| Ask {
+            key: a.key.clone(),
+            text: a.text.clone(),
+            required: a.required,
+            default: a.default.clone(),
+            agent_path: a.agent_path.clone(),
+            call_id: call_id.to_owned(),
+            tool: tool.clone(),
+            token: Some(token.clone()),
+            task: frame.task.clone(),
+            answer: None,
+        })
+        .collect();
+    let questions: Vec<Value> = asks
+        .iter()
+        .map(|a| json!({"key": a.key, "text": a.text, "required": a.required}))
+        .collect();
+    let defaults: Map<String, Value> = asks
+        .iter()
+        .filter_map(|a| a.default.clone().map(|d| (a.key.clone(), d)))
+        .collect();
+    let content = json!({
+        "success": false,
+        "agent": frame.agent_id,
+        "task_id": frame.task_id,
+        "need_user_input": {
+            "questions": questions,
+            "context": format!("`{}` needs answers to go on with: {}", frame.agent_id, frame.task),
+            "proposed_defaults": defaults,
+        },
+        "state_token": token,
+    });
+    delegation_end(ctx, call_id, &frame, "need_user_input", &content).await;
+    ctx.orchestra
+        .with(|o| o.frames.insert(frame.id.clone(), frame));
+    ToolOutcome::NeedInput {
+        content: content.to_string(),
+        asks,
+    }
+}
+
+async fn delegation_end(ctx: &RunCtx, call_id: &str, frame: &Frame, status: &str, result: &Value) {
+    ctx.sink
+        .emit(Event::DelegationEnd(v1::DelegationEnd {
+            call_id: call_id.to_owned(),
+            agent_id: frame.agent_id.clone(),
+            task_id: frame.task_id.clone(),
+            status: status.to_owned(),
+            result_json: result.to_string(),
+        }))
+        .await;
+}
+
+/// Merges `author`'s patch (JSON) into the plan and says how it went, for the model: applied
+/// with the new version, or the seed's 409 conflict / refusal with the current version and the
+/// rejected ops.
+async fn merge(ctx: &RunCtx, author: &str, patch: &Value) -> Value {
+    let parsed = match Patch::from_json(patch) {
+        Ok(p) => p,
+        Err(message) => {
+            let rejection = json!({"applied": false, "error": "invalid", "status": 422,
+                "message": message});
+            ctx.sink
+                .emit(Event::PatchRejected(v1::PatchRejected {
+                    author: author.to_owned(),
+                    reason: "invalid".to_owned(),
+                    message,
+                    current_version: ctx.orchestra.with(|o| o.plan.version),
+                    rejected_ops_json: patch.get("ops").unwrap_or(patch).to_string(),
+                }))
+                .await;
+            return rejection;
+        }
+    };
+    let merged = ctx.orchestra.with(|o| {
+        o.plan
+            .apply(author, &parsed, UnlinkPolicy::default())
+            .map(|version| (version, o.plan.clone()))
+    });
+    match merged {
+        Ok((version, plan)) => {
+            let ops: Vec<Value> = parsed.ops.iter().map(|op| op.to_json()).collect();
+            ctx.sink
+                .emit(Event::PatchApplied(v1::PatchApplied {
+                    author: author.to_owned(),
+                    version,
+                    ops_json: Value::Array(ops).to_string(),
+                }))
+                .await;
+            ctx.sink.emit(plan_updated(&plan)).await;
+            json!({"applied": true, "version": version, "plan_markdown": plan.render_markdown()})
+        }
+        Err(rejection) => {
+            ctx.sink.emit(rejected(author, &rejection)).await;
+            let mut body = serde_json::to_value(&rejection).unwrap_or(Value::Null);
+            if let Some(body) = body.as_object_mut() {
+                body.insert("applied".to_owned(), Value::Bool(false));
+                body.insert("status".to_owned(), json!(status_of(&rejection)));
+            }
+            body
+        }
+    }
+}
+
+/// The HTTP-like status the seed names for a refused patch.
+fn status_of(rejection: &Rejection) -> u16 {
+    match rejection.reason {
+        crate::plan::RejectReason::Conflict => 409,
+        crate::plan::RejectReason::Forbidden => 403,
+        crate::plan::RejectReason::Invalid => 422,
+    }
+}
+
+fn rejected(author: &str, rejection: &Rejection) -> Event {
+    Event::PatchRejected(v1::PatchRejected {
+        author: author.to_owned(),
+        reason: rejection.reason.as_str().to_owned(),
+        message: rejection.message.clone(),
+        current_version: rejection.current_version,
+        rejected_ops_json: Value::Array(rejection.rejected_ops.clone()).to_string(),
+    })
+}
+
+/// A `PlanUpdated` event.
+pub fn plan_updated(plan: &crate::plan::Plan) -> Event {
+    Event::PlanUpdated(v1::PlanUpdated {
+        plan: Some(plan_to_proto(plan)),
+    })
+}
+
+/// `update_todolist`: the orchestrator's own patch.
+async fn update_plan(ctx: &RunCtx, arguments: Value) -> Result<ToolOutcome, ToolError> {
+    if ctx.frame.depth > 0 {
+        return Err(ToolError::Unavailable {
+            tool: "update_todolist".to_owned(),
+            reason: "sub-agents propose plan changes as the `patch` of their final result"
+                .to_owned(),
+        });
+    }
+    Patch::from_json(&arguments).map_err(|reason| ToolError::InvalidArguments {
+        tool: "update_todolist".to_owned(),
+        reason,
+    })?;
+    let status = merge(ctx, ORCHESTRATOR, &arguments).await;
+    let applied = status["applied"].as_bool().unwrap_or(false);
+    Ok(ToolOutcome::Output {
+        content: status.to_string(),
+        is_error: !applied,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn final_answers_are_read_as_structured_results_when_they_are() {
+        let s = structured("```json\n{\"result\": {\"ok\": 1}, \"new_facts\": {\"a\": 2}}\n```");
+        assert_eq!(s["result"], json!({"ok": 1}));
+        assert_eq!(s["new_facts"], json!({"a": 2}));
+        let s = structured("All done, nothing to add.");
+        assert_eq!(s["result"], json!({"text": "All done, nothing to add."}));
+        let s = structured("{\"unrelated\": true}");
+        assert_eq!(s["result"], json!({"text": "{\"unrelated\": true}"}));
+    }
+}

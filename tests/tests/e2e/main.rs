@@ -23,6 +23,7 @@
 //! - `execute`: runs through the executor: `/api/v1/execute`, its SSE stream, errors.
 //! - `gateway_meta`: health, readiness and the OpenAPI document.
 //! - `lifecycle`: stopping the registry with SIGTERM.
+//! - `orchestration`: sub-agents, plan patches, bubbled-up questions across a SIGKILL (seed 003).
 //! - `run_mcp`: an agent's MCP tools (real `mcp-server-time`) in a run through all three binaries.
 //! - `fake_llm`, `run_resume`, `run_cancel`, `run_shutdown`, `run_providers`, `run_faults`: runs
 //!   through the real executor binary, against fake OpenAI/Anthropic servers in the test process:
@@ -46,6 +47,7 @@ mod mcp_server;
 mod mcp_transport;
 mod mcp_validation;
 mod metadata;
+mod orchestration;
 mod rest_crud;
 mod run_cancel;
 mod run_faults;

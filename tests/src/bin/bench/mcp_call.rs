@@ -52,6 +52,8 @@ pub async fn run(calls: usize) -> anyhow::Result<()> {
         session_id: "bench".into(),
         cancel: CancellationToken::new(),
         limits: Limits::default(),
+        call_id: "bench".into(),
+        orchestra: None,
     };
     let args = json!({"message": "hello"});
     let bare_call = || async {

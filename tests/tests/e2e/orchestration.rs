@@ -1,0 +1,398 @@
+//! Multi-agent orchestration (seed 003) through the real registry, executor and gateway: each
+//! agent runs on its own model alias, a scripted provider of its own, so every conversation
+//! replays deterministically.
+//!
+//! - A planner delegates to sub-agents in parallel (one fails), merges a sub-agent's patch,
+//!   refuses an ownership violation and a stale base version (then retries), refuses a tampered
+//!   resume token; the plan endpoint shows all of it.
+//! - A question two levels down bubbles up as one consolidated question, survives a SIGKILL of
+//!   the executor, and the answer resumes the same sub-agent; the hop limit refuses a third level.
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+use taskforce_proto::v1;
+use taskforce_tests::{Stack, StackOptions};
+
+use crate::helpers::{RUN_TIMEOUT, SseReader, agent_json, create, event_names, get_session, send};
+
+/// An `llm_config.yaml` with one scripted provider (and model alias) per script.
+fn llm_config(dir: &Path, scripts: &[(&str, &str)]) -> String {
+    let mut models = String::from("default_provider: scripted\nmodels:\n");
+    let mut providers = String::from("providers:\n  scripted:\n    type: scripted\n");
+    for (alias, script) in scripts {
+        let path = dir.join(format!("{alias}.yaml"));
+        std::fs::write(&path, script).expect("script written");
+        models.push_str(&format!("  {alias}: {{provider: p_{alias}, model: {alias}}}\n"));
+        providers.push_str(&format!(
+            "  p_{alias}:\n    type: scripted\n    script: {}\n",
+            path.display()
+        ));
+    }
+    format!("{models}{providers}")
+}
+
+async fn stack(dir: &Path, scripts: &[(&str, &str)]) -> Stack {
+    StackOptions::full()
+        .with_executor()
+        .llm_config(llm_config(dir, scripts))
+        .spawn()
+        .await
+        .expect("stack with executor starts")
+}
+
+async fn agent(stack: &Stack, id: &str, tools: &[&str], subagents: &[&str], model: &str) {
+    let mut body = agent_json(id);
+    body["tool_allowlist"] = json!(tools);
+    body["subagents"] = json!(subagents);
+    body["model"] = json!(model);
+    let r = create(stack, &body).await;
+    assert_eq!(r.status, 201, "creating {id}: {}", r.text);
+}
+
+fn named<'a>(events: &'a [(String, Value)], name: &str) -> Vec<&'a Value> {
+    events
+        .iter()
+        .filter(|(n, _)| n == name)
+        .map(|(_, e)| e)
+        .collect()
+}
+
+const PLANNER: &str = r#"
+final_text: "All delegated."
+turns:
+  - tool_calls:
+      - name: update_todolist
+        arguments: {ops: [{op: add, task: {id: plan-1, title: Decide the stack}}]}
+  - tool_calls:
+      - name: agent_builder
+        arguments: {task: Build the service, task_id: build}
+      - name: delegate_to_agent
+        arguments: {agent_name: broken, task: Break something}
+  - tool_calls:
+      - name: agent_reviewer
+        arguments: {task: Review the service, task_id: review}
+  - tool_calls:
+      - name: update_todolist
+        arguments: {base_version: 2, ops: [{op: update, task_id: plan-1, fields: {notes: stale}}]}
+  - tool_calls:
+      - name: update_todolist
+        arguments: {base_version: 3, ops: [{op: update, task_id: plan-1, fields: {status: COMPLETED}}]}
+  - tool_calls:
+      - name: agent_builder
+        arguments: {task: Build again, resume_token: "v1.f0123abcd.00ff", answers: {}}
+"#;
+
+const BUILDER: &str = r#"
+turns:
+  - text: '{"result": {"artifact": "svc.tar"}, "patch": {"base_version": 2, "ops": [{"op": "add_subtask", "parent_id": "build", "task": {"id": "build.smoke", "title": "Smoke test"}}]}, "new_facts": {"lang": "rust"}, "suggested_next_action": "review"}'
+"#;
+
+const REVIEWER: &str = r#"
+turns:
+  - text: '{"result": {"ok": true}, "patch": {"base_version": 3, "ops": [{"op": "update", "task_id": "plan-1", "fields": {"status": "FAILED"}}]}}'
+"#;
+
+const BROKEN: &str = r#"
+turns:
+  - error: "the model is overloaded"
+"#;
+
+#[tokio::test]
+async fn a_planner_delegates_merges_patches_and_refuses_what_it_must() {
+    let dir = tempfile::TempDir::new().expect("tmp");
+    let stack = stack(
+        dir.path(),
+        &[
+            ("planner", PLANNER),
+            ("builder", BUILDER),
+            ("reviewer", REVIEWER),
+            ("broken", BROKEN),
+        ],
+    )
+    .await;
+    agent(&stack, "builder", &["file_read"], &[], "builder").await;
+    agent(&stack, "reviewer", &["file_read"], &[], "reviewer").await;
+    agent(&stack, "broken", &["file_read"], &[], "broken").await;
+    agent(
+        &stack,
+        "planner",
+        &["delegate_to_agent", "update_todolist"],
+        &["builder", "reviewer", "broken"],
+        "planner",
+    )
+    .await;
+
+    let mut sse = SseReader::open(
+        &stack,
+        "/api/v1/execute/stream",
+        &json!({"mission": "Ship a web service", "agent_id": "planner"}),
+    )
+    .await;
+    let events = sse.rest(RUN_TIMEOUT).await;
+    let names = event_names(&events);
+    assert!(names.ends_with(&["final_answer", "done"]), "{names:?}");
+    let done = &events[events.len() - 1].1;
+    assert_eq!(done["status"], "completed", "{done}");
+    let session = events[0].1["session_id"].as_str().expect("session").to_owned();
+
+    // Sub-agents' events are nested under their path and frame.
+    let starts = named(&events, "delegation_start");
+    let builder = starts
+        .iter()
+        .find(|e| e["agent_id"] == "builder")
+        .expect("builder started");
+    assert_eq!(builder["agent_path"], json!(["builder"]));
+    assert_eq!(builder["task_id"], "build");
+    let frame = builder["frame_id"].as_str().expect("frame id");
+    assert!(!frame.is_empty());
+    assert!(
+        events
+            .iter()
+            .any(|(n, e)| n == "token" && e["frame_id"] == frame && e["agent_path"] == json!(["builder"])),
+        "the builder's tokens carry its frame"
+    );
+
+    // The builder's patch merged (version 2 → 3); the failing sub-agent did not stop it.
+    let applied = named(&events, "patch_applied");
+    assert!(
+        applied
+            .iter()
+            .any(|e| e["author"] == "builder" && e["version"] == 3),
+        "{applied:?}"
+    );
+    let ends = named(&events, "delegation_end");
+    let broken = ends
+        .iter()
+        .find(|e| e["agent_id"] == "broken")
+        .expect("broken ended");
+    assert_eq!(broken["status"], "failed", "{broken}");
+    assert_eq!(broken["result"]["error"]["code"], "LLM_ERROR", "{broken}");
+
+    // Ownership, stale base, then the retry.
+    let rejected = named(&events, "patch_rejected");
+    assert!(
+        rejected
+            .iter()
+            .any(|e| e["author"] == "reviewer" && e["reason"] == "forbidden"),
+        "{rejected:?}"
+    );
+    let stale = rejected
+        .iter()
+        .find(|e| e["author"] == "orchestrator")
+        .expect("the stale patch is refused");
+    assert_eq!(stale["reason"], "conflict");
+    assert_eq!(stale["current_version"], 3);
+    assert!(
+        applied
+            .iter()
+            .any(|e| e["author"] == "orchestrator" && e["version"] == 4),
+        "the retry merged: {applied:?}"
+    );
+
+    // The tampered token is a tool error the model sees; the run went on.
+    let errors = named(&events, "tool_error");
+    assert!(
+        errors
+            .iter()
+            .any(|e| e["tool"] == "agent_builder"
+                && e["message"].as_str().unwrap_or_default().contains("resume_token")),
+        "{errors:?}"
+    );
+    let plans = named(&events, "plan_updated");
+    let last = plans.last().expect("plan events");
+    assert!(
+        last["plan"]["markdown"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("[x] build"),
+        "{last}"
+    );
+
+    // The plan endpoint after all of it.
+    let plan = send(
+        stack
+            .http()
+            .get(stack.url(&format!("/api/v1/sessions/{session}/plan"))),
+    )
+    .await;
+    assert_eq!(plan.status, 200, "{}", plan.text);
+    let plan = plan.body;
+    assert_eq!(plan["version"], 4, "{plan}");
+    let task = |id: &str| {
+        plan["tasks"]
+            .as_array()
+            .and_then(|ts| ts.iter().find(|t| t["id"] == id))
+            .cloned()
+            .unwrap_or_else(|| panic!("task {id} in {plan}"))
+    };
+    assert_eq!(task("plan-1")["status"], "COMPLETED");
+    assert_eq!(task("plan-1")["owner_agent"], "orchestrator");
+    assert_eq!(task("build")["status"], "COMPLETED");
+    assert_eq!(task("build")["owner_agent"], "builder");
+    assert_eq!(task("build")["result"]["artifact"], "svc.tar");
+    assert_eq!(task("build.smoke")["parent_id"], "build");
+    assert_eq!(task("build.smoke")["status"], "PENDING");
+    assert_eq!(task("review")["status"], "COMPLETED");
+    let failed: Vec<&Value> = plan["tasks"]
+        .as_array()
+        .map(|ts| ts.iter().filter(|t| t["owner_agent"] == "broken").collect())
+        .unwrap_or_default();
+    assert_eq!(failed.len(), 1, "{plan}");
+    assert_eq!(failed[0]["status"], "FAILED");
+    assert!(plan["markdown"].as_str().unwrap_or_default().starts_with("## Plan (version 4)"));
+
+    let unknown = send(stack.http().get(stack.url("/api/v1/sessions/nope/plan"))).await;
+    assert_eq!(unknown.status, 404, "{}", unknown.text);
+
+    let facts = get_session(&stack, &session).await.facts_json;
+    assert!(facts.contains("\"lang\":\"rust\""), "{facts}");
+}
+
+const LEAD: &str = r#"
+final_text: "lead finished"
+turns:
+  - tool_calls:
+      - name: agent_mid
+        arguments: {task: Build it}
+"#;
+
+const MID: &str = r#"
+final_text: "mid finished"
+turns:
+  - tool_calls:
+      - name: agent_leaf
+        arguments: {task: Scaffold it}
+"#;
+
+const LEAF: &str = r#"
+turns:
+  - tool_calls:
+      - name: agent_deep
+        arguments: {task: Go deeper}
+  - tool_calls:
+      - name: ask_user
+        id: ask_py
+        arguments: {question: Which Python version?, key: python_version, default: "3.12"}
+  - text: '{"result": {"python": "{{last_message}}"}}'
+"#;
+
+#[tokio::test]
+async fn a_question_two_levels_down_bubbles_up_survives_sigkill_and_resumes_its_frame() {
+    let dir = tempfile::TempDir::new().expect("tmp");
+    let mut stack = stack(
+        dir.path(),
+        &[("lead", LEAD), ("mid", MID), ("leaf", LEAF), ("deep", LEAF)],
+    )
+    .await;
+    agent(&stack, "deep", &["file_read"], &[], "deep").await;
+    agent(&stack, "leaf", &["ask_user"], &["deep"], "leaf").await;
+    agent(&stack, "mid", &["file_read"], &["leaf"], "mid").await;
+    agent(&stack, "lead", &["file_read"], &["mid"], "lead").await;
+
+    let mut sse = SseReader::open(
+        &stack,
+        "/api/v1/execute/stream",
+        &json!({"mission": "Make a service", "agent_id": "lead"}),
+    )
+    .await;
+    let first = sse.rest(RUN_TIMEOUT).await;
+    let names = event_names(&first);
+    assert!(names.ends_with(&["question", "done"]), "{names:?}");
+    assert_eq!(first[first.len() - 1].1["status"], "paused");
+    let session = first[0].1["session_id"].as_str().expect("session").to_owned();
+
+    // The hop limit: lead → mid → leaf is allowed, leaf → deep is not.
+    let hop = named(&first, "tool_error")
+        .into_iter()
+        .find(|e| e["tool"] == "agent_deep")
+        .expect("the third level is refused");
+    assert_eq!(hop["agent_path"], json!(["mid", "leaf"]));
+    assert!(
+        hop["message"].as_str().unwrap_or_default().contains("hop limit"),
+        "{hop}"
+    );
+    assert!(
+        !named(&first, "delegation_start")
+            .iter()
+            .any(|e| e["agent_id"] == "deep")
+    );
+
+    // Exactly one consolidated question, naming the leaf's key, default and path.
+    let questions = named(&first, "question");
+    assert_eq!(questions.len(), 1, "{questions:?}");
+    let question = questions[0];
+    assert_eq!(question["agent_path"], json!([]), "asked by the top agent");
+    let items = question["items"].as_array().expect("items");
+    assert_eq!(items.len(), 1, "{question}");
+    assert_eq!(items[0]["key"], "leaf.python_version");
+    assert_eq!(items[0]["default"], "3.12");
+    assert_eq!(items[0]["agent_path"], json!(["mid", "leaf"]));
+    let ends = named(&first, "delegation_end");
+    assert_eq!(
+        ends.iter()
+            .filter(|e| e["status"] == "need_user_input")
+            .count(),
+        2,
+        "leaf and mid both hand the question up: {ends:?}"
+    );
+
+    // Nothing but the session on disk survives this.
+    stack.kill9_executor().expect("executor killed");
+    stack.restart_executor().await.expect("executor restarts");
+    let paused = get_session(&stack, &session).await;
+    assert_eq!(paused.status(), v1::RunStatus::Paused, "{paused:?}");
+    let pending = paused.pending_question.expect("pending");
+    assert_eq!(pending.items.len(), 1);
+
+    let answer_path = format!("/api/v1/sessions/{session}/answer");
+    let unknown = send(
+        stack
+            .http()
+            .post(stack.url(&answer_path))
+            .json(&json!({"answers": {"nope": "x"}})),
+    )
+    .await;
+    assert_eq!(unknown.status, 400, "{}", unknown.text);
+    assert!(unknown.text.contains("nope"), "{}", unknown.text);
+
+    let mut sse = SseReader::open(
+        &stack,
+        &answer_path,
+        &json!({"answers": {"leaf.python_version": "3.11"}}),
+    )
+    .await;
+    let second = sse.rest(RUN_TIMEOUT).await;
+    let names = event_names(&second);
+    assert!(names.ends_with(&["final_answer", "done"]), "{names:?}");
+    assert_eq!(second[second.len() - 1].1["status"], "completed");
+    assert_eq!(second[second.len() - 2].1["text"], "lead finished");
+    let resumed: Vec<&Value> = named(&second, "delegation_start");
+    assert!(
+        resumed.iter().all(|e| e["resumed"] == true) && resumed.len() == 2,
+        "mid and leaf resume their frames: {resumed:?}"
+    );
+    let leaf_end = named(&second, "delegation_end")
+        .into_iter()
+        .find(|e| e["agent_id"] == "leaf")
+        .expect("leaf ended");
+    assert_eq!(leaf_end["status"], "completed", "{leaf_end}");
+    assert_eq!(leaf_end["result"]["result"]["python"], "3.11", "{leaf_end}");
+
+    // The leaf's own conversation went on where it stopped: the answer is its ask_user result.
+    let done = get_session(&stack, &session).await;
+    assert_eq!(done.status(), v1::RunStatus::Completed);
+    assert!(done.pending_question.is_none());
+    let plan = done.plan.expect("plan");
+    assert!(plan.tasks.iter().all(|t| t.status == "COMPLETED"), "{plan:?}");
+
+    // Answering again is refused: nothing is waiting.
+    let again = send(
+        stack
+            .http()
+            .post(stack.url(&answer_path))
+            .json(&json!({"answers": {"leaf.python_version": "3.10"}})),
+    )
+    .await;
+    assert_eq!(again.status, 409, "{}", again.text);
+}

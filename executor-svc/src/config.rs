@@ -85,7 +85,11 @@ pub struct Config {
     pub subagent_timeout_secs: u64,
 
     /// Where the executor serves Prometheus metrics (`/metrics`); empty: nowhere.
-    #[arg(long, env = "TASKFORCE_EXECUTOR_METRICS_LISTEN", default_value = "127.0.0.1:9464")]
+    #[arg(
+        long,
+        env = "TASKFORCE_EXECUTOR_METRICS_LISTEN",
+        default_value = "127.0.0.1:9464"
+    )]
     pub metrics_listen: String,
 
     #[arg(long, env = "TASKFORCE_REGISTRY_TIMEOUT_MS", default_value_t = 5000)]

@@ -11,6 +11,9 @@
 //! - [`grpc`]: the `taskforce.v1.Executor` service, a thin layer over [`run::Runner`].
 //! - [`run`](mod@run): starting, continuing and cancelling runs; the loop, tool rounds, the event sink.
 //! - [`session`]: sessions in sled.
+//! - [`plan`]: the todo plan and its patch engine (pure).
+//! - [`token`]: signed state tokens naming a paused sub-agent frame.
+//! - [`metrics`]: Prometheus metrics and the `/metrics` listener.
 //! - [`registry`]: the registry link: definitions (cached, invalidated by its watch stream) and
 //!   BUSY/IDLE reports with a lease.
 //! - [`agent`]: a registry agent as a run needs it (prompt, tools, workspace).
@@ -40,6 +43,7 @@ pub mod policy;
 pub mod registry;
 pub mod run;
 pub mod session;
+pub mod token;
 pub mod tools;
 
 use std::{sync::Arc, time::Duration};
@@ -139,16 +143,12 @@ pub async fn run_with(
         config_dir: config.config_dir.clone(),
         delegation: config.delegation_limits(),
     };
-    let key_dir = config.data_dir.clone();
-    let tokens =
-        tokio::task::spawn_blocking(move || run::token::TokenKey::load_or_create(&key_dir))
-            .await??;
     let metrics = match config.metrics_listen.trim() {
         "" => None,
         addr => {
-            let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
-                ExecutorError::Config(format!("--metrics-listen {addr}: {e}"))
-            })?;
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| ExecutorError::Config(format!("--metrics-listen {addr}: {e}")))?;
             Some(tokio::spawn(metrics::serve(listener, tasks.clone())))
         }
     };
@@ -159,7 +159,6 @@ pub async fn run_with(
         store,
         registry,
         budgets,
-        tokens,
         shutdown.child_token(),
     ));
 

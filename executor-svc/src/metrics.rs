@@ -53,8 +53,16 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         duration.clone(),
     );
     // The client appends `_total` to counters.
-    registry.register("idp_tool_success", "Tool calls that succeeded", success.clone());
-    registry.register("idp_tool_failure", "Tool calls that failed", failure.clone());
+    registry.register(
+        "idp_tool_success",
+        "Tool calls that succeeded",
+        success.clone(),
+    );
+    registry.register(
+        "idp_tool_failure",
+        "Tool calls that failed",
+        failure.clone(),
+    );
     Metrics {
         registry,
         duration,

@@ -342,6 +342,8 @@ pub struct SessionStore {
     seqs: sled::Tree,
     /// One flush at a time, shared by every writer waiting for one.
     durability: Arc<GroupCommit>,
+    /// Signs the state tokens naming the sub-agent frames stored here.
+    tokens: crate::token::TokenKey,
 }
 
 /// Group commit: writers that need their write on disk count themselves in, and one flush at a
@@ -374,6 +376,7 @@ impl SessionStore {
             sessions,
             seqs,
             durability: Arc::default(),
+            tokens: crate::token::TokenKey::load_or_create(dir)?,
         };
         let mut orphaned = 0usize;
         for entry in store.sessions.iter() {
@@ -401,6 +404,11 @@ impl SessionStore {
             );
         }
         Ok(store)
+    }
+
+    /// The key of the state tokens that name this store's paused sub-agent frames.
+    pub fn tokens(&self) -> &crate::token::TokenKey {
+        &self.tokens
     }
 
     /// The session with this id.

@@ -64,7 +64,12 @@ fn consolidated(asks: &[Ask]) -> String {
             .to_owned()
     };
     for ask in open {
-        text.push_str(&format!("\n- {} ({}): {}", ask.key, ask.agent_path.join(" › "), ask.text));
+        text.push_str(&format!(
+            "\n- {} ({}): {}",
+            ask.key,
+            ask.agent_path.join(" › "),
+            ask.text
+        ));
         if let Some(default) = &ask.default {
             text.push_str(&format!(" [default: {}]", as_text(default)));
         }
@@ -165,7 +170,8 @@ pub fn split(pending: &Pending, answers: &Map<String, Value>) -> Result<Split, S
         match ask.token.clone() {
             None if settled(&ask) => {
                 let text = value(&ask).map_or_else(|| "(no answer)".to_owned(), |v| as_text(&v));
-                out.results.push((ask.call_id.clone(), ask.tool.clone(), text));
+                out.results
+                    .push((ask.call_id.clone(), ask.tool.clone(), text));
             }
             None => out.still.push(ask),
             Some(token) => match groups.iter_mut().find(|(t, _)| *t == token) {
@@ -248,12 +254,18 @@ mod tests {
 
     #[test]
     fn an_open_own_question_holds_back_resumes() {
-        let p = pending(vec![ask("o.q", None, true, None), ask("a.x", Some("T1"), true, None)]);
+        let p = pending(vec![
+            ask("o.q", None, true, None),
+            ask("a.x", Some("T1"), true, None),
+        ]);
         let s = split(&p, &map(json!({"a.x": "v"}))).expect("split");
         assert!(s.calls.is_empty() && s.results.is_empty());
         assert_eq!(s.still.iter().filter(|a| a.answer.is_some()).count(), 1);
         let s = split(&pending(s.still), &map(json!({"o.q": "w"}))).expect("split");
-        assert_eq!(s.results, vec![("ask-1".into(), "ask_user".into(), "w".into())]);
+        assert_eq!(
+            s.results,
+            vec![("ask-1".into(), "ask_user".into(), "w".into())]
+        );
         assert_eq!(s.calls.len(), 1, "the answer given before is kept");
     }
 

@@ -85,7 +85,10 @@ fn which(parent: &RunCtx, named: &str) -> Result<String, ToolError> {
     if let Some(id) = subs.iter().find(|s| *s == named) {
         return Ok(id.clone());
     }
-    if let Some(id) = subs.iter().find(|s| s.replace('-', "_") == named.replace('-', "_")) {
+    if let Some(id) = subs
+        .iter()
+        .find(|s| s.replace('-', "_") == named.replace('-', "_"))
+    {
         return Ok(id.clone());
     }
     Err(failed(
@@ -125,7 +128,8 @@ fn resumed_frame(
 ) -> Result<(Frame, Option<Split>), ToolError> {
     let frame_id = parent
         .runner
-        .tokens
+        .store
+        .tokens()
         .verify(&parent.session_id, token)
         .map_err(|e| failed(agent_id, e.to_string()))?;
     let taken = parent.orchestra.with(|o| {
@@ -146,7 +150,9 @@ fn resumed_frame(
         Ok(split) => Ok((frame, Some(split))),
         Err(message) => {
             // Refused answers change nothing: the frame waits on.
-            parent.orchestra.with(|o| o.frames.insert(frame.id.clone(), frame));
+            parent
+                .orchestra
+                .with(|o| o.frames.insert(frame.id.clone(), frame));
             Err(ToolError::InvalidArguments {
                 tool: format!("{AGENT_TOOL_PREFIX}{agent_id}"),
                 reason: message,
@@ -179,7 +185,10 @@ async fn new_frame(
         chain.push(agent_id.to_owned());
         return Err(failed(
             agent_id,
-            format!("delegation refused: it would make a cycle ({})", chain.join(" → ")),
+            format!(
+                "delegation refused: it would make a cycle ({})",
+                chain.join(" → ")
+            ),
         ));
     }
     let steps_used = parent.steps_used.load(std::sync::atomic::Ordering::Relaxed);
@@ -458,7 +467,7 @@ async fn ended_badly(ctx: &RunCtx, call_id: &str, frame: &Frame, error: Value) -
 
 /// A sub-agent needs answers: store its frame, hand its questions up with a token naming it.
 async fn paused(ctx: &RunCtx, call_id: &str, frame: Frame) -> ToolOutcome {
-    let token = ctx.runner.tokens.sign(&ctx.session_id, &frame.id);
+    let token = ctx.runner.store.tokens().sign(&ctx.session_id, &frame.id);
     let tool = format!("{AGENT_TOOL_PREFIX}{}", frame.agent_id);
     let asks: Vec<Ask> = frame
         .pending

@@ -7,7 +7,6 @@
 //! - `start`: request validation and session set-up for `Execute` and `Answer`.
 //! - `delegate`: sub-agent frames (seed 003): delegations, plan merges, bubbled-up questions.
 //! - `answers`: pending questions and the answers that continue them (pure).
-//! - `token`: signed state tokens naming a paused sub-agent frame.
 
 mod agent_loop;
 mod answers;
@@ -16,7 +15,6 @@ mod delegate;
 mod driver;
 mod events;
 mod start;
-pub mod token;
 
 use std::{
     collections::HashMap,
@@ -76,8 +74,6 @@ pub struct Runner {
     store: SessionStore,
     registry: Registry,
     budgets: Budgets,
-    /// Signs the state tokens of paused sub-agent frames.
-    tokens: token::TokenKey,
     /// Cancellation of each live run, by session id.
     live: Mutex<HashMap<String, CancellationToken>>,
     /// Every run task; waited for on shutdown.
@@ -149,7 +145,10 @@ impl Orchestra {
     /// Runs `f` on the state (a poisoned lock still holds a consistent state: every change is
     /// made on a copy or is a single assignment).
     fn with<R>(&self, f: impl FnOnce(&mut Orchestration) -> R) -> R {
-        let mut state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         f(&mut state)
     }
 
@@ -159,7 +158,10 @@ impl Orchestra {
     }
 
     fn add_usage(&self, counts: &Counts) {
-        let mut usage = self.usage.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut usage = self
+            .usage
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         usage.input_tokens += counts.input_tokens;
         usage.output_tokens += counts.output_tokens;
         usage.steps += counts.steps;
@@ -167,7 +169,10 @@ impl Orchestra {
     }
 
     fn usage(&self) -> Counts {
-        *self.usage.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        *self
+            .usage
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -181,7 +186,6 @@ impl Runner {
         store: SessionStore,
         registry: Registry,
         budgets: Budgets,
-        tokens: token::TokenKey,
         shutdown: CancellationToken,
     ) -> Self {
         let tools = tools
@@ -195,7 +199,6 @@ impl Runner {
             store,
             registry,
             budgets,
-            tokens,
             live: Mutex::new(HashMap::new()),
             tasks: TaskTracker::new(),
             shutdown,
@@ -230,7 +233,10 @@ impl Runner {
     }
 
     /// The todo plan of a session (as of its last checkpoint).
-    pub fn plan(&self, session_id: &str) -> Result<Option<crate::plan::Plan>, crate::ExecutorError> {
+    pub fn plan(
+        &self,
+        session_id: &str,
+    ) -> Result<Option<crate::plan::Plan>, crate::ExecutorError> {
         Ok(self
             .store
             .get(session_id)?

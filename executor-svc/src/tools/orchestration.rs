@@ -233,14 +233,13 @@ fn catalog_definition(name: &str) -> ToolDefinition {
     }
 }
 
-fn orchestra<'a>(
-    ctx: &'a ToolContext,
-    tool: &str,
-) -> Result<&'a dyn Orchestrate, ToolError> {
-    ctx.orchestra.as_deref().ok_or_else(|| ToolError::Unavailable {
-        tool: tool.to_owned(),
-        reason: "orchestration is not available in this context".to_owned(),
-    })
+fn orchestra<'a>(ctx: &'a ToolContext, tool: &str) -> Result<&'a dyn Orchestrate, ToolError> {
+    ctx.orchestra
+        .as_deref()
+        .ok_or_else(|| ToolError::Unavailable {
+            tool: tool.to_owned(),
+            reason: "orchestration is not available in this context".to_owned(),
+        })
 }
 
 fn invalid(tool: &str, reason: impl Into<String>) -> ToolError {
@@ -272,22 +271,24 @@ fn parse(tool: &str, agent: String, args: &Value) -> Result<Delegation, ToolErro
     if !args.is_object() {
         return Err(invalid(tool, "arguments must be a JSON object"));
     }
-    let task =
-        string(tool, args, "task")?.ok_or_else(|| invalid(tool, "`task` is required"))?;
+    let task = string(tool, args, "task")?.ok_or_else(|| invalid(tool, "`task` is required"))?;
     let allowed_tools = match args.get("allowed_tools") {
         None | Some(Value::Null) => None,
         Some(Value::Array(items)) => Some(
             items
                 .iter()
                 .map(|i| {
-                    i.as_str()
-                        .map(str::to_owned)
-                        .ok_or_else(|| invalid(tool, "`allowed_tools` must be a list of tool names"))
+                    i.as_str().map(str::to_owned).ok_or_else(|| {
+                        invalid(tool, "`allowed_tools` must be a list of tool names")
+                    })
                 })
                 .collect::<Result<Vec<_>, _>>()?,
         ),
         Some(_) => {
-            return Err(invalid(tool, "`allowed_tools` must be a list of tool names"));
+            return Err(invalid(
+                tool,
+                "`allowed_tools` must be a list of tool names",
+            ));
         }
     };
     let budget = object(tool, args, "budget")?;
@@ -307,7 +308,10 @@ fn parse(tool: &str, agent: String, args: &Value) -> Result<Delegation, ToolErro
                 .filter(|s| s.is_finite() && *s > 0.0 && *s <= 86_400.0)
                 .map(Duration::from_secs_f64)
                 .ok_or_else(|| {
-                    invalid(tool, "`budget.timeout_s` must be a number of seconds above 0")
+                    invalid(
+                        tool,
+                        "`budget.timeout_s` must be a number of seconds above 0",
+                    )
                 })?,
         ),
     };
@@ -348,8 +352,14 @@ mod tests {
         assert_eq!(d.resume.map(|r| r.0), Some("t".to_owned()));
         for (bad, named) in [
             (json!({}), "`task`"),
-            (json!({"task": "t", "budget": {"max_steps": 0}}), "max_steps"),
-            (json!({"task": "t", "budget": {"timeout_s": -1}}), "timeout_s"),
+            (
+                json!({"task": "t", "budget": {"max_steps": 0}}),
+                "max_steps",
+            ),
+            (
+                json!({"task": "t", "budget": {"timeout_s": -1}}),
+                "timeout_s",
+            ),
             (json!({"task": "t", "allowed_tools": "x"}), "allowed_tools"),
             (json!({"task": "t", "inputs": []}), "inputs"),
         ] {

@@ -48,7 +48,9 @@ impl TokenKey {
         };
         match std::fs::read_to_string(&path) {
             Ok(text) => {
-                let bytes = hex::decode(text.trim()).ok().and_then(|b| <[u8; 32]>::try_from(b).ok());
+                let bytes = hex::decode(text.trim())
+                    .ok()
+                    .and_then(|b| <[u8; 32]>::try_from(b).ok());
                 bytes.map(Self).ok_or_else(|| {
                     ExecutorError::Config(format!(
                         "state token key {} is not 64 hex digits; delete it to make a new one \
@@ -68,7 +70,8 @@ impl TokenKey {
                 #[cfg(unix)]
                 std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
                 let mut file = options.open(&path).map_err(config)?;
-                file.write_all(hex::encode(key).as_bytes()).map_err(config)?;
+                file.write_all(hex::encode(key).as_bytes())
+                    .map_err(config)?;
                 file.sync_all().map_err(config)?;
                 Ok(Self(key))
             }
@@ -83,9 +86,8 @@ impl TokenKey {
 
     fn mac(&self, session_id: &str, frame_id: &str) -> HmacSha256 {
         // Any key length is valid for HMAC; `new_from_slice` cannot fail with 32 bytes.
-        let mut mac = match HmacSha256::new_from_slice(&self.0) {
-            Ok(mac) => mac,
-            Err(_) => unreachable!("HMAC accepts keys of any length"),
+        let Ok(mut mac) = HmacSha256::new_from_slice(&self.0) else {
+            unreachable!("HMAC accepts keys of any length")
         };
         mac.update(b"taskforce-state-token-v1\0");
         mac.update(session_id.as_bytes());

@@ -100,6 +100,7 @@ impl From<tonic::Status> for RestError {
             | ErrorKind::InvalidTools
             | ErrorKind::InvalidMcpTools
             | ErrorKind::InvalidMcpConfig
+            | ErrorKind::InvalidSubagents
             | ErrorKind::NotFound
             | ErrorKind::AlreadyExists
             | ErrorKind::VersionConflict
@@ -229,6 +230,27 @@ mod tests {
                 "message": "Unknown tool(s) in tool_allowlist",
                 "invalid_tools": ["foo_tool"],
                 "available_tools": ["web_search"]
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn unknown_subagents_keep_their_details() {
+        let status = ApiError::invalid_subagents(
+            "Unknown agent(s) in subagents",
+            &["nope".into()],
+            &["dev".into(), "researcher".into()],
+        )
+        .to_status();
+        let res = RestError::from(status).into_response();
+        assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(
+            body_json(res).await,
+            json!({
+                "error": "invalid_subagents",
+                "message": "Unknown agent(s) in subagents",
+                "invalid_subagents": ["nope"],
+                "available_agents": ["dev", "researcher"]
             })
         );
     }

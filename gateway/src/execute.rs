@@ -1,14 +1,15 @@
 //! Execution routes over the executor's gRPC API (`taskforce.v1.Executor`): run a mission to
 //! its end (`POST /api/v1/execute`), stream its events as SSE (`POST /api/v1/execute/stream`),
-//! answer a paused session's question (`POST /api/v1/sessions/{session_id}/answer`, SSE) and
-//! cancel a live run (`POST /api/v1/sessions/{session_id}/cancel`).
+//! answer a paused session's question (`POST /api/v1/sessions/{session_id}/answer`, SSE),
+//! cancel a live run (`POST /api/v1/sessions/{session_id}/cancel`) and read a session's todo
+//! plan (`GET /api/v1/sessions/{session_id}/plan`).
 //!
 //! Errors before a stream starts (unknown agent, empty mission) are ordinary JSON error
 //! responses. Once a stream runs, every `RunEvent` is one SSE event named after its type, with
-//! the event as JSON; the stream ends after `done`. A client that disconnects drops the gRPC
-//! stream, which cancels the run in the executor.
+//! the event as JSON ([`crate::events`]); the stream ends after the top agent's `done`. A client
+//! that disconnects drops the gRPC stream, which cancels the run in the executor.
 
-use std::convert::Infallible;
+use std::{collections::HashMap, convert::Infallible};
 
 use axum::{
     Json,
@@ -20,7 +21,7 @@ use axum::{
 };
 use futures::{Stream, StreamExt, stream};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use taskforce_proto::{
     error::{ApiError, ErrorKind},
     v1::{self, run_event::Event as Ev},
@@ -31,6 +32,7 @@ use utoipa::ToSchema;
 
 use crate::{
     error::{RestError, cause},
+    events::{PlanJson, QuestionItemJson, ends_run, event_json, plan_json, question_items},
     extract::JsonBody,
     openapi::ErrorBody,
     registry::AppState,
@@ -57,15 +59,58 @@ pub struct ExecuteBody {
     pub model: Option<String>,
 }
 
-/// Body of `POST /api/v1/sessions/{session_id}/answer`.
+/// Body of `POST /api/v1/sessions/{session_id}/answer`: `answer`, `answers`, or both; at least
+/// one must be non-empty.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"answers": {"coder.python_version": "3.12", "devops.ci": {"provider": "github"}}}))]
 pub struct AnswerBody {
     /// The user's answer to the pending question.
+    #[serde(default)]
     pub answer: String,
+    /// Answers by question key, for a question with `items`. Strings are passed as they are;
+    /// any other JSON value is passed as its compact JSON text.
+    #[serde(default)]
+    #[schema(value_type = Option<HashMap<String, Object>>)]
+    pub answers: Option<Map<String, Value>>,
     /// When set, must be the pending question's call id.
     #[serde(default)]
     pub call_id: Option<String>,
+}
+
+/// The executor's `AnswerRequest` for `body`: one of `answer` and `answers` must be non-empty.
+fn answer_request(session_id: String, body: AnswerBody) -> Result<v1::AnswerRequest, RestError> {
+    let answers: HashMap<String, String> = body
+        .answers
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(key, value)| {
+            let text = match value {
+                Value::String(s) => s,
+                other => other.to_string(),
+            };
+            (key, text)
+        })
+        .collect();
+    if body.answer.trim().is_empty() && answers.is_empty() {
+        return Err(ApiError::fields(vec![
+            (
+                "answer".to_owned(),
+                "must not be empty when answers is not given".to_owned(),
+            ),
+            (
+                "answers".to_owned(),
+                "must not be empty when answer is not given".to_owned(),
+            ),
+        ])
+        .into());
+    }
+    Ok(v1::AnswerRequest {
+        session_id,
+        answer: body.answer,
+        call_id: body.call_id.filter(|s| !s.is_empty()),
+        answers,
+    })
 }
 
 /// A question the run paused on.
@@ -73,8 +118,11 @@ pub struct AnswerBody {
 pub struct QuestionJson {
     /// Its call id (pass it back with the answer).
     pub call_id: String,
-    /// The question.
+    /// The question (for sub-agents' questions: all of them, one per line, with their keys).
     pub question: String,
+    /// Sub-agents' questions, consolidated: answer them by `key` with `answers`. Empty for an
+    /// ordinary question.
+    pub items: Vec<QuestionItemJson>,
 }
 
 /// Token and step counts of a run.
@@ -132,6 +180,16 @@ pub struct CancelJson {
     pub cancelled: bool,
 }
 
+/// Answer of `GET /api/v1/sessions/{session_id}/plan`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SessionPlanJson {
+    /// The session.
+    pub session_id: String,
+    /// Its plan.
+    #[serde(flatten)]
+    pub plan: PlanJson,
+}
+
 /// The REST error for an executor status: like the registry's, but naming the executor.
 pub fn executor_error(status: tonic::Status) -> RestError {
     let mut api = ApiError::from_status(&status);
@@ -160,7 +218,18 @@ pub fn executor_error(status: tonic::Status) -> RestError {
                 "internal error; see the gateway and executor logs",
             )
         }
-        _ => RestError(api),
+        ErrorKind::InvalidArgument
+        | ErrorKind::InvalidTools
+        | ErrorKind::InvalidMcpTools
+        | ErrorKind::InvalidMcpConfig
+        | ErrorKind::InvalidSubagents
+        | ErrorKind::NotFound
+        | ErrorKind::AlreadyExists
+        | ErrorKind::VersionConflict
+        | ErrorKind::ReadOnly
+        | ErrorKind::SessionConflict
+        | ErrorKind::PayloadTooLarge
+        | ErrorKind::MethodNotAllowed => RestError(api),
     }
 }
 
@@ -176,62 +245,14 @@ pub fn status_name(status: i32) -> &'static str {
     }
 }
 
-fn usage_json(u: &v1::Usage) -> UsageJson {
+/// The JSON of a run's usage.
+pub fn usage_json(u: &v1::Usage) -> UsageJson {
     UsageJson {
         input_tokens: u.input_tokens,
         output_tokens: u.output_tokens,
         steps: u.steps,
         tool_calls: u.tool_calls,
     }
-}
-
-/// The SSE event name and JSON of one run event: the envelope (`session_id`, `seq`,
-/// `agent_path`, `time_unix_ms`) plus the event's fields. `None` for an event without a kind
-/// (one this gateway does not know yet).
-pub fn event_json(ev: &v1::RunEvent) -> Option<(&'static str, Value)> {
-    let (name, fields) = match ev.event.as_ref()? {
-        Ev::RunStarted(e) => (
-            "run_started",
-            json!({"agent_id": e.agent_id, "model": e.model, "provider": e.provider}),
-        ),
-        Ev::Token(e) => ("token", json!({"text": e.text})),
-        Ev::ToolStart(e) => (
-            "tool_start",
-            json!({"call_id": e.call_id, "tool": e.tool, "arguments_json": e.arguments_json}),
-        ),
-        Ev::ToolEnd(e) => (
-            "tool_end",
-            json!({"call_id": e.call_id, "tool": e.tool, "output": e.output,
-                   "is_error": e.is_error, "duration_ms": e.duration_ms}),
-        ),
-        Ev::ToolError(e) => (
-            "tool_error",
-            json!({"call_id": e.call_id, "tool": e.tool, "message": e.message}),
-        ),
-        Ev::Question(e) => (
-            "question",
-            json!({"call_id": e.call_id, "question": e.question}),
-        ),
-        Ev::FinalAnswer(e) => ("final_answer", json!({"text": e.text})),
-        Ev::Error(e) => ("error", json!({"code": e.code, "message": e.message})),
-        Ev::Warning(e) => ("warning", json!({"code": e.code, "message": e.message})),
-        Ev::Done(e) => (
-            "done",
-            json!({"status": status_name(e.status),
-                   "usage": e.usage.as_ref().map(usage_json)}),
-        ),
-    };
-    let mut out = json!({
-        "type": name,
-        "session_id": ev.session_id,
-        "seq": ev.seq,
-        "agent_path": ev.agent_path,
-        "time_unix_ms": ev.time_unix_ms,
-    });
-    if let (Some(out), Value::Object(fields)) = (out.as_object_mut(), fields) {
-        out.extend(fields);
-    }
-    Some((name, out))
 }
 
 fn execute_request(body: ExecuteBody) -> Result<v1::ExecuteRequest, RestError> {
@@ -286,15 +307,20 @@ pub async fn execute(
         if out.session_id.is_empty() {
             out.session_id.clone_from(&ev.session_id);
         }
+        // The run's outcome is the top agent's (`frame_id` empty). A sub-agent's answer or
+        // error goes to its orchestrator, and its questions reach the client consolidated in
+        // the top agent's question (`items`).
+        let top = ev.frame_id.is_empty();
         match ev.event {
-            Some(Ev::FinalAnswer(e)) => out.final_answer = Some(e.text),
-            Some(Ev::Question(e)) => {
+            Some(Ev::FinalAnswer(e)) if top => out.final_answer = Some(e.text),
+            Some(Ev::Question(e)) if top => {
                 out.question = Some(QuestionJson {
                     call_id: e.call_id,
                     question: e.question,
+                    items: question_items(&e.items),
                 });
             }
-            Some(Ev::Error(e)) => {
+            Some(Ev::Error(e)) if top => {
                 out.error = Some(RunErrorJson {
                     code: e.code,
                     message: e.message,
@@ -304,7 +330,7 @@ pub async fn execute(
                 code: e.code,
                 message: e.message,
             }),
-            Some(Ev::Done(e)) => {
+            Some(Ev::Done(e)) if top => {
                 out.status = status_name(e.status).to_owned();
                 out.usage = e.usage.as_ref().map(usage_json);
                 done = true;
@@ -353,7 +379,7 @@ fn sse(events: Streaming<v1::RunEvent>) -> Response {
                         continue;
                     };
                     let sse = Event::default().event(name).data(data.to_string());
-                    return Some((sse, Some((events, name == "done"))));
+                    return Some((sse, Some((events, ends_run(&ev)))));
                 }
                 Some(Err(status)) => {
                     let api = executor_error(status);
@@ -378,7 +404,7 @@ fn sse(events: Streaming<v1::RunEvent>) -> Response {
 /// Run a mission and stream its events (Server-Sent Events).
 #[utoipa::path(post, path = "/api/v1/execute/stream", tag = "execution", request_body = ExecuteBody,
     responses(
-        (status = 200, description = "`text/event-stream`: one event per run event (`event: run_started|token|tool_start|tool_end|tool_error|warning|question|final_answer|error|done`, `data:` the event as JSON), ending after `done`", content_type = "text/event-stream", body = String),
+        (status = 200, description = "`text/event-stream`: one event per run event (`event: run_started|token|tool_start|tool_end|tool_error|warning|question|final_answer|error|done|delegation_start|delegation_end|patch_applied|patch_rejected|plan_updated`, `data:` the event as JSON with the envelope `type`, `session_id`, `seq`, `agent_path`, `frame_id`, `time_unix_ms`), ending after the top agent's `done` (`frame_id` empty); a sub-agent's events, its `delegation_start`/`delegation_end` included, carry its `agent_path` and `frame_id`", content_type = "text/event-stream", body = String),
         (status = 400, description = "Invalid body (e.g. empty mission)", body = ErrorBody),
         (status = 404, description = "`not_found`: unknown agent or profile", body = ErrorBody),
         (status = 409, description = "`session_conflict`: the session has a live run or waits for an answer", body = ErrorBody),
@@ -405,7 +431,7 @@ pub async fn execute_stream(
     params(("session_id" = String, Path, description = "The session")),
     responses(
         (status = 200, description = "`text/event-stream` like `/api/v1/execute/stream`", content_type = "text/event-stream", body = String),
-        (status = 400, description = "Invalid body (e.g. an empty answer)", body = ErrorBody),
+        (status = 400, description = "Invalid body (e.g. neither `answer` nor `answers`)", body = ErrorBody),
         (status = 404, description = "`not_found`: unknown session", body = ErrorBody),
         (status = 409, description = "`session_conflict`: no question waiting, another question (`call_id`), or a live run", body = ErrorBody),
         (status = 503, description = "`unavailable`: the executor is down", body = ErrorBody)))]
@@ -415,11 +441,7 @@ pub async fn answer(
     Path(session_id): Path<String>,
     JsonBody(body): JsonBody<AnswerBody>,
 ) -> Result<Response, RestError> {
-    let req = v1::AnswerRequest {
-        session_id,
-        answer: body.answer,
-        call_id: body.call_id.filter(|s| !s.is_empty()),
-    };
+    let req = answer_request(session_id, body)?;
     let events = state
         .executor
         .clone()
@@ -452,5 +474,34 @@ pub async fn cancel(
         .into_inner();
     Ok(Json(CancelJson {
         cancelled: res.cancelled,
+    }))
+}
+
+/// A session's todo plan: its tasks (owners, dependencies, status), version and Markdown view.
+#[utoipa::path(get, path = "/api/v1/sessions/{session_id}/plan", tag = "execution",
+    params(("session_id" = String, Path, description = "The session")),
+    responses(
+        (status = 200, description = "The plan (version 0 and no tasks until an orchestrator writes one)", body = SessionPlanJson),
+        (status = 400, description = "Invalid session id", body = ErrorBody),
+        (status = 404, description = "`not_found`: unknown session", body = ErrorBody),
+        (status = 503, description = "`unavailable`: the executor is down", body = ErrorBody),
+        (status = 504, description = "`timeout`", body = ErrorBody)))]
+#[instrument(level = "debug", skip_all, fields(session_id = %session_id))]
+pub async fn get_plan(
+    State(state): State<AppState>,
+    Path(session_id): Path<String>,
+) -> Result<Json<SessionPlanJson>, RestError> {
+    let plan = state
+        .executor
+        .clone()
+        .get_plan(state.request(v1::GetPlanRequest {
+            session_id: session_id.clone(),
+        }))
+        .await
+        .map_err(executor_error)?
+        .into_inner();
+    Ok(Json(SessionPlanJson {
+        session_id,
+        plan: plan_json(&plan),
     }))
 }

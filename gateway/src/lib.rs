@@ -12,8 +12,9 @@
 //! - [`registry`]: the gRPC channel and the state shared by handlers.
 //! - [`model`]: the agent JSON shapes and their protobuf conversions.
 //! - [`agents`]: `/api/v1/agents` handlers (CRUD and `:validate`).
-//! - [`execute`]: `/api/v1/execute` (to the end, or as SSE) and session answer/cancel, over the
-//!   executor's gRPC API (`--executor-url`).
+//! - [`execute`]: `/api/v1/execute` (to the end, or as SSE) and session answer/cancel/plan,
+//!   over the executor's gRPC API (`--executor-url`).
+//! - [`events`]: the JSON of run events (SSE) and of a session's todo plan.
 //! - [`metadata`]: `/api/v1/agents/{agent_id}/metadata` (workspace metadata, seed 001).
 //! - [`mcp`]: the MCP server (tools, streamable HTTP at `/mcp`, stdio).
 //! - [`tools`]: `/api/v1/tools` and `/api/v1/diagnostics`.
@@ -25,6 +26,7 @@
 pub mod agents;
 pub mod config;
 pub mod error;
+pub mod events;
 pub mod execute;
 pub mod extract;
 pub mod health;
@@ -107,6 +109,7 @@ pub fn router(state: AppState, config: &Config) -> Router {
             "/api/v1/sessions/{session_id}/cancel",
             post(execute::cancel),
         )
+        .route("/api/v1/sessions/{session_id}/plan", get(execute::get_plan))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::GATEWAY_TIMEOUT,
             config.request_timeout(),

@@ -107,7 +107,8 @@ pub struct AgentRequest {
     /// The complete system prompt.
     #[serde(default, deserialize_with = "null_as_default")]
     pub system_prompt: String,
-    /// Native tools the agent may use (at least one; names of `GET /api/v1/tools`).
+    /// Native and orchestration tools the agent may use (at least one; names of
+    /// `GET /api/v1/tools` that are not MCP tools).
     #[serde(default, deserialize_with = "null_as_default")]
     pub tool_allowlist: Vec<String>,
     /// MCP servers whose tools the agent may use.
@@ -116,6 +117,17 @@ pub struct AgentRequest {
     /// When set, only these tools of the agent's MCP servers.
     #[serde(default, deserialize_with = "null_as_default")]
     pub mcp_tool_allowlist: Vec<String>,
+    /// Registry agents (custom or profile) this agent may delegate to, each offered to it as a
+    /// tool `agent_<id>`. Ids of at most 58 characters, not the agent itself, no duplicates;
+    /// unknown ids are a 400 `invalid_subagents`.
+    #[serde(default, deserialize_with = "null_as_default")]
+    #[schema(example = json!(["researcher", "coder"]))]
+    pub subagents: Vec<String>,
+    /// A model alias of the executor's `llm_config.yaml` the agent runs on (1 to 128
+    /// characters, no whitespace); empty: the request's model, else the executor's default.
+    #[serde(default, deserialize_with = "null_as_default")]
+    #[schema(example = "fast")]
+    pub model: String,
     /// The agent's role in a team, free text (shown by the MCP view).
     #[serde(default, deserialize_with = "null_as_default")]
     pub role: String,
@@ -166,6 +178,8 @@ impl AgentRequest {
             role: self.role,
             project: self.project,
             workspace: self.workspace,
+            subagents: self.subagents,
+            model: self.model,
         }
     }
 }
@@ -191,6 +205,10 @@ pub struct CustomAgentJson {
     pub tool_allowlist: Vec<String>,
     pub mcp_servers: Vec<McpServerJson>,
     pub mcp_tool_allowlist: Vec<String>,
+    /// Agents it may delegate to; empty when none.
+    pub subagents: Vec<String>,
+    /// The model alias it runs on; empty when unset.
+    pub model: String,
     /// Free text; empty when unset.
     pub role: String,
     /// Empty when unset.
@@ -294,6 +312,8 @@ impl AgentJson {
                     tool_allowlist: spec.tool_allowlist,
                     mcp_servers: spec.mcp_servers.into_iter().map(Into::into).collect(),
                     mcp_tool_allowlist: spec.mcp_tool_allowlist,
+                    subagents: spec.subagents,
+                    model: spec.model,
                     role: spec.role,
                     project: spec.project,
                     workspace: spec.workspace,

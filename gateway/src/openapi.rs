@@ -12,8 +12,9 @@ use utoipa::{OpenApi, ToSchema};
 use crate::{agents, execute, health, metadata, registry::AppState, tools};
 
 /// Every 4xx/5xx body. `error` is one of `invalid_argument`, `invalid_tools`,
-/// `invalid_mcp_tools`, `invalid_mcp_config`, `not_found`, `already_exists`, `version_conflict`,
-/// `read_only`, `payload_too_large`, `method_not_allowed`, `unavailable`, `timeout`, `internal`.
+/// `invalid_mcp_tools`, `invalid_mcp_config`, `invalid_subagents`, `not_found`,
+/// `already_exists`, `version_conflict`, `read_only`, `session_conflict`, `payload_too_large`,
+/// `method_not_allowed`, `unavailable`, `timeout`, `internal`.
 #[derive(Debug, ToSchema)]
 #[schema(example = json!({
     "error": "invalid_tools",
@@ -32,6 +33,10 @@ pub struct ErrorBody {
     pub invalid_tools: Option<Vec<String>>,
     /// `invalid_tools` / `invalid_mcp_tools`: the names that are.
     pub available_tools: Option<Vec<String>>,
+    /// `invalid_subagents`: the `subagents` entries that name no known agent.
+    pub invalid_subagents: Option<Vec<String>>,
+    /// `invalid_subagents`: the agents that could be named (sorted; at most 100).
+    pub available_agents: Option<Vec<String>>,
 }
 
 /// One bad field.
@@ -64,6 +69,7 @@ pub struct FieldViolation {
         execute::execute_stream,
         execute::answer,
         execute::cancel,
+        execute::get_plan,
         health::healthz,
         health::readyz,
         openapi_json,
@@ -129,6 +135,7 @@ mod tests {
             ("/api/v1/execute/stream", "post"),
             ("/api/v1/sessions/{session_id}/answer", "post"),
             ("/api/v1/sessions/{session_id}/cancel", "post"),
+            ("/api/v1/sessions/{session_id}/plan", "get"),
         ] {
             assert!(paths[path][method].is_object(), "{method} {path} missing");
         }
@@ -145,6 +152,10 @@ mod tests {
             "MetadataFieldJson",
             "ExecuteBody",
             "ExecuteResultJson",
+            "AnswerBody",
+            "QuestionItemJson",
+            "SessionPlanJson",
+            "PlanTaskJson",
         ] {
             assert!(
                 doc["components"]["schemas"][schema].is_object(),
@@ -153,5 +164,24 @@ mod tests {
         }
         let request = &doc["components"]["schemas"]["AgentRequest"]["properties"];
         assert!(request["_source"].is_null() && request["source"].is_null());
+        assert!(request["subagents"].is_object() && request["model"].is_object());
+        let answer = &doc["components"]["schemas"]["AnswerBody"]["properties"];
+        assert!(answer["answers"].is_object() && answer["answer"].is_object());
+        let plan = &paths["/api/v1/sessions/{session_id}/plan"]["get"]["responses"];
+        for status in ["200", "400", "404", "503"] {
+            assert!(plan[status].is_object(), "plan {status}");
+        }
+        let stream = paths["/api/v1/execute/stream"]["post"]["responses"]["200"]["description"]
+            .as_str()
+            .unwrap_or_default();
+        for event in [
+            "delegation_start",
+            "delegation_end",
+            "patch_applied",
+            "patch_rejected",
+            "plan_updated",
+        ] {
+            assert!(stream.contains(event), "{event} not listed: {stream}");
+        }
     }
 }

@@ -21,7 +21,7 @@ pub struct ToolJson {
     pub requires_approval: bool,
     /// `LOW`, `MEDIUM` or `HIGH`.
     pub approval_risk_level: String,
-    /// `native` or `mcp`.
+    /// `native`, `orchestration` (`delegate_to_agent`, `update_todolist`) or `mcp`.
     pub origin: String,
     /// The configured MCP server (only for `origin: mcp`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -70,8 +70,8 @@ pub struct DiagnosticsJson {
     pub diagnostics: Vec<DiagnosticJson>,
 }
 
-/// The tool catalog: native tools and tools of globally configured MCP servers. Never waits on
-/// MCP discovery.
+/// The tool catalog: native tools, orchestration tools and tools of globally configured MCP
+/// servers. Never waits on MCP discovery.
 #[utoipa::path(get, path = "/api/v1/tools", tag = "tools",
     responses(
         (status = 200, description = "The catalog", body = ToolListJson),

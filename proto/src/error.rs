@@ -23,6 +23,8 @@ pub enum ErrorKind {
     InvalidMcpTools,
     /// An `mcp_servers` entry is not a valid server configuration.
     InvalidMcpConfig,
+    /// `subagents` names agents the registry does not know.
+    InvalidSubagents,
     /// No such agent.
     NotFound,
     /// The id is taken.
@@ -48,11 +50,12 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// Every kind, for exhaustive tests.
-    pub const ALL: [Self; 14] = [
+    pub const ALL: [Self; 15] = [
         Self::InvalidArgument,
         Self::InvalidTools,
         Self::InvalidMcpTools,
         Self::InvalidMcpConfig,
+        Self::InvalidSubagents,
         Self::NotFound,
         Self::AlreadyExists,
         Self::VersionConflict,
@@ -72,6 +75,7 @@ impl ErrorKind {
             Self::InvalidTools => "INVALID_TOOLS",
             Self::InvalidMcpTools => "INVALID_MCP_TOOLS",
             Self::InvalidMcpConfig => "INVALID_MCP_CONFIG",
+            Self::InvalidSubagents => "INVALID_SUBAGENTS",
             Self::NotFound => "NOT_FOUND",
             Self::AlreadyExists => "ALREADY_EXISTS",
             Self::VersionConflict => "VERSION_CONFLICT",
@@ -96,7 +100,8 @@ impl ErrorKind {
             Self::InvalidArgument
             | Self::InvalidTools
             | Self::InvalidMcpTools
-            | Self::InvalidMcpConfig => Code::InvalidArgument,
+            | Self::InvalidMcpConfig
+            | Self::InvalidSubagents => Code::InvalidArgument,
             Self::NotFound => Code::NotFound,
             Self::AlreadyExists => Code::AlreadyExists,
             Self::VersionConflict => Code::Aborted,
@@ -115,7 +120,8 @@ impl ErrorKind {
             Self::InvalidArgument
             | Self::InvalidTools
             | Self::InvalidMcpTools
-            | Self::InvalidMcpConfig => 400,
+            | Self::InvalidMcpConfig
+            | Self::InvalidSubagents => 400,
             Self::NotFound => 404,
             Self::AlreadyExists
             | Self::VersionConflict
@@ -219,6 +225,18 @@ impl ApiError {
                 ("available_tools".to_owned(), json!(available)),
             ],
             ..Self::new(kind, message)
+        }
+    }
+
+    /// The `invalid_subagents` error, shaped like [`ApiError::invalid_tools`]: the unknown ids
+    /// and the agents that could be named instead.
+    pub fn invalid_subagents(message: &str, invalid: &[String], available: &[String]) -> Self {
+        Self {
+            extra: vec![
+                ("invalid_subagents".to_owned(), json!(invalid)),
+                ("available_agents".to_owned(), json!(available)),
+            ],
+            ..Self::new(ErrorKind::InvalidSubagents, message)
         }
     }
 
@@ -330,6 +348,36 @@ mod tests {
                 "message": "Unknown tool(s) in tool_allowlist",
                 "invalid_tools": ["foo_tool"],
                 "available_tools": ["web_search"]
+            })
+        );
+        assert_eq!(e.kind.http_status(), 400);
+    }
+
+    #[test]
+    fn invalid_subagents_body_has_the_invalid_tools_shape() {
+        let e = ApiError::invalid_subagents(
+            "Unknown agent(s) in subagents",
+            &["nope".into()],
+            &["dev".into(), "researcher".into()],
+        );
+        let status = e.to_status();
+        assert_eq!(status.code(), Code::InvalidArgument);
+        assert_eq!(
+            status
+                .get_error_details()
+                .error_info()
+                .map(|i| i.reason.clone()),
+            Some("INVALID_SUBAGENTS".to_owned())
+        );
+        let back = ApiError::from_status(&status);
+        assert_eq!(back.kind, ErrorKind::InvalidSubagents);
+        assert_eq!(
+            back.to_json(),
+            json!({
+                "error": "invalid_subagents",
+                "message": "Unknown agent(s) in subagents",
+                "invalid_subagents": ["nope"],
+                "available_agents": ["dev", "researcher"]
             })
         );
         assert_eq!(e.kind.http_status(), 400);

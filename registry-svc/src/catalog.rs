@@ -1,4 +1,5 @@
-//! The tool catalog: native tools from the contract plus tools of globally configured MCP servers.
+//! The tool catalog: native and orchestration tools from the contract plus tools of globally
+//! configured MCP servers.
 //!
 //! Serving the catalog never waits on MCP: a background task discovers the global servers and
 //! swaps in a new snapshot. Validation of an agent's own MCP servers does discover them, bounded
@@ -57,24 +58,31 @@ impl GlobalMcpFile {
 
 /// The catalog snapshot holder.
 pub struct ToolCatalog {
+    /// The native tools, then the orchestration tools (`origin: orchestration`): both fixed.
     native: Vec<v1::Tool>,
     mcp: RwLock<Arc<Vec<v1::Tool>>>,
     discovery_timeout: Duration,
 }
 
 impl ToolCatalog {
-    /// A catalog with the native tools and no MCP tools yet.
+    /// A catalog with the native and orchestration tools and no MCP tools yet.
     pub fn new(discovery_timeout: Duration) -> Self {
         let pwsh = which("pwsh");
         let native = catalog::native_tools()
             .into_iter()
-            .map(|t| v1::Tool {
+            .map(|t| (t, "native"))
+            .chain(
+                catalog::orchestration_tools()
+                    .into_iter()
+                    .map(|t| (t, "orchestration")),
+            )
+            .map(|(t, origin)| v1::Tool {
                 name: t.name.to_owned(),
                 description: t.description.to_owned(),
                 parameters_schema: Some(json::to_struct(&t.parameters_schema)),
                 requires_approval: t.requires_approval,
                 approval_risk_level: t.risk.as_str().to_owned(),
-                origin: "native".to_owned(),
+                origin: origin.to_owned(),
                 mcp_server_id: String::new(),
                 available: t.name != "powershell" || pwsh,
             })
@@ -91,7 +99,7 @@ impl ToolCatalog {
         self.discovery_timeout
     }
 
-    /// Every tool: native first, then MCP tools by server id.
+    /// Every tool: native first, then orchestration, then MCP tools by server id.
     pub fn tools(&self) -> Vec<v1::Tool> {
         let mcp = self.mcp.read().map(|g| Arc::clone(&g)).unwrap_or_default();
         self.native.iter().chain(mcp.iter()).cloned().collect()
@@ -242,4 +250,31 @@ pub async fn check_agent_mcp(
         ));
     }
     Ok(check)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_catalog_lists_native_then_orchestration_tools_told_apart_by_origin() {
+        let tools = ToolCatalog::new(Duration::from_secs(1)).tools();
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+        let want: Vec<&str> = catalog::NATIVE_TOOL_NAMES
+            .into_iter()
+            .chain(catalog::ORCHESTRATION_TOOL_NAMES)
+            .collect();
+        assert_eq!(names, want);
+        for t in &tools {
+            let origin = if catalog::is_native_tool(&t.name) {
+                "native"
+            } else {
+                "orchestration"
+            };
+            assert_eq!(t.origin, origin, "{}", t.name);
+            assert!(t.parameters_schema.is_some(), "{}", t.name);
+        }
+        let delegate = tools.iter().find(|t| t.name == "delegate_to_agent");
+        assert!(delegate.is_some_and(|t| t.available && t.mcp_server_id.is_empty()));
+    }
 }

@@ -53,6 +53,9 @@ pub fn spec_to_file(spec: v1::AgentSpec) -> CustomAgentFile {
         mcp_tools: (!spec.mcp_tool_allowlist.is_empty()).then_some(Allowlist {
             allowlist: spec.mcp_tool_allowlist,
         }),
+        subagents: spec.subagents,
+        // Not trimmed like the labels: " " is a model that validation refuses, not an unset one.
+        model: (!spec.model.is_empty()).then_some(spec.model),
         role: non_empty(spec.role),
         project: non_empty(spec.project),
         workspace: non_empty(spec.workspace),
@@ -84,6 +87,8 @@ pub fn custom_to_proto(id: &str, version: String, f: &CustomAgentFile) -> v1::Ag
                 role: f.role.clone().unwrap_or_default(),
                 project: f.project.clone().unwrap_or_default(),
                 workspace: f.workspace.clone().unwrap_or_default(),
+                subagents: f.subagents.clone(),
+                model: f.model.clone().unwrap_or_default(),
             }),
             created_at: f.created_at.clone().unwrap_or_default(),
             updated_at: f.updated_at.clone().unwrap_or_default(),
@@ -125,5 +130,42 @@ pub fn profile_to_proto(profile: &str, version: String, f: &ProfileFile) -> v1::
         })),
         status: v1::AgentStatus::Idle.into(),
         last_task: String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subagents_and_model_survive_spec_to_file_to_proto() {
+        let spec = v1::AgentSpec {
+            agent_id: "orchestrator".into(),
+            name: "Orchestrator".into(),
+            description: "Delegates".into(),
+            system_prompt: "Plan, then delegate.".into(),
+            tool_allowlist: vec!["delegate_to_agent".into()],
+            subagents: vec!["researcher".into(), "coder".into()],
+            model: "fast".into(),
+            ..Default::default()
+        };
+        let file = spec_to_file(spec.clone());
+        assert_eq!(file.subagents, ["researcher", "coder"]);
+        assert_eq!(file.model.as_deref(), Some("fast"));
+        let agent = custom_to_proto("orchestrator", "v".into(), &file);
+        let Some(Kind::Custom(c)) = agent.kind else {
+            panic!("a custom agent");
+        };
+        assert_eq!(c.spec, Some(spec));
+    }
+
+    #[test]
+    fn an_empty_model_is_unset_but_a_blank_one_is_kept_for_validation() {
+        assert_eq!(spec_to_file(v1::AgentSpec::default()).model, None);
+        let blank = v1::AgentSpec {
+            model: " ".into(),
+            ..Default::default()
+        };
+        assert_eq!(spec_to_file(blank).model.as_deref(), Some(" "));
     }
 }

@@ -22,6 +22,15 @@ pub const MAX_PROMPT: usize = 256 * 1024;
 pub const MAX_LABEL: usize = 100;
 /// Longest allowed `workspace` path.
 pub const MAX_PATH: usize = 4096;
+/// Longest allowed `subagents` entry: each sub-agent is offered to the model as a tool
+/// `agent_<id>`, and OpenAI refuses tool names longer than 64 characters.
+pub const MAX_SUBAGENT_ID: usize = 64 - "agent_".len();
+/// Longest allowed `model` alias.
+pub const MAX_MODEL: usize = 128;
+/// Most ids listed in `available_agents` of the `invalid_subagents` error: the error travels in
+/// gRPC trailers, which clients cap (16 KiB by default), and a registry may hold thousands of
+/// agents.
+pub const MAX_AVAILABLE_AGENTS: usize = 100;
 
 /// One MCP server, in the `configs/dev.yaml` style.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -77,7 +86,7 @@ pub struct CustomAgentFile {
     pub description: String,
     /// The system prompt.
     pub prompt: Prompt,
-    /// Native tools the agent may use.
+    /// Native and orchestration tools the agent may use.
     pub tools: Allowlist,
     /// MCP servers whose tools the agent may use.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -85,6 +94,13 @@ pub struct CustomAgentFile {
     /// Restricts the MCP tools further when set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp_tools: Option<Allowlist>,
+    /// Registry agents (custom or profile) this agent may delegate to.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subagents: Vec<String>,
+    /// A model alias of the executor's `llm_config.yaml`; the registry cannot resolve it, so it
+    /// only checks its shape.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
     /// The agent's role in a team, free text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
@@ -204,7 +220,11 @@ pub struct ProfileFile {
     pub llm: ProfileLlm,
 }
 
-/// Checks every rule that needs no I/O; all violations are reported together.
+/// Checks every rule that needs no I/O; all violations are reported together. Whether the
+/// `subagents` exist is not one of them: hand-written files are loaded in any order, so a file
+/// naming an agent whose file comes later (or is broken for a while) must still load. The API
+/// checks existence on create, update and validate ([`invalid_subagents`]); the executor copes
+/// with a sub-agent that has gone since.
 pub fn validate(id: &str, def: &CustomAgentFile) -> Result<(), ApiError> {
     if id.is_empty() {
         return Err(ApiError::field("agent_id", "is required"));
@@ -257,6 +277,14 @@ pub fn validate(id: &str, def: &CustomAgentFile) -> Result<(), ApiError> {
             "is set but no mcp_servers are configured".into(),
         );
     }
+    for d in subagent_problems(id, &def.subagents) {
+        bad("subagents", d);
+    }
+    if let Some(model) = def.model.as_deref()
+        && let Err(d) = check_model(model)
+    {
+        bad("model", d);
+    }
     if !v.is_empty() {
         let mcp_only = v.iter().all(|(f, _)| f.starts_with("mcp_servers["));
         let mut e = ApiError::fields(v);
@@ -269,12 +297,13 @@ pub fn validate(id: &str, def: &CustomAgentFile) -> Result<(), ApiError> {
         .tools
         .allowlist
         .iter()
-        .filter(|t| !catalog::is_native_tool(t))
+        .filter(|t| !catalog::is_catalog_tool(t))
         .cloned()
         .collect();
     if !unknown.is_empty() {
         let available: Vec<String> = catalog::NATIVE_TOOL_NAMES
             .iter()
+            .chain(&catalog::ORCHESTRATION_TOOL_NAMES)
             .map(|s| (*s).to_owned())
             .collect();
         return Err(ApiError::invalid_tools(
@@ -285,6 +314,65 @@ pub fn validate(id: &str, def: &CustomAgentFile) -> Result<(), ApiError> {
         ));
     }
     Ok(())
+}
+
+/// The shape problems of a `subagents` list: bad ids, ids too long for a tool name, the agent
+/// itself, duplicates. Whether each entry names a known agent needs the store: see
+/// [`invalid_subagents`].
+fn subagent_problems(id: &str, subagents: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::with_capacity(subagents.len());
+    for (i, s) in subagents.iter().enumerate() {
+        if let Err(e) = ids::validate_agent_id(s) {
+            out.push(format!("entry {i} ({s:?}) is not a valid agent id: {e}"));
+        } else if s.len() > MAX_SUBAGENT_ID {
+            out.push(format!(
+                "entry {i} ({s:?}) is {} characters long; at most {MAX_SUBAGENT_ID} are allowed, so that its tool name agent_<id> fits the 64-character limit of tool names",
+                s.len()
+            ));
+        } else if s == id {
+            out.push(format!("entry {i} ({s:?}) is the agent itself"));
+        } else if !seen.insert(s.as_str()) {
+            out.push(format!("entry {i} ({s:?}) is listed more than once"));
+        }
+    }
+    out
+}
+
+/// A model alias: 1 to [`MAX_MODEL`] characters, no whitespace or control characters.
+fn check_model(model: &str) -> Result<(), String> {
+    let n = model.chars().count();
+    if !(1..=MAX_MODEL).contains(&n) {
+        return Err(format!(
+            "must be 1 to {MAX_MODEL} characters when set, got {n}"
+        ));
+    }
+    if model.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "must not contain whitespace or control characters, got {model:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// The `invalid_subagents` error for the `unknown` entries of agent `id`'s `subagents`, listing
+/// the `known` agent ids (sorted, without `id`, at most [`MAX_AVAILABLE_AGENTS`]).
+pub fn invalid_subagents(
+    id: &str,
+    unknown: &[String],
+    known: impl IntoIterator<Item = String>,
+) -> ApiError {
+    let known: std::collections::BTreeSet<String> = known.into_iter().filter(|k| k != id).collect();
+    let total = known.len();
+    let available: Vec<String> = known.into_iter().take(MAX_AVAILABLE_AGENTS).collect();
+    let mut message = "Unknown agent(s) in subagents".to_owned();
+    if total > available.len() {
+        message.push_str(&format!(
+            " (available_agents lists the first {} of {total} agents)",
+            available.len()
+        ));
+    }
+    ApiError::invalid_subagents(&message, unknown, &available)
 }
 
 fn check_len(bad: &mut impl FnMut(&str, String), field: &str, value: &str, max: usize) {
@@ -423,6 +511,150 @@ mod tests {
         );
         let back: CustomAgentFile = serde_yaml::from_str(&yaml).unwrap_or_default();
         assert_eq!(back, d);
+    }
+
+    fn fields_of(e: Option<ApiError>) -> Vec<(String, String)> {
+        e.map(|e| {
+            assert_eq!(e.kind, ErrorKind::InvalidArgument, "{e:?}");
+            e.field_violations
+        })
+        .unwrap_or_default()
+    }
+
+    #[test]
+    fn orchestration_tools_may_be_allowlisted_and_are_offered_when_a_tool_is_unknown() {
+        let mut d = good();
+        d.tools.allowlist = vec!["delegate_to_agent".into(), "update_todolist".into()];
+        assert_eq!(validate("orchestrator", &d), Ok(()));
+        d.tools.allowlist.push("agent_researcher".into());
+        let body = validate("orchestrator", &d)
+            .err()
+            .map(|e| e.to_json())
+            .unwrap_or_default();
+        assert_eq!(
+            body["invalid_tools"],
+            serde_json::json!(["agent_researcher"])
+        );
+        let available = body["available_tools"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(available.len(), 11, "{available:?}");
+        assert!(available.contains(&"delegate_to_agent".into()));
+        assert!(available.contains(&"web_search".into()));
+    }
+
+    #[test]
+    fn well_formed_subagents_are_valid() {
+        let mut d = good();
+        d.subagents = vec![
+            "researcher".into(),
+            "dev".into(),
+            "a".repeat(MAX_SUBAGENT_ID),
+        ];
+        assert_eq!(validate("orchestrator", &d), Ok(()));
+    }
+
+    #[test]
+    fn malformed_self_duplicate_and_overlong_subagents_are_field_errors() {
+        let mut d = good();
+        d.subagents = vec![
+            "Researcher".into(),
+            "orchestrator".into(),
+            "dev".into(),
+            "dev".into(),
+            "a".repeat(MAX_SUBAGENT_ID + 1),
+            "../x".into(),
+        ];
+        let fields = fields_of(validate("orchestrator", &d).err());
+        assert_eq!(fields.len(), 5, "{fields:?}");
+        assert!(fields.iter().all(|(f, _)| f == "subagents"), "{fields:?}");
+        let text = |i: usize| fields[i].1.as_str();
+        assert!(text(0).contains("entry 0") && text(0).contains("not a valid agent id"));
+        assert!(text(1).contains("the agent itself"), "{}", text(1));
+        assert!(text(2).contains("entry 3") && text(2).contains("more than once"));
+        assert!(text(3).contains("at most 58"), "{}", text(3));
+        assert!(text(4).contains("entry 5"), "{}", text(4));
+    }
+
+    #[test]
+    fn model_aliases_are_short_and_without_whitespace() {
+        for ok in [
+            "fast",
+            "openai/gpt-4o-mini:2024-07-18",
+            &"m".repeat(MAX_MODEL),
+        ] {
+            let mut d = good();
+            d.model = Some(ok.to_owned());
+            assert_eq!(validate("abc", &d), Ok(()), "{ok}");
+        }
+        for bad in [
+            "",
+            "gpt 4o",
+            "fast\n",
+            "a\u{7}b",
+            "\u{a0}x",
+            &"m".repeat(MAX_MODEL + 1),
+        ] {
+            let mut d = good();
+            d.model = Some(bad.to_owned());
+            let fields = fields_of(validate("abc", &d).err());
+            assert_eq!(fields.len(), 1, "{bad:?}: {fields:?}");
+            assert_eq!(fields[0].0, "model");
+        }
+    }
+
+    #[test]
+    fn subagents_and_model_round_trip_and_are_omitted_when_unset() {
+        let plain = to_yaml(&good()).unwrap_or_default();
+        assert!(
+            !plain.contains("subagents") && !plain.contains("model"),
+            "{plain}"
+        );
+        let mut d = good();
+        d.subagents = vec!["researcher".into(), "coder".into()];
+        d.model = Some("fast".into());
+        let yaml = to_yaml(&d).unwrap_or_default();
+        assert!(
+            yaml.contains("subagents:\n- researcher\n- coder\nmodel: fast\n"),
+            "{yaml}"
+        );
+        let back: CustomAgentFile = serde_yaml::from_str(&yaml).unwrap_or_default();
+        assert_eq!(back, d);
+        let hand: CustomAgentFile = serde_yaml::from_str(
+            "name: n\ndescription: d\nprompt: {system_prompt: p}\ntools: {allowlist: [python]}\nsubagents: [a-b, c_d]\nmodel: small\n",
+        )
+        .unwrap_or_default();
+        assert_eq!(hand.subagents, ["a-b", "c_d"]);
+        assert_eq!(hand.model.as_deref(), Some("small"));
+    }
+
+    #[test]
+    fn invalid_subagents_lists_the_other_known_agents_sorted_and_capped() {
+        let e = invalid_subagents(
+            "orchestrator",
+            &["nope".into()],
+            ["researcher", "dev", "orchestrator", "dev"].map(String::from),
+        );
+        assert_eq!(e.kind, ErrorKind::InvalidSubagents);
+        assert_eq!(
+            e.to_json(),
+            serde_json::json!({
+                "error": "invalid_subagents",
+                "message": "Unknown agent(s) in subagents",
+                "invalid_subagents": ["nope"],
+                "available_agents": ["dev", "researcher"]
+            })
+        );
+        let many = (0..MAX_AVAILABLE_AGENTS + 5).map(|i| format!("agent-{i:04}"));
+        let e = invalid_subagents("orchestrator", &["nope".into()], many);
+        let body = e.to_json();
+        assert_eq!(
+            body["available_agents"].as_array().map(Vec::len),
+            Some(MAX_AVAILABLE_AGENTS)
+        );
+        assert_eq!(body["available_agents"][0], "agent-0000");
+        assert!(e.message.contains("first 100 of 105"), "{}", e.message);
     }
 
     #[test]

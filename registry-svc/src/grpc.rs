@@ -57,9 +57,15 @@ impl RegistryService {
             .map_err(RegistryError::from)??)
     }
 
-    /// Validates a definition completely: static rules, then its MCP servers.
+    /// Validates a definition completely: static rules, that its sub-agents exist, then its MCP
+    /// servers.
     async fn check(&self, id: &str, def: &CustomAgentFile) -> Result<catalog::McpCheck, Status> {
         definition::validate(id, def).map_err(|e| e.to_status())?;
+        if !def.subagents.is_empty() {
+            let (id, subagents) = (id.to_owned(), def.subagents.clone());
+            self.blocking(move |s| s.check_subagents(&id, &subagents))
+                .await?;
+        }
         if let Some(ws) = def.workspace.as_deref() {
             let dir = definition::resolve_workspace(self.store.root(), ws);
             let is_dir = tokio::fs::metadata(&dir).await.is_ok_and(|m| m.is_dir());

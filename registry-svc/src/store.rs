@@ -206,6 +206,26 @@ impl Store {
             .unwrap_or_default()
     }
 
+    /// Refuses with `invalid_subagents` the entries of agent `id`'s `subagents` that name no
+    /// agent the registry serves (custom or profile). Run on API writes only: see
+    /// [`definition::validate`] for why loading files does not check this.
+    pub fn check_subagents(&self, id: &str, subagents: &[String]) -> Result<()> {
+        let mut unknown = Vec::new();
+        for s in subagents {
+            if !self.custom.contains_key(s)? && !self.profile.contains_key(s)? {
+                unknown.push(s.clone());
+            }
+        }
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        let mut known = Vec::with_capacity(self.custom.len() + self.profile.len());
+        for key in self.custom.iter().keys().chain(self.profile.iter().keys()) {
+            known.push(String::from_utf8_lossy(&key?).into_owned());
+        }
+        Err(definition::invalid_subagents(id, &unknown, known).into())
+    }
+
     /// Number of cached agents by source (profile, custom).
     pub fn counts(&self) -> (usize, usize) {
         (self.profile.len(), self.custom.len())
@@ -660,6 +680,62 @@ mod tests {
             },
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn subagents_must_name_served_agents() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(|e| RegistryError::io(Path::new("tmp"), e))?;
+        let root = dir.path().join("configs");
+        fs::create_dir_all(&root).map_err(|e| RegistryError::io(&root, e))?;
+        fs::write(root.join("dev.yaml"), "description: Dev\n")
+            .map_err(|e| RegistryError::io(&root, e))?;
+        let store = Store::open(&root, &dir.path().join("data"))?;
+        store.reconcile_all()?;
+        store.create("researcher", agent_file(), "2026-11-22T09:00:00Z")?;
+        store.check_subagents("boss", &["researcher".into(), "dev".into()])?;
+        let err = store.check_subagents("researcher", &["dev".into(), "nope".into()]);
+        let Err(RegistryError::Api(e)) = err else {
+            panic!("unknown sub-agents are refused: {err:?}");
+        };
+        assert_eq!(e.kind, ErrorKind::InvalidSubagents);
+        let body = e.to_json();
+        assert_eq!(body["invalid_subagents"], serde_json::json!(["nope"]));
+        // Sorted, both sources, without the agent itself.
+        assert_eq!(body["available_agents"], serde_json::json!(["dev"]));
+        Ok(())
+    }
+
+    #[test]
+    fn a_hand_written_file_may_name_an_agent_that_is_not_there_yet() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(|e| RegistryError::io(Path::new("tmp"), e))?;
+        let root = dir.path().join("configs");
+        let custom = root.join("custom");
+        fs::create_dir_all(&custom).map_err(|e| RegistryError::io(&custom, e))?;
+        let body = "name: Boss\ndescription: Delegates\nprompt: {system_prompt: p}\n\
+                    tools: {allowlist: [delegate_to_agent]}\nsubagents: [zz-later]\nmodel: fast\n";
+        fs::write(custom.join("boss.yaml"), body).map_err(|e| RegistryError::io(&custom, e))?;
+        let selfish = body.replace("zz-later", "selfish");
+        fs::write(custom.join("selfish.yaml"), selfish)
+            .map_err(|e| RegistryError::io(&custom, e))?;
+        let store = Store::open(&root, &dir.path().join("data"))?;
+        let stats = store.reconcile_all()?;
+        assert_eq!((stats.updated, stats.invalid), (1, 1), "{stats:?}");
+        let Some(v1::agent::Kind::Custom(c)) = store.get("boss")?.kind else {
+            panic!("boss is a custom agent");
+        };
+        let spec = c.spec.unwrap_or_default();
+        assert_eq!(
+            (spec.subagents, spec.model),
+            (vec!["zz-later".into()], "fast".into())
+        );
+        let diagnostics = store.diagnostics();
+        assert_eq!(diagnostics.len(), 1);
+        assert!(
+            diagnostics[0].0.ends_with("selfish.yaml"),
+            "{diagnostics:?}"
+        );
+        assert!(diagnostics[0].1.contains("subagents"), "{diagnostics:?}");
+        Ok(())
     }
 
     #[test]

@@ -24,6 +24,8 @@ fn custom_agent() -> v1::Agent {
                     ..Default::default()
                 }],
                 mcp_tool_allowlist: vec!["get_current_time".into()],
+                subagents: vec!["researcher".into(), "dev".into()],
+                model: "fast".into(),
                 ..Default::default()
             }),
             created_at: "2026-11-22T09:00:00Z".into(),
@@ -52,6 +54,8 @@ fn custom_agents_have_the_documented_shape() {
             "tool_allowlist": ["file_read"],
             "mcp_servers": [{"type": "stdio", "command": "uvx", "args": ["mcp-server-time"], "env": {"TZ": "${TZ}"}}],
             "mcp_tool_allowlist": ["get_current_time"],
+            "subagents": ["researcher", "dev"],
+            "model": "fast",
             "role": "",
             "project": "",
             "workspace": "",
@@ -180,5 +184,22 @@ fn list_omits_an_empty_page_token() {
     assert_eq!(
         serde_json::to_value(&more).expect("serialisable"),
         json!({"agents": [], "next_page_token": "abc"})
+    );
+}
+
+#[test]
+fn subagents_and_model_are_optional_on_input() {
+    let req: AgentRequest =
+        serde_json::from_value(json!({"agent_id": "abc", "subagents": null})).expect("valid body");
+    let spec = req.into_spec(None);
+    assert!(spec.subagents.is_empty() && spec.model.is_empty());
+    let req: AgentRequest = serde_json::from_value(
+        json!({"agent_id": "boss", "subagents": ["researcher"], "model": "fast"}),
+    )
+    .expect("valid body");
+    let spec = req.into_spec(None);
+    assert_eq!(
+        (spec.subagents, spec.model),
+        (vec!["researcher".to_owned()], "fast".to_owned())
     );
 }

@@ -186,3 +186,54 @@ async fn delete_answers_204_with_an_empty_body() {
         ]
     );
 }
+
+#[tokio::test]
+async fn subagents_and_model_go_to_the_registry_and_come_back() {
+    let fake = FakeRegistry::new(2, 10);
+    let app = fake_app(&fake).await;
+    let body = json!({"agent_id": "boss", "name": "Boss", "description": "Delegates",
+        "system_prompt": "Plan.", "tool_allowlist": ["delegate_to_agent"],
+        "subagents": ["agent-000", "agent-001"], "model": "fast"});
+    let r = call(
+        &app,
+        Method::POST,
+        "/api/v1/agents",
+        &[JSON],
+        Some(&body.to_string()),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    assert_eq!(r.body["subagents"], json!(["agent-000", "agent-001"]));
+    assert_eq!(r.body["model"], "fast");
+    let r = get(&app, "/api/v1/agents/agent-000").await;
+    assert_eq!(
+        (&r.body["subagents"], &r.body["model"]),
+        (&json!([]), &json!("")),
+        "always present, empty when unset"
+    );
+    assert_eq!(
+        fake.calls(),
+        [
+            "create boss subagents=agent-000,agent-001 model=fast",
+            "get agent-000"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn unknown_subagents_are_a_400_with_the_available_agents() {
+    let fake = FakeRegistry::new(2, 10);
+    let app = fake_app(&fake).await;
+    let body = r#"{"agent_id": "boss", "subagents": ["agent-000", "nope"]}"#;
+    let r = call(&app, Method::POST, "/api/v1/agents", &[JSON], Some(body)).await;
+    assert_error(&r, StatusCode::BAD_REQUEST, "invalid_subagents");
+    assert_eq!(
+        r.body,
+        json!({
+            "error": "invalid_subagents",
+            "message": "Unknown agent(s) in subagents",
+            "invalid_subagents": ["nope"],
+            "available_agents": ["agent-000", "agent-001"]
+        })
+    );
+}

@@ -6,15 +6,18 @@ mod errors;
 mod execute;
 mod fake;
 mod mcp;
+mod orchestration;
 
 use axum::{
     Router,
     body::{Body, to_bytes},
     http::{HeaderMap, Method, Request, StatusCode, header},
 };
-use fake::FakeRegistry;
+use fake::{FakeExecutor, FakeRegistry};
 use serde_json::Value;
-use taskforce_proto::v1::agent_registry_server::AgentRegistryServer;
+use taskforce_proto::v1::{
+    agent_registry_server::AgentRegistryServer, executor_server::ExecutorServer,
+};
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
@@ -37,6 +40,46 @@ async fn serve(fake: FakeRegistry) -> String {
             .serve_with_incoming(TcpListenerStream::new(listener)),
     );
     format!("http://{addr}")
+}
+
+/// Serves the fake executor on a free port; returns its URL.
+async fn serve_executor() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("local addr");
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(ExecutorServer::new(FakeExecutor))
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+    format!("http://{addr}")
+}
+
+/// The router over the fake executor (and no registry).
+async fn executor_app() -> Router {
+    app(Config {
+        executor_url: serve_executor().await,
+        registry_url: dead_url().await,
+        ..Config::default()
+    })
+}
+
+/// `(event, data)` pairs of an SSE body.
+fn sse_events(raw: &[u8]) -> Vec<(String, Value)> {
+    let text = String::from_utf8_lossy(raw);
+    text.split("\n\n")
+        .filter_map(|block| {
+            let mut name = None;
+            let mut data = None;
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("event: ") {
+                    name = Some(v.to_owned());
+                } else if let Some(v) = line.strip_prefix("data: ") {
+                    data = serde_json::from_str(v).ok();
+                }
+            }
+            Some((name?, data?))
+        })
+        .collect()
 }
 
 /// A URL where nothing listens.

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 use taskforce_tests::{Stack, StackOptions, spawn_stack};
 
-use crate::helpers::{NATIVE_TOOLS, agent_json, create, custom_files, get, grpc_versions, send};
+use crate::helpers::{agent_json, catalog_tools, create, custom_files, get, grpc_versions, send};
 
 /// Ids that break the rule `[a-z0-9][a-z0-9-_]{2,63}`, including path tricks.
 pub fn bad_ids() -> Vec<String> {
@@ -44,13 +44,13 @@ pub async fn snapshot(stack: &Stack) -> Snapshot {
     }
 }
 
-/// The exact seed 002 body for unknown native tools.
+/// The exact seed 002 body for unknown tools (the orchestration tools are available too).
 pub fn invalid_tools_body(invalid: &[&str]) -> Value {
     json!({
         "error": "invalid_tools",
         "message": "Unknown tool(s) in tool_allowlist",
         "invalid_tools": invalid,
-        "available_tools": NATIVE_TOOLS,
+        "available_tools": catalog_tools(),
     })
 }
 

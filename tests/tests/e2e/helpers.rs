@@ -27,6 +27,17 @@ pub const NATIVE_TOOLS: [&str; 9] = [
     "ask_user",
 ];
 
+/// The orchestration tools (seed 003), listed after the native ones and allowlisted like them.
+pub const ORCHESTRATION_TOOLS: [&str; 2] = ["delegate_to_agent", "update_todolist"];
+
+/// Every tool an allowlist may name: the native tools, then the orchestration tools.
+pub fn catalog_tools() -> Vec<&'static str> {
+    NATIVE_TOOLS
+        .into_iter()
+        .chain(ORCHESTRATION_TOOLS)
+        .collect()
+}
+
 /// Agent ids in the sample configs: the profile first, then the custom agents.
 pub const SAMPLE_IDS: [&str; 3] = ["dev", "invoice-extractor", "time-keeper"];
 

@@ -23,7 +23,9 @@ fn llm_config(dir: &Path, scripts: &[(&str, &str)]) -> String {
     for (alias, script) in scripts {
         let path = dir.join(format!("{alias}.yaml"));
         std::fs::write(&path, script).expect("script written");
-        models.push_str(&format!("  {alias}: {{provider: p_{alias}, model: {alias}}}\n"));
+        models.push_str(&format!(
+            "  {alias}: {{provider: p_{alias}, model: {alias}}}\n"
+        ));
         providers.push_str(&format!(
             "  p_{alias}:\n    type: scripted\n    script: {}\n",
             path.display()
@@ -134,7 +136,10 @@ async fn a_planner_delegates_merges_patches_and_refuses_what_it_must() {
     assert!(names.ends_with(&["final_answer", "done"]), "{names:?}");
     let done = &events[events.len() - 1].1;
     assert_eq!(done["status"], "completed", "{done}");
-    let session = events[0].1["session_id"].as_str().expect("session").to_owned();
+    let session = events[0].1["session_id"]
+        .as_str()
+        .expect("session")
+        .to_owned();
 
     // Sub-agents' events are nested under their path and frame.
     let starts = named(&events, "delegation_start");
@@ -147,9 +152,9 @@ async fn a_planner_delegates_merges_patches_and_refuses_what_it_must() {
     let frame = builder["frame_id"].as_str().expect("frame id");
     assert!(!frame.is_empty());
     assert!(
-        events
-            .iter()
-            .any(|(n, e)| n == "token" && e["frame_id"] == frame && e["agent_path"] == json!(["builder"])),
+        events.iter().any(|(n, e)| n == "token"
+            && e["frame_id"] == frame
+            && e["agent_path"] == json!(["builder"])),
         "the builder's tokens carry its frame"
     );
 
@@ -193,10 +198,11 @@ async fn a_planner_delegates_merges_patches_and_refuses_what_it_must() {
     // The tampered token is a tool error the model sees; the run went on.
     let errors = named(&events, "tool_error");
     assert!(
-        errors
-            .iter()
-            .any(|e| e["tool"] == "agent_builder"
-                && e["message"].as_str().unwrap_or_default().contains("resume_token")),
+        errors.iter().any(|e| e["tool"] == "agent_builder"
+            && e["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("resume_token")),
         "{errors:?}"
     );
     let plans = named(&events, "plan_updated");
@@ -240,7 +246,12 @@ async fn a_planner_delegates_merges_patches_and_refuses_what_it_must() {
         .unwrap_or_default();
     assert_eq!(failed.len(), 1, "{plan}");
     assert_eq!(failed[0]["status"], "FAILED");
-    assert!(plan["markdown"].as_str().unwrap_or_default().starts_with("## Plan (version 4)"));
+    assert!(
+        plan["markdown"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("## Plan (version 4)")
+    );
 
     let unknown = send(stack.http().get(stack.url("/api/v1/sessions/nope/plan"))).await;
     assert_eq!(unknown.status, 404, "{}", unknown.text);
@@ -300,7 +311,10 @@ async fn a_question_two_levels_down_bubbles_up_survives_sigkill_and_resumes_its_
     let names = event_names(&first);
     assert!(names.ends_with(&["question", "done"]), "{names:?}");
     assert_eq!(first[first.len() - 1].1["status"], "paused");
-    let session = first[0].1["session_id"].as_str().expect("session").to_owned();
+    let session = first[0].1["session_id"]
+        .as_str()
+        .expect("session")
+        .to_owned();
 
     // The hop limit: lead → mid → leaf is allowed, leaf → deep is not.
     let hop = named(&first, "tool_error")
@@ -309,7 +323,10 @@ async fn a_question_two_levels_down_bubbles_up_survives_sigkill_and_resumes_its_
         .expect("the third level is refused");
     assert_eq!(hop["agent_path"], json!(["mid", "leaf"]));
     assert!(
-        hop["message"].as_str().unwrap_or_default().contains("hop limit"),
+        hop["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("hop limit"),
         "{hop}"
     );
     assert!(
@@ -384,7 +401,10 @@ async fn a_question_two_levels_down_bubbles_up_survives_sigkill_and_resumes_its_
     assert_eq!(done.status(), v1::RunStatus::Completed);
     assert!(done.pending_question.is_none());
     let plan = done.plan.expect("plan");
-    assert!(plan.tasks.iter().all(|t| t.status == "COMPLETED"), "{plan:?}");
+    assert!(
+        plan.tasks.iter().all(|t| t.status == "COMPLETED"),
+        "{plan:?}"
+    );
 
     // Answering again is refused: nothing is waiting.
     let again = send(

@@ -1,5 +1,5 @@
-//! The tool catalog: exactly the native tools, plus tools of globally configured MCP servers
-//! discovered in the background, and never a secret in any answer.
+//! The tool catalog: exactly the native and orchestration tools, plus tools of globally
+//! configured MCP servers discovered in the background, and never a secret in any answer.
 
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ use taskforce_tests::{
     spawn_stack,
 };
 
-use crate::helpers::{NATIVE_TOOLS, create, send};
+use crate::helpers::{NATIVE_TOOLS, ORCHESTRATION_TOOLS, catalog_tools, create, send};
 
 /// The catalog over REST.
 async fn tools(stack: &taskforce_tests::Stack) -> Vec<Value> {
@@ -48,17 +48,23 @@ fn assert_tool_shape(t: &Value) {
 }
 
 #[tokio::test]
-async fn catalog_lists_exactly_the_nine_native_tools_with_their_fields() {
+async fn catalog_lists_exactly_the_native_and_orchestration_tools_with_their_fields() {
     let stack = spawn_stack().await.expect("stack starts");
     let tools = tools(&stack).await;
-    let mut got = names(&tools);
-    got.sort();
-    let mut want: Vec<String> = NATIVE_TOOLS.iter().map(|s| (*s).to_owned()).collect();
-    want.sort();
-    assert_eq!(got, want, "exactly the native tools, without llm_generate");
+    assert_eq!(
+        names(&tools),
+        catalog_tools(),
+        "exactly the native tools (without llm_generate), then the orchestration tools"
+    );
     for t in &tools {
         assert_tool_shape(t);
-        assert_eq!(t["origin"], "native", "{t}");
+        let name = t["name"].as_str().unwrap_or_default();
+        let origin = if ORCHESTRATION_TOOLS.contains(&name) {
+            "orchestration"
+        } else {
+            "native"
+        };
+        assert_eq!(t["origin"], origin, "{t}");
         assert!(
             t.get("mcp_server_id")
                 .is_none_or(|v| v.is_null() || v == ""),
@@ -230,8 +236,8 @@ async fn catalog_is_served_while_a_global_mcp_server_hangs() {
     let tools = r.body["tools"].as_array().expect("tools");
     assert_eq!(
         tools.len(),
-        NATIVE_TOOLS.len(),
-        "only native tools while discovery hangs: {}",
+        catalog_tools().len(),
+        "only native and orchestration tools while discovery hangs: {}",
         r.text
     );
 }

@@ -5,6 +5,8 @@
 # MCP). No server to install, no API key. Ctrl-C stops everything.
 # Ports: TASKFORCE_REGISTRY_PORT (50051), TASKFORCE_EXECUTOR_PORT (50052), TASKFORCE_GATEWAY_PORT (8080).
 # PROFILE=release builds optimised binaries (slower to build, faster to run).
+# TASKFORCE_CONFIG_DIR serves another config directory (e.g. configs/examples/orchestration); its
+# llm_config.yaml is used, and its state goes to .tf-data/<name of the directory>.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 profile=${PROFILE:-debug}
@@ -14,7 +16,10 @@ bin=target/$profile
 reg_port=${TASKFORCE_REGISTRY_PORT:-50051}
 gw_port=${TASKFORCE_GATEWAY_PORT:-8080}
 ex_port=${TASKFORCE_EXECUTOR_PORT:-50052}
-mkdir -p .tf-data
+configs=${TASKFORCE_CONFIG_DIR:-configs}
+data=.tf-data
+[ "$configs" != configs ] && data=".tf-data/$(basename "$configs")"
+mkdir -p "$data"
 # Workspace metadata needs the `task` binary: the one scripts/install-test-deps.sh installed, else
 # whatever `task` is on PATH (without one, metadata stays empty and the registry says so once).
 if [ -z "${TASKFORCE_TASK_BIN:-}" ] && [ -x .tools/venv/bin/task ]; then
@@ -24,10 +29,10 @@ pids=()
 stop() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
 trap stop EXIT
 trap 'exit 130' INT TERM
-"$bin/registry-svc" --listen "127.0.0.1:$reg_port" --config-dir configs --data-dir .tf-data/registry &
+"$bin/registry-svc" --listen "127.0.0.1:$reg_port" --config-dir "$configs" --data-dir "$data/registry" &
 pids+=($!)
 "$bin/executor-svc" --listen "127.0.0.1:$ex_port" --registry-url "http://127.0.0.1:$reg_port" \
-  --data-dir .tf-data/executor --llm-config configs/llm_config.yaml &
+  --data-dir "$data/executor" --config-dir "$configs" --llm-config "$configs/llm_config.yaml" &
 pids+=($!)
 "$bin/gateway" --listen "127.0.0.1:$gw_port" --registry-url "http://127.0.0.1:$reg_port" &
 pids+=($!)
@@ -37,13 +42,14 @@ for _ in $(seq 1 100); do
 done
 cat <<MSG
 
-Taskforce is up (agents from configs/, state in .tf-data/; the executor's log says which LLM
+Taskforce is up (agents from $configs/, state in $data/; the executor's log says which LLM
 provider it uses: with no API key set, the offline scripted provider).
   REST      http://127.0.0.1:$gw_port   try: curl -s http://127.0.0.1:$gw_port/api/v1/agents
   MCP       http://127.0.0.1:$gw_port/mcp
   registry  127.0.0.1:$reg_port          try: grpcurl -plaintext 127.0.0.1:$reg_port list
   executor  127.0.0.1:$ex_port          try: grpcurl -plaintext -d '{"mission":"hello","agent_id":"invoice-extractor"}' 127.0.0.1:$ex_port taskforce.v1.Executor/Execute
   OpenAPI   http://127.0.0.1:$gw_port/openapi.json
+  metrics   http://127.0.0.1:9464/metrics (the executor's, Prometheus text format)
 Ctrl-C stops all three services.
 
 MSG

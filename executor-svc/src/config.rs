@@ -84,6 +84,12 @@ pub struct Config {
     #[arg(long, env = "TASKFORCE_SUBAGENT_TIMEOUT_SECS", default_value_t = 120)]
     pub subagent_timeout_secs: u64,
 
+    /// Who may remove a dependency link from the plan: `dependent-owner` (the owner of the
+    /// dependent task, or the orchestrator), `any-author` or `orchestrator-only`.
+    #[arg(long, env = "TASKFORCE_PLAN_UNLINK_POLICY", default_value = "dependent-owner",
+          value_parser = ["dependent-owner", "any-author", "orchestrator-only"])]
+    pub plan_unlink_policy: String,
+
     /// Where the executor serves Prometheus metrics (`/metrics`); empty: nowhere.
     #[arg(
         long,
@@ -126,6 +132,11 @@ impl Config {
         crate::run::DelegationLimits {
             max_hops: self.max_delegation_hops,
             timeout: Duration::from_secs(self.subagent_timeout_secs.max(1)),
+            unlink: match self.plan_unlink_policy.as_str() {
+                "any-author" => crate::plan::UnlinkPolicy::AnyAuthor,
+                "orchestrator-only" => crate::plan::UnlinkPolicy::OrchestratorOnly,
+                _ => crate::plan::UnlinkPolicy::DependentOwner,
+            },
         }
     }
 

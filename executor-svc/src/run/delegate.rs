@@ -22,7 +22,7 @@ use super::{
 };
 use crate::{
     llm::Message,
-    plan::{ORCHESTRATOR, Patch, Rejection, TaskStatus, UnlinkPolicy},
+    plan::{ORCHESTRATOR, Patch, Rejection, TaskStatus},
     registry::Target,
     session::{Ask, Frame, plan_to_proto},
     tools::{
@@ -550,7 +550,7 @@ async fn merge(ctx: &RunCtx, author: &str, patch: &Value) -> Value {
     };
     let merged = ctx.orchestra.with(|o| {
         o.plan
-            .apply(author, &parsed, UnlinkPolicy::default())
+            .apply(author, &parsed, ctx.runner.budgets.delegation.unlink)
             .map(|version| (version, o.plan.clone()))
     });
     match merged {

@@ -62,6 +62,8 @@ pub struct DelegationLimits {
     pub max_hops: u32,
     /// Default wall-clock budget of a delegation.
     pub timeout: Duration,
+    /// Who may remove dependency links from the plan.
+    pub unlink: crate::plan::UnlinkPolicy,
 }
 
 /// Everything a run needs, shared by all runs.

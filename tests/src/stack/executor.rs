@@ -171,11 +171,18 @@ impl Stack {
             .arg("--config-dir")
             .arg(&self.config_dir)
             .arg("--llm-config")
-            .arg(self.config_dir.join("llm_config.yaml"))
-            // Many executors run at once: each serves its metrics on a port of its own.
-            .arg("--metrics-listen")
-            .arg("127.0.0.1:0")
-            .args(&self.opts.executor_args);
+            .arg(self.config_dir.join("llm_config.yaml"));
+        // Many executors run at once: each serves its metrics on a port of its own, unless the
+        // test names one.
+        if !self
+            .opts
+            .executor_args
+            .iter()
+            .any(|a| a == "--metrics-listen")
+        {
+            cmd.arg("--metrics-listen").arg("127.0.0.1:0");
+        }
+        cmd.args(&self.opts.executor_args);
         for var in LLM_VARS {
             cmd.env_remove(var);
         }

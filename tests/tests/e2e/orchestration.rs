@@ -35,12 +35,25 @@ fn llm_config(dir: &Path, scripts: &[(&str, &str)]) -> String {
 }
 
 async fn stack(dir: &Path, scripts: &[(&str, &str)]) -> Stack {
+    stack_with(dir, scripts, &[]).await
+}
+
+async fn stack_with(dir: &Path, scripts: &[(&str, &str)], args: &[String]) -> Stack {
     StackOptions::full()
         .with_executor()
+        .executor_args(args.iter().cloned())
         .llm_config(llm_config(dir, scripts))
         .spawn()
         .await
         .expect("stack with executor starts")
+}
+
+/// A loopback port nobody listens on right now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
 }
 
 async fn agent(stack: &Stack, id: &str, tools: &[&str], subagents: &[&str], model: &str) {
@@ -103,7 +116,8 @@ turns:
 #[tokio::test]
 async fn a_planner_delegates_merges_patches_and_refuses_what_it_must() {
     let dir = tempfile::TempDir::new().expect("tmp");
-    let stack = stack(
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let stack = stack_with(
         dir.path(),
         &[
             ("planner", PLANNER),
@@ -111,6 +125,7 @@ async fn a_planner_delegates_merges_patches_and_refuses_what_it_must() {
             ("reviewer", REVIEWER),
             ("broken", BROKEN),
         ],
+        &["--metrics-listen".to_owned(), metrics.clone()],
     )
     .await;
     agent(&stack, "builder", &["file_read"], &[], "builder").await;
@@ -258,6 +273,73 @@ async fn a_planner_delegates_merges_patches_and_refuses_what_it_must() {
 
     let facts = get_session(&stack, &session).await.facts_json;
     assert!(facts.contains("\"lang\":\"rust\""), "{facts}");
+
+    // Seed 003 §8: tool metrics with the sub-agent label, and the audit line's agent_name and
+    // patch_ops.
+    let scraped = send(stack.http().get(format!("http://{metrics}/metrics"))).await;
+    assert_eq!(scraped.status, 200);
+    let text = scraped.text;
+    for line in [
+        r#"idp_tool_success_total{tool="agent_builder",subagent="builder"} 1"#,
+        r#"idp_tool_failure_total{tool="delegate_to_agent",subagent="broken"} 1"#,
+        r#"idp_tool_success_total{tool="update_todolist",subagent=""} 2"#,
+        r#"idp_tool_failure_total{tool="update_todolist",subagent=""} 1"#,
+    ] {
+        assert!(text.contains(line), "{line} in:\n{text}");
+    }
+    assert!(text.contains("idp_tool_execution_seconds_bucket"), "{text}");
+    let log = std::fs::read_to_string(stack.executor_log()).expect("executor log");
+    let audit = log
+        .lines()
+        .find(|l| l.contains("\"agent_name\":\"builder\"") && l.contains("\"tool call\""))
+        .expect("the builder's delegation is audited");
+    assert!(audit.contains("\"patch_ops\":\"add_subtask\""), "{audit}");
+}
+
+const WAITER: &str = r#"
+final_text: "went on without it"
+turns:
+  - tool_calls:
+      - name: agent_sleeper
+        arguments: {task: Take your time, budget: {timeout_s: 0.5}}
+"#;
+
+const SLEEPER: &str = r#"
+turns:
+  - delay_ms: 20000
+    text: "too late"
+"#;
+
+#[tokio::test]
+async fn a_sub_agent_that_hangs_fails_its_task_at_its_budget_and_the_orchestrator_goes_on() {
+    let dir = tempfile::TempDir::new().expect("tmp");
+    let stack = stack(dir.path(), &[("waiter", WAITER), ("sleeper", SLEEPER)]).await;
+    agent(&stack, "sleeper", &["file_read"], &[], "sleeper").await;
+    agent(&stack, "waiter", &["file_read"], &["sleeper"], "waiter").await;
+    let started = std::time::Instant::now();
+    let mut sse = SseReader::open(
+        &stack,
+        "/api/v1/execute/stream",
+        &json!({"mission": "Wait", "agent_id": "waiter"}),
+    )
+    .await;
+    let events = sse.rest(RUN_TIMEOUT).await;
+    assert!(started.elapsed() < std::time::Duration::from_secs(15));
+    let end = named(&events, "delegation_end")
+        .into_iter()
+        .next()
+        .expect("the delegation ends");
+    assert_eq!(end["status"], "failed", "{end}");
+    assert_eq!(
+        end["result"]["error"]["code"], "TIME_BUDGET_EXCEEDED",
+        "{end}"
+    );
+    let last = &events[events.len() - 2].1;
+    assert_eq!(last["text"], "went on without it", "{last}");
+    let session = events[0].1["session_id"].as_str().expect("session");
+    let plan = get_session(&stack, session).await.plan.expect("plan");
+    assert_eq!(plan.tasks.len(), 1);
+    assert_eq!(plan.tasks[0].status, "FAILED");
 }
 
 const LEAD: &str = r#"
@@ -415,4 +497,102 @@ async fn a_question_two_levels_down_bubbles_up_survives_sigkill_and_resumes_its_
     )
     .await;
     assert_eq!(again.status, 409, "{}", again.text);
+}
+
+/// The example the README walks through: `configs/examples/orchestration`, served as shipped.
+#[tokio::test]
+async fn the_shipped_orchestration_example_runs_as_the_readme_shows() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/examples/orchestration");
+    let example = example.canonicalize().expect("the example exists");
+    let config = std::fs::read_to_string(example.join("llm_config.yaml"))
+        .expect("its llm_config")
+        .replace(
+            "script: scripts/",
+            &format!("script: {}/scripts/", example.display()),
+        );
+    let stack = StackOptions::full()
+        .empty_configs()
+        .with_executor()
+        .llm_config(config)
+        .spawn()
+        .await
+        .expect("stack starts");
+    std::fs::create_dir_all(stack.custom_dir()).expect("custom dir");
+    for entry in std::fs::read_dir(example.join("custom")).expect("agents") {
+        let path = entry.expect("entry").path();
+        let name = path.file_name().expect("name");
+        std::fs::copy(&path, stack.custom_dir().join(name)).expect("copied");
+    }
+    let listed = taskforce_tests::eventually(
+        RUN_TIMEOUT,
+        std::time::Duration::from_millis(100),
+        || async {
+            let r = send(stack.http().get(stack.url("/api/v1/agents?source=custom"))).await;
+            (r.body["agents"].as_array().map_or(0, Vec::len) == 3).then_some(())
+        },
+    )
+    .await;
+    assert!(listed.is_some(), "the example's three agents are picked up");
+
+    let mut sse = SseReader::open(
+        &stack,
+        "/api/v1/execute/stream",
+        &json!({"mission": "Prepare the next release", "agent_id": "release-planner"}),
+    )
+    .await;
+    let first = sse.rest(RUN_TIMEOUT).await;
+    let names = event_names(&first);
+    assert!(names.ends_with(&["question", "done"]), "{names:?}");
+    let question = &first[first.len() - 2].1;
+    assert_eq!(
+        question["items"][0]["key"], "changelog-writer.version",
+        "{question}"
+    );
+    assert_eq!(question["items"][0]["default"], "1.0.0", "{question}");
+    assert!(
+        named(&first, "patch_applied")
+            .iter()
+            .any(|e| e["author"] == "release-checker" && e["version"] == 3),
+        "{names:?}"
+    );
+    let session = first[0].1["session_id"]
+        .as_str()
+        .expect("session")
+        .to_owned();
+
+    let mut sse = SseReader::open(
+        &stack,
+        &format!("/api/v1/sessions/{session}/answer"),
+        &json!({"answer": "1.2.0"}),
+    )
+    .await;
+    let second = sse.rest(RUN_TIMEOUT).await;
+    let names = event_names(&second);
+    assert!(names.ends_with(&["final_answer", "done"]), "{names:?}");
+    let plan = send(
+        stack
+            .http()
+            .get(stack.url(&format!("/api/v1/sessions/{session}/plan"))),
+    )
+    .await
+    .body;
+    assert_eq!(plan["version"], 3, "{plan}");
+    let markdown = plan["markdown"].as_str().unwrap_or_default();
+    for line in [
+        "- [ ] tag · Tag the release — orchestrator",
+        "- [x] changelog · Write the changelog — changelog-writer",
+        "- [x] checks · Check the release candidate — release-checker",
+        "  - [ ] checks.docs · Proof-read the docs — release-checker",
+    ] {
+        assert!(markdown.contains(line), "{line} in\n{markdown}");
+    }
+    let changelog = plan["tasks"]
+        .as_array()
+        .and_then(|ts| ts.iter().find(|t| t["id"] == "changelog"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        changelog["result"]["changelog"],
+        "## 1.2.0\n- Multi-agent orchestration"
+    );
 }

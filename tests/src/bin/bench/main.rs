@@ -6,6 +6,8 @@
 //! cargo run --release -p taskforce-tests --bin bench -- --agents 1000,10000 --metadata-agents 50
 //! # the executor (issue #3), scripted provider
 //! cargo run --release -p taskforce-tests --bin bench -- --runs
+//! # multi-agent orchestration (issue #10), scripted provider
+//! cargo run --release -p taskforce-tests --bin bench -- --orchestration
 //! # the LangGraph peer's streamed-run workload, against ../shared/peers/fake_llm.py
 //! cargo run --release -p taskforce-tests --bin bench -- --fake-llm http://127.0.0.1:18080/v1
 //! ```
@@ -88,10 +90,23 @@ struct Args {
     /// Runs per client of the concurrent phases of `--fake-llm`.
     #[arg(long, default_value_t = 5)]
     peer_runs_per_client: usize,
+    /// Benchmarks multi-agent orchestration instead of the registry.
+    #[arg(long)]
+    orchestration: bool,
+    /// Sequential runs of each orchestration latency/CPU measurement.
+    #[arg(long, default_value_t = 1000)]
+    orchestration_samples: usize,
+    /// Orchestrator runs held in flight at once (`--orchestration`).
+    #[arg(long, default_value_t = 200)]
+    orchestration_in_flight: usize,
+    /// How long each of their sub-agents pauses, in milliseconds (`--orchestration`).
+    #[arg(long, default_value_t = 2000)]
+    orchestration_hold_ms: u64,
 }
 
 mod mcp_call;
 mod metadata;
+mod orchestration;
 mod peer;
 mod runs;
 
@@ -103,6 +118,19 @@ async fn main() -> anyhow::Result<()> {
     }
     if args.runs || args.fake_llm.is_some() {
         return bench_runs(&args).await;
+    }
+    if args.orchestration {
+        let opts = orchestration::Options {
+            samples: args.orchestration_samples,
+            in_flight: args.orchestration_in_flight,
+            hold_ms: args.orchestration_hold_ms,
+        };
+        let rows = orchestration::run(&opts)
+            .await
+            .context("orchestration benchmark")?;
+        println!("\n### multi-agent orchestration\n\n| measurement | result |\n|---|---|");
+        print_rows(rows);
+        return Ok(());
     }
     for &n in &args.agents {
         let rows = run(&args, n)

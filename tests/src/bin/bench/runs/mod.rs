@@ -399,7 +399,8 @@ impl Cpu {
 }
 
 /// utime + stime of a process (all threads), in clock ticks.
-fn cpu_ticks(pid: u32) -> u64 {
+/// User plus system CPU clock ticks of process `pid` so far (0 when unknown).
+pub fn cpu_ticks(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|s| {
@@ -416,7 +417,8 @@ fn mb(bytes: u64) -> f64 {
 }
 
 /// A field of `/proc/<pid>/status` in kB (0 when unreadable).
-fn status_kb(pid: u32, field: &str) -> u64 {
+/// A `/proc/<pid>/status` field in KB (0 when unknown).
+pub fn status_kb(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {

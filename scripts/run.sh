@@ -34,7 +34,8 @@ pids+=($!)
 "$bin/executor-svc" --listen "127.0.0.1:$ex_port" --registry-url "http://127.0.0.1:$reg_port" \
   --data-dir "$data/executor" --config-dir "$configs" --llm-config "$configs/llm_config.yaml" &
 pids+=($!)
-"$bin/gateway" --listen "127.0.0.1:$gw_port" --registry-url "http://127.0.0.1:$reg_port" &
+"$bin/gateway" --listen "127.0.0.1:$gw_port" --registry-url "http://127.0.0.1:$reg_port" \
+  --executor-url "http://127.0.0.1:$ex_port" &
 pids+=($!)
 for _ in $(seq 1 100); do
   curl -fsS "http://127.0.0.1:$gw_port/readyz" >/dev/null 2>&1 && break

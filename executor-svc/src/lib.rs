@@ -9,7 +9,8 @@
 //! # Layout
 //! - [`config`]: flags and environment.
 //! - [`grpc`]: the `taskforce.v1.Executor` service, a thin layer over [`run::Runner`].
-//! - [`run`](mod@run): starting, continuing and cancelling runs; the loop, tool rounds, the event sink.
+//! - [`run`](mod@run): starting, continuing and cancelling runs; the loop (one per frame: the
+//!   top agent's and each sub-agent's), tool rounds, the event sink, delegations, answers.
 //! - [`session`]: sessions in sled.
 //! - [`plan`]: the todo plan and its patch engine (pure).
 //! - [`token`]: signed state tokens naming a paused sub-agent frame.
@@ -28,7 +29,9 @@
 //!     (body → events) and `llm::sse` (event-stream parsing) are shared by both.
 //!   - `llm::scripted`: deterministic replay of a YAML script.
 //! - [`tools`]: the [`tools::Tool`] trait every native and MCP tool implements;
-//!   `tools::native`: the nine native tools (files, python, git, web, GitHub, PowerShell, ask_user).
+//!   `tools::native`: the nine native tools (files, python, git, web, GitHub, PowerShell, ask_user);
+//!   `tools::orchestration`: sub-agents as tools (`agent_<id>`), `delegate_to_agent`,
+//!   `update_todolist`, reaching the run through the `Orchestrate` handle.
 //! - [`error`]: the crate's error type and its gRPC mapping.
 
 pub mod agent;

@@ -6,6 +6,7 @@
 //! - `driver`: one run from start to its closing events, with the budgets and the status lease.
 //! - `start`: request validation and session set-up for `Execute` and `Answer`.
 //! - `delegate`: sub-agent frames (seed 003): delegations, plan merges, bubbled-up questions.
+//! - `merge`: plan patches merged (or refused) with their events.
 //! - `answers`: pending questions and the answers that continue them (pure).
 
 mod agent_loop;
@@ -14,6 +15,7 @@ mod calls;
 mod delegate;
 mod driver;
 mod events;
+mod merge;
 mod start;
 
 use std::{

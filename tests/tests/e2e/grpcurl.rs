@@ -7,14 +7,14 @@ use serde_json::{Value, json};
 use taskforce_tests::{Stack, paths, spawn_registry};
 use tokio::process::Command;
 
-struct Run {
-    ok: bool,
-    stdout: String,
-    stderr: String,
+pub struct Run {
+    pub ok: bool,
+    pub stdout: String,
+    pub stderr: String,
 }
 
 /// Runs grpcurl with `args`.
-async fn run(args: Vec<String>) -> Run {
+pub async fn run(args: Vec<String>) -> Run {
     let program = paths::grpcurl().expect("grpcurl is installed");
     let mut cmd = Command::new(program);
     cmd.args(&args).kill_on_drop(true);

@@ -1,0 +1,111 @@
+//! Plan merges: a patch of the orchestrator (`update_todolist`) or of a sub-agent (its result's
+//! `patch`) goes into the session's plan whole or not at all, serialised by the run's lock;
+//! every merge and refusal is an event, and the model reads how it went.
+
+use serde_json::{Value, json};
+use taskforce_proto::v1::{self, run_event::Event};
+
+use super::RunCtx;
+use crate::{
+    plan::{ORCHESTRATOR, Patch, RejectReason, Rejection},
+    session::plan_to_proto,
+    tools::{ToolError, ToolOutcome},
+};
+
+/// Merges `author`'s patch (JSON) into the plan and says how it went, for the model: applied
+/// with the new version, or the seed's 409 conflict / refusal with the current version and the
+/// rejected ops.
+pub(super) async fn merge(ctx: &RunCtx, author: &str, patch: &Value) -> Value {
+    let parsed = match Patch::from_json(patch) {
+        Ok(p) => p,
+        Err(message) => {
+            let rejection = json!({"applied": false, "error": "invalid", "status": 422,
+                "message": message});
+            ctx.sink
+                .emit(Event::PatchRejected(v1::PatchRejected {
+                    author: author.to_owned(),
+                    reason: "invalid".to_owned(),
+                    message,
+                    current_version: ctx.orchestra.with(|o| o.plan.version),
+                    rejected_ops_json: patch.get("ops").unwrap_or(patch).to_string(),
+                }))
+                .await;
+            return rejection;
+        }
+    };
+    let merged = ctx.orchestra.with(|o| {
+        o.plan
+            .apply(author, &parsed, ctx.runner.budgets.delegation.unlink)
+            .map(|version| (version, o.plan.clone()))
+    });
+    match merged {
+        Ok((version, plan)) => {
+            let ops: Vec<Value> = parsed.ops.iter().map(|op| op.to_json()).collect();
+            ctx.sink
+                .emit(Event::PatchApplied(v1::PatchApplied {
+                    author: author.to_owned(),
+                    version,
+                    ops_json: Value::Array(ops).to_string(),
+                }))
+                .await;
+            ctx.sink.emit(plan_updated(&plan)).await;
+            json!({"applied": true, "version": version, "plan_markdown": plan.render_markdown()})
+        }
+        Err(rejection) => {
+            ctx.sink.emit(rejected(author, &rejection)).await;
+            let mut body = serde_json::to_value(&rejection).unwrap_or(Value::Null);
+            if let Some(body) = body.as_object_mut() {
+                body.insert("applied".to_owned(), Value::Bool(false));
+                body.insert("status".to_owned(), json!(status_of(&rejection)));
+            }
+            body
+        }
+    }
+}
+
+/// The HTTP-like status the seed names for a refused patch.
+fn status_of(rejection: &Rejection) -> u16 {
+    match rejection.reason {
+        RejectReason::Conflict => 409,
+        RejectReason::Forbidden => 403,
+        RejectReason::Invalid => 422,
+    }
+}
+
+fn rejected(author: &str, rejection: &Rejection) -> Event {
+    Event::PatchRejected(v1::PatchRejected {
+        author: author.to_owned(),
+        reason: rejection.reason.as_str().to_owned(),
+        message: rejection.message.clone(),
+        current_version: rejection.current_version,
+        rejected_ops_json: Value::Array(rejection.rejected_ops.clone()).to_string(),
+    })
+}
+
+/// A `PlanUpdated` event.
+pub(super) fn plan_updated(plan: &crate::plan::Plan) -> Event {
+    Event::PlanUpdated(v1::PlanUpdated {
+        plan: Some(plan_to_proto(plan)),
+    })
+}
+
+/// `update_todolist`: the orchestrator's own patch.
+pub(super) async fn update_plan(ctx: &RunCtx, arguments: Value) -> Result<ToolOutcome, ToolError> {
+    if ctx.frame.depth > 0 {
+        return Err(ToolError::Unavailable {
+            tool: "update_todolist".to_owned(),
+            reason: "sub-agents propose plan changes as the `patch` of their final result"
+                .to_owned(),
+        });
+    }
+    Patch::from_json(&arguments).map_err(|reason| ToolError::InvalidArguments {
+        tool: "update_todolist".to_owned(),
+        reason,
+    })?;
+    let status = merge(ctx, ORCHESTRATOR, &arguments).await;
+    let applied = status["applied"].as_bool().unwrap_or(false);
+    Ok(ToolOutcome::Output {
+        content: status.to_string(),
+        is_error: !applied,
+    })
+}

@@ -596,3 +596,134 @@ async fn the_shipped_orchestration_example_runs_as_the_readme_shows() {
         "## 1.2.0\n- Multi-agent orchestration"
     );
 }
+
+#[tokio::test]
+async fn unknown_subagents_are_refused_on_save_like_unknown_tools() {
+    let dir = tempfile::TempDir::new().expect("tmp");
+    let stack = stack(dir.path(), &[]).await;
+    let mut body = agent_json("lonely-planner");
+    body["tool_allowlist"] = json!(["delegate_to_agent"]);
+    body["subagents"] = json!(["invoice-extractor", "nobody-here"]);
+    let r = create(&stack, &body).await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert_eq!(r.body["error"], "invalid_subagents", "{}", r.text);
+    assert_eq!(r.body["message"], "Unknown agent(s) in subagents");
+    assert_eq!(r.body["invalid_subagents"], json!(["nobody-here"]));
+    let available = r.body["available_agents"].as_array().expect("available");
+    assert!(
+        available.contains(&json!("invoice-extractor")),
+        "{}",
+        r.text
+    );
+    let missing = send(stack.http().get(stack.url("/api/v1/agents/lonely-planner"))).await;
+    assert_eq!(missing.status, 404, "nothing was saved");
+
+    body["subagents"] = json!(["lonely-planner"]);
+    let r = create(&stack, &body).await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert!(r.text.contains("subagents"), "{}", r.text);
+
+    body["subagents"] = json!(["invoice-extractor"]);
+    let r = create(&stack, &body).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let got = send(stack.http().get(stack.url("/api/v1/agents/lonely-planner"))).await;
+    assert_eq!(got.body["subagents"], json!(["invoice-extractor"]));
+    let yaml = std::fs::read_to_string(stack.custom_dir().join("lonely-planner.yaml"))
+        .expect("the YAML file");
+    assert!(yaml.contains("subagents:"), "{yaml}");
+}
+
+const PAIR: &str = r#"
+final_text: "both answered"
+turns:
+  - tool_calls:
+      - name: agent_asker-one
+        arguments: {task: first}
+      - name: agent_asker-two
+        arguments: {task: second}
+"#;
+
+const ASKER: &str = r#"
+final_text: '{"result": {"got": "{{last_message}}"}}'
+turns:
+  - tool_calls:
+      - name: ask_user
+        arguments: {question: Which colour?, key: colour}
+"#;
+
+#[tokio::test]
+async fn parallel_questions_become_one_and_a_partial_answer_asks_for_the_rest() {
+    let dir = tempfile::TempDir::new().expect("tmp");
+    let stack = stack(dir.path(), &[("pair", PAIR), ("asker", ASKER)]).await;
+    agent(&stack, "asker-one", &["ask_user"], &[], "asker").await;
+    agent(&stack, "asker-two", &["ask_user"], &[], "asker").await;
+    agent(
+        &stack,
+        "pair",
+        &["file_read"],
+        &["asker-one", "asker-two"],
+        "pair",
+    )
+    .await;
+    let mut sse = SseReader::open(
+        &stack,
+        "/api/v1/execute/stream",
+        &json!({"mission": "Ask both", "agent_id": "pair"}),
+    )
+    .await;
+    let first = sse.rest(RUN_TIMEOUT).await;
+    let questions = named(&first, "question");
+    assert_eq!(questions.len(), 1, "one consolidated question");
+    let keys: Vec<&str> = questions[0]["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|i| i["key"].as_str())
+        .collect();
+    assert_eq!(keys, ["asker-one.colour", "asker-two.colour"]);
+    let session = first[0].1["session_id"]
+        .as_str()
+        .expect("session")
+        .to_owned();
+    let path = format!("/api/v1/sessions/{session}/answer");
+
+    // Plain text cannot say which of two questions it answers.
+    let vague = send(
+        stack
+            .http()
+            .post(stack.url(&path))
+            .json(&json!({"answer": "red"})),
+    )
+    .await;
+    assert_eq!(vague.status, 400, "{}", vague.text);
+
+    // One of two: that sub-agent resumes, the other is asked again.
+    let mut sse = SseReader::open(&stack, &path, &json!({"answer": "asker-one.colour: red"})).await;
+    let second = sse.rest(RUN_TIMEOUT).await;
+    let names = event_names(&second);
+    assert!(names.ends_with(&["question", "done"]), "{names:?}");
+    let again = named(&second, "question")[0];
+    let items = again["items"].as_array().expect("items");
+    assert_eq!(items.len(), 1, "{again}");
+    assert_eq!(items[0]["key"], "asker-two.colour");
+    let one = named(&second, "delegation_end")
+        .into_iter()
+        .find(|e| e["agent_id"] == "asker-one")
+        .expect("asker-one finished");
+    assert_eq!(one["result"]["result"]["got"], "red", "{one}");
+
+    let mut sse = SseReader::open(
+        &stack,
+        &path,
+        &json!({"answers": {"asker-two.colour": "blue"}}),
+    )
+    .await;
+    let third = sse.rest(RUN_TIMEOUT).await;
+    assert_eq!(third[third.len() - 2].1["text"], "both answered");
+    let plan = get_session(&stack, &session).await.plan.expect("plan");
+    assert_eq!(plan.tasks.len(), 2);
+    assert!(
+        plan.tasks.iter().all(|t| t.status == "COMPLETED"),
+        "{plan:?}"
+    );
+}

@@ -15,7 +15,7 @@ use crate::{
     session::Ask,
     tools::{
         Tool, ToolContext, ToolError, ToolOutcome,
-        orchestration::{AGENT_TOOL_PREFIX, Orchestrate},
+        orchestration::{AGENT_TOOL_PREFIX, Orchestrate, find_subagent},
     },
 };
 
@@ -166,7 +166,7 @@ async fn run_one(
             (message, true, Kind::Plain)
         }
     };
-    let subagent = subagent_of(tools, requested);
+    let subagent = subagent_of(ctx, tools, requested);
     let patch_ops = patch_ops_of(requested, subagent.is_some(), &content);
     audit::log(audit::Record {
         agent_id: &ctx.agent.agent_id,
@@ -181,7 +181,14 @@ async fn run_one(
         output: &content,
         duration,
     });
-    crate::metrics::tool_call(name, subagent.as_deref(), audit_outcome, duration);
+    // Labels only from what this agent really has: a model's made-up names must not grow the
+    // metric's series.
+    let label = if tools.contains_key(name) {
+        name
+    } else {
+        "unknown"
+    };
+    crate::metrics::tool_call(label, subagent.as_deref(), audit_outcome, duration);
     Finished {
         call_id: call_id.to_owned(),
         tool: name.to_owned(),
@@ -191,13 +198,15 @@ async fn run_one(
     }
 }
 
-/// The sub-agent a call delegates to: `agent_<id>`'s, or `delegate_to_agent`'s `agent_name`.
-fn subagent_of(tools: &Tools, requested: &Requested) -> Option<String> {
+/// The sub-agent a call delegates to: `agent_<id>`'s, or `delegate_to_agent`'s `agent_name`
+/// when it names one of the agent's sub-agents.
+fn subagent_of(ctx: &RunCtx, tools: &Tools, requested: &Requested) -> Option<String> {
     let Requested::Call(call) = requested else {
         return None;
     };
     if call.name == "delegate_to_agent" {
-        return call.arguments["agent_name"].as_str().map(str::to_owned);
+        let named = call.arguments["agent_name"].as_str()?;
+        return find_subagent(&ctx.agent.subagents, named).cloned();
     }
     let id = call.name.strip_prefix(AGENT_TOOL_PREFIX)?;
     tools

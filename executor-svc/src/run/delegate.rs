@@ -28,7 +28,7 @@ use crate::{
     session::{Ask, Frame},
     tools::{
         ToolContext, ToolError, ToolOutcome,
-        orchestration::{AGENT_TOOL_PREFIX, Delegation, Orchestrate},
+        orchestration::{AGENT_TOOL_PREFIX, Delegation, Orchestrate, find_subagent},
     },
 };
 
@@ -78,18 +78,10 @@ fn failed(agent: &str, reason: impl Into<String>) -> ToolError {
     }
 }
 
-/// The sub-agent `named` refers to among the parent's `subagents`: its id, `agent_<id>`, or
-/// the id with `_` for `-` (the seed writes `scaffold_webservice`).
+/// The sub-agent `named` refers to among the parent's `subagents`, or why there is none.
 fn which(parent: &RunCtx, named: &str) -> Result<String, ToolError> {
-    let named = named.strip_prefix(AGENT_TOOL_PREFIX).unwrap_or(named);
     let subs = &parent.agent.subagents;
-    if let Some(id) = subs.iter().find(|s| *s == named) {
-        return Ok(id.clone());
-    }
-    if let Some(id) = subs
-        .iter()
-        .find(|s| s.replace('-', "_") == named.replace('-', "_"))
-    {
+    if let Some(id) = find_subagent(subs, named) {
         return Ok(id.clone());
     }
     Err(failed(

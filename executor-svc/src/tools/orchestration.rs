@@ -16,6 +16,17 @@ use crate::llm::ToolDefinition;
 /// Prefix of sub-agent tool names.
 pub const AGENT_TOOL_PREFIX: &str = "agent_";
 
+/// The sub-agent `named` refers to among `subagents`: its id, `agent_<id>`, or the id with `_`
+/// for `-` (the seed writes `scaffold_webservice`).
+pub fn find_subagent<'a>(subagents: &'a [String], named: &str) -> Option<&'a String> {
+    let named = named.strip_prefix(AGENT_TOOL_PREFIX).unwrap_or(named);
+    subagents.iter().find(|s| *s == named).or_else(|| {
+        subagents
+            .iter()
+            .find(|s| s.replace('-', "_") == named.replace('-', "_"))
+    })
+}
+
 /// What a run offers tools that orchestrate: implemented by `run/` per frame.
 pub trait Orchestrate: Send + Sync + Debug {
     /// Runs (or resumes) a sub-agent for the calling frame; the result is the seed's object
@@ -338,6 +349,23 @@ fn parse(tool: &str, agent: String, args: &Value) -> Result<Delegation, ToolErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sub_agents_are_found_by_id_tool_name_or_underscored_id() {
+        let subs = vec!["scaffold-webservice".to_owned(), "reviewer".to_owned()];
+        for named in [
+            "scaffold-webservice",
+            "agent_scaffold-webservice",
+            "scaffold_webservice",
+        ] {
+            assert_eq!(
+                find_subagent(&subs, named).map(String::as_str),
+                Some("scaffold-webservice"),
+                "{named}"
+            );
+        }
+        assert_eq!(find_subagent(&subs, "writer"), None);
+    }
 
     #[test]
     fn seed_arguments_parse_and_bad_budgets_are_named() {

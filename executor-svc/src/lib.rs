@@ -18,7 +18,8 @@
 //! - [`registry`]: the registry link: definitions (cached, invalidated by its watch stream) and
 //!   BUSY/IDLE reports with a lease.
 //! - [`agent`]: a registry agent as a run needs it (prompt, tools, workspace).
-//! - [`policy`]: the one policy check every tool call passes (allows all, for now).
+//! - [`policy`]: the one policy check every tool call passes: the run's mode (`readOnly`,
+//!   `default`, `safeWrite`) against verbs, deny patterns and the operator's write allowlist.
 //! - [`audit`]: one audit line per tool call (target `audit`).
 //! - [`llm`]: providers, their configuration, and the model router.
 //!   - `llm::types`: messages, tools, requests, stream events; `llm::error`: `LlmError`.
@@ -145,6 +146,7 @@ pub async fn run_with(
         workspaces: config.data_dir.join("workspaces"),
         config_dir: config.config_dir.clone(),
         delegation: config.delegation_limits(),
+        policy: policy::Policy::new(&policy::PolicyConfig::from_env()),
     };
     let metrics = match config.metrics_listen.trim() {
         "" => None,

@@ -1,11 +1,62 @@
-//! The one policy check every tool call passes before it runs.
+//! The one policy check every tool call passes before it runs (seed 004 §3.3, §6.2, §9).
 //!
-//! This is the hook the policy modes (`readOnly`, `default`, `safeWrite`, allow and deny
-//! patterns) plug into in a later issue; for now every call is allowed. A blocked call must not
-//! run: the loop hands [`Decision::Block`]'s reason to the model as a `policy_blocked` error
-//! result and the run goes on.
+//! A [`Policy`] is a value built once from configuration ([`PolicyConfig`], from the
+//! environment) and carried by every run; a run's [`Mode`] (from the request, else none) picks
+//! the rules:
+//! - `readOnly`: only reads. A call reads when it is a read-only native tool, or when its
+//!   command (an MCP tool's command line, or its name) holds a read verb
+//!   (`get|list|show|status|export`) and no deny verb
+//!   (`remove|delete|set|add|grant|revoke|update|create|disable|enable`). Deny verbs are always
+//!   refused here, whatever the allowlist says.
+//! - `default`: reads, plus the writes the operator allowlisted.
+//! - `safeWrite`: reads, plus allowlisted writes only with the user's confirmation of that exact
+//!   call ([`Decision::Confirm`] names it by a stable id).
+//!
+//! A run without a mode keeps the behaviour of runs before modes existed: the agent's allowlist
+//! is the whole policy. A blocked call must not run: the loop hands the reason to the model as
+//! a `policy_blocked` error result and the run goes on.
+
+use std::collections::HashSet;
 
 use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// How much a run may change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Reads only.
+    ReadOnly,
+    /// Reads and allowlisted writes.
+    Default,
+    /// Reads, and allowlisted writes the user confirmed.
+    SafeWrite,
+}
+
+impl Mode {
+    /// The wire spelling (`readOnly`, `default`, `safeWrite`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ReadOnly => "readOnly",
+            Self::Default => "default",
+            Self::SafeWrite => "safeWrite",
+        }
+    }
+
+    /// Parses the wire spelling (case-insensitive, `-`/`_` ignored: `read_only` works too).
+    pub fn parse(text: &str) -> Option<Self> {
+        let plain: String = text
+            .chars()
+            .filter(|c| *c != '-' && *c != '_')
+            .flat_map(char::to_lowercase)
+            .collect();
+        match plain.as_str() {
+            "readonly" => Some(Self::ReadOnly),
+            "default" => Some(Self::Default),
+            "safewrite" => Some(Self::SafeWrite),
+            _ => None,
+        }
+    }
+}
 
 /// What the policy says about one call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,6 +67,13 @@ pub enum Decision {
     Block {
         /// Why, in a sentence the model can act on.
         reason: String,
+    },
+    /// An allowlisted write in `safeWrite`: runs once the user confirms `id`.
+    Confirm {
+        /// Stable for the same tool and arguments.
+        id: String,
+        /// The call as the user should see it.
+        command: String,
     },
 }
 
@@ -30,8 +88,422 @@ pub struct Call<'a> {
     pub arguments: &'a Value,
 }
 
-/// Checks one call. Allows everything until policy modes exist.
-pub fn check(call: Call<'_>) -> Decision {
-    let _ = (call.agent_id, call.tool, call.arguments);
-    Decision::Allow
+/// The policy's configuration; [`PolicyConfig::from_env`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyConfig {
+    /// Verbs that make a command a read.
+    pub read_verbs: Vec<String>,
+    /// Verbs that make a command a write that `readOnly` always refuses.
+    pub deny_verbs: Vec<String>,
+    /// Writes `default` and `safeWrite` allow: a tool name (`file_write`), or a command prefix
+    /// (`spo list get`, matched word by word, case-insensitively).
+    pub write_allowlist: Vec<String>,
+    /// Argument names that hold an MCP tool's command line.
+    pub command_arguments: Vec<String>,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        let words = |s: &str| s.split('|').map(str::to_owned).collect();
+        Self {
+            read_verbs: words("get|list|show|status|export"),
+            deny_verbs: words("remove|delete|set|add|grant|revoke|update|create|disable|enable"),
+            write_allowlist: Vec::new(),
+            command_arguments: words("command|cmd|commandLine|command_line"),
+        }
+    }
+}
+
+impl PolicyConfig {
+    /// The defaults, overridden by `AGENT_READ_VERBS`, `AGENT_DENY_VERBS` (`|` or `,`
+    /// separated), `AGENT_WRITE_ALLOWLIST` (`,` separated) and `AGENT_COMMAND_ARGUMENTS`.
+    pub fn from_env() -> Self {
+        Self::from_lookup(|key| std::env::var(key).ok())
+    }
+
+    /// [`PolicyConfig::from_env`] over any lookup (tests).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Self {
+        let mut config = Self::default();
+        let list = |value: String, seps: &[char]| -> Vec<String> {
+            value
+                .split(seps)
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect()
+        };
+        if let Some(v) = get("AGENT_READ_VERBS") {
+            config.read_verbs = list(v, &['|', ',']);
+        }
+        if let Some(v) = get("AGENT_DENY_VERBS") {
+            config.deny_verbs = list(v, &['|', ',']);
+        }
+        if let Some(v) = get("AGENT_WRITE_ALLOWLIST") {
+            config.write_allowlist = list(v, &[',']);
+        }
+        if let Some(v) = get("AGENT_COMMAND_ARGUMENTS") {
+            config.command_arguments = list(v, &['|', ',']);
+        }
+        config
+    }
+}
+
+/// Whether a call reads or writes, and the command it amounts to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Access {
+    Read,
+    /// A write; `denied` when a deny verb names it.
+    Write {
+        command: String,
+        denied: bool,
+    },
+}
+
+/// The policy every run carries.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    read: HashSet<String>,
+    deny: HashSet<String>,
+    /// Lower-case allowlist entries, split into words.
+    allow: Vec<Vec<String>>,
+    command_arguments: Vec<String>,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self::new(&PolicyConfig::default())
+    }
+}
+
+/// Native tools that only read (everything else native writes or runs code).
+const NATIVE_READS: [&str; 4] = ["web_search", "web_fetch", "file_read", "ask_user"];
+
+/// Tools of the run itself: the plan is session state, and a sub-agent's own calls are checked
+/// one by one.
+const ORCHESTRATION: [&str; 2] = ["delegate_to_agent", "update_todolist"];
+
+/// git subcommands that only read.
+const GIT_READS: [&str; 12] = [
+    "status",
+    "log",
+    "diff",
+    "show",
+    "ls-files",
+    "rev-parse",
+    "blame",
+    "grep",
+    "describe",
+    "shortlog",
+    "ls-tree",
+    "cat-file",
+];
+
+fn words(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect()
+}
+
+impl Policy {
+    /// The policy of `config`.
+    pub fn new(config: &PolicyConfig) -> Self {
+        let set = |v: &[String]| v.iter().map(|w| w.to_lowercase()).collect();
+        Self {
+            read: set(&config.read_verbs),
+            deny: set(&config.deny_verbs),
+            allow: config
+                .write_allowlist
+                .iter()
+                .map(|e| words(e))
+                .filter(|w| !w.is_empty())
+                .collect(),
+            command_arguments: config.command_arguments.clone(),
+        }
+    }
+
+    /// The command line a call carries in one of its command arguments.
+    fn command_of(&self, arguments: &Value) -> Option<String> {
+        self.command_arguments
+            .iter()
+            .find_map(|name| match &arguments[name.as_str()] {
+                Value::String(s) => Some(s.clone()),
+                Value::Array(parts) => Some(
+                    parts
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                ),
+                _ => None,
+            })
+    }
+
+    fn classify(&self, tool: &str, arguments: &Value) -> Access {
+        if NATIVE_READS.contains(&tool)
+            || ORCHESTRATION.contains(&tool)
+            || tool.starts_with(crate::tools::orchestration::AGENT_TOOL_PREFIX)
+        {
+            return Access::Read;
+        }
+        let write = |command: String, denied: bool| Access::Write { command, denied };
+        match tool {
+            "git" => {
+                let args: Vec<&str> = arguments["args"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                let command = format!("git {}", args.join(" "));
+                // The first word that is not an option is the subcommand.
+                match args.iter().find(|a| !a.starts_with('-')) {
+                    Some(sub) if GIT_READS.contains(sub) => Access::Read,
+                    _ => write(command, false),
+                }
+            }
+            "github" => {
+                let method = arguments["method"].as_str().unwrap_or("GET").to_uppercase();
+                let path = arguments["path"].as_str().unwrap_or_default();
+                if method == "GET" {
+                    Access::Read
+                } else {
+                    write(format!("github {method} {path}"), method == "DELETE")
+                }
+            }
+            "file_write" | "python" | "powershell" => write(tool.to_owned(), false),
+            _ => {
+                // An MCP tool: its command line when it has one, else its name.
+                let command = self
+                    .command_of(arguments)
+                    .map_or_else(|| tool.to_owned(), |c| format!("{tool} {c}"));
+                let verbs = words(&command);
+                let denied = verbs.iter().any(|w| self.deny.contains(w));
+                if !denied && verbs.iter().any(|w| self.read.contains(w)) {
+                    Access::Read
+                } else {
+                    write(command, denied)
+                }
+            }
+        }
+    }
+
+    /// Whether the operator allowlisted this write: its tool by name, or a command prefix.
+    fn allowlisted(&self, tool: &str, command: &str) -> bool {
+        let command = words(command);
+        let tool = tool.to_lowercase();
+        self.allow.iter().any(|entry| {
+            (entry.len() == 1 && entry[0] == tool)
+                || command.windows(entry.len()).any(|w| w == entry.as_slice())
+        })
+    }
+
+    /// Checks one call in `mode` (`None`: a run without a mode; its allowlist is the policy).
+    /// `confirmed` holds the confirmation ids the user gave (`safeWrite`).
+    pub fn check(
+        &self,
+        mode: Option<Mode>,
+        call: Call<'_>,
+        confirmed: &HashSet<String>,
+    ) -> Decision {
+        let Some(mode) = mode else {
+            return Decision::Allow;
+        };
+        let (command, denied) = match self.classify(call.tool, call.arguments) {
+            Access::Read => return Decision::Allow,
+            Access::Write { command, denied } => (command, denied),
+        };
+        let listed = self.allowlisted(call.tool, &command);
+        match mode {
+            Mode::ReadOnly => Decision::Block {
+                reason: if denied {
+                    format!(
+                        "readOnly mode: `{command}` changes something (a denied verb); only reads run"
+                    )
+                } else {
+                    format!("readOnly mode: `{command}` is not a read; only reads run")
+                },
+            },
+            Mode::Default | Mode::SafeWrite if !listed => Decision::Block {
+                reason: format!(
+                    "{} mode: `{command}` is a write the operator has not allowlisted",
+                    mode.as_str()
+                ),
+            },
+            Mode::Default => Decision::Allow,
+            Mode::SafeWrite => {
+                let id = confirmation_id(call.tool, call.arguments);
+                if confirmed.contains(&id) {
+                    Decision::Allow
+                } else {
+                    Decision::Confirm { id, command }
+                }
+            }
+        }
+    }
+}
+
+/// A stable id of one call (tool and arguments, keys in canonical order).
+pub fn confirmation_id(tool: &str, arguments: &Value) -> String {
+    // serde_json's map is ordered by key: the text is canonical.
+    let digest = Sha256::digest(format!("{tool}\0{arguments}").as_bytes());
+    format!("c-{}", &hex::encode(digest)[..12])
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn check(policy: &Policy, mode: Mode, tool: &str, args: Value) -> Decision {
+        let call = Call {
+            agent_id: "a",
+            tool,
+            arguments: &args,
+        };
+        policy.check(Some(mode), call, &HashSet::new())
+    }
+
+    fn allowed(d: &Decision) -> bool {
+        matches!(d, Decision::Allow)
+    }
+
+    #[test]
+    fn read_only_runs_reads_and_refuses_every_deny_verb() {
+        let p = Policy::default();
+        for (tool, args) in [
+            ("file_read", json!({"path": "x"})),
+            ("git", json!({"args": ["--no-pager", "log", "-3"]})),
+            ("github", json!({"method": "GET", "path": "/repos/a/b"})),
+            ("m365", json!({"command": "spo site list"})),
+            ("get_current_time", json!({})),
+            ("agent_reviewer", json!({"task": "t"})),
+        ] {
+            assert!(allowed(&check(&p, Mode::ReadOnly, tool, args)), "{tool}");
+        }
+        for verb in [
+            "remove", "delete", "set", "add", "grant", "revoke", "update", "create", "disable",
+            "enable",
+        ] {
+            let d = check(
+                &p,
+                Mode::ReadOnly,
+                "m365",
+                json!({"command": format!("spo list {verb} --id 1")}),
+            );
+            assert!(
+                matches!(&d, Decision::Block { reason } if reason.contains(verb)),
+                "{verb}: {d:?}"
+            );
+        }
+        // A read verb does not launder a deny verb.
+        assert!(!allowed(&check(
+            &p,
+            Mode::ReadOnly,
+            "m365",
+            json!({"command": "spo list get; spo site remove"})
+        )));
+        for (tool, args) in [
+            ("file_write", json!({"path": "x", "content": ""})),
+            ("python", json!({"code": "1"})),
+            ("git", json!({"args": ["push"]})),
+            (
+                "github",
+                json!({"method": "POST", "path": "/repos/a/b/issues"}),
+            ),
+            ("convert_time", json!({})),
+        ] {
+            assert!(!allowed(&check(&p, Mode::ReadOnly, tool, args)), "{tool}");
+        }
+    }
+
+    #[test]
+    fn default_runs_only_allowlisted_writes_and_read_only_ignores_the_allowlist() {
+        let config = PolicyConfig::from_lookup(|k| {
+            (k == "AGENT_WRITE_ALLOWLIST").then(|| "file_write, spo list add".to_owned())
+        });
+        let p = Policy::new(&config);
+        let add = json!({"command": "spo list add --title Tasks"});
+        assert!(allowed(&check(&p, Mode::Default, "m365", add.clone())));
+        assert!(allowed(&check(
+            &p,
+            Mode::Default,
+            "file_write",
+            json!({"path": "a"})
+        )));
+        assert!(!allowed(&check(
+            &p,
+            Mode::Default,
+            "m365",
+            json!({"command": "spo list remove"})
+        )));
+        assert!(!allowed(&check(
+            &p,
+            Mode::Default,
+            "python",
+            json!({"code": "1"})
+        )));
+        assert!(!allowed(&check(&p, Mode::ReadOnly, "m365", add)));
+    }
+
+    #[test]
+    fn safe_write_asks_for_a_confirmation_of_exactly_that_call() {
+        let config = PolicyConfig::from_lookup(|k| {
+            (k == "AGENT_WRITE_ALLOWLIST").then(|| "spo list add".to_owned())
+        });
+        let p = Policy::new(&config);
+        let args = json!({"command": "spo list add --title Tasks"});
+        let Decision::Confirm { id, command } = check(&p, Mode::SafeWrite, "m365", args.clone())
+        else {
+            panic!("a confirmation is needed");
+        };
+        assert!(command.contains("spo list add --title Tasks"));
+        let call = Call {
+            agent_id: "a",
+            tool: "m365",
+            arguments: &args,
+        };
+        let confirmed: HashSet<String> = [id].into();
+        assert_eq!(
+            p.check(Some(Mode::SafeWrite), call, &confirmed),
+            Decision::Allow
+        );
+        let other = json!({"command": "spo list add --title Other"});
+        let call = Call {
+            agent_id: "a",
+            tool: "m365",
+            arguments: &other,
+        };
+        assert!(matches!(
+            p.check(Some(Mode::SafeWrite), call, &confirmed),
+            Decision::Confirm { .. }
+        ));
+        assert!(!allowed(&check(
+            &p,
+            Mode::SafeWrite,
+            "python",
+            json!({"code": "1"})
+        )));
+    }
+
+    #[test]
+    fn without_a_mode_the_allowlist_is_the_policy_and_modes_parse_loosely() {
+        let args = json!({"code": "1"});
+        let call = Call {
+            agent_id: "a",
+            tool: "python",
+            arguments: &args,
+        };
+        assert_eq!(
+            Policy::default().check(None, call, &HashSet::new()),
+            Decision::Allow
+        );
+        assert_eq!(Mode::parse("readOnly"), Some(Mode::ReadOnly));
+        assert_eq!(Mode::parse("read_only"), Some(Mode::ReadOnly));
+        assert_eq!(Mode::parse("SAFEWRITE"), Some(Mode::SafeWrite));
+        assert_eq!(Mode::parse("yolo"), None);
+        assert_eq!(
+            confirmation_id("t", &json!({"b": 1, "a": 2})),
+            confirmation_id("t", &json!({"a": 2, "b": 1}))
+        );
+    }
 }

@@ -191,6 +191,9 @@ pub struct Session {
     pub agent_id: String,
     /// The model alias it runs on (`None`: the default).
     pub model: Option<String>,
+    /// Its policy mode (`readOnly`, `default`, `safeWrite`; `None`: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
     /// Where it stands.
     pub status: Status,
     /// The question a paused session waits on.
@@ -220,6 +223,7 @@ impl Session {
             id,
             agent_id,
             model,
+            mode: None,
             status: Status::Running,
             pending: None,
             messages: Vec::new(),

@@ -57,6 +57,13 @@ pub struct ExecuteBody {
     /// A model alias from the executor's `llm_config.yaml`.
     #[serde(default)]
     pub model: Option<String>,
+    /// The policy mode: `readOnly`, `default` or `safeWrite` (unset: the session's, else none).
+    #[serde(default)]
+    pub mode: Option<String>,
+    /// Confirmation ids (`c-…`) of `safeWrite` calls the user approves, each for one run of
+    /// that call.
+    #[serde(default)]
+    pub confirmations: Vec<String>,
 }
 
 /// Body of `POST /api/v1/sessions/{session_id}/answer`: `answer`, `answers`, or both; at least
@@ -266,6 +273,8 @@ fn execute_request(body: ExecuteBody) -> Result<v1::ExecuteRequest, RestError> {
         profile: non_empty(body.profile),
         session_id: non_empty(body.session_id),
         model: non_empty(body.model),
+        mode: non_empty(body.mode),
+        confirmations: body.confirmations,
     })
 }
 

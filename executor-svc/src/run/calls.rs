@@ -261,16 +261,48 @@ async fn call_tool(
         );
         return (Err(message), audit::Outcome::Error);
     };
-    let decision = policy::check(policy::Call {
+    let call_ref = policy::Call {
         agent_id: &ctx.agent.agent_id,
         tool: &call.name,
         arguments: &call.arguments,
-    });
-    if let policy::Decision::Block { reason } = decision {
-        return (
-            Err(format!("policy_blocked: {reason}")),
-            audit::Outcome::Blocked,
-        );
+    };
+    let confirmed = ctx
+        .confirmations
+        .lock()
+        .map(|c| c.clone())
+        .unwrap_or_default();
+    match ctx
+        .runner
+        .budgets
+        .policy
+        .check(ctx.mode, call_ref, &confirmed)
+    {
+        policy::Decision::Allow => {
+            // A confirmation lets its call run once.
+            let id = policy::confirmation_id(&call.name, &call.arguments);
+            if confirmed.contains(&id)
+                && let Ok(mut c) = ctx.confirmations.lock()
+            {
+                c.remove(&id);
+            }
+        }
+        policy::Decision::Block { reason } => {
+            return (
+                Err(format!("policy_blocked: {reason}")),
+                audit::Outcome::Blocked,
+            );
+        }
+        policy::Decision::Confirm { id, command } => {
+            return (
+                Err(format!(
+                    "confirmation_required: `{command}` changes something; safeWrite mode runs it \
+                     only after the user confirms it. Tell the user the exact command and the \
+                     confirmation id `{id}` (they confirm by sending it in `confirmations` with \
+                     their next message)"
+                )),
+                audit::Outcome::Blocked,
+            );
+        }
     }
     let tool_ctx = ToolContext {
         workspace: ctx.workspace.clone(),

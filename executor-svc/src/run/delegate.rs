@@ -307,6 +307,8 @@ async fn run_frame(
         },
         orchestra: Arc::clone(&parent.orchestra),
         runner: Arc::clone(&runner),
+        mode: parent.mode,
+        confirmations: Arc::clone(&parent.confirmations),
     });
     ctx.sink
         .emit(Event::DelegationStart(v1::DelegationStart {

@@ -39,6 +39,8 @@ pub(super) struct Run {
     pub(super) answered: Option<v1::ToolEnd>,
     /// Answers to sub-agents' questions, applied before the first model call.
     pub(super) resume: Option<Split>,
+    /// Confirmation ids of `safeWrite` calls the user approved with this request.
+    pub(super) confirmations: std::collections::HashSet<String>,
 }
 
 impl Conversation for Session {
@@ -104,6 +106,14 @@ impl Run {
             frame: FrameInfo::default(),
             orchestra: Arc::clone(&orchestra),
             runner: Arc::clone(&runner),
+            mode: self
+                .session
+                .mode
+                .as_deref()
+                .and_then(crate::policy::Mode::parse),
+            confirmations: Arc::new(std::sync::Mutex::new(std::mem::take(
+                &mut self.confirmations,
+            ))),
         });
         // `launch` stored the session as running before the stream was returned.
         if let Some(answered) = self.answered.take() {

@@ -55,6 +55,8 @@ pub struct Budgets {
     pub config_dir: PathBuf,
     /// Sub-agent delegations.
     pub delegation: DelegationLimits,
+    /// The policy every tool call passes (what a run's mode allows).
+    pub policy: crate::policy::Policy,
 }
 
 /// Guards of sub-agent delegations (seed 003 §7).
@@ -113,6 +115,11 @@ pub struct RunCtx {
     deadline: tokio::time::Instant,
     /// Where the frame sits among the run's frames.
     frame: FrameInfo,
+    /// The run's policy mode (sub-agents share their parent's); `None`: no mode.
+    mode: Option<crate::policy::Mode>,
+    /// Confirmation ids the user gave for `safeWrite` calls, shared by the run's frames; each
+    /// is used up by the call it confirms.
+    confirmations: Arc<Mutex<std::collections::HashSet<String>>>,
     /// The run's shared orchestration state (plan, facts, waiting frames).
     orchestra: Arc<Orchestra>,
     /// Everything runs share (registry, router, tools, store).

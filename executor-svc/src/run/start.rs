@@ -55,6 +55,16 @@ impl Runner {
             .clone()
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let model_name = non_empty(request.model);
+        let mode = match non_empty(request.mode) {
+            None => None,
+            Some(text) => Some(crate::policy::Mode::parse(&text).ok_or_else(|| {
+                ExecutorError::invalid(
+                    "mode",
+                    format!("`{text}` is not a mode; use readOnly, default or safeWrite"),
+                )
+            })?),
+        };
+        let confirmations = confirmations(request.confirmations)?;
         let agent = self.registry.resolve(&target).await?;
         // The request's model, else the one the agent's definition names, else the default.
         let model = self
@@ -85,10 +95,14 @@ impl Runner {
                 session.messages.push(Message::user(mission.clone()));
                 session.mission = mission;
                 session.model = model_name.or(session.model);
+                if let Some(mode) = mode {
+                    session.mode = Some(mode.as_str().to_owned());
+                }
                 session
             }
             None => {
                 let mut session = Session::new(id, agent.agent_id.clone(), model_name, mission);
+                session.mode = mode.map(|m| m.as_str().to_owned());
                 session.messages = vec![
                     Message::system(agent.system_prompt.clone()),
                     Message::user(session.mission.clone()),
@@ -97,7 +111,11 @@ impl Runner {
             }
         };
         info!(session_id = %session.id, agent_id = %agent.agent_id, model = %model.model, "run starting");
-        self.launch(claim, session, agent, model, None, None).await
+        let with = Continuation {
+            confirmations,
+            ..Continuation::default()
+        };
+        self.launch(claim, session, agent, model, with).await
     }
 
     /// Answers the pending question of a paused session and returns the continued run's
@@ -167,9 +185,11 @@ impl Runner {
                 .map_err(|e| ExecutorError::invalid("answers", e))?;
             info!(session_id = %session.id, agent_id = %agent.agent_id, resumes = split.calls.len(), "run resuming with answers for sub-agents");
             session.pending = None;
-            return self
-                .launch(claim, session, agent, model, None, Some(split))
-                .await;
+            let with = Continuation {
+                resume: Some(split),
+                ..Continuation::default()
+            };
+            return self.launch(claim, session, agent, model, with).await;
         }
         session.pending = None;
         let answer = match request.answers.into_values().find(|v| !v.trim().is_empty()) {
@@ -190,8 +210,11 @@ impl Runner {
             is_error: false,
             duration_ms: 0,
         };
-        self.launch(claim, session, agent, model, Some(answered), None)
-            .await
+        let with = Continuation {
+            answered: Some(answered),
+            ..Continuation::default()
+        };
+        self.launch(claim, session, agent, model, with).await
     }
 
     /// Enters `session_id` in the live-run table, or says it already has a live run.
@@ -227,8 +250,7 @@ impl Runner {
         mut session: Session,
         agent: Arc<crate::agent::AgentDef>,
         model: crate::llm::ResolvedModel,
-        answered: Option<v1::ToolEnd>,
-        resume: Option<answers::Split>,
+        with: Continuation,
     ) -> Result<ReceiverStream<StreamItem>, ExecutorError> {
         session.status = Status::Running;
         session.pending = None;
@@ -253,12 +275,24 @@ impl Runner {
             model,
             sink: Arc::new(sink),
             cancel,
-            answered,
-            resume,
+            answered: with.answered,
+            resume: with.resume,
+            confirmations: with.confirmations,
         };
         self.tasks.spawn(run.drive());
         Ok(ReceiverStream::new(rx))
     }
+}
+
+/// What a launched run continues with, besides its session.
+#[derive(Debug, Default)]
+struct Continuation {
+    /// The answer to a plain question, announced as its `ToolEnd`.
+    answered: Option<v1::ToolEnd>,
+    /// Answers to sub-agents' questions.
+    resume: Option<answers::Split>,
+    /// Confirmation ids of `safeWrite` calls.
+    confirmations: std::collections::HashSet<String>,
 }
 
 /// A session entered in the live-run table for a run about to start; removed again on drop
@@ -278,6 +312,29 @@ impl Drop for Claim {
             live.remove(&self.session_id);
         }
     }
+}
+
+/// The confirmation ids of a request: each `c-` and 12 hex digits, at most 64.
+fn confirmations(ids: Vec<String>) -> Result<std::collections::HashSet<String>, ExecutorError> {
+    if ids.len() > 64 {
+        return Err(ExecutorError::invalid("confirmations", "at most 64 ids"));
+    }
+    ids.into_iter()
+        .map(|id| {
+            let id = id.trim().to_owned();
+            let ok = id.len() == 14
+                && id.starts_with("c-")
+                && id[2..].bytes().all(|b| b.is_ascii_hexdigit());
+            if ok {
+                Ok(id)
+            } else {
+                Err(ExecutorError::invalid(
+                    "confirmations",
+                    format!("`{id}` is not a confirmation id (`c-` and 12 hex digits)"),
+                ))
+            }
+        })
+        .collect()
 }
 
 fn non_empty(value: Option<String>) -> Option<String> {

@@ -24,6 +24,7 @@
 //! - `gateway_meta`: health, readiness and the OpenAPI document.
 //! - `lifecycle`: stopping the registry with SIGTERM.
 //! - `orchestration`: sub-agents, plan patches, bubbled-up questions across a SIGKILL (seed 003).
+//! - `policy_modes`: `readOnly`, `default`, `safeWrite` over native and real MCP tools.
 //! - `run_mcp`: an agent's MCP tools (real `mcp-server-time`) in a run through all three binaries.
 //! - `fake_llm`, `run_resume`, `run_cancel`, `run_shutdown`, `run_providers`, `run_faults`: runs
 //!   through the real executor binary, against fake OpenAI/Anthropic servers in the test process:
@@ -48,6 +49,7 @@ mod mcp_transport;
 mod mcp_validation;
 mod metadata;
 mod orchestration;
+mod policy_modes;
 mod rest_crud;
 mod run_cancel;
 mod run_faults;

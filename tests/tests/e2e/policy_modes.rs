@@ -1,0 +1,155 @@
+//! Policy modes (issue #11, first slice) through the real binaries: `mode` on
+//! `/api/v1/execute/stream` decides which tool calls run, for native tools and for the real
+//! `mcp-server-time` alike; a blocked call is a `tool_error` the model reads, and the run goes on.
+
+use serde_json::{Value, json};
+use taskforce_tests::{Stack, StackOptions, mcp};
+
+use crate::helpers::{RUN_TIMEOUT, SseReader, agent_json, create, send};
+
+const SCRIPT: &str = r#"
+turns:
+  - tool_calls:
+      - {name: file_write, id: w1, arguments: {path: notes.txt, content: hello}}
+      - {name: file_read, id: r1, arguments: {path: missing.txt}}
+      - {name: get_current_time, id: t1, arguments: {timezone: UTC}}
+      - {name: convert_time, id: t2, arguments: {source_timezone: UTC, time: "12:00", target_timezone: Asia/Tokyo}}
+  - text: "Done: {{last_message}}"
+"#;
+
+async fn stack(allowlist: &str) -> Stack {
+    let stack = StackOptions::full()
+        .with_executor()
+        .discovery_timeout_ms(30_000)
+        .executor_env("AGENT_WRITE_ALLOWLIST", allowlist)
+        .llm_script(SCRIPT)
+        .spawn()
+        .await
+        .expect("stack starts");
+    let mut body = agent_json("writer");
+    body["tool_allowlist"] = json!(["file_write", "file_read"]);
+    body["mcp_servers"] = json!([mcp::time_server_json().expect("mcp-server-time")]);
+    body["mcp_tool_allowlist"] = json!(["get_current_time", "convert_time"]);
+    let r = create(&stack, &body).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    stack
+}
+
+/// Runs the script in `mode` (with `confirmations`); the tool events by call id.
+async fn run(stack: &Stack, body: Value) -> Vec<(String, Value)> {
+    let mut sse = SseReader::open(stack, "/api/v1/execute/stream", &body).await;
+    let events = sse.rest(RUN_TIMEOUT).await;
+    assert_eq!(
+        events[events.len() - 1].1["status"],
+        "completed",
+        "{events:?}"
+    );
+    events
+        .into_iter()
+        .filter(|(n, _)| n == "tool_end" || n == "tool_error")
+        .collect()
+}
+
+fn outcome<'a>(events: &'a [(String, Value)], call: &str) -> (&'a str, String) {
+    events
+        .iter()
+        .find(|(_, e)| e["call_id"] == call)
+        .map(|(n, e)| {
+            let text = e["message"]
+                .as_str()
+                .or(e["output"].as_str())
+                .unwrap_or_default();
+            (n.as_str(), text.to_owned())
+        })
+        .unwrap_or_else(|| panic!("no result for {call}: {events:?}"))
+}
+
+#[tokio::test]
+async fn read_only_runs_reads_and_blocks_writes_of_native_and_mcp_tools() {
+    let stack = stack("file_write").await;
+    let events = run(
+        &stack,
+        json!({"mission": "note it", "agent_id": "writer", "mode": "readOnly"}),
+    )
+    .await;
+    let (kind, message) = outcome(&events, "w1");
+    assert_eq!(kind, "tool_error");
+    assert!(
+        message.starts_with("policy_blocked: readOnly mode"),
+        "{message}"
+    );
+    let (_, message) = outcome(&events, "r1");
+    assert!(!message.contains("policy_blocked"), "reads run (the file is missing): {message}");
+    assert_eq!(outcome(&events, "t1").0, "tool_end", "`get_…` reads");
+    let (kind, message) = outcome(&events, "t2");
+    assert_eq!(kind, "tool_error", "`convert_time` is no read verb");
+    assert!(message.contains("policy_blocked"), "{message}");
+    let workspace = stack.executor_workspace("writer");
+    assert!(
+        !workspace.join("notes.txt").exists(),
+        "the blocked write did not happen"
+    );
+    let log = std::fs::read_to_string(stack.executor_log()).expect("log");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("\"tool\":\"file_write\"") && l.contains("policy_blocked")),
+        "the audit line says so"
+    );
+
+    let bad = send(
+        stack
+            .http()
+            .post(stack.url("/api/v1/execute"))
+            .json(&json!({"mission": "x", "agent_id": "writer", "mode": "yolo"})),
+    )
+    .await;
+    assert_eq!(bad.status, 400, "{}", bad.text);
+    assert!(bad.text.contains("mode"), "{}", bad.text);
+}
+
+#[tokio::test]
+async fn default_runs_allowlisted_writes_and_safe_write_needs_a_confirmation_per_call() {
+    let stack = stack("file_write").await;
+    let events = run(
+        &stack,
+        json!({"mission": "note it", "agent_id": "writer", "mode": "default"}),
+    )
+    .await;
+    assert_eq!(outcome(&events, "w1").0, "tool_end", "allowlisted");
+    assert_eq!(outcome(&events, "t2").0, "tool_error", "not allowlisted");
+    let workspace = stack.executor_workspace("writer");
+    std::fs::remove_file(workspace.join("notes.txt")).expect("written");
+
+    let events = run(
+        &stack,
+        json!({"mission": "note it", "agent_id": "writer", "mode": "safeWrite"}),
+    )
+    .await;
+    let (kind, message) = outcome(&events, "w1");
+    assert_eq!(kind, "tool_error");
+    assert!(message.starts_with("confirmation_required"), "{message}");
+    assert!(!workspace.join("notes.txt").exists());
+    let id = message
+        .split('`')
+        .find(|part| part.starts_with("c-"))
+        .expect("a confirmation id")
+        .to_owned();
+
+    let events = run(
+        &stack,
+        json!({"mission": "note it", "agent_id": "writer", "mode": "safeWrite",
+               "confirmations": [id]}),
+    )
+    .await;
+    assert_eq!(outcome(&events, "w1").0, "tool_end", "confirmed: runs");
+    assert!(workspace.join("notes.txt").exists());
+
+    let bad = send(
+        stack
+            .http()
+            .post(stack.url("/api/v1/execute"))
+            .json(&json!({"mission": "x", "agent_id": "writer", "confirmations": ["rm -rf"]})),
+    )
+    .await;
+    assert_eq!(bad.status, 400, "{}", bad.text);
+}

@@ -90,6 +90,11 @@ pub struct Config {
           value_parser = ["dependent-owner", "any-author", "orchestrator-only"])]
     pub plan_unlink_policy: String,
 
+    /// Most messages a continued session keeps for the model (0: all); the oldest turns are
+    /// forgotten whole.
+    #[arg(long, env = "AGENT_MEMORY_MESSAGES", default_value_t = 200)]
+    pub memory_messages: usize,
+
     /// Where the executor serves Prometheus metrics (`/metrics`); empty: nowhere.
     #[arg(
         long,

@@ -147,6 +147,7 @@ pub async fn run_with(
         config_dir: config.config_dir.clone(),
         delegation: config.delegation_limits(),
         policy: policy::Policy::new(&policy::PolicyConfig::from_env()),
+        memory_messages: config.memory_messages,
     };
     let metrics = match config.metrics_listen.trim() {
         "" => None,

@@ -12,6 +12,8 @@ pub const DEFAULT_REGISTRY_URL: &str = "http://127.0.0.1:50051";
 pub const DEFAULT_EXECUTOR_URL: &str = "http://127.0.0.1:50052";
 /// Default `--max-body-bytes` (1 MiB).
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+/// Default `--chat-agent`: the sample profile (its writes are blocked in `readOnly`).
+pub const DEFAULT_CHAT_AGENT: &str = "dev";
 /// Default `--request-timeout-secs`.
 pub const DEFAULT_REQUEST_TIMEOUT_SECS: u64 = 30;
 /// Default `--mcp-allowed-origins`: pages served from this machine, on any port.
@@ -64,6 +66,15 @@ pub struct Config {
     /// `--listen` address when it is a specific one. `*` accepts any (behind a trusted proxy).
     #[arg(long, env = "TASKFORCE_MCP_ALLOWED_HOSTS", value_delimiter = ',')]
     pub mcp_allowed_hosts: Vec<String>,
+    /// The agent (custom id or profile) that serves `/ai/agent/stream` and `/ai/stream`.
+    #[arg(long, env = "TASKFORCE_CHAT_AGENT", default_value = DEFAULT_CHAT_AGENT)]
+    pub chat_agent: String,
+    /// The policy mode of `/ai/agent/stream` requests that name none (seed 004 §7).
+    #[arg(long, env = "AGENT_DEFAULT_MODE", default_value = "readOnly")]
+    pub agent_default_mode: String,
+    /// `0`: `/ai/agent/stream` answers as the plain LLM, no tools (seed 004 §7 `AGENT_ENABLE`).
+    #[arg(long, env = "AGENT_ENABLE", default_value = "1")]
+    pub agent_enable: String,
 }
 
 impl Default for Config {
@@ -82,6 +93,9 @@ impl Default for Config {
                 .map(str::to_owned)
                 .collect(),
             mcp_allowed_hosts: Vec::new(),
+            chat_agent: DEFAULT_CHAT_AGENT.to_owned(),
+            agent_default_mode: "readOnly".to_owned(),
+            agent_enable: "1".to_owned(),
         }
     }
 }

@@ -9,30 +9,26 @@
 //! the event as JSON ([`crate::events`]); the stream ends after the top agent's `done`. A client
 //! that disconnects drops the gRPC stream, which cancels the run in the executor.
 
-use std::{collections::HashMap, convert::Infallible};
+use std::collections::HashMap;
 
 use axum::{
     Json,
     extract::{Path, State},
-    response::{
-        IntoResponse, Response,
-        sse::{Event, KeepAlive, Sse},
-    },
+    response::Response,
 };
-use futures::{Stream, StreamExt, stream};
+use futures::StreamExt;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use taskforce_proto::{
     error::{ApiError, ErrorKind},
     v1::{self, run_event::Event as Ev},
 };
-use tonic::Streaming;
-use tracing::{debug, error, instrument, warn};
+use tracing::{error, instrument, warn};
 use utoipa::ToSchema;
 
 use crate::{
     error::{RestError, cause},
-    events::{PlanJson, QuestionItemJson, ends_run, event_json, plan_json, question_items},
+    events::{PlanJson, QuestionItemJson, plan_json, question_items},
     extract::JsonBody,
     openapi::ErrorBody,
     registry::AppState,
@@ -64,6 +60,9 @@ pub struct ExecuteBody {
     /// that call.
     #[serde(default)]
     pub confirmations: Vec<String>,
+    /// Plain LLM: run the agent's prompt and model without any tools.
+    #[serde(default)]
+    pub no_tools: Option<bool>,
 }
 
 /// Body of `POST /api/v1/sessions/{session_id}/answer`: `answer`, `answers`, or both; at least
@@ -275,6 +274,7 @@ fn execute_request(body: ExecuteBody) -> Result<v1::ExecuteRequest, RestError> {
         model: non_empty(body.model),
         mode: non_empty(body.mode),
         confirmations: body.confirmations,
+        no_tools: body.no_tools,
     })
 }
 
@@ -343,7 +343,7 @@ pub async fn execute(
                 out.status = status_name(e.status).to_owned();
                 out.usage = e.usage.as_ref().map(usage_json);
                 done = true;
-                drain(events).await;
+                crate::sse::drain(events).await;
                 break;
             }
             _ => {}
@@ -354,60 +354,6 @@ pub async fn execute(
         return Err(RestError::internal());
     }
     Ok(Json(out))
-}
-
-/// How long the end of a stream (its trailers, right after `done`) is awaited.
-const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Reads a run's stream to its end after `done`. Dropping it before its trailers arrive makes
-/// the HTTP/2 client reset the stream, and h2 closes a connection (`ENHANCE_YOUR_CALM`) after
-/// 1,024 such resets: every run then in flight on it would break.
-async fn drain(mut events: Streaming<v1::RunEvent>) {
-    let rest = async { while let Some(Ok(_)) = events.next().await {} };
-    if tokio::time::timeout(DRAIN_TIMEOUT, rest).await.is_err() {
-        debug!("a run stream did not end after `done`; dropping it");
-    }
-}
-
-/// SSE of a gRPC event stream: one event per `RunEvent`, ending after `done`; a gRPC error in
-/// the middle becomes a last `error` event.
-fn sse(events: Streaming<v1::RunEvent>) -> Response {
-    // The state: the stream, and whether `done` has been sent (then only its end is awaited).
-    let stream = stream::unfold(Some((events, false)), |state| async move {
-        let (mut events, done) = state?;
-        if done {
-            drain(events).await;
-            return None;
-        }
-        loop {
-            match events.next().await {
-                None => return None,
-                Some(Ok(ev)) => {
-                    let Some((name, data)) = event_json(&ev) else {
-                        debug!(seq = ev.seq, "skipping a run event of an unknown kind");
-                        continue;
-                    };
-                    let sse = Event::default().event(name).data(data.to_string());
-                    return Some((sse, Some((events, ends_run(&ev)))));
-                }
-                Some(Err(status)) => {
-                    let api = executor_error(status);
-                    let data = json!({
-                        "type": "error",
-                        "code": api.0.kind.body_code().to_ascii_uppercase(),
-                        "message": api.0.message,
-                    });
-                    let sse = Event::default().event("error").data(data.to_string());
-                    return Some((sse, None));
-                }
-            }
-        }
-    });
-    let stream: std::pin::Pin<Box<dyn Stream<Item = Result<Event, Infallible>> + Send>> =
-        Box::pin(stream.map(Ok));
-    Sse::new(stream)
-        .keep_alive(KeepAlive::default())
-        .into_response()
 }
 
 /// Run a mission and stream its events (Server-Sent Events).
@@ -431,7 +377,7 @@ pub async fn execute_stream(
         .await
         .map_err(executor_error)?
         .into_inner();
-    Ok(sse(events))
+    Ok(crate::sse::respond(events, crate::sse::Native))
 }
 
 /// Answer a paused session's question and stream the continued run (Server-Sent Events).
@@ -458,7 +404,7 @@ pub async fn answer(
         .await
         .map_err(executor_error)?
         .into_inner();
-    Ok(sse(events))
+    Ok(crate::sse::respond(events, crate::sse::Native))
 }
 
 /// Cancel the live run of a session.

@@ -24,6 +24,7 @@
 //! - [`error`]: the crate's error, the REST error response, and the JSON safety net.
 
 pub mod agents;
+pub mod chat;
 pub mod config;
 pub mod error;
 pub mod events;
@@ -35,6 +36,7 @@ pub mod metadata;
 pub mod model;
 pub mod openapi;
 pub mod registry;
+pub mod sse;
 pub mod tools;
 
 use axum::{
@@ -121,7 +123,9 @@ pub fn router(state: AppState, config: &Config) -> Router {
         .route(
             "/api/v1/sessions/{session_id}/answer",
             post(execute::answer),
-        );
+        )
+        .route("/ai/agent/stream", post(chat::agent_stream))
+        .route("/ai/stream", post(chat::plain_stream));
     let ops = Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))

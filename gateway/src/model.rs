@@ -128,6 +128,13 @@ pub struct AgentRequest {
     #[serde(default, deserialize_with = "null_as_default")]
     #[schema(example = "fast")]
     pub model: String,
+    /// The policy mode runs of this agent default to (an execute request's `mode` wins):
+    /// `readOnly`, `default` or `safeWrite`, accepted in any case and with `-`/`_` ignored
+    /// (`read_only`), stored and returned in those spellings; another value is a 400 naming
+    /// `mode`. Empty: no default.
+    #[serde(default, deserialize_with = "null_as_default")]
+    #[schema(example = "readOnly")]
+    pub mode: String,
     /// The agent's role in a team, free text (shown by the MCP view).
     #[serde(default, deserialize_with = "null_as_default")]
     pub role: String,
@@ -180,6 +187,7 @@ impl AgentRequest {
             workspace: self.workspace,
             subagents: self.subagents,
             model: self.model,
+            mode: self.mode,
         }
     }
 }
@@ -209,6 +217,10 @@ pub struct CustomAgentJson {
     pub subagents: Vec<String>,
     /// The model alias it runs on; empty when unset.
     pub model: String,
+    /// The policy mode its runs default to (`readOnly`, `default` or `safeWrite`); empty when
+    /// unset.
+    #[schema(example = "readOnly")]
+    pub mode: String,
     /// Free text; empty when unset.
     pub role: String,
     /// Empty when unset.
@@ -314,6 +326,7 @@ impl AgentJson {
                     mcp_tool_allowlist: spec.mcp_tool_allowlist,
                     subagents: spec.subagents,
                     model: spec.model,
+                    mode: spec.mode,
                     role: spec.role,
                     project: spec.project,
                     workspace: spec.workspace,

@@ -9,7 +9,7 @@ use axum::{
 };
 use utoipa::{OpenApi, ToSchema};
 
-use crate::{agents, execute, health, metadata, registry::AppState, tools};
+use crate::{agents, chat, execute, health, metadata, registry::AppState, tools};
 
 /// Every 4xx/5xx body. `error` is one of `invalid_argument`, `invalid_tools`,
 /// `invalid_mcp_tools`, `invalid_mcp_config`, `invalid_subagents`, `not_found`,
@@ -70,6 +70,8 @@ pub struct FieldViolation {
         execute::answer,
         execute::cancel,
         execute::get_plan,
+        chat::agent_stream,
+        chat::plain_stream,
         health::healthz,
         health::readyz,
         openapi_json,
@@ -79,6 +81,7 @@ pub struct FieldViolation {
         (name = "agents", description = "Custom agents (editable) and profile agents (read-only)"),
         (name = "execution", description = "Running agents: missions, event streams (SSE), answers, cancellation"),
         (name = "tools", description = "The tool catalog allowlists are checked against"),
+        (name = "chat", description = "Seed 004's chat endpoints: the chat agent or the plain LLM in the chat UI's SSE framing"),
         (name = "ops", description = "Probes and this document")
     )
 )]

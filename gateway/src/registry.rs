@@ -40,6 +40,8 @@ pub struct AppState {
     pub shutdown: CancellationToken,
     /// The OpenAPI document, rendered once.
     pub openapi: Bytes,
+    /// How `/ai/agent/stream` runs.
+    pub chat: crate::chat::ChatSettings,
 }
 
 impl AppState {
@@ -59,6 +61,7 @@ impl AppState {
             grpc_timeout: config.request_timeout(),
             shutdown,
             openapi: crate::openapi::render(),
+            chat: crate::chat::ChatSettings::from_config(config),
         })
     }
 

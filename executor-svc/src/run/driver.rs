@@ -41,6 +41,8 @@ pub(super) struct Run {
     pub(super) resume: Option<Split>,
     /// Confirmation ids of `safeWrite` calls the user approved with this request.
     pub(super) confirmations: std::collections::HashSet<String>,
+    /// Plain LLM: the run offers no tools.
+    pub(super) no_tools: bool,
 }
 
 impl Conversation for Session {
@@ -125,10 +127,15 @@ impl Run {
         let end = {
             let (session, counts) = (&mut self.session, &mut counts);
             let resume = self.resume.take();
+            let no_tools = self.no_tools;
             let run = async {
                 // Inside the raced future: a departed client or the budget also stops a slow
                 // MCP connection.
-                let (tools, definitions) = select_tools(&runner, &ctx, None).await;
+                let (tools, definitions) = if no_tools {
+                    (Tools::new(), Vec::new())
+                } else {
+                    select_tools(&runner, &ctx, None).await
+                };
                 agent_loop::run(&ctx, &tools, &definitions, session, counts, resume).await
             };
             tokio::pin!(run);

@@ -57,6 +57,8 @@ pub struct Budgets {
     pub delegation: DelegationLimits,
     /// The policy every tool call passes (what a run's mode allows).
     pub policy: crate::policy::Policy,
+    /// Most messages a continued conversation keeps (0: all): thread memory stays bounded.
+    pub memory_messages: usize,
 }
 
 /// Guards of sub-agent delegations (seed 003 §7).

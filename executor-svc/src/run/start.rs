@@ -65,6 +65,7 @@ impl Runner {
             })?),
         };
         let confirmations = confirmations(request.confirmations)?;
+        let no_tools = request.no_tools.unwrap_or(false);
         let agent = self.registry.resolve(&target).await?;
         // The request's model, else the one the agent's definition names, else the default.
         let model = self
@@ -93,6 +94,7 @@ impl Runner {
                     )));
                 }
                 session.messages.push(Message::user(mission.clone()));
+                forget_oldest(&mut session.messages, self.budgets.memory_messages);
                 session.mission = mission;
                 session.model = model_name.or(session.model);
                 if let Some(mode) = mode {
@@ -113,6 +115,7 @@ impl Runner {
         info!(session_id = %session.id, agent_id = %agent.agent_id, model = %model.model, "run starting");
         let with = Continuation {
             confirmations,
+            no_tools,
             ..Continuation::default()
         };
         self.launch(claim, session, agent, model, with).await
@@ -278,6 +281,7 @@ impl Runner {
             answered: with.answered,
             resume: with.resume,
             confirmations: with.confirmations,
+            no_tools: with.no_tools,
         };
         self.tasks.spawn(run.drive());
         Ok(ReceiverStream::new(rx))
@@ -293,6 +297,8 @@ struct Continuation {
     resume: Option<answers::Split>,
     /// Confirmation ids of `safeWrite` calls.
     confirmations: std::collections::HashSet<String>,
+    /// Plain LLM: no tools.
+    no_tools: bool,
 }
 
 /// A session entered in the live-run table for a run about to start; removed again on drop
@@ -337,6 +343,24 @@ fn confirmations(ids: Vec<String>) -> Result<std::collections::HashSet<String>, 
         .collect()
 }
 
+/// Keeps a continued conversation within `max` messages (0: no limit): drops the oldest turns
+/// after the system prompt, whole (from one user message to the next), so no tool result is
+/// ever separated from its call.
+fn forget_oldest(messages: &mut Vec<Message>, max: usize) {
+    if max == 0 || messages.len() <= max {
+        return;
+    }
+    let keep_from = messages.len() - max.saturating_sub(1);
+    let start = usize::from(matches!(messages.first(), Some(Message::System { .. })));
+    // The first user message at or after `keep_from` starts what is kept.
+    let Some(cut) = (keep_from.max(start)..messages.len())
+        .find(|&i| matches!(messages[i], Message::User { .. }))
+    else {
+        return;
+    };
+    messages.drain(start..cut);
+}
+
 fn non_empty(value: Option<String>) -> Option<String> {
     value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty())
 }
@@ -358,5 +382,40 @@ fn check_session_id(id: &str) -> Result<(), ExecutorError> {
             "session_id",
             "must be 1-128 characters of letters, digits, `-` and `_`",
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn old_turns_are_forgotten_whole_and_the_system_prompt_stays() {
+        let call = crate::llm::ToolCall {
+            id: "c".into(),
+            name: "t".into(),
+            arguments: serde_json::json!({}),
+        };
+        let mut messages = vec![Message::system("s")];
+        for i in 0..5 {
+            messages.push(Message::user(format!("q{i}")));
+            messages.push(Message::Assistant {
+                content: String::new(),
+                tool_calls: vec![call.clone()],
+            });
+            messages.push(Message::tool_result(&call, "r"));
+            messages.push(Message::Assistant {
+                content: format!("a{i}"),
+                tool_calls: Vec::new(),
+            });
+        }
+        messages.push(Message::user("q5"));
+        forget_oldest(&mut messages, 7);
+        assert!(matches!(&messages[0], Message::System { .. }));
+        assert!(matches!(&messages[1], Message::User { content } if content == "q4"));
+        assert_eq!(messages.len(), 6, "{messages:?}");
+        let before = messages.clone();
+        forget_oldest(&mut messages, 0);
+        assert_eq!(messages.len(), before.len());
     }
 }

@@ -26,6 +26,7 @@ fn custom_agent() -> v1::Agent {
                 mcp_tool_allowlist: vec!["get_current_time".into()],
                 subagents: vec!["researcher".into(), "dev".into()],
                 model: "fast".into(),
+                mode: "safeWrite".into(),
                 ..Default::default()
             }),
             created_at: "2026-11-22T09:00:00Z".into(),
@@ -56,6 +57,7 @@ fn custom_agents_have_the_documented_shape() {
             "mcp_tool_allowlist": ["get_current_time"],
             "subagents": ["researcher", "dev"],
             "model": "fast",
+            "mode": "safeWrite",
             "role": "",
             "project": "",
             "workspace": "",
@@ -201,5 +203,61 @@ fn subagents_and_model_are_optional_on_input() {
     assert_eq!(
         (spec.subagents, spec.model),
         (vec!["researcher".to_owned()], "fast".to_owned())
+    );
+}
+
+#[test]
+fn mode_is_optional_on_input_and_passed_on_as_written() {
+    for body in [
+        json!({"agent_id": "abc"}),
+        json!({"agent_id": "abc", "mode": null}),
+    ] {
+        let req: AgentRequest = serde_json::from_value(body).expect("valid body");
+        assert_eq!(req.into_spec(None).mode, "");
+    }
+    // The registry checks and canonicalises it, so every spelling it takes reaches it.
+    for mode in ["readOnly", "read_only", "SAFE-WRITE", "yolo"] {
+        let req: AgentRequest =
+            serde_json::from_value(json!({"agent_id": "abc", "mode": mode})).expect("valid body");
+        assert_eq!(req.into_spec(None).mode, mode);
+    }
+}
+
+#[test]
+fn mode_is_always_present_on_output() {
+    let mut agent = custom_agent();
+    if let Some(v1::agent::Kind::Custom(c)) = agent.kind.as_mut()
+        && let Some(spec) = c.spec.as_mut()
+    {
+        spec.mode.clear();
+    }
+    assert_eq!(to_json(agent)["mode"], "");
+}
+
+#[test]
+fn mode_is_in_the_openapi_document() {
+    let doc: Value =
+        serde_json::from_slice(&crate::openapi::render()).expect("the document is JSON");
+    let schemas = &doc["components"]["schemas"];
+    for schema in ["AgentRequest", "CustomAgentJson"] {
+        let mode = &schemas[schema]["properties"]["mode"];
+        assert_eq!(mode["type"], "string", "{schema}: {mode}");
+        assert!(
+            mode["description"]
+                .as_str()
+                .is_some_and(|d| d.contains("safeWrite")),
+            "{schema}: {mode}"
+        );
+    }
+    let required = |schema: &str| schemas[schema]["required"].clone();
+    assert!(
+        !required("AgentRequest")
+            .as_array()
+            .is_some_and(|r| r.contains(&json!("mode")))
+    );
+    assert!(
+        required("CustomAgentJson")
+            .as_array()
+            .is_some_and(|r| r.contains(&json!("mode")))
     );
 }

@@ -214,7 +214,7 @@ async fn subagents_and_model_go_to_the_registry_and_come_back() {
     assert_eq!(
         fake.calls(),
         [
-            "create boss subagents=agent-000,agent-001 model=fast",
+            "create boss subagents=agent-000,agent-001 model=fast mode=",
             "get agent-000"
         ]
     );
@@ -236,4 +236,55 @@ async fn unknown_subagents_are_a_400_with_the_available_agents() {
             "available_agents": ["agent-000", "agent-001"]
         })
     );
+}
+
+#[tokio::test]
+async fn mode_goes_to_the_registry_and_comes_back() {
+    let fake = FakeRegistry::new(1, 10);
+    let app = fake_app(&fake).await;
+    let body = json!({"agent_id": "reader", "name": "Reader", "description": "Reads",
+        "system_prompt": "Read.", "tool_allowlist": ["file_read"], "mode": "readOnly"});
+    let r = call(
+        &app,
+        Method::POST,
+        "/api/v1/agents",
+        &[JSON],
+        Some(&body.to_string()),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    assert_eq!(r.body["mode"], "readOnly");
+    let r = get(&app, "/api/v1/agents/agent-000").await;
+    assert_eq!(r.body["mode"], "", "always present, empty when unset");
+    assert_eq!(
+        fake.calls(),
+        [
+            "create reader subagents= model= mode=readOnly",
+            "get agent-000"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_mode_is_a_400_naming_the_field() {
+    let fake = FakeRegistry::new(0, 10);
+    let app = fake_app(&fake).await;
+    let body = r#"{"agent_id": "reader", "mode": "yolo"}"#;
+    let r = call(&app, Method::POST, "/api/v1/agents", &[JSON], Some(body)).await;
+    assert_error(&r, StatusCode::BAD_REQUEST, "invalid_argument");
+    assert_eq!(
+        r.body["details"],
+        json!([{"field": "mode",
+            "description": "must be one of readOnly, default, safeWrite, got \"yolo\""}])
+    );
+    let r = call(
+        &app,
+        Method::POST,
+        "/api/v1/agents",
+        &[JSON],
+        Some(r#"{"agent_id": "reader", "mode": 3}"#),
+    )
+    .await;
+    assert_error(&r, StatusCode::BAD_REQUEST, "invalid_argument");
+    assert_eq!(fake.calls(), ["create reader subagents= model= mode=yolo"]);
 }

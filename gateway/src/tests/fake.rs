@@ -82,10 +82,11 @@ impl AgentRegistry for FakeRegistry {
     ) -> Result<Response<v1::Agent>, Status> {
         let spec = req.into_inner().spec.unwrap_or_default();
         self.record(format!(
-            "create {} subagents={} model={}",
+            "create {} subagents={} model={} mode={}",
             spec.agent_id,
             spec.subagents.join(","),
-            spec.model
+            spec.model,
+            spec.mode
         ));
         if spec.agent_id == "taken-agent" {
             return Err(ApiError::new(
@@ -102,12 +103,24 @@ impl AgentRegistry for FakeRegistry {
             )
             .to_status());
         }
+        // The registry also takes other spellings (`read_only`); the fake only the stored ones.
+        if !["", "readOnly", "default", "safeWrite"].contains(&spec.mode.as_str()) {
+            return Err(ApiError::field(
+                "mode",
+                format!(
+                    "must be one of readOnly, default, safeWrite, got {:?}",
+                    spec.mode
+                ),
+            )
+            .to_status());
+        }
         let mut agent = custom(&spec.agent_id, "0000000000000001");
         if let Some(v1::agent::Kind::Custom(c)) = agent.kind.as_mut()
             && let Some(stored) = c.spec.as_mut()
         {
             stored.subagents = spec.subagents;
             stored.model = spec.model;
+            stored.mode = spec.mode;
         }
         Ok(Response::new(agent))
     }

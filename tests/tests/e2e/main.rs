@@ -12,6 +12,7 @@
 //! - `rest_crud`: create/get/update/delete over REST and the YAML files they produce.
 //! - `bad_input`: invalid ids, fields, bodies and versions over REST.
 //! - `bad_input_grpc`: the core bad-input cases over gRPC.
+//! - `chat_stream`: seed 004's `/ai/agent/stream` and `/ai/stream`, byte for byte, thread memory.
 //! - `tool_catalog`: native tools, global MCP tools, no secrets in responses.
 //! - `mcp_server`: the MCP tools through the Python MCP SDK, seed 001's scenarios and filters.
 //! - `mcp_transport`: `/mcp`'s Origin/Host/protocol rules, the initialize handshake, stdio mode.
@@ -34,6 +35,7 @@
 
 mod bad_input;
 mod bad_input_grpc;
+mod chat_stream;
 mod concurrency;
 mod crash_safety;
 mod execute;

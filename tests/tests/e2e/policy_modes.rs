@@ -79,7 +79,10 @@ async fn read_only_runs_reads_and_blocks_writes_of_native_and_mcp_tools() {
         "{message}"
     );
     let (_, message) = outcome(&events, "r1");
-    assert!(!message.contains("policy_blocked"), "reads run (the file is missing): {message}");
+    assert!(
+        !message.contains("policy_blocked"),
+        "reads run (the file is missing): {message}"
+    );
     assert_eq!(outcome(&events, "t1").0, "tool_end", "`get_…` reads");
     let (kind, message) = outcome(&events, "t2");
     assert_eq!(kind, "tool_error", "`convert_time` is no read verb");

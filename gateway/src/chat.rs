@@ -1,0 +1,286 @@
+//! Seed 004's chat endpoints: `POST /ai/agent/stream` (the chat agent with its tools, under a
+//! policy mode) and `POST /ai/stream` (the plain LLM, no tools), in the seed's SSE framing so an
+//! existing chat UI streams them unchanged:
+//!
+//! ```text
+//! data: <token text>                                   (non-empty pieces; lines split per SSE)
+//! data: {"text":"🔧 running: <tool> …","event":"tool_start","tool":"<tool>"}
+//! data: {"text":"✅ done","event":"tool_end","tool":"<tool>"}
+//! data: {"text":"⚠️ <tool> failed: …","event":"tool_error","tool":"<tool>"}
+//! event: end
+//! data: [DONE]
+//! ```
+//!
+//! Nothing else goes on the wire (no keep-alive comments, no ids): the conversation's
+//! `threadId` (a new one when the request has none) comes back in the `x-thread-id` header. A
+//! `threadId` is the executor's session id, so memory survives an executor restart. Every
+//! failure is a `data:` text followed by the end frames, since the UI shows text.
+
+use axum::{
+    extract::State,
+    http::{HeaderName, HeaderValue},
+    response::{IntoResponse, Response, sse::Event},
+};
+use futures::stream;
+use serde::Deserialize;
+use serde_json::Value;
+use taskforce_proto::v1::{self, run_event::Event as Ev};
+use tonic::Code;
+use tracing::{info, instrument, warn};
+use utoipa::ToSchema;
+
+use crate::{
+    config::Config,
+    error::RestError,
+    execute::executor_error,
+    extract::JsonBody,
+    registry::AppState,
+    sse::{Dialect, respond, sse_response},
+};
+
+/// The response header carrying the conversation's thread id.
+pub const THREAD_HEADER: HeaderName = HeaderName::from_static("x-thread-id");
+
+/// How the chat endpoints run, from the gateway's configuration.
+#[derive(Debug, Clone)]
+pub struct ChatSettings {
+    /// The agent serving them.
+    pub agent: String,
+    /// The mode of requests that name none.
+    pub default_mode: String,
+    /// `false`: `/ai/agent/stream` answers as the plain LLM.
+    pub tools_enabled: bool,
+}
+
+impl ChatSettings {
+    /// The settings of `config`.
+    pub fn from_config(config: &Config) -> Self {
+        Self {
+            agent: config.chat_agent.clone(),
+            default_mode: config.agent_default_mode.clone(),
+            tools_enabled: !matches!(
+                config.agent_enable.trim().to_ascii_lowercase().as_str(),
+                "0" | "false" | "no" | "off"
+            ),
+        }
+    }
+}
+
+/// Body of `POST /ai/agent/stream` and `POST /ai/stream` (seed 004 §5.1); other keys are
+/// ignored, as the existing UI may send more.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct ChatBody {
+    /// What the user asks.
+    #[serde(default)]
+    pub prompt: String,
+    /// Continues this conversation (letters, digits, `-`, `_`; up to 128); a new one when
+    /// absent.
+    #[serde(default, rename = "threadId")]
+    pub thread_id: Option<String>,
+    /// `readOnly` (default: `AGENT_DEFAULT_MODE`), `default` or `safeWrite`.
+    #[serde(default)]
+    pub mode: Option<String>,
+}
+
+/// The seed's dialect: only the top agent's tokens and tool events, as the UI expects them.
+#[derive(Debug, Default)]
+pub struct Chat;
+
+/// A tool event as compact JSON with the keys in the seed's order (`text`, `event`, `tool`).
+fn tool_frame(text: &str, event: &str, tool: &str) -> Event {
+    let quote = |s: &str| Value::String(s.to_owned()).to_string();
+    Event::default().data(format!(
+        "{{\"text\":{},\"event\":{},\"tool\":{}}}",
+        quote(text),
+        quote(event),
+        quote(tool)
+    ))
+}
+
+/// At most `max` characters of `text`, on one line.
+fn short(text: &str, max: usize) -> String {
+    let line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match line.char_indices().nth(max) {
+        Some((end, _)) => format!("{}…", &line[..end]),
+        None => line,
+    }
+}
+
+fn text_frame(text: &str) -> Event {
+    Event::default().data(text)
+}
+
+fn end_frame() -> Event {
+    Event::default().event("end").data("[DONE]")
+}
+
+impl Dialect for Chat {
+    fn frames(&mut self, ev: &v1::RunEvent) -> Vec<Event> {
+        // Sub-agents' events stay out of a chat: their work reaches it through the top agent.
+        if !ev.frame_id.is_empty() {
+            return Vec::new();
+        }
+        match &ev.event {
+            Some(Ev::Token(t)) if !t.text.is_empty() => vec![text_frame(&t.text)],
+            Some(Ev::ToolStart(t)) => {
+                let args: Value = serde_json::from_str(&t.arguments_json).unwrap_or(Value::Null);
+                let what = ["command", "cmd", "query", "url", "path"]
+                    .iter()
+                    .find_map(|k| args[*k].as_str())
+                    .map_or_else(
+                        || t.tool.clone(),
+                        |c| format!("{} {}", t.tool, short(c, 120)),
+                    );
+                vec![tool_frame(
+                    &format!("🔧 running: {what}"),
+                    "tool_start",
+                    &t.tool,
+                )]
+            }
+            Some(Ev::ToolEnd(t)) if t.is_error => vec![tool_frame(
+                &format!("⚠️ {} failed: {}", t.tool, short(&t.output, 200)),
+                "tool_error",
+                &t.tool,
+            )],
+            Some(Ev::ToolEnd(t)) => vec![tool_frame("✅ done", "tool_end", &t.tool)],
+            Some(Ev::ToolError(t)) => vec![tool_frame(
+                &format!("⚠️ {} failed: {}", t.tool, short(&t.message, 200)),
+                "tool_error",
+                &t.tool,
+            )],
+            Some(Ev::Question(q)) => vec![text_frame(&q.question)],
+            Some(Ev::Error(e)) => vec![text_frame(&format!("⚠️ {}", e.message))],
+            Some(Ev::Done(_)) => vec![end_frame()],
+            _ => Vec::new(),
+        }
+    }
+
+    fn broken(&mut self, error: RestError) -> Vec<Event> {
+        vec![text_frame(&format!("⚠️ {}", error.0.message)), end_frame()]
+    }
+
+    fn keep_alive(&self) -> bool {
+        false
+    }
+}
+
+/// A whole answer that is only an error text and the end.
+fn failure(message: &str) -> Response {
+    let frames = vec![text_frame(&format!("⚠️ {message}")), end_frame()];
+    sse_response(stream::iter(frames), false)
+}
+
+fn with_thread(mut response: Response, thread: &str) -> Response {
+    if let Ok(value) = HeaderValue::from_str(thread) {
+        response.headers_mut().insert(THREAD_HEADER, value);
+    }
+    response
+}
+
+fn valid_thread(id: &str) -> bool {
+    (1..=128).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// Runs the chat agent on the prompt (with tools unless `plain`) and streams it.
+async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
+    let thread = match body
+        .thread_id
+        .map(|t| t.trim().to_owned())
+        .filter(|t| !t.is_empty())
+    {
+        Some(t) if valid_thread(&t) => t,
+        Some(_) => {
+            return failure("`threadId` must be 1-128 letters, digits, `-` or `_`");
+        }
+        None => uuid::Uuid::new_v4().to_string(),
+    };
+    if body.prompt.trim().is_empty() {
+        return with_thread(failure("the prompt is empty"), &thread);
+    }
+    let settings = &state.chat;
+    let plain = plain || !settings.tools_enabled;
+    let mode = body
+        .mode
+        .filter(|m| !m.trim().is_empty())
+        .unwrap_or_else(|| settings.default_mode.clone());
+    let request = |no_tools: bool| v1::ExecuteRequest {
+        mission: body.prompt.clone(),
+        agent_id: Some(settings.agent.clone()),
+        session_id: Some(thread.clone()),
+        mode: Some(mode.clone()),
+        no_tools: Some(no_tools),
+        ..Default::default()
+    };
+    let mut executor = state.executor.clone();
+    let started = match executor.execute(request(plain)).await {
+        // A conversation waiting on a question: the prompt answers it.
+        Err(status)
+            if status.code() == Code::FailedPrecondition
+                && status.message().contains("waits for an answer") =>
+        {
+            executor
+                .answer(v1::AnswerRequest {
+                    session_id: thread.clone(),
+                    answer: body.prompt.clone(),
+                    ..Default::default()
+                })
+                .await
+        }
+        // The agent could not start with its tools: the plain LLM answers (seed 004 §3.4).
+        Err(status) if !plain && matches!(status.code(), Code::Internal | Code::Unknown) => {
+            warn!(thread_id = %thread, error = %status.message(), "the chat agent failed to start; falling back to the plain LLM");
+            executor.execute(request(true)).await
+        }
+        other => other,
+    };
+    let response = match started {
+        Ok(events) => {
+            info!(thread_id = %thread, plain, "chat run streaming");
+            respond(events.into_inner(), Chat)
+        }
+        Err(status) => failure(&executor_error(status).0.message),
+    };
+    with_thread(response, &thread)
+}
+
+/// Ask the chat agent (with its tools, under a policy mode) and stream the answer in seed
+/// 004's framing.
+#[utoipa::path(post, path = "/ai/agent/stream", tag = "chat", request_body = ChatBody,
+    responses(
+        (status = 200, description = "`text/event-stream` in seed 004's framing: tokens as `data: <text>`, tool events as `data: {\"text\",\"event\",\"tool\"}`, failures as a `data: ⚠️ …` text, then `event: end` + `data: [DONE]`; header `x-thread-id`", content_type = "text/event-stream", body = String),
+        (status = 400, description = "The body is not a JSON object, or not `application/json`", body = crate::openapi::ErrorBody)))]
+#[instrument(level = "debug", skip_all)]
+pub async fn agent_stream(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<ChatBody>,
+) -> Response {
+    run(&state, body, false).await.into_response()
+}
+
+/// Stream the plain LLM's answer (no tools) in the same framing.
+#[utoipa::path(post, path = "/ai/stream", tag = "chat", request_body = ChatBody,
+    responses(
+        (status = 200, description = "`text/event-stream` like `/ai/agent/stream`, without tool events", content_type = "text/event-stream", body = String),
+        (status = 400, description = "The body is not a JSON object, or not `application/json`", body = crate::openapi::ErrorBody)))]
+#[instrument(level = "debug", skip_all)]
+pub async fn plain_stream(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<ChatBody>,
+) -> Response {
+    run(&state, body, true).await.into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_texts_are_one_line_and_thread_ids_are_checked() {
+        assert_eq!(short("a  b\nc", 10), "a b c");
+        assert_eq!(short("abcdef", 3), "abc…");
+        assert!(valid_thread("c123-456") && !valid_thread("a b") && !valid_thread(""));
+    }
+}

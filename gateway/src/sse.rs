@@ -1,0 +1,135 @@
+//! One event source, two SSE dialects: a run's gRPC event stream becomes Server-Sent Events
+//! through a [`Dialect`] that says how each run event looks on the wire.
+//!
+//! - [`Native`]: ours (`/api/v1/execute/stream`, `/answer`): one `event: <kind>` per run event
+//!   with the event as JSON, keep-alive comments, ending after the top agent's `done`.
+//! - [`crate::chat::Chat`]: seed 004's (`/ai/agent/stream`, `/ai/stream`): tokens as plain
+//!   `data:` lines, tool events as compact JSON, `event: end` + `data: [DONE]`, nothing else.
+//!
+//! The source reads the stream to its end after the run's last event (dropping it early resets
+//! the HTTP/2 stream, and h2 closes a connection after 1,024 resets).
+
+use std::convert::Infallible;
+
+use axum::response::{
+    IntoResponse, Response,
+    sse::{Event, KeepAlive, Sse},
+};
+use futures::{Stream, StreamExt, stream};
+use serde_json::json;
+use taskforce_proto::v1;
+use tonic::Streaming;
+use tracing::debug;
+
+use crate::{
+    error::RestError,
+    events::{ends_run, event_json},
+    execute::executor_error,
+};
+
+/// How long the end of a stream (its trailers, right after `done`) is awaited.
+const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How run events look on the wire.
+pub trait Dialect: Send + 'static {
+    /// The SSE events of one run event (none: nothing is sent for it).
+    fn frames(&mut self, event: &v1::RunEvent) -> Vec<Event>;
+
+    /// The last SSE events when the stream broke (a gRPC error in the middle).
+    fn broken(&mut self, error: RestError) -> Vec<Event>;
+
+    /// Whether to send keep-alive comments (some clients print every line they get).
+    fn keep_alive(&self) -> bool;
+}
+
+/// Our dialect: `event: <kind>`, `data: <the event as JSON>`.
+#[derive(Debug, Default)]
+pub struct Native;
+
+impl Dialect for Native {
+    fn frames(&mut self, ev: &v1::RunEvent) -> Vec<Event> {
+        match event_json(ev) {
+            Some((name, data)) => vec![Event::default().event(name).data(data.to_string())],
+            None => {
+                debug!(seq = ev.seq, "skipping a run event of an unknown kind");
+                Vec::new()
+            }
+        }
+    }
+
+    fn broken(&mut self, error: RestError) -> Vec<Event> {
+        let data = json!({
+            "type": "error",
+            "code": error.0.kind.body_code().to_ascii_uppercase(),
+            "message": error.0.message,
+        });
+        vec![Event::default().event("error").data(data.to_string())]
+    }
+
+    fn keep_alive(&self) -> bool {
+        true
+    }
+}
+
+/// Reads a run's stream to its end after its last event.
+pub async fn drain(mut events: Streaming<v1::RunEvent>) {
+    let rest = async { while let Some(Ok(_)) = events.next().await {} };
+    if tokio::time::timeout(DRAIN_TIMEOUT, rest).await.is_err() {
+        debug!("a run stream did not end after `done`; dropping it");
+    }
+}
+
+/// The SSE events of `events` in `dialect`, ending after the run's last event.
+pub fn frames<D: Dialect>(
+    events: Streaming<v1::RunEvent>,
+    dialect: D,
+) -> impl Stream<Item = Event> + Send {
+    // The state: the stream (absent once broken), the dialect, and whether the run ended.
+    stream::unfold(Some((Some(events), dialect, false)), |state| async move {
+        let (events, mut dialect, ended) = state?;
+        let mut events = events?;
+        if ended {
+            drain(events).await;
+            return None;
+        }
+        loop {
+            match events.next().await {
+                None => return None,
+                Some(Ok(ev)) => {
+                    let out = dialect.frames(&ev);
+                    let ended = ends_run(&ev);
+                    if out.is_empty() && !ended {
+                        continue;
+                    }
+                    return Some((out, Some((Some(events), dialect, ended))));
+                }
+                Some(Err(status)) => {
+                    let out = dialect.broken(executor_error(status));
+                    return Some((out, Some((None, dialect, true))));
+                }
+            }
+        }
+    })
+    .flat_map(stream::iter)
+}
+
+/// The response streaming `events` in `dialect`.
+pub fn respond<D: Dialect>(events: Streaming<v1::RunEvent>, dialect: D) -> Response {
+    let keep_alive = dialect.keep_alive();
+    sse_response(frames(events, dialect), keep_alive)
+}
+
+/// An SSE response of `frames`.
+pub fn sse_response(
+    frames: impl Stream<Item = Event> + Send + 'static,
+    keep_alive: bool,
+) -> Response {
+    let stream: std::pin::Pin<Box<dyn Stream<Item = Result<Event, Infallible>> + Send>> =
+        Box::pin(frames.map(Ok));
+    let sse = Sse::new(stream);
+    if keep_alive {
+        sse.keep_alive(KeepAlive::default()).into_response()
+    } else {
+        sse.into_response()
+    }
+}

@@ -1,0 +1,167 @@
+//! Seed 004's chat endpoints through the real binaries, read as raw bytes the way an unchanged
+//! chat UI reads them: `/ai/agent/stream` (the chat agent, `readOnly` by default) and
+//! `/ai/stream` (the plain LLM), thread memory by `threadId` across an executor restart.
+
+use serde_json::json;
+use taskforce_proto::v1;
+use taskforce_tests::{Stack, StackOptions};
+
+use crate::helpers::{RUN_TIMEOUT, get_session};
+
+/// Turns picked by what the conversation last said, so one script serves every prompt.
+const SCRIPT: &str = r#"
+turns:
+  - match: "read the notes"
+    text: "Reading."
+    tool_calls: [{name: file_read, arguments: {path: notes.txt}}]
+  - match: "some notes"
+    tool_calls: [{name: file_write, arguments: {path: out.txt, content: x}}]
+  - match: "policy_blocked"
+    text: "Read: two\nlines"
+  - match: "hello"
+    text: "hi"
+"#;
+
+async fn stack() -> Stack {
+    let stack = StackOptions::full()
+        .with_executor()
+        .llm_script(SCRIPT)
+        .spawn()
+        .await
+        .expect("stack starts");
+    let workspace = stack.executor_workspace("dev");
+    std::fs::create_dir_all(&workspace).expect("workspace");
+    std::fs::write(workspace.join("notes.txt"), "some notes").expect("notes");
+    stack
+}
+
+/// POSTs `body` and reads the whole answer as bytes; returns (status, x-thread-id, text).
+async fn post(stack: &Stack, path: &str, body: &serde_json::Value) -> (u16, String, String) {
+    let response = tokio::time::timeout(
+        RUN_TIMEOUT,
+        stack.http().post(stack.url(path)).json(body).send(),
+    )
+    .await
+    .expect("answered in time")
+    .expect("answered");
+    let status = response.status().as_u16();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let thread = response
+        .headers()
+        .get("x-thread-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let bytes = tokio::time::timeout(RUN_TIMEOUT, response.bytes())
+        .await
+        .expect("the stream ends")
+        .expect("body");
+    if status == 200 {
+        assert!(
+            content_type.starts_with("text/event-stream"),
+            "{content_type}"
+        );
+    }
+    (
+        status,
+        thread,
+        String::from_utf8(bytes.to_vec()).expect("UTF-8"),
+    )
+}
+
+const END: &str = "event: end\ndata: [DONE]\n\n";
+
+#[tokio::test]
+async fn the_agent_stream_speaks_the_seed_framing_byte_for_byte_and_read_only_blocks_writes() {
+    let stack = stack().await;
+    let (status, thread, body) = post(
+        &stack,
+        "/ai/agent/stream",
+        &json!({"prompt": "Please read the notes", "threadId": "c123-456"}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(thread, "c123-456");
+    let expected = concat!(
+        "data: Reading.\n\n",
+        "data: {\"text\":\"🔧 running: file_read notes.txt\",\"event\":\"tool_start\",\"tool\":\"file_read\"}\n\n",
+        "data: {\"text\":\"✅ done\",\"event\":\"tool_end\",\"tool\":\"file_read\"}\n\n",
+        "data: {\"text\":\"🔧 running: file_write out.txt\",\"event\":\"tool_start\",\"tool\":\"file_write\"}\n\n",
+        "data: {\"text\":\"⚠️ file_write failed: policy_blocked: readOnly mode: `file_write` is not a read; only reads run\",\"event\":\"tool_error\",\"tool\":\"file_write\"}\n\n",
+        "data: Read:\n\n",
+        "data:  two\n\n",
+        "data: \ndata: lines\n\n",
+        "event: end\ndata: [DONE]\n\n",
+    );
+    assert_eq!(body, expected);
+    assert!(!stack.executor_workspace("dev").join("out.txt").exists());
+
+    // An empty prompt: an error text, then the end.
+    let (status, thread, body) = post(&stack, "/ai/agent/stream", &json!({"prompt": "  "})).await;
+    assert_eq!(status, 200);
+    assert!(!thread.is_empty(), "a new thread id");
+    assert_eq!(body, format!("data: ⚠️ the prompt is empty\n\n{END}"));
+
+    // A bad mode is a text too (the UI shows text), and nothing ran.
+    let (_, _, body) = post(
+        &stack,
+        "/ai/agent/stream",
+        &json!({"prompt": "read the notes", "mode": "yolo"}),
+    )
+    .await;
+    assert!(
+        body.starts_with("data: ⚠️ ") && body.contains("mode") && body.ends_with(END),
+        "{body}"
+    );
+
+    // Not JSON: the usual JSON error (400, like every JSON route).
+    let response = stack
+        .http()
+        .post(stack.url("/ai/agent/stream"))
+        .header("content-type", "text/plain")
+        .body("hi")
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(response.status().as_u16(), 400);
+}
+
+#[tokio::test]
+async fn a_thread_remembers_across_prompts_and_an_executor_restart_and_the_plain_stream_has_no_tools()
+ {
+    let mut stack = stack().await;
+    let (_, thread, first) = post(&stack, "/ai/agent/stream", &json!({"prompt": "hello"})).await;
+    assert_eq!(first, format!("data: hi\n\n{END}"));
+    stack.kill9_executor().expect("killed");
+    stack.restart_executor().await.expect("restarted");
+    let (_, again, second) = post(
+        &stack,
+        "/ai/agent/stream",
+        &json!({"prompt": "hello again", "threadId": thread}),
+    )
+    .await;
+    assert_eq!(again, thread);
+    assert_eq!(second, format!("data: hi\n\n{END}"));
+    let session = get_session(&stack, &thread).await;
+    let users: Vec<&str> = session
+        .messages
+        .iter()
+        .filter(|m| m.role == "user")
+        .map(|m| m.content.as_str())
+        .collect();
+    assert_eq!(users, ["hello", "hello again"]);
+    assert_eq!(session.status(), v1::RunStatus::Completed);
+
+    // The plain LLM: no tool is offered (the script's tool call finds none).
+    let (_, plain_thread, plain) =
+        post(&stack, "/ai/stream", &json!({"prompt": "read the notes"})).await;
+    assert!(plain.starts_with("data: Reading.\n\n"), "{plain}");
+    assert!(plain.contains("unknown tool"), "{plain}");
+    assert!(plain.ends_with(END));
+    assert_ne!(plain_thread, thread);
+}

@@ -1,8 +1,10 @@
 //! The audit log: one line per tool call, on the `audit` tracing target.
 //!
-//! Fields: time, agent, session, tool, input (cut to 200 characters), outcome, the SHA-256 of
-//! the first 4 KiB of the output, and the duration. Route the target to its own sink with
-//! `RUST_LOG` / a subscriber filter on `audit`.
+//! Fields: time, agent, session (and the same id as `thread_id`, the chat endpoints' name for
+//! it), agent path, tool, the sub-agent a delegation ran (`agent_name`), a patch's ops, input
+//! (cut to 200 characters), outcome (`policy_blocked` when the policy refused the call), the
+//! run's policy mode, the SHA-256 of the first 4 KiB of the output, and the duration. Route the
+//! target to its own sink with `RUST_LOG` / a subscriber filter on `audit`.
 
 use std::time::Duration;
 
@@ -59,8 +61,10 @@ pub struct Record<'a> {
     pub patch_ops: Option<&'a str>,
     /// The arguments as JSON text.
     pub input: &'a str,
-    /// How it ended.
+    /// How it ended (`policy_blocked` when the policy refused it).
     pub outcome: Outcome,
+    /// The run's policy mode, when it has one.
+    pub mode: Option<&'a str>,
     /// What the model got back (output, error or question).
     pub output: &'a str,
     /// How long it took.
@@ -74,6 +78,8 @@ pub fn log(record: Record<'_>) {
         time = %crate::session::now(),
         agent_id = record.agent_id,
         session_id = record.session_id,
+        // The chat endpoints' conversation id is the session id (seed 004 §3.5 says threadId).
+        thread_id = record.session_id,
         agent_path = %record.agent_path.join("/"),
         call_id = record.call_id,
         tool = record.tool,
@@ -81,6 +87,7 @@ pub fn log(record: Record<'_>) {
         patch_ops = record.patch_ops.unwrap_or(""),
         input = %cut(record.input),
         outcome = record.outcome.as_str(),
+        policy_mode = record.mode.unwrap_or(""),
         output_sha256 = %output_hash(record.output),
         duration_ms = u64::try_from(record.duration.as_millis()).unwrap_or(u64::MAX),
         "tool call"

@@ -194,6 +194,9 @@ pub struct Session {
     /// Its policy mode (`readOnly`, `default`, `safeWrite`; `None`: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
+    /// `safeWrite` confirmation ids its runs asked for and the user has not granted yet.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub confirmations_issued: Vec<String>,
     /// Where it stands.
     pub status: Status,
     /// The question a paused session waits on.
@@ -224,6 +227,7 @@ impl Session {
             agent_id,
             model,
             mode: None,
+            confirmations_issued: Vec::new(),
             status: Status::Running,
             pending: None,
             messages: Vec::new(),

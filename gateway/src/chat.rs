@@ -80,6 +80,26 @@ pub struct ChatBody {
     /// `readOnly` (default: `AGENT_DEFAULT_MODE`), `default` or `safeWrite`.
     #[serde(default)]
     pub mode: Option<String>,
+    /// `safeWrite` confirmation ids this message grants (the prompt may also say
+    /// `confirm c-…`); only ids this thread asked for are accepted, each for one run of its call.
+    #[serde(default)]
+    pub confirmations: Vec<String>,
+}
+
+/// The confirmation ids a prompt grants in words: `confirm c-<12 hex>` (any case, any place).
+fn confirmations_in(prompt: &str) -> Vec<String> {
+    let words: Vec<String> = prompt
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .map(str::to_ascii_lowercase)
+        .collect();
+    words
+        .windows(2)
+        .filter(|w| w[0].starts_with("confirm"))
+        .map(|w| w[1].clone())
+        .filter(|id| {
+            id.len() == 14 && id.starts_with("c-") && id[2..].bytes().all(|b| b.is_ascii_hexdigit())
+        })
+        .collect()
 }
 
 /// The seed's dialect: only the top agent's tokens and tool events, as the UI expects them.
@@ -206,12 +226,19 @@ async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
         .mode
         .filter(|m| !m.trim().is_empty())
         .unwrap_or_else(|| settings.default_mode.clone());
+    let mut confirmations = body.confirmations.clone();
+    for id in confirmations_in(&body.prompt) {
+        if !confirmations.contains(&id) {
+            confirmations.push(id);
+        }
+    }
     let request = |no_tools: bool| v1::ExecuteRequest {
         mission: body.prompt.clone(),
         agent_id: Some(settings.agent.clone()),
         session_id: Some(thread.clone()),
         mode: Some(mode.clone()),
         no_tools: Some(no_tools),
+        confirmations: confirmations.clone(),
         ..Default::default()
     };
     let mut executor = state.executor.clone();
@@ -282,5 +309,18 @@ mod tests {
         assert_eq!(short("a  b\nc", 10), "a b c");
         assert_eq!(short("abcdef", 3), "abc…");
         assert!(valid_thread("c123-456") && !valid_thread("a b") && !valid_thread(""));
+    }
+
+    #[test]
+    fn a_prompt_grants_the_ids_it_confirms_in_words() {
+        assert_eq!(
+            confirmations_in("Yes, confirm c-0123456789ab please; CONFIRMED C-ABCDEF012345."),
+            ["c-0123456789ab", "c-abcdef012345"]
+        );
+        assert!(
+            confirmations_in("c-0123456789ab").is_empty(),
+            "only after `confirm`"
+        );
+        assert!(confirmations_in("confirm c-123").is_empty());
     }
 }

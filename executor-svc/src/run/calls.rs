@@ -178,6 +178,7 @@ async fn run_one(
         patch_ops: patch_ops.as_deref(),
         input: &input,
         outcome: audit_outcome,
+        mode: ctx.mode.map(crate::policy::Mode::as_str),
         output: &content,
         duration,
     });
@@ -266,25 +267,25 @@ async fn call_tool(
         tool: &call.name,
         arguments: &call.arguments,
     };
-    let confirmed = ctx
-        .confirmations
-        .lock()
-        .map(|c| c.clone())
-        .unwrap_or_default();
-    match ctx
-        .runner
-        .budgets
-        .policy
-        .check(ctx.mode, call_ref, &confirmed)
-    {
+    let decision = {
+        let confirmations = ctx
+            .confirmations
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        ctx.runner
+            .budgets
+            .policy
+            .check(ctx.mode, call_ref, &confirmations.granted)
+    };
+    match decision {
         policy::Decision::Allow => {
             // A confirmation lets its call run once.
             let id = policy::confirmation_id(&call.name, &call.arguments);
-            if confirmed.contains(&id)
-                && let Ok(mut c) = ctx.confirmations.lock()
-            {
-                c.remove(&id);
-            }
+            let mut confirmations = ctx
+                .confirmations
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            confirmations.granted.remove(&id);
         }
         policy::Decision::Block { reason } => {
             return (
@@ -293,12 +294,24 @@ async fn call_tool(
             );
         }
         policy::Decision::Confirm { id, command } => {
+            let mut confirmations = ctx
+                .confirmations
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if !confirmations.issued.contains(&id) {
+                confirmations.issued.push(id.clone());
+                let over = confirmations
+                    .issued
+                    .len()
+                    .saturating_sub(super::MAX_ISSUED_CONFIRMATIONS);
+                confirmations.issued.drain(..over);
+            }
             return (
                 Err(format!(
                     "confirmation_required: `{command}` changes something; safeWrite mode runs it \
                      only after the user confirms it. Tell the user the exact command and the \
-                     confirmation id `{id}` (they confirm by sending it in `confirmations` with \
-                     their next message)"
+                     confirmation id `{id}` (they confirm in their next message of this \
+                     conversation: `confirmations` in the request, or the words `confirm {id}`)"
                 )),
                 audit::Outcome::Blocked,
             );

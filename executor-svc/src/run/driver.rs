@@ -113,9 +113,10 @@ impl Run {
                 .mode
                 .as_deref()
                 .and_then(crate::policy::Mode::parse),
-            confirmations: Arc::new(std::sync::Mutex::new(std::mem::take(
-                &mut self.confirmations,
-            ))),
+            confirmations: Arc::new(std::sync::Mutex::new(super::Confirmations {
+                granted: std::mem::take(&mut self.confirmations),
+                issued: std::mem::take(&mut self.session.confirmations_issued),
+            })),
         });
         // `launch` stored the session as running before the stream was returned.
         if let Some(answered) = self.answered.take() {
@@ -176,6 +177,13 @@ impl Run {
         counts.steps += sub.steps;
         counts.tool_calls += sub.tool_calls;
         self.session.orchestration = orchestra.snapshot();
+        self.session.confirmations_issued = std::mem::take(
+            &mut ctx
+                .confirmations
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .issued,
+        );
         self.finish(end, counts, started).await;
     }
 

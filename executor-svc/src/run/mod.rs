@@ -119,14 +119,27 @@ pub struct RunCtx {
     frame: FrameInfo,
     /// The run's policy mode (sub-agents share their parent's); `None`: no mode.
     mode: Option<crate::policy::Mode>,
-    /// Confirmation ids the user gave for `safeWrite` calls, shared by the run's frames; each
-    /// is used up by the call it confirms.
-    confirmations: Arc<Mutex<std::collections::HashSet<String>>>,
+    /// `safeWrite` confirmations, shared by the run's frames.
+    confirmations: Arc<Mutex<Confirmations>>,
     /// The run's shared orchestration state (plan, facts, waiting frames).
     orchestra: Arc<Orchestra>,
     /// Everything runs share (registry, router, tools, store).
     runner: Arc<Runner>,
 }
+
+/// `safeWrite` confirmations of a run: the ids the user granted with this request (each used
+/// up by the call it confirms), and the ids the run asked for (stored with the session, so
+/// only a later message of the same session can grant them).
+#[derive(Debug, Default)]
+pub struct Confirmations {
+    /// Granted and not used yet.
+    pub granted: std::collections::HashSet<String>,
+    /// Asked for, oldest first.
+    pub issued: Vec<String>,
+}
+
+/// Most confirmation ids a session keeps asking for.
+pub const MAX_ISSUED_CONFIRMATIONS: usize = 32;
 
 /// Where a frame sits: its id, depth and the agents above it.
 #[derive(Debug, Clone, Default)]

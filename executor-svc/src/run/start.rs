@@ -93,6 +93,19 @@ impl Runner {
                         session.id
                     )));
                 }
+                // Only what this session asked for can be granted, each once.
+                if let Some(id) = confirmations
+                    .iter()
+                    .find(|id| !session.confirmations_issued.contains(id))
+                {
+                    return Err(ExecutorError::invalid(
+                        "confirmations",
+                        format!("`{id}` is not a confirmation this session asked for"),
+                    ));
+                }
+                session
+                    .confirmations_issued
+                    .retain(|id| !confirmations.contains(id));
                 session.messages.push(Message::user(mission.clone()));
                 forget_oldest(&mut session.messages, self.budgets.memory_messages);
                 session.mission = mission;
@@ -103,6 +116,12 @@ impl Runner {
                 session
             }
             None => {
+                if let Some(id) = confirmations.iter().next() {
+                    return Err(ExecutorError::invalid(
+                        "confirmations",
+                        format!("`{id}` is not a confirmation this session asked for"),
+                    ));
+                }
                 let mut session = Session::new(id, agent.agent_id.clone(), model_name, mission);
                 session.mode = mode.map(|m| m.as_str().to_owned());
                 session.messages = vec![

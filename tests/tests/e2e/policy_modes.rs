@@ -7,14 +7,17 @@ use taskforce_tests::{Stack, StackOptions, mcp};
 
 use crate::helpers::{RUN_TIMEOUT, SseReader, agent_json, create, send};
 
+/// The same two turns twice, so a continued session (the confirmation) replays them.
 const SCRIPT: &str = r#"
 turns:
-  - tool_calls:
+  - tool_calls: &calls
       - {name: file_write, id: w1, arguments: {path: notes.txt, content: hello}}
       - {name: file_read, id: r1, arguments: {path: missing.txt}}
       - {name: get_current_time, id: t1, arguments: {timezone: UTC}}
       - {name: convert_time, id: t2, arguments: {source_timezone: UTC, time: "12:00", target_timezone: Asia/Tokyo}}
   - text: "Done: {{last_message}}"
+  - tool_calls: *calls
+  - text: "Done again: {{last_message}}"
 "#;
 
 async fn stack(allowlist: &str) -> Stack {
@@ -37,6 +40,11 @@ async fn stack(allowlist: &str) -> Stack {
 
 /// Runs the script in `mode` (with `confirmations`); the tool events by call id.
 async fn run(stack: &Stack, body: Value) -> Vec<(String, Value)> {
+    run_in(stack, body).await.1
+}
+
+/// Like [`run`], with the session id.
+async fn run_in(stack: &Stack, body: Value) -> (String, Vec<(String, Value)>) {
     let mut sse = SseReader::open(stack, "/api/v1/execute/stream", &body).await;
     let events = sse.rest(RUN_TIMEOUT).await;
     assert_eq!(
@@ -44,10 +52,15 @@ async fn run(stack: &Stack, body: Value) -> Vec<(String, Value)> {
         "completed",
         "{events:?}"
     );
-    events
+    let session = events[0].1["session_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let tools = events
         .into_iter()
         .filter(|(n, _)| n == "tool_end" || n == "tool_error")
-        .collect()
+        .collect();
+    (session, tools)
 }
 
 fn outcome<'a>(events: &'a [(String, Value)], call: &str) -> (&'a str, String) {
@@ -94,8 +107,10 @@ async fn read_only_runs_reads_and_blocks_writes_of_native_and_mcp_tools() {
     );
     let log = std::fs::read_to_string(stack.executor_log()).expect("log");
     assert!(
-        log.lines()
-            .any(|l| l.contains("\"tool\":\"file_write\"") && l.contains("policy_blocked")),
+        log.lines().any(|l| l.contains("\"tool\":\"file_write\"")
+            && l.contains("policy_blocked")
+            && l.contains("\"policy_mode\":\"readOnly\"")
+            && l.contains("\"thread_id\"")),
         "the audit line says so"
     );
 
@@ -123,7 +138,7 @@ async fn default_runs_allowlisted_writes_and_safe_write_needs_a_confirmation_per
     let workspace = stack.executor_workspace("writer");
     std::fs::remove_file(workspace.join("notes.txt")).expect("written");
 
-    let events = run(
+    let (session, events) = run_in(
         &stack,
         json!({"mission": "note it", "agent_id": "writer", "mode": "safeWrite"}),
     )
@@ -138,14 +153,30 @@ async fn default_runs_allowlisted_writes_and_safe_write_needs_a_confirmation_per
         .expect("a confirmation id")
         .to_owned();
 
+    // Only the session that asked can grant it.
+    let foreign = send(stack.http().post(stack.url("/api/v1/execute")).json(&json!({
+        "mission": "note it", "agent_id": "writer", "mode": "safeWrite", "confirmations": [id]
+    })))
+    .await;
+    assert_eq!(foreign.status, 400, "{}", foreign.text);
+    assert!(!workspace.join("notes.txt").exists());
+
     let events = run(
         &stack,
-        json!({"mission": "note it", "agent_id": "writer", "mode": "safeWrite",
+        json!({"mission": "note it", "agent_id": "writer", "session_id": session,
                "confirmations": [id]}),
     )
     .await;
     assert_eq!(outcome(&events, "w1").0, "tool_end", "confirmed: runs");
     assert!(workspace.join("notes.txt").exists());
+
+    // Used up: the same call asks again.
+    std::fs::remove_file(workspace.join("notes.txt")).expect("written");
+    let again = send(stack.http().post(stack.url("/api/v1/execute")).json(&json!({
+        "mission": "note it", "agent_id": "writer", "session_id": session, "confirmations": [id]
+    })))
+    .await;
+    assert_eq!(again.status, 400, "granted once: {}", again.text);
 
     let bad = send(
         stack

@@ -28,6 +28,8 @@ pub struct AgentDef {
     pub subagents: Vec<String>,
     /// The model alias it runs on, when its definition names one.
     pub model: Option<String>,
+    /// The policy mode its runs default to, when its definition names one.
+    pub mode: Option<String>,
     /// What it is for (describes it as a sub-agent tool).
     pub description: String,
 }
@@ -54,6 +56,7 @@ impl AgentDef {
                     mcp_tools: Some(spec.mcp_tool_allowlist.clone()),
                     subagents: spec.subagents.clone(),
                     model: (!spec.model.trim().is_empty()).then(|| spec.model.trim().to_owned()),
+                    mode: (!spec.mode.trim().is_empty()).then(|| spec.mode.trim().to_owned()),
                     description: spec.description.clone(),
                 })
             }
@@ -71,6 +74,7 @@ impl AgentDef {
                 mcp_tools: None,
                 subagents: Vec::new(),
                 model: None,
+                mode: None,
                 description: profile.description.clone(),
             }),
             None => Err(invalid("neither a custom nor a profile agent")),

@@ -5,7 +5,9 @@ use taskforce_proto::{
     v1::{self, AgentSource, agent::Kind},
 };
 
-use crate::definition::{Allowlist, CustomAgentFile, McpServerConfig, ProfileFile, Prompt};
+use crate::definition::{
+    Allowlist, CustomAgentFile, McpServerConfig, ProfileFile, Prompt, canonical_mode,
+};
 
 impl From<&McpServerConfig> for v1::McpServer {
     fn from(s: &McpServerConfig) -> Self {
@@ -56,6 +58,10 @@ pub fn spec_to_file(spec: v1::AgentSpec) -> CustomAgentFile {
         subagents: spec.subagents,
         // Not trimmed like the labels: " " is a model that validation refuses, not an unset one.
         model: (!spec.model.is_empty()).then_some(spec.model),
+        // Stored in its canonical spelling; an unknown one is kept as written for validation to
+        // name.
+        mode: (!spec.mode.is_empty())
+            .then(|| canonical_mode(&spec.mode).map_or(spec.mode, str::to_owned)),
         role: non_empty(spec.role),
         project: non_empty(spec.project),
         workspace: non_empty(spec.workspace),
@@ -89,6 +95,13 @@ pub fn custom_to_proto(id: &str, version: String, f: &CustomAgentFile) -> v1::Ag
                 workspace: f.workspace.clone().unwrap_or_default(),
                 subagents: f.subagents.clone(),
                 model: f.model.clone().unwrap_or_default(),
+                // A hand-written file may spell it `read_only`; clients see one spelling.
+                mode: f
+                    .mode
+                    .as_deref()
+                    .map(|m| canonical_mode(m).unwrap_or(m))
+                    .unwrap_or_default()
+                    .to_owned(),
             }),
             created_at: f.created_at.clone().unwrap_or_default(),
             updated_at: f.updated_at.clone().unwrap_or_default(),
@@ -157,6 +170,38 @@ mod tests {
             panic!("a custom agent");
         };
         assert_eq!(c.spec, Some(spec));
+    }
+
+    #[test]
+    fn mode_is_stored_and_served_in_its_canonical_spelling() {
+        let spec = v1::AgentSpec {
+            agent_id: "reader".into(),
+            mode: "read_only".into(),
+            ..Default::default()
+        };
+        let file = spec_to_file(spec);
+        assert_eq!(file.mode.as_deref(), Some("readOnly"));
+        let served = |f: &CustomAgentFile| match custom_to_proto("reader", "v".into(), f).kind {
+            Some(Kind::Custom(c)) => c.spec.map(|s| s.mode),
+            _ => None,
+        };
+        assert_eq!(served(&file).as_deref(), Some("readOnly"));
+        let hand = CustomAgentFile {
+            mode: Some("SAFE-WRITE".into()),
+            ..Default::default()
+        };
+        assert_eq!(served(&hand).as_deref(), Some("safeWrite"));
+        assert_eq!(served(&CustomAgentFile::default()).as_deref(), Some(""));
+    }
+
+    #[test]
+    fn an_empty_mode_is_unset_and_an_unknown_one_is_kept_for_validation() {
+        assert_eq!(spec_to_file(v1::AgentSpec::default()).mode, None);
+        let unknown = v1::AgentSpec {
+            mode: "yolo".into(),
+            ..Default::default()
+        };
+        assert_eq!(spec_to_file(unknown).mode.as_deref(), Some("yolo"));
     }
 
     #[test]

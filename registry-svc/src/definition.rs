@@ -27,6 +27,9 @@ pub const MAX_PATH: usize = 4096;
 pub const MAX_SUBAGENT_ID: usize = 64 - "agent_".len();
 /// Longest allowed `model` alias.
 pub const MAX_MODEL: usize = 128;
+/// The policy modes a definition may name as the default of its runs, in the spelling the
+/// registry stores and serves.
+pub const MODES: [&str; 3] = ["readOnly", "default", "safeWrite"];
 /// Most ids listed in `available_agents` of the `invalid_subagents` error: the error travels in
 /// gRPC trailers, which clients cap (16 KiB by default), and a registry may hold thousands of
 /// agents.
@@ -101,6 +104,10 @@ pub struct CustomAgentFile {
     /// only checks its shape.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// The policy mode runs of this agent default to (a request's mode wins); one of [`MODES`],
+    /// accepted in any case and with `-`/`_` ignored. Empty or absent: no default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
     /// The agent's role in a team, free text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
@@ -285,6 +292,15 @@ pub fn validate(id: &str, def: &CustomAgentFile) -> Result<(), ApiError> {
     {
         bad("model", d);
     }
+    if let Some(mode) = def.mode.as_deref()
+        && !mode.is_empty()
+        && canonical_mode(mode).is_none()
+    {
+        bad(
+            "mode",
+            format!("must be one of readOnly, default, safeWrite, got {mode:?}"),
+        );
+    }
     if !v.is_empty() {
         let mcp_only = v.iter().all(|(f, _)| f.starts_with("mcp_servers["));
         let mut e = ApiError::fields(v);
@@ -353,6 +369,18 @@ fn check_model(model: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The stored spelling of a policy mode (one of [`MODES`]): `text` is matched
+/// case-insensitively with `-` and `_` ignored, so `read_only` and `READONLY` are `readOnly`.
+/// `None` when it names no mode.
+pub fn canonical_mode(text: &str) -> Option<&'static str> {
+    let plain: String = text
+        .chars()
+        .filter(|c| !matches!(c, '-' | '_'))
+        .flat_map(char::to_lowercase)
+        .collect();
+    MODES.into_iter().find(|m| m.to_ascii_lowercase() == plain)
 }
 
 /// The `invalid_subagents` error for the `unknown` entries of agent `id`'s `subagents`, listing
@@ -627,6 +655,81 @@ mod tests {
         .unwrap_or_default();
         assert_eq!(hand.subagents, ["a-b", "c_d"]);
         assert_eq!(hand.model.as_deref(), Some("small"));
+    }
+
+    #[test]
+    fn modes_are_matched_ignoring_case_dashes_and_underscores() {
+        for (text, mode) in [
+            ("readOnly", "readOnly"),
+            ("read_only", "readOnly"),
+            ("READ-ONLY", "readOnly"),
+            ("readonly", "readOnly"),
+            ("default", "default"),
+            ("Default", "default"),
+            ("safeWrite", "safeWrite"),
+            ("safe_write", "safeWrite"),
+            ("safe-write", "safeWrite"),
+        ] {
+            assert_eq!(canonical_mode(text), Some(mode), "{text}");
+        }
+        for text in [
+            "",
+            " readOnly",
+            "read only",
+            "write",
+            "readOnly!",
+            "saféWrite",
+        ] {
+            assert_eq!(canonical_mode(text), None, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn known_or_empty_modes_are_valid() {
+        for mode in [
+            None,
+            Some(""),
+            Some("readOnly"),
+            Some("safe_write"),
+            Some("DEFAULT"),
+        ] {
+            let mut d = good();
+            d.mode = mode.map(str::to_owned);
+            assert_eq!(validate("abc", &d), Ok(()), "{mode:?}");
+        }
+    }
+
+    #[test]
+    fn an_unknown_mode_is_a_field_error_naming_mode() {
+        for bad in ["yolo", " ", "read only", "readOnly "] {
+            let mut d = good();
+            d.mode = Some(bad.to_owned());
+            let fields = fields_of(validate("abc", &d).err());
+            assert_eq!(fields.len(), 1, "{bad:?}: {fields:?}");
+            assert_eq!(fields[0].0, "mode");
+            assert!(
+                fields[0].1.contains("readOnly, default, safeWrite"),
+                "{fields:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn mode_round_trips_in_yaml_and_is_omitted_when_unset() {
+        assert!(!to_yaml(&good()).unwrap_or_default().contains("mode"));
+        let mut d = good();
+        d.model = Some("fast".into());
+        d.mode = Some("readOnly".into());
+        let yaml = to_yaml(&d).unwrap_or_default();
+        assert!(yaml.contains("model: fast\nmode: readOnly\n"), "{yaml}");
+        let back: CustomAgentFile = serde_yaml::from_str(&yaml).unwrap_or_default();
+        assert_eq!(back, d);
+        let hand: CustomAgentFile = serde_yaml::from_str(
+            "name: n\ndescription: d\nprompt: {system_prompt: p}\ntools: {allowlist: [python]}\nmode: safe_write\n",
+        )
+        .unwrap_or_default();
+        assert_eq!(hand.mode.as_deref(), Some("safe_write"));
+        assert_eq!(validate("abc", &hand), Ok(()));
     }
 
     #[test]

@@ -739,6 +739,38 @@ mod tests {
     }
 
     #[test]
+    fn a_hand_written_mode_is_served_canonically_and_an_unknown_one_is_skipped() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(|e| RegistryError::io(Path::new("tmp"), e))?;
+        let root = dir.path().join("configs");
+        let custom = root.join("custom");
+        fs::create_dir_all(&custom).map_err(|e| RegistryError::io(&custom, e))?;
+        let body = "name: Reader\ndescription: Reads\nprompt: {system_prompt: p}\n\
+                    tools: {allowlist: [file_read]}\nmode: read_only\n";
+        fs::write(custom.join("reader.yaml"), body).map_err(|e| RegistryError::io(&custom, e))?;
+        fs::write(
+            custom.join("reckless.yaml"),
+            body.replace("read_only", "yolo"),
+        )
+        .map_err(|e| RegistryError::io(&custom, e))?;
+        let store = Store::open(&root, &dir.path().join("data"))?;
+        let stats = store.reconcile_all()?;
+        assert_eq!((stats.updated, stats.invalid), (1, 1), "{stats:?}");
+        let Some(v1::agent::Kind::Custom(c)) = store.get("reader")?.kind else {
+            panic!("reader is a custom agent");
+        };
+        assert_eq!(c.spec.unwrap_or_default().mode, "readOnly");
+        assert!(store.get("reckless").is_err());
+        let diagnostics = store.diagnostics();
+        assert_eq!(diagnostics.len(), 1);
+        assert!(
+            diagnostics[0].0.ends_with("reckless.yaml"),
+            "{diagnostics:?}"
+        );
+        assert!(diagnostics[0].1.contains("mode"), "{diagnostics:?}");
+        Ok(())
+    }
+
+    #[test]
     fn busy_holds_for_its_lease_and_survives_a_reopen() -> Result<()> {
         let dir = tempfile::tempdir().map_err(|e| RegistryError::io(Path::new("tmp"), e))?;
         let (root, data) = (dir.path().join("configs"), dir.path().join("data"));

@@ -108,10 +108,12 @@ impl Run {
             frame: FrameInfo::default(),
             orchestra: Arc::clone(&orchestra),
             runner: Arc::clone(&runner),
+            // The request's (kept with the session), else the agent's default.
             mode: self
                 .session
                 .mode
                 .as_deref()
+                .or(self.agent.mode.as_deref())
                 .and_then(crate::policy::Mode::parse),
             confirmations: Arc::new(std::sync::Mutex::new(super::Confirmations {
                 granted: std::mem::take(&mut self.confirmations),

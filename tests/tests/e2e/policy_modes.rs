@@ -114,6 +114,24 @@ async fn read_only_runs_reads_and_blocks_writes_of_native_and_mcp_tools() {
         "the audit line says so"
     );
 
+    // A definition's mode is the default of its runs.
+    let mut body = agent_json("careful");
+    body["tool_allowlist"] = json!(["file_write", "file_read"]);
+    body["mode"] = json!("read_only");
+    let r = create(&stack, &body).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(
+        r.body["mode"], "readOnly",
+        "stored in its canonical spelling"
+    );
+    let events = run(&stack, json!({"mission": "note it", "agent_id": "careful"})).await;
+    let (kind, message) = outcome(&events, "w1");
+    assert_eq!(kind, "tool_error");
+    assert!(
+        message.starts_with("policy_blocked: readOnly mode"),
+        "{message}"
+    );
+
     let bad = send(
         stack
             .http()

@@ -8,6 +8,8 @@
 //! cargo run --release -p taskforce-tests --bin bench -- --runs
 //! # multi-agent orchestration (issue #10), scripted provider
 //! cargo run --release -p taskforce-tests --bin bench -- --orchestration
+//! # the chat endpoint and the policy engine (issue #11), scripted provider
+//! cargo run --release -p taskforce-tests --bin bench -- --chat
 //! # the LangGraph peer's streamed-run workload, against ../shared/peers/fake_llm.py
 //! cargo run --release -p taskforce-tests --bin bench -- --fake-llm http://127.0.0.1:18080/v1
 //! ```
@@ -90,6 +92,12 @@ struct Args {
     /// Runs per client of the concurrent phases of `--fake-llm`.
     #[arg(long, default_value_t = 5)]
     peer_runs_per_client: usize,
+    /// Benchmarks the chat endpoint and the policy engine instead of the registry.
+    #[arg(long)]
+    chat: bool,
+    /// Requests sent at once by `--chat`.
+    #[arg(long, default_value_t = 1000)]
+    chat_concurrent: usize,
     /// Benchmarks multi-agent orchestration instead of the registry.
     #[arg(long)]
     orchestration: bool,
@@ -104,6 +112,7 @@ struct Args {
     orchestration_hold_ms: u64,
 }
 
+mod chat;
 mod mcp_call;
 mod metadata;
 mod orchestration;
@@ -118,6 +127,16 @@ async fn main() -> anyhow::Result<()> {
     }
     if args.runs || args.fake_llm.is_some() {
         return bench_runs(&args).await;
+    }
+    if args.chat {
+        let opts = chat::Options {
+            samples: args.orchestration_samples.min(1000),
+            concurrent: args.chat_concurrent,
+        };
+        let rows = chat::run(&opts).await.context("chat benchmark")?;
+        println!("\n### chat endpoint and policy\n\n| measurement | result |\n|---|---|");
+        print_rows(rows);
+        return Ok(());
     }
     if args.orchestration {
         let opts = orchestration::Options {

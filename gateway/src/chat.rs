@@ -21,11 +21,11 @@ use axum::{
     http::{HeaderName, HeaderValue},
     response::{IntoResponse, Response, sse::Event},
 };
-use futures::stream;
+use futures::{StreamExt, stream};
 use serde::Deserialize;
 use serde_json::Value;
 use taskforce_proto::v1::{self, run_event::Event as Ev};
-use tonic::Code;
+use tonic::{Code, Streaming};
 use tracing::{info, instrument, warn};
 use utoipa::ToSchema;
 
@@ -35,7 +35,7 @@ use crate::{
     execute::executor_error,
     extract::JsonBody,
     registry::AppState,
-    sse::{Dialect, respond, sse_response},
+    sse::{Dialect, frames, respond, sse_response},
 };
 
 /// The response header carrying the conversation's thread id.
@@ -184,6 +184,37 @@ impl Dialect for Chat {
     }
 }
 
+/// How a chat run began.
+enum Opening {
+    /// Its first frames, and the rest of its stream.
+    Answering(Vec<Event>, Streaming<v1::RunEvent>),
+    /// It failed before sending anything the user would see.
+    FailedEarly(String),
+}
+
+/// Reads a run until it has something to show, or fails first (then the rest is drained).
+async fn opening(mut events: Streaming<v1::RunEvent>) -> Opening {
+    let mut chat = Chat;
+    loop {
+        match events.next().await {
+            Some(Ok(ev)) => {
+                if ev.frame_id.is_empty()
+                    && let Some(Ev::Error(e)) = &ev.event
+                {
+                    crate::sse::drain(events).await;
+                    return Opening::FailedEarly(format!("{}: {}", e.code, e.message));
+                }
+                let first = chat.frames(&ev);
+                if !first.is_empty() {
+                    return Opening::Answering(first, events);
+                }
+            }
+            Some(Err(status)) => return Opening::FailedEarly(status.message().to_owned()),
+            None => return Opening::FailedEarly("the run's stream ended early".to_owned()),
+        }
+    }
+}
+
 /// A whole answer that is only an error text and the end.
 fn failure(message: &str) -> Response {
     let frames = vec![text_frame(&format!("⚠️ {message}")), end_frame()];
@@ -264,12 +295,24 @@ async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
         other => other,
     };
     let response = match started {
-        Ok(events) => {
-            info!(thread_id = %thread, plain, "chat run streaming");
-            respond(events.into_inner(), Chat)
-        }
+        Ok(events) if plain => respond(events.into_inner(), Chat),
+        Ok(events) => match opening(events.into_inner()).await {
+            Opening::Answering(first, rest) => {
+                let rest = frames(rest, Chat);
+                sse_response(stream::iter(first).chain(rest), false)
+            }
+            // The agent failed before it said anything: the plain LLM answers (seed 004 §3.4).
+            Opening::FailedEarly(reason) => {
+                warn!(thread_id = %thread, reason = %reason, "the chat agent failed before answering; falling back to the plain LLM");
+                match executor.execute(request(true)).await {
+                    Ok(events) => respond(events.into_inner(), Chat),
+                    Err(status) => failure(&executor_error(status).0.message),
+                }
+            }
+        },
         Err(status) => failure(&executor_error(status).0.message),
     };
+    info!(thread_id = %thread, plain, "chat run streaming");
     with_thread(response, &thread)
 }
 

@@ -464,6 +464,28 @@ impl Executor for FakeExecutor {
         if agent == "orchestrator" {
             return Ok(Response::new(Box::pin(stream::iter(orchestrator_run()))));
         }
+        // A chat agent whose model fails before it says anything, unless run without tools.
+        if agent == "failing-chat" && req.no_tools != Some(true) {
+            let events = vec![
+                ev(
+                    0,
+                    Ev::RunStarted(v1::RunStarted {
+                        agent_id: agent.clone(),
+                        model: "scripted".into(),
+                        provider: "scripted".into(),
+                    }),
+                ),
+                ev(
+                    1,
+                    Ev::Error(v1::Error {
+                        code: "LLM_ERROR".into(),
+                        message: "the model is overloaded".into(),
+                    }),
+                ),
+                done(2, v1::RunStatus::Failed),
+            ];
+            return Ok(Response::new(Box::pin(stream::iter(events))));
+        }
         let mut events = vec![
             ev(
                 0,

@@ -2,6 +2,7 @@
 //! bodies as a REST client sees them.
 
 mod agents;
+mod chat;
 mod errors;
 mod execute;
 mod fake;

@@ -187,7 +187,7 @@ impl Dialect for Chat {
 /// How a chat run began.
 enum Opening {
     /// Its first frames, and the rest of its stream.
-    Answering(Vec<Event>, Streaming<v1::RunEvent>),
+    Answering(Vec<Event>, Box<Streaming<v1::RunEvent>>),
     /// It failed before sending anything the user would see.
     FailedEarly(String),
 }
@@ -206,7 +206,7 @@ async fn opening(mut events: Streaming<v1::RunEvent>) -> Opening {
                 }
                 let first = chat.frames(&ev);
                 if !first.is_empty() {
-                    return Opening::Answering(first, events);
+                    return Opening::Answering(first, Box::new(events));
                 }
             }
             Some(Err(status)) => return Opening::FailedEarly(status.message().to_owned()),
@@ -298,7 +298,7 @@ async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
         Ok(events) if plain => respond(events.into_inner(), Chat),
         Ok(events) => match opening(events.into_inner()).await {
             Opening::Answering(first, rest) => {
-                let rest = frames(rest, Chat);
+                let rest = frames(*rest, Chat);
                 sse_response(stream::iter(first).chain(rest), false)
             }
             // The agent failed before it said anything: the plain LLM answers (seed 004 §3.4).

@@ -470,7 +470,7 @@ impl Executor for FakeExecutor {
                 ev(
                     0,
                     Ev::RunStarted(v1::RunStarted {
-                        agent_id: agent.clone(),
+                        agent_id: agent,
                         model: "scripted".into(),
                         provider: "scripted".into(),
                     }),

@@ -15,6 +15,7 @@
 //! - [`plan`]: the todo plan and its patch engine (pure).
 //! - [`token`]: signed state tokens naming a paused sub-agent frame.
 //! - [`metrics`]: Prometheus metrics and the `/metrics` listener.
+//! - [`redact`]: masks secrets (tokens, keys, IDs) in tool output before anything sees it.
 //! - [`registry`]: the registry link: definitions (cached, invalidated by its watch stream) and
 //!   BUSY/IDLE reports with a lease.
 //! - [`agent`]: a registry agent as a run needs it (prompt, tools, workspace).
@@ -44,6 +45,7 @@ pub mod llm;
 pub mod metrics;
 pub mod plan;
 pub mod policy;
+pub mod redact;
 pub mod registry;
 pub mod run;
 pub mod session;
@@ -148,6 +150,8 @@ pub async fn run_with(
         delegation: config.delegation_limits(),
         policy: policy::Policy::new(&policy::PolicyConfig::from_env()),
         memory_messages: config.memory_messages,
+        redactor: redact::Redactor::new(&redact::RedactConfig::from_env())
+            .map_err(|e| ExecutorError::Config(format!("AGENT_REDACT_PATTERNS: {e}")))?,
     };
     let metrics = match config.metrics_listen.trim() {
         "" => None,

@@ -130,7 +130,8 @@ async fn run_one(
     let duration = started.elapsed();
     let (content, is_error, kind) = match outcome {
         Ok(ToolOutcome::Output { content, is_error }) => {
-            let content = cap(content, ctx.limits.max_output_bytes);
+            // Masked before anything sees it: the stream, the model's context, the audit hash.
+            let content = redacted(ctx, cap(content, ctx.limits.max_output_bytes));
             ctx.sink
                 .emit(Event::ToolEnd(v1::ToolEnd {
                     call_id: call_id.to_owned(),
@@ -160,6 +161,7 @@ async fn run_one(
         // Its `delegation_end` event told the stream; the model reads the request for input.
         Ok(ToolOutcome::NeedInput { content, asks }) => (content, false, Kind::NeedInput(asks)),
         Err(message) => {
+            let message = redacted(ctx, message);
             ctx.sink
                 .emit(events::tool_error(call_id, name, message.clone()))
                 .await;
@@ -366,6 +368,14 @@ async fn call_tool(
             }
             (Err(e.to_string()), audit::Outcome::Error)
         }
+    }
+}
+
+/// `text` with the secrets the redactor recognises masked.
+fn redacted(ctx: &RunCtx, text: String) -> String {
+    match ctx.runner.budgets.redactor.redact(&text) {
+        std::borrow::Cow::Borrowed(_) => text,
+        std::borrow::Cow::Owned(masked) => masked,
     }
 }
 

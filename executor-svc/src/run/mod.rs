@@ -59,6 +59,8 @@ pub struct Budgets {
     pub policy: crate::policy::Policy,
     /// Most messages a continued conversation keeps (0: all): thread memory stays bounded.
     pub memory_messages: usize,
+    /// Masks secrets in tool output.
+    pub redactor: crate::redact::Redactor,
 }
 
 /// Guards of sub-agent delegations (seed 003 §7).

@@ -20,7 +20,18 @@ turns:
     text: "Read: two\nlines"
   - match: "hello"
     text: "hi"
+  - match: "the secrets"
+    tool_calls: [{name: file_read, arguments: {path: secrets.txt}}]
+  - match: "redacted"
+    text: "masked"
 "#;
+
+/// A planted token, key and id.
+const PLANTED: [&str; 3] = [
+    "ghp_0123456789abcdefghijABCDEFGHIJ012345",
+    "sk-proj-Zx81kQ0pLm2vN7rT4yW9aB3cD6eF1gH5",
+    "3f2504e0-4f89-11d3-9a0c-0305e82c3301",
+];
 
 async fn stack() -> Stack {
     let stack = StackOptions::full()
@@ -164,4 +175,40 @@ async fn a_thread_remembers_across_prompts_and_an_executor_restart_and_the_plain
     assert!(plain.contains("unknown tool"), "{plain}");
     assert!(plain.ends_with(END));
     assert_ne!(plain_thread, thread);
+}
+
+#[tokio::test]
+async fn planted_secrets_in_tool_output_reach_neither_the_stream_nor_the_model_nor_the_log() {
+    let stack = stack().await;
+    let secrets = format!(
+        "GITHUB_TOKEN={}\nkey: {}\nuser id {}\n",
+        PLANTED[0], PLANTED[1], PLANTED[2]
+    );
+    std::fs::write(stack.executor_workspace("dev").join("secrets.txt"), secrets).expect("file");
+    let (_, thread, body) = post(
+        &stack,
+        "/api/v1/execute/stream",
+        &json!({"mission": "show me the secrets", "profile": "dev"}),
+    )
+    .await;
+    let _ = thread;
+    assert!(body.contains("[redacted:"), "{body}");
+    assert!(
+        body.contains("masked"),
+        "the model saw the masked text: {body}"
+    );
+    let session_id = body
+        .split("\"session_id\":\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("session id")
+        .to_owned();
+    let session = get_session(&stack, &session_id).await;
+    let context: String = session.messages.iter().map(|m| m.content.clone()).collect();
+    let log = std::fs::read_to_string(stack.executor_log()).expect("log");
+    for secret in PLANTED {
+        assert!(!body.contains(secret), "{secret} in the stream");
+        assert!(!context.contains(secret), "{secret} in the model's context");
+        assert!(!log.contains(secret), "{secret} in the log");
+    }
 }

@@ -50,12 +50,16 @@ pub struct ChatSettings {
     pub default_mode: String,
     /// `false`: `/ai/agent/stream` answers as the plain LLM.
     pub tools_enabled: bool,
+    /// Prompts per thread per minute (`None`: no limit), shared by the gateway's handlers.
+    pub rate_limit: Option<std::sync::Arc<RateLimit>>,
 }
 
 impl ChatSettings {
     /// The settings of `config`.
     pub fn from_config(config: &Config) -> Self {
         Self {
+            rate_limit: (config.agent_rate_limit_per_minute > 0)
+                .then(|| std::sync::Arc::new(RateLimit::new(config.agent_rate_limit_per_minute))),
             agent: config.chat_agent.clone(),
             default_mode: config.agent_default_mode.clone(),
             tools_enabled: !matches!(
@@ -63,6 +67,55 @@ impl ChatSettings {
                 "0" | "false" | "no" | "off"
             ),
         }
+    }
+}
+
+/// A sliding one-minute window of prompts per thread. Threads idle for a minute are forgotten
+/// when the table is swept, so it stays as small as the threads in use.
+#[derive(Debug)]
+pub struct RateLimit {
+    per_minute: u32,
+    seen: std::sync::Mutex<
+        std::collections::HashMap<String, std::collections::VecDeque<std::time::Instant>>,
+    >,
+}
+
+impl RateLimit {
+    const WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
+
+    /// A limit of `per_minute` prompts per thread.
+    pub fn new(per_minute: u32) -> Self {
+        Self {
+            per_minute,
+            seen: std::sync::Mutex::default(),
+        }
+    }
+
+    /// Counts a prompt of `thread` now; false when it is over the limit (then it is not counted).
+    pub fn admit(&self, thread: &str, now: std::time::Instant) -> bool {
+        let mut seen = self
+            .seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if seen.len() > 10_000 {
+            seen.retain(|_, times| {
+                times
+                    .back()
+                    .is_some_and(|t| now.duration_since(*t) < Self::WINDOW)
+            });
+        }
+        let times = seen.entry(thread.to_owned()).or_default();
+        while times
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= Self::WINDOW)
+        {
+            times.pop_front();
+        }
+        if times.len() >= self.per_minute as usize {
+            return false;
+        }
+        times.push_back(now);
+        true
     }
 }
 
@@ -252,6 +305,17 @@ async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
         return with_thread(failure("the prompt is empty"), &thread);
     }
     let settings = &state.chat;
+    if let Some(limit) = &settings.rate_limit
+        && !limit.admit(&thread, std::time::Instant::now())
+    {
+        return with_thread(
+            failure(&format!(
+                "too many prompts in this conversation: at most {} per minute; try again shortly",
+                limit.per_minute
+            )),
+            &thread,
+        );
+    }
     let plain = plain || !settings.tools_enabled;
     let mode = body
         .mode
@@ -352,6 +416,17 @@ mod tests {
         assert_eq!(short("a  b\nc", 10), "a b c");
         assert_eq!(short("abcdef", 3), "abc…");
         assert!(valid_thread("c123-456") && !valid_thread("a b") && !valid_thread(""));
+    }
+
+    #[test]
+    fn the_rate_limit_counts_per_thread_in_a_sliding_minute() {
+        let limit = RateLimit::new(2);
+        let t0 = std::time::Instant::now();
+        assert!(limit.admit("a", t0));
+        assert!(limit.admit("a", t0));
+        assert!(!limit.admit("a", t0 + std::time::Duration::from_secs(30)));
+        assert!(limit.admit("b", t0), "another thread has its own count");
+        assert!(limit.admit("a", t0 + std::time::Duration::from_secs(61)));
     }
 
     #[test]

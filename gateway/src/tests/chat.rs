@@ -78,3 +78,35 @@ async fn a_bad_thread_id_is_a_text_then_the_end() {
         "{body}"
     );
 }
+
+#[tokio::test]
+async fn prompts_over_the_per_thread_limit_get_a_text_and_the_end() {
+    let app = app(Config {
+        executor_url: serve_executor().await,
+        registry_url: dead_url().await,
+        chat_agent: "chat".to_owned(),
+        agent_rate_limit_per_minute: 1,
+        ..Config::default()
+    });
+    let body = Some(r#"{"prompt": "hi", "threadId": "busy"}"#);
+    let first = call(&app, Method::POST, "/ai/agent/stream", &[JSON], body).await;
+    assert_eq!(
+        String::from_utf8_lossy(&first.raw),
+        format!("data: He\n\ndata: llo\n\n{END}")
+    );
+    let second = call(&app, Method::POST, "/ai/agent/stream", &[JSON], body).await;
+    let text = String::from_utf8_lossy(&second.raw);
+    assert!(
+        text.starts_with("data: ⚠️ too many prompts") && text.ends_with(END),
+        "{text}"
+    );
+    let other = call(
+        &app,
+        Method::POST,
+        "/ai/agent/stream",
+        &[JSON],
+        Some(r#"{"prompt": "hi", "threadId": "calm"}"#),
+    )
+    .await;
+    assert!(String::from_utf8_lossy(&other.raw).starts_with("data: He"));
+}

@@ -52,6 +52,8 @@ pub struct ChatSettings {
     pub tools_enabled: bool,
     /// Prompts per thread per minute (`None`: no limit), shared by the gateway's handlers.
     pub rate_limit: Option<std::sync::Arc<RateLimit>>,
+    /// The model alias of chat runs (`AI_MODEL_NAME`).
+    pub model: Option<String>,
 }
 
 impl ChatSettings {
@@ -60,6 +62,10 @@ impl ChatSettings {
         Self {
             rate_limit: (config.agent_rate_limit_per_minute > 0)
                 .then(|| std::sync::Arc::new(RateLimit::new(config.agent_rate_limit_per_minute))),
+            model: config
+                .ai_model_name
+                .clone()
+                .filter(|m| !m.trim().is_empty()),
             agent: config.chat_agent.clone(),
             default_mode: config.agent_default_mode.clone(),
             tools_enabled: !matches!(
@@ -332,6 +338,7 @@ async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
         agent_id: Some(settings.agent.clone()),
         session_id: Some(thread.clone()),
         mode: Some(mode.clone()),
+        model: settings.model.clone(),
         no_tools: Some(no_tools),
         confirmations: confirmations.clone(),
         ..Default::default()

@@ -75,6 +75,10 @@ pub struct Config {
     /// `0`: `/ai/agent/stream` answers as the plain LLM, no tools (seed 004 §7 `AGENT_ENABLE`).
     #[arg(long, env = "AGENT_ENABLE", default_value = "1")]
     pub agent_enable: String,
+    /// The model alias (of the executor's `llm_config.yaml`) chat runs use (seed 004's
+    /// `AI_MODEL_NAME`); unset: the chat agent's model, else the executor's default.
+    #[arg(long, env = "AI_MODEL_NAME")]
+    pub ai_model_name: Option<String>,
     /// Most chat prompts per `threadId` per minute (0: no limit; seed 004 §9's optional limit).
     #[arg(long, env = "AGENT_RATE_LIMIT_PER_MINUTE", default_value_t = 0)]
     pub agent_rate_limit_per_minute: u32,
@@ -100,6 +104,7 @@ impl Default for Config {
             agent_default_mode: "readOnly".to_owned(),
             agent_enable: "1".to_owned(),
             agent_rate_limit_per_minute: 0,
+            ai_model_name: None,
         }
     }
 }

@@ -10,8 +10,9 @@ use tokio_util::sync::CancellationToken;
 /// Human logs on a terminal, JSON otherwise, to stderr; `RUST_LOG` filters (default `info`).
 pub fn init_tracing() {
     use std::io::IsTerminal;
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let agent_level = std::env::var("AGENT_LOG_LEVEL").ok();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| default_level(agent_level.as_deref()).into());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -107,4 +108,32 @@ pub fn reflection() -> Result<
             .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
     };
     Ok((builder().build_v1()?, builder().build_v1alpha()?))
+}
+
+/// The log level when `RUST_LOG` is not set: seed 004's `AGENT_LOG_LEVEL`
+/// (`debug|info|warn|error`), else `info`.
+fn default_level(agent_level: Option<&str>) -> &'static str {
+    match agent_level
+        .map(|l| l.trim().to_ascii_lowercase())
+        .as_deref()
+    {
+        Some("trace") => "trace",
+        Some("debug") => "debug",
+        Some("warn" | "warning") => "warn",
+        Some("error") => "error",
+        _ => "info",
+    }
+}
+
+#[cfg(test)]
+mod level_tests {
+    use super::default_level;
+
+    #[test]
+    fn agent_log_level_sets_the_default_level() {
+        assert_eq!(default_level(None), "info");
+        assert_eq!(default_level(Some("DEBUG")), "debug");
+        assert_eq!(default_level(Some("warning")), "warn");
+        assert_eq!(default_level(Some("loud")), "info");
+    }
 }

@@ -110,3 +110,26 @@ async fn prompts_over_the_per_thread_limit_get_a_text_and_the_end() {
     .await;
     assert!(String::from_utf8_lossy(&other.raw).starts_with("data: He"));
 }
+
+#[tokio::test]
+async fn ai_model_name_picks_the_model_of_chat_runs() {
+    let app = app(Config {
+        executor_url: serve_executor().await,
+        registry_url: dead_url().await,
+        chat_agent: "model-echo".to_owned(),
+        ai_model_name: Some("fast".to_owned()),
+        ..Config::default()
+    });
+    let r = call(
+        &app,
+        Method::POST,
+        "/ai/stream",
+        &[JSON],
+        Some(r#"{"prompt": "hi"}"#),
+    )
+    .await;
+    assert_eq!(
+        String::from_utf8_lossy(&r.raw),
+        format!("data: fast\n\n{END}")
+    );
+}

@@ -464,6 +464,19 @@ impl Executor for FakeExecutor {
         if agent == "orchestrator" {
             return Ok(Response::new(Box::pin(stream::iter(orchestrator_run()))));
         }
+        // Says which model the request named.
+        if agent == "model-echo" {
+            let events = vec![
+                ev(
+                    0,
+                    Ev::Token(v1::Token {
+                        text: req.model.unwrap_or_default(),
+                    }),
+                ),
+                done(1, v1::RunStatus::Completed),
+            ];
+            return Ok(Response::new(Box::pin(stream::iter(events))));
+        }
         // A chat agent whose model fails before it says anything, unless run without tools.
         if agent == "failing-chat" && req.no_tools != Some(true) {
             let events = vec![

@@ -297,7 +297,7 @@ pub(super) async fn select_tools(
     for name in &agent.tools {
         let orchestration: Option<Arc<dyn Tool>> = match name.as_str() {
             "delegate_to_agent" if !agent.subagents.is_empty() => {
-                Some(Arc::new(orchestration::DelegateToAgent::new()))
+                Some(Arc::new(orchestration::Delegate::by_name()))
             }
             "update_todolist" if ctx.frame.depth == 0 => {
                 Some(Arc::new(orchestration::UpdateTodolist::new()))
@@ -327,7 +327,7 @@ pub(super) async fn select_tools(
         for (id, def) in agent.subagents.iter().zip(subs) {
             // An agent that cannot be loaded now is still offered: calling it says why.
             let description = def.map(|d| d.description.clone()).unwrap_or_default();
-            let tool: Arc<dyn Tool> = Arc::new(orchestration::AgentTool::new(id, &description));
+            let tool: Arc<dyn Tool> = Arc::new(orchestration::Delegate::agent(id, &description));
             offer(&tool, &mut tools);
         }
     }

@@ -170,6 +170,27 @@ pub enum ToolError {
     },
 }
 
+/// The catalog's definition of `name` (a native or an orchestration tool). Every such tool is in
+/// the catalog (a unit test checks it); a missing one would get an empty schema rather than a
+/// panic.
+pub(crate) fn catalog_definition(name: &str) -> ToolDefinition {
+    let catalog = taskforce_proto::catalog::native_tools()
+        .into_iter()
+        .chain(taskforce_proto::catalog::orchestration_tools());
+    match catalog.into_iter().find(|t| t.name == name) {
+        Some(t) => ToolDefinition {
+            name: t.name.to_owned(),
+            description: t.description.to_owned(),
+            parameters: t.parameters_schema,
+        },
+        None => ToolDefinition {
+            name: name.to_owned(),
+            description: String::new(),
+            parameters: serde_json::json!({ "type": "object", "properties": {} }),
+        },
+    }
+}
+
 /// A tool the loop can call.
 pub trait Tool: Send + Sync + std::fmt::Debug {
     /// Name, description and JSON schema as the model sees them.

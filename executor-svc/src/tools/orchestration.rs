@@ -10,7 +10,7 @@ use std::{fmt::Debug, time::Duration};
 use futures::{FutureExt, future::BoxFuture};
 use serde_json::{Map, Value, json};
 
-use super::{Tool, ToolContext, ToolError, ToolOutcome};
+use super::{Tool, ToolContext, ToolError, ToolOutcome, catalog_definition};
 use crate::llm::ToolDefinition;
 
 /// Prefix of sub-agent tool names.
@@ -64,16 +64,18 @@ pub struct Delegation {
     pub resume: Option<(String, Map<String, Value>)>,
 }
 
-/// `agent_<id>`: one sub-agent as a tool, with the seed §4 input schema.
+/// A delegation tool: `agent_<id>` (one sub-agent, with the seed §4 input schema) or
+/// `delegate_to_agent` (seed §5.1: the agent named in the arguments). Both go the same path.
 #[derive(Debug)]
-pub struct AgentTool {
+pub struct Delegate {
     definition: ToolDefinition,
-    agent_id: String,
+    /// The sub-agent of an `agent_<id>` tool; `None`: `agent_name` says.
+    agent: Option<String>,
 }
 
-impl AgentTool {
-    /// The tool for sub-agent `agent_id`, described by its own `description`.
-    pub fn new(agent_id: &str, description: &str) -> Self {
+impl Delegate {
+    /// `agent_<id>` for sub-agent `agent_id`, described by its own `description`.
+    pub fn agent(agent_id: &str, description: &str) -> Self {
         let about = if description.trim().is_empty() {
             format!("Sub-agent `{agent_id}`")
         } else {
@@ -106,62 +108,20 @@ impl AgentTool {
                     "additionalProperties": true
                 }),
             },
-            agent_id: agent_id.to_owned(),
+            agent: Some(agent_id.to_owned()),
         }
     }
 
-    /// The sub-agent this tool runs.
-    pub fn agent_id(&self) -> &str {
-        &self.agent_id
-    }
-}
-
-impl Tool for AgentTool {
-    fn definition(&self) -> &ToolDefinition {
-        &self.definition
-    }
-
-    fn bounds_own_time(&self) -> bool {
-        true
-    }
-
-    fn call<'a>(
-        &'a self,
-        ctx: &'a ToolContext,
-        arguments: Value,
-    ) -> BoxFuture<'a, Result<ToolOutcome, ToolError>> {
-        async move {
-            let name = self.name().to_owned();
-            let request = parse(&name, self.agent_id.clone(), &arguments)?;
-            orchestra(ctx, &name)?.delegate(ctx, request).await
-        }
-        .boxed()
-    }
-}
-
-/// `delegate_to_agent` (seed §5.1): the same path as `agent_<id>`, with the agent named in the
-/// arguments.
-#[derive(Debug)]
-pub struct DelegateToAgent {
-    definition: ToolDefinition,
-}
-
-impl DelegateToAgent {
-    /// The tool, as the catalog describes it.
-    pub fn new() -> Self {
+    /// `delegate_to_agent`, as the catalog describes it.
+    pub fn by_name() -> Self {
         Self {
             definition: catalog_definition("delegate_to_agent"),
+            agent: None,
         }
     }
 }
 
-impl Default for DelegateToAgent {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Tool for DelegateToAgent {
+impl Tool for Delegate {
     fn definition(&self) -> &ToolDefinition {
         &self.definition
     }
@@ -177,8 +137,11 @@ impl Tool for DelegateToAgent {
     ) -> BoxFuture<'a, Result<ToolOutcome, ToolError>> {
         async move {
             let name = self.name().to_owned();
-            let agent = string(&name, &arguments, "agent_name")?
-                .ok_or_else(|| invalid(&name, "`agent_name` is required"))?;
+            let agent = match &self.agent {
+                Some(agent) => agent.clone(),
+                None => string(&name, &arguments, "agent_name")?
+                    .ok_or_else(|| invalid(&name, "`agent_name` is required"))?,
+            };
             let request = parse(&name, agent, &arguments)?;
             orchestra(ctx, &name)?.delegate(ctx, request).await
         }
@@ -222,25 +185,6 @@ impl Tool for UpdateTodolist {
             orchestra(ctx, &name)?.update_plan(arguments).await
         }
         .boxed()
-    }
-}
-
-fn catalog_definition(name: &str) -> ToolDefinition {
-    let tool = taskforce_proto::catalog::orchestration_tools()
-        .into_iter()
-        .find(|t| t.name == name);
-    match tool {
-        Some(t) => ToolDefinition {
-            name: t.name.to_owned(),
-            description: t.description.to_owned(),
-            parameters: t.parameters_schema,
-        },
-        // The names above are the catalog's own; this only keeps a typo from panicking.
-        None => ToolDefinition {
-            name: name.to_owned(),
-            description: String::new(),
-            parameters: json!({"type": "object"}),
-        },
     }
 }
 

@@ -38,7 +38,6 @@ use serde_json::Value;
 use tracing::warn;
 
 use super::{Tool, ToolContext, ToolError};
-use crate::llm::ToolDefinition;
 
 pub use ask_user::AskUser;
 pub use fetch::WebFetch;
@@ -182,25 +181,7 @@ fn http_client(config: &NativeToolsConfig) -> Option<reqwest::Client> {
     }
 }
 
-/// The catalog's definition of `name`. Every native tool is in the catalog (a unit test checks
-/// it); a missing one would get an empty schema rather than a panic.
-pub(crate) fn catalog_definition(name: &str) -> ToolDefinition {
-    match taskforce_proto::catalog::native_tools()
-        .into_iter()
-        .find(|t| t.name == name)
-    {
-        Some(t) => ToolDefinition {
-            name: t.name.to_owned(),
-            description: t.description.to_owned(),
-            parameters: t.parameters_schema,
-        },
-        None => ToolDefinition {
-            name: name.to_owned(),
-            description: String::new(),
-            parameters: serde_json::json!({ "type": "object", "properties": {} }),
-        },
-    }
-}
+pub(crate) use super::catalog_definition;
 
 /// Parses the model's arguments into `T`, naming the problem when they do not fit.
 pub(crate) fn parse_args<T: DeserializeOwned>(

@@ -269,26 +269,17 @@ async fn call_tool(
         tool: &call.name,
         arguments: &call.arguments,
     };
-    let decision = {
-        let confirmations = ctx
+    // Without a mode the agent's allowlist is the whole policy: nothing to check or lock.
+    let decision = match ctx.mode {
+        None => policy::Decision::Allow,
+        Some(_) => ctx
             .confirmations
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        ctx.runner
-            .budgets
-            .policy
-            .check(ctx.mode, call_ref, &confirmations.granted)
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .decide(&ctx.runner.budgets.policy, ctx.mode, call_ref),
     };
     match decision {
-        policy::Decision::Allow => {
-            // A confirmation lets its call run once.
-            let id = policy::confirmation_id(&call.name, &call.arguments);
-            let mut confirmations = ctx
-                .confirmations
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            confirmations.granted.remove(&id);
-        }
+        policy::Decision::Allow => {}
         policy::Decision::Block { reason } => {
             return (
                 Err(format!("policy_blocked: {reason}")),
@@ -296,18 +287,6 @@ async fn call_tool(
             );
         }
         policy::Decision::Confirm { id, command } => {
-            let mut confirmations = ctx
-                .confirmations
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if !confirmations.issued.contains(&id) {
-                confirmations.issued.push(id.clone());
-                let over = confirmations
-                    .issued
-                    .len()
-                    .saturating_sub(super::MAX_ISSUED_CONFIRMATIONS);
-                confirmations.issued.drain(..over);
-            }
             return (
                 Err(format!(
                     "confirmation_required: `{command}` changes something; safeWrite mode runs it \

@@ -143,6 +143,32 @@ pub struct Confirmations {
 /// Most confirmation ids a session keeps asking for.
 pub const MAX_ISSUED_CONFIRMATIONS: usize = 32;
 
+impl Confirmations {
+    /// The policy's decision on `call`, keeping the books: a granted confirmation is used up by
+    /// the call it allows, and a confirmation asked for is remembered for the session.
+    pub fn decide(
+        &mut self,
+        policy: &crate::policy::Policy,
+        mode: Option<crate::policy::Mode>,
+        call: crate::policy::Call<'_>,
+    ) -> crate::policy::Decision {
+        let decision = policy.check(mode, call, &self.granted);
+        match &decision {
+            crate::policy::Decision::Allow if !self.granted.is_empty() => {
+                self.granted
+                    .remove(&crate::policy::confirmation_id(call.tool, call.arguments));
+            }
+            crate::policy::Decision::Confirm { id, .. } if !self.issued.contains(id) => {
+                self.issued.push(id.clone());
+                let over = self.issued.len().saturating_sub(MAX_ISSUED_CONFIRMATIONS);
+                self.issued.drain(..over);
+            }
+            _ => {}
+        }
+        decision
+    }
+}
+
 /// Where a frame sits: its id, depth and the agents above it.
 #[derive(Debug, Clone, Default)]
 pub struct FrameInfo {

@@ -22,6 +22,7 @@ use super::{
     merge::{merge, plan_updated, update_plan},
 };
 use crate::{
+    agent::AgentDef,
     llm::Message,
     plan::TaskStatus,
     registry::Target,
@@ -105,11 +106,23 @@ async fn delegate(
     request: Delegation,
 ) -> Result<ToolOutcome, ToolError> {
     let agent_id = which(parent, &request.agent)?;
+    if request.resume.is_none() {
+        guard(parent, &agent_id)?;
+    }
+    // The definition as it is now (also for a resumed frame: it may have been edited). Loaded
+    // before a paused frame is taken out of the session, so a failure here loses none.
+    let def = parent
+        .runner
+        .registry
+        .resolve(&Target::Agent(agent_id.clone()))
+        .await
+        .map_err(|e| failed(&agent_id, format!("cannot load the sub-agent: {e}")))?;
+    let is_resume = request.resume.is_some();
     let (frame, split) = match &request.resume {
         Some((token, answers)) => resumed_frame(parent, &agent_id, token, answers)?,
-        None => (new_frame(parent, &agent_id, &request).await?, None),
+        None => (new_frame(parent, &def, &request).await?, None),
     };
-    run_frame(parent, call_id, frame, split, request.resume.is_some()).await
+    run_frame(parent, call_id, def, frame, split, is_resume).await
 }
 
 /// The stored frame a resume token names, with the answers applied to its questions.
@@ -154,14 +167,9 @@ fn resumed_frame(
     }
 }
 
-/// A new frame for a delegation, after the guards: hop limit, cycles, budgets left.
-async fn new_frame(
-    parent: &RunCtx,
-    agent_id: &str,
-    request: &Delegation,
-) -> Result<Frame, ToolError> {
-    let runner = &parent.runner;
-    let limits = &runner.budgets.delegation;
+/// The guards of a new delegation: hop limit and cycles.
+fn guard(parent: &RunCtx, agent_id: &str) -> Result<(), ToolError> {
+    let limits = &parent.runner.budgets.delegation;
     if parent.frame.depth + 1 > limits.max_hops {
         return Err(failed(
             agent_id,
@@ -184,6 +192,17 @@ async fn new_frame(
             ),
         ));
     }
+    Ok(())
+}
+
+/// A new frame for a delegation to `def`, within the budget its parent has left.
+async fn new_frame(
+    parent: &RunCtx,
+    def: &AgentDef,
+    request: &Delegation,
+) -> Result<Frame, ToolError> {
+    let runner = &parent.runner;
+    let agent_id = def.agent_id.as_str();
     let steps_used = parent.steps_used.load(std::sync::atomic::Ordering::Relaxed);
     let steps_left = parent.max_steps.saturating_sub(steps_used);
     let steps = request
@@ -193,7 +212,10 @@ async fn new_frame(
     let time_left = parent
         .deadline
         .saturating_duration_since(tokio::time::Instant::now());
-    let time = request.timeout.unwrap_or(limits.timeout).min(time_left);
+    let time = request
+        .timeout
+        .unwrap_or(runner.budgets.delegation.timeout)
+        .min(time_left);
     if steps == 0 || time.is_zero() {
         return Err(failed(
             agent_id,
@@ -204,11 +226,6 @@ async fn new_frame(
             ),
         ));
     }
-    let def = runner
-        .registry
-        .resolve(&Target::Agent(agent_id.to_owned()))
-        .await
-        .map_err(|e| failed(agent_id, format!("cannot load the sub-agent: {e}")))?;
     let (task_id, plan) = parent
         .orchestra
         .with(|o| {
@@ -264,17 +281,13 @@ async fn new_frame(
 async fn run_frame(
     parent: &Arc<RunCtx>,
     call_id: &str,
+    def: Arc<AgentDef>,
     mut frame: Frame,
     split: Option<Split>,
     resumed: bool,
 ) -> Result<ToolOutcome, ToolError> {
     let runner = Arc::clone(&parent.runner);
     let agent_id = frame.agent_id.clone();
-    let def = runner
-        .registry
-        .resolve(&Target::Agent(agent_id.clone()))
-        .await
-        .map_err(|e| failed(&agent_id, format!("cannot load the sub-agent: {e}")))?;
     let model = runner
         .router
         .resolve(frame.model.as_deref())

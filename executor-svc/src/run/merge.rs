@@ -33,9 +33,14 @@ pub(super) async fn merge(ctx: &RunCtx, author: &str, patch: &Value) -> Value {
             return rejection;
         }
     };
+    merge_parsed(ctx, author, &parsed).await
+}
+
+/// [`merge`] of a patch already parsed.
+async fn merge_parsed(ctx: &RunCtx, author: &str, parsed: &Patch) -> Value {
     let merged = ctx.orchestra.with(|o| {
         o.plan
-            .apply(author, &parsed, ctx.runner.budgets.delegation.unlink)
+            .apply(author, parsed, ctx.runner.budgets.delegation.unlink)
             .map(|version| (version, o.plan.clone()))
     });
     match merged {
@@ -98,11 +103,11 @@ pub(super) async fn update_plan(ctx: &RunCtx, arguments: Value) -> Result<ToolOu
                 .to_owned(),
         });
     }
-    Patch::from_json(&arguments).map_err(|reason| ToolError::InvalidArguments {
+    let patch = Patch::from_json(&arguments).map_err(|reason| ToolError::InvalidArguments {
         tool: "update_todolist".to_owned(),
         reason,
     })?;
-    let status = merge(ctx, ORCHESTRATOR, &arguments).await;
+    let status = merge_parsed(ctx, ORCHESTRATOR, &patch).await;
     let applied = status["applied"].as_bool().unwrap_or(false);
     Ok(ToolOutcome::Output {
         content: status.to_string(),

@@ -1,4 +1,5 @@
-//! The agent id rule: `[a-z0-9][a-z0-9-_]{2,63}`, which is also the file name without `.yaml`.
+//! The agent id rule: `[a-z0-9][a-z0-9-_]{2,63}`, which is also the file name without `.yaml`;
+//! and the session id rule (a chat's `threadId` is a session id): 1-128 letters, digits, `-`, `_`.
 
 /// Why an id was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -39,9 +40,26 @@ pub fn validate_agent_id(id: &str) -> Result<(), IdError> {
     }
 }
 
+/// Whether `id` is a valid session id (also a chat `threadId`): 1-128 ASCII letters, digits,
+/// `-` and `_`.
+pub fn is_session_id(id: &str) -> bool {
+    (1..=128).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn session_ids_are_short_plain_words() {
+        assert!(is_session_id("c123-456") && is_session_id(&"a".repeat(128)));
+        for bad in ["", "a b", "../x", "é", &"a".repeat(129)] {
+            assert!(!is_session_id(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn accepts_ids_of_the_rule() {

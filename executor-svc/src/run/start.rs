@@ -390,11 +390,7 @@ fn check_id(field: &'static str, id: &str) -> Result<(), ExecutorError> {
 }
 
 fn check_session_id(id: &str) -> Result<(), ExecutorError> {
-    let ok = (1..=128).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    if ok {
+    if taskforce_proto::ids::is_session_id(id) {
         Ok(())
     } else {
         Err(ExecutorError::invalid(

@@ -17,11 +17,13 @@
 //! - [`wait`]: polling with a deadline instead of sleeping.
 //! - [`stack`]: [`Stack`] and [`spawn_stack`]: registry (and gateway, and executor) over one temp
 //!   dir; `stack::executor` holds the executor's options and its restart.
+//! - [`scripts`]: scripted models, one provider and alias per script.
 //! - [`mcp`]: real MCP servers for tests (streamable HTTP server-everything, mcp-server-time).
 
 pub mod mcp;
 pub mod paths;
 pub mod process;
+pub mod scripts;
 pub mod stack;
 pub mod wait;
 

@@ -18,20 +18,11 @@ use crate::helpers::{RUN_TIMEOUT, SseReader, agent_json, create, event_names, ge
 
 /// An `llm_config.yaml` with one scripted provider (and model alias) per script.
 fn llm_config(dir: &Path, scripts: &[(&str, &str)]) -> String {
-    let mut models = String::from("default_provider: scripted\nmodels:\n");
-    let mut providers = String::from("providers:\n  scripted:\n    type: scripted\n");
-    for (alias, script) in scripts {
-        let path = dir.join(format!("{alias}.yaml"));
-        std::fs::write(&path, script).expect("script written");
-        models.push_str(&format!(
-            "  {alias}: {{provider: p_{alias}, model: {alias}}}\n"
-        ));
-        providers.push_str(&format!(
-            "  p_{alias}:\n    type: scripted\n    script: {}\n",
-            path.display()
-        ));
-    }
-    format!("{models}{providers}")
+    let (models, providers) =
+        taskforce_tests::scripts::scripted_models(dir, scripts).expect("scripts written");
+    format!(
+        "default_provider: scripted\nmodels:\n{models}providers:\n  scripted: {{type: scripted}}\n{providers}"
+    )
 }
 
 async fn stack(dir: &Path, scripts: &[(&str, &str)]) -> Stack {

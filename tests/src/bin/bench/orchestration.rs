@@ -67,21 +67,11 @@ fn llm_config(dir: &std::path::Path, hold_ms: u64) -> anyhow::Result<String> {
             format!("  - delay_ms: {hold_ms}\n    text: \"ok\"\n"),
         ),
     ];
-    let mut models = String::from("models:\n");
-    let mut providers = String::from("providers:\n");
-    for (name, turns) in &scripts {
-        let script = dir.join(format!("{name}.yaml"));
-        std::fs::write(&script, format!("turns:\n{turns}"))?;
-        models.push_str(&format!(
-            "  {name}: {{provider: {name}, model: scripted}}\n"
-        ));
-        providers.push_str(&format!(
-            "  {name}: {{type: scripted, script: \"{}\"}}\n",
-            script.display()
-        ));
-    }
+    let scripts = scripts.map(|(name, turns)| (name, format!("turns:\n{turns}")));
+    let (models, providers) = taskforce_tests::scripts::scripted_models(dir, &scripts)?;
     Ok(format!(
-        "default_provider: solo\ndefault_model: solo\nfallback_to_scripted: false\n{models}{providers}"
+        "default_provider: solo\ndefault_model: solo\nfallback_to_scripted: false\n\
+         models:\n{models}providers:\n{providers}"
     ))
 }
 

@@ -143,19 +143,8 @@ fn llm_config(dir: &Path, setup: &LlmSetup) -> anyhow::Result<String> {
             ),
         ),
     ];
-    let mut models = String::from("models:\n");
-    let mut providers = String::from("providers:\n");
-    for (name, turns) in &scripts {
-        let script = dir.join(format!("{name}.yaml"));
-        std::fs::write(&script, format!("turns:\n{turns}"))?;
-        models.push_str(&format!(
-            "  {name}: {{provider: {name}, model: scripted}}\n"
-        ));
-        providers.push_str(&format!(
-            "  {name}: {{type: scripted, script: \"{}\"}}\n",
-            script.display()
-        ));
-    }
+    let scripts = scripts.map(|(name, turns)| (name, format!("turns:\n{turns}")));
+    let (mut models, mut providers) = taskforce_tests::scripts::scripted_models(dir, &scripts)?;
     if let Some(url) = &setup.openai_base_url {
         models.push_str("  fake: {provider: fake, model: fake-model}\n");
         providers.push_str(&format!(
@@ -165,7 +154,7 @@ fn llm_config(dir: &Path, setup: &LlmSetup) -> anyhow::Result<String> {
     }
     Ok(format!(
         "default_provider: answer\ndefault_model: answer\nfallback_to_scripted: false\n\
-         {models}{providers}"
+         models:\n{models}providers:\n{providers}"
     ))
 }
 

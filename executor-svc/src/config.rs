@@ -74,7 +74,6 @@ pub struct Config {
     /// Close an MCP connection unused for this many seconds (0: keep until shutdown).
     #[arg(long, env = "TASKFORCE_MCP_IDLE_SECS", default_value_t = 600)]
     pub mcp_idle_secs: u64,
-    /// Time limit of one registry call, in milliseconds.
     /// Deepest delegation: orchestrator → A → B is two hops; a third is refused.
     #[arg(long, env = "TASKFORCE_MAX_DELEGATION_HOPS", default_value_t = 2)]
     pub max_delegation_hops: u32,
@@ -103,6 +102,22 @@ pub struct Config {
     )]
     pub metrics_listen: String,
 
+    /// `0`: connect no global MCP server (seed 004 `AGENT_ENABLE`; the gateway's
+    /// `/ai/agent/stream` reads the same variable).
+    #[arg(long, env = "AGENT_ENABLE", default_value = "1")]
+    pub agent_enable: String,
+
+    /// The executor's global MCP servers (YAML, `mcp_servers: {name: {...}}`; a missing file
+    /// means only the built-in `m365`, which `MCP_M365_*` configure and `AGENT_ENABLE=0` turns
+    /// off with the rest).
+    #[arg(
+        long,
+        env = "TASKFORCE_GLOBAL_MCP_CONFIG",
+        default_value = "configs/mcp/global.yaml"
+    )]
+    pub global_mcp_config: PathBuf,
+
+    /// Time limit of one registry call, in milliseconds.
     #[arg(long, env = "TASKFORCE_REGISTRY_TIMEOUT_MS", default_value_t = 5000)]
     pub registry_timeout_ms: u64,
 }
@@ -115,6 +130,8 @@ impl Config {
         config.listen = listen;
         // Tests start many executors: none claims the metrics port unless asked to.
         config.metrics_listen = String::new();
+        // ... and none starts the global MCP servers (`npx` for `m365`) unless asked to.
+        config.agent_enable = "0".to_owned();
         config
     }
 

@@ -135,8 +135,21 @@ pub async fn run_with(
     )?;
     let tasks = CancellationToken::new();
     let watch = tokio::spawn(registry.clone().watch(tasks.clone()));
-    let mcp = Arc::new(tools::mcp::McpPool::new(config.mcp_timeouts()));
+    let global = tools::global::GlobalSettings::load(&config.global_mcp_config, |k| {
+        if k == "AGENT_ENABLE" {
+            Some(config.agent_enable.clone())
+        } else {
+            std::env::var(k).ok()
+        }
+    })
+    .map_err(ExecutorError::Config)?;
+    let mcp = Arc::new(tools::mcp::McpPool::with_global(
+        config.mcp_timeouts(),
+        &global,
+    ));
+    info!(servers = ?mcp.global().names(), "global MCP servers");
     let reaper = tokio::spawn(Arc::clone(&mcp).reap_until(tasks.clone()));
+    let supervisor = tokio::spawn(Arc::clone(mcp.global()).supervise(tasks.clone()));
     let expiry = (config.session_ttl_hours > 0).then(|| {
         let ttl = Duration::from_secs(config.session_ttl_hours.saturating_mul(3600));
         tokio::spawn(store.clone().expire_until(ttl, tasks.clone()))
@@ -159,7 +172,11 @@ pub async fn run_with(
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .map_err(|e| ExecutorError::Config(format!("--metrics-listen {addr}: {e}")))?;
-            Some(tokio::spawn(metrics::serve(listener, tasks.clone())))
+            Some(tokio::spawn(metrics::serve(
+                listener,
+                Arc::clone(mcp.global()),
+                tasks.clone(),
+            )))
         }
     };
     let runner = Arc::new(run::Runner::new(
@@ -219,6 +236,9 @@ pub async fn run_with(
     }
     if let Err(e) = reaper.await {
         warn!(error = %e, "MCP reaper task failed");
+    }
+    if let Err(e) = supervisor.await {
+        warn!(error = %e, "global MCP supervisor failed");
     }
     if let Some(Err(e)) = OptionFuture::from(metrics).await {
         warn!(error = %e, "metrics task failed");

@@ -2,17 +2,27 @@
 //!
 //! Tool calls (seed 003 §8): `idp_tool_execution_seconds` (histogram), `idp_tool_success_total`
 //! and `idp_tool_failure_total`, labelled by `tool` and `subagent` (the sub-agent a delegation
-//! ran, empty for other tools). One process-wide registry: every run of the process counts
-//! into it, as a scrape expects.
+//! ran, empty for other tools). Global MCP servers: `taskforce_mcp_server_up` (1 up, 0 down)
+//! and `taskforce_mcp_server_tools`, labelled by `server`. One process-wide registry: every run
+//! of the process counts into it, as a scrape expects.
+//!
+//! The listener also serves `/readyz`: JSON with the global MCP servers' health (always 200
+//! while the executor serves; a server that is down is `"status": "degraded"`, since runs go
+//! on without its tools and the chat endpoint falls back to the plain LLM).
 
-use std::{net::SocketAddr, sync::LazyLock, time::Duration};
+use std::{
+    net::SocketAddr,
+    sync::{Arc, LazyLock},
+    time::Duration,
+};
 
-use axum::{Router, http::header, response::IntoResponse, routing::get};
+use axum::{Json, Router, extract::State, http::header, response::IntoResponse, routing::get};
 use prometheus_client::{
     encoding::{EncodeLabelSet, text::encode},
     metrics::{
         counter::Counter,
         family::Family,
+        gauge::Gauge,
         histogram::{Histogram, exponential_buckets},
     },
     registry::Registry,
@@ -21,7 +31,13 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::audit::Outcome;
+use crate::{audit::Outcome, tools::global::GlobalServers};
+
+/// Labels of a global MCP server.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ServerLabels {
+    server: String,
+}
 
 /// Labels of a tool call.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -35,6 +51,8 @@ struct Metrics {
     duration: Family<ToolLabels, Histogram>,
     success: Family<ToolLabels, Counter>,
     failure: Family<ToolLabels, Counter>,
+    server_up: Family<ServerLabels, Gauge>,
+    server_tools: Family<ServerLabels, Gauge>,
 }
 
 fn histogram() -> Histogram {
@@ -63,11 +81,25 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "Tool calls that failed",
         failure.clone(),
     );
+    let server_up = Family::<ServerLabels, Gauge>::default();
+    let server_tools = Family::<ServerLabels, Gauge>::default();
+    registry.register(
+        "taskforce_mcp_server_up",
+        "Whether a global MCP server is connected and passed its last health check",
+        server_up.clone(),
+    );
+    registry.register(
+        "taskforce_mcp_server_tools",
+        "Tools a global MCP server listed at its last health check",
+        server_tools.clone(),
+    );
     Metrics {
         registry,
         duration,
         success,
         failure,
+        server_up,
+        server_tools,
     }
 });
 
@@ -90,6 +122,19 @@ pub fn tool_call(tool: &str, subagent: Option<&str>, outcome: Outcome, duration:
     };
 }
 
+/// Records a global MCP server's state.
+pub fn mcp_server(server: &str, up: bool, tools: usize) {
+    let labels = ServerLabels {
+        server: server.to_owned(),
+    };
+    let metrics = &*METRICS;
+    metrics.server_up.get_or_create(&labels).set(i64::from(up));
+    metrics
+        .server_tools
+        .get_or_create(&labels)
+        .set(i64::try_from(tools).unwrap_or(i64::MAX));
+}
+
 /// The metrics in the Prometheus (OpenMetrics) text format.
 pub fn render() -> String {
     let mut out = String::new();
@@ -109,11 +154,25 @@ async fn scrape() -> impl IntoResponse {
     )
 }
 
-/// Serves `/metrics` on `listener` until `stop` fires.
-pub async fn serve(listener: TcpListener, stop: CancellationToken) {
+/// `/readyz`: the executor serves; the global MCP servers' health says how well.
+async fn ready(State(global): State<Arc<GlobalServers>>) -> impl IntoResponse {
+    let health = global.health();
+    let status = if health.values().all(|h| h.state == "up") {
+        "ready"
+    } else {
+        "degraded"
+    };
+    Json(serde_json::json!({ "status": status, "mcp_servers": health }))
+}
+
+/// Serves `/metrics` and `/readyz` on `listener` until `stop` fires.
+pub async fn serve(listener: TcpListener, global: Arc<GlobalServers>, stop: CancellationToken) {
     let addr: Option<SocketAddr> = listener.local_addr().ok();
     info!(addr = ?addr, "metrics listening");
-    let app = Router::new().route("/metrics", get(scrape));
+    let app = Router::new()
+        .route("/metrics", get(scrape))
+        .route("/readyz", get(ready))
+        .with_state(global);
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(async move { stop.cancelled().await })
         .await;

@@ -100,6 +100,8 @@ pub struct PolicyConfig {
     pub write_allowlist: Vec<String>,
     /// Argument names that hold an MCP tool's command line.
     pub command_arguments: Vec<String>,
+    /// MCP tools that only read although their name holds no read verb (by name).
+    pub read_tools: Vec<String>,
 }
 
 impl Default for PolicyConfig {
@@ -110,13 +112,16 @@ impl Default for PolicyConfig {
             deny_verbs: words("remove|delete|set|add|grant|revoke|update|create|disable|enable"),
             write_allowlist: Vec::new(),
             command_arguments: words("command|cmd|commandLine|command_line"),
+            // The CLI for Microsoft 365 MCP server's tools that look commands up.
+            read_tools: words("m365_search_commands|m365_get_command_docs|m365_get_best_practices"),
         }
     }
 }
 
 impl PolicyConfig {
     /// The defaults, overridden by `AGENT_READ_VERBS`, `AGENT_DENY_VERBS` (`|` or `,`
-    /// separated), `AGENT_WRITE_ALLOWLIST` (`,` separated) and `AGENT_COMMAND_ARGUMENTS`.
+    /// separated), `AGENT_WRITE_ALLOWLIST` (`,` separated), `AGENT_COMMAND_ARGUMENTS` and
+    /// `AGENT_READ_TOOLS`.
     pub fn from_env() -> Self {
         Self::from_lookup(|key| std::env::var(key).ok())
     }
@@ -144,6 +149,9 @@ impl PolicyConfig {
         if let Some(v) = get("AGENT_COMMAND_ARGUMENTS") {
             config.command_arguments = list(v, &['|', ',']);
         }
+        if let Some(v) = get("AGENT_READ_TOOLS") {
+            config.read_tools = list(v, &['|', ',']);
+        }
         config
     }
 }
@@ -167,6 +175,7 @@ pub struct Policy {
     /// Lower-case allowlist entries, split into words.
     allow: Vec<Vec<String>>,
     command_arguments: Vec<String>,
+    read_tools: HashSet<String>,
 }
 
 impl Default for Policy {
@@ -219,6 +228,7 @@ impl Policy {
                 .filter(|w| !w.is_empty())
                 .collect(),
             command_arguments: config.command_arguments.clone(),
+            read_tools: config.read_tools.iter().cloned().collect(),
         }
     }
 
@@ -241,6 +251,7 @@ impl Policy {
 
     fn classify(&self, tool: &str, arguments: &Value) -> Access {
         if NATIVE_READS.contains(&tool)
+            || self.read_tools.contains(tool)
             || ORCHESTRATION.contains(&tool)
             || tool.starts_with(crate::tools::orchestration::AGENT_TOOL_PREFIX)
         {
@@ -377,6 +388,8 @@ mod tests {
             ("m365", json!({"command": "spo site list"})),
             ("get_current_time", json!({})),
             ("agent_reviewer", json!({"task": "t"})),
+            ("m365_search_commands", json!({"query": "site"})),
+            ("m365_run_command", json!({"command": "m365 spo site list"})),
         ] {
             assert!(allowed(&check(&p, Mode::ReadOnly, tool, args)), "{tool}");
         }

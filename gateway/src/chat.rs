@@ -252,16 +252,24 @@ enum Opening {
 }
 
 /// Reads a run until it has something to show, or fails first (then the rest is drained).
-async fn opening(mut events: Streaming<v1::RunEvent>) -> Opening {
+async fn opening(mut events: Streaming<v1::RunEvent>, thread: &str) -> Opening {
     let mut chat = Chat;
     loop {
         match events.next().await {
             Some(Ok(ev)) => {
-                if ev.frame_id.is_empty()
-                    && let Some(Ev::Error(e)) = &ev.event
-                {
-                    crate::sse::drain(events).await;
-                    return Opening::FailedEarly(format!("{}: {}", e.code, e.message));
+                if ev.frame_id.is_empty() {
+                    match &ev.event {
+                        Some(Ev::Error(e)) => {
+                            crate::sse::drain(events).await;
+                            return Opening::FailedEarly(format!("{}: {}", e.code, e.message));
+                        }
+                        // The run goes on without that server's tools: the LLM answers
+                        // unaided, the fallback of seed 004 §3.4; the log says why.
+                        Some(Ev::Warning(w)) if w.code == "MCP_SERVER_UNAVAILABLE" => {
+                            warn!(thread_id = %thread, reason = %w.message, "an MCP server of the chat agent is unavailable; the LLM answers without its tools");
+                        }
+                        _ => {}
+                    }
                 }
                 let first = chat.frames(&ev);
                 if !first.is_empty() {
@@ -360,7 +368,7 @@ async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
     };
     let response = match started {
         Ok(events) if plain => respond(events.into_inner(), Chat),
-        Ok(events) => match opening(events.into_inner()).await {
+        Ok(events) => match opening(events.into_inner(), &thread).await {
             Opening::Answering(first, rest) => {
                 let rest = frames(*rest, Chat);
                 sse_response(stream::iter(first).chain(rest), false)

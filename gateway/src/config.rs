@@ -12,8 +12,8 @@ pub const DEFAULT_REGISTRY_URL: &str = "http://127.0.0.1:50051";
 pub const DEFAULT_EXECUTOR_URL: &str = "http://127.0.0.1:50052";
 /// Default `--max-body-bytes` (1 MiB).
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
-/// Default `--chat-agent`: the sample profile (its writes are blocked in `readOnly`).
-pub const DEFAULT_CHAT_AGENT: &str = "dev";
+/// Default `--chat-agent`: the sample read-only M365 assistant (`configs/custom/m365-assistant.yaml`).
+pub const DEFAULT_CHAT_AGENT: &str = "m365-assistant";
 /// Default `--request-timeout-secs`.
 pub const DEFAULT_REQUEST_TIMEOUT_SECS: u64 = 30;
 /// Default `--mcp-allowed-origins`: pages served from this machine, on any port.

@@ -21,7 +21,8 @@ fn null_as_default<'de, D: Deserializer<'de>, T: Default + Deserialize<'de>>(
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct McpServerJson {
-    /// `stdio`, `http` (streamable HTTP) or `sse`.
+    /// `stdio`, `http` (streamable HTTP), `sse`, or `global` (one of the executor's global
+    /// MCP servers, named by `name`).
     #[serde(rename = "type", default, deserialize_with = "null_as_default")]
     #[schema(example = "stdio")]
     pub kind: String,
@@ -60,6 +61,14 @@ pub struct McpServerJson {
         skip_serializing_if = "BTreeMap::is_empty"
     )]
     pub headers: BTreeMap<String, String>,
+    /// global: the name of one of the executor's global MCP servers (`m365`).
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "String::is_empty"
+    )]
+    #[schema(example = "m365")]
+    pub name: String,
 }
 
 impl From<v1::McpServer> for McpServerJson {
@@ -71,6 +80,7 @@ impl From<v1::McpServer> for McpServerJson {
             env: s.env.into_iter().collect(),
             url: s.url,
             headers: s.headers.into_iter().collect(),
+            name: s.name,
         }
     }
 }
@@ -84,6 +94,7 @@ impl From<McpServerJson> for v1::McpServer {
             env: s.env.into_iter().collect(),
             url: s.url,
             headers: s.headers.into_iter().collect(),
+            name: s.name,
         }
     }
 }

@@ -45,6 +45,12 @@ impl GlobalMcpFile {
             Ok(bytes) => {
                 let f: Self = serde_yaml::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
                 for (id, s) in &f.mcp_servers {
+                    if s.is_global() {
+                        return Err(bad(format!(
+                            "mcp_servers.{id}: type global names an executor's server; \
+                             the catalog needs a stdio, http or sse server"
+                        )));
+                    }
                     definition::validate_mcp_server(s)
                         .map_err(|e| bad(format!("mcp_servers.{id}: {e}")))?;
                 }
@@ -199,10 +205,19 @@ pub async fn check_agent_mcp(
     if def.mcp_servers.is_empty() {
         return Ok(check);
     }
-    let results = join_all(def.mcp_servers.iter().map(|s| mcp::discover(s, timeout))).await;
+    // A global server is the executor's: the registry cannot list its tools, so an allowlist
+    // naming them is checked when the executor runs the agent.
+    let global = def.mcp_servers.iter().any(McpServerConfig::is_global);
+    let reachable: Vec<(usize, &McpServerConfig)> = def
+        .mcp_servers
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| !s.is_global())
+        .collect();
+    let results = join_all(reachable.iter().map(|(_, s)| mcp::discover(s, timeout))).await;
     let mut names = BTreeSet::new();
     let mut any_ok = false;
-    for (i, r) in results.into_iter().enumerate() {
+    for ((i, _), r) in reachable.iter().zip(results) {
         match r {
             Ok(tools) => {
                 any_ok = true;
@@ -218,7 +233,7 @@ pub async fn check_agent_mcp(
     }
     check.discovered = names.iter().cloned().collect();
     let allow = def.mcp_allowlist();
-    if allow.is_empty() {
+    if allow.is_empty() || global {
         return Ok(check);
     }
     if !any_ok {

@@ -22,6 +22,7 @@ impl From<&McpServerConfig> for v1::McpServer {
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
+            name: s.name.clone(),
         }
     }
 }
@@ -35,6 +36,7 @@ impl From<v1::McpServer> for McpServerConfig {
             env: s.env.into_iter().collect(),
             url: s.url,
             headers: s.headers.into_iter().collect(),
+            name: s.name,
         }
     }
 }

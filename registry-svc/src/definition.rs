@@ -39,7 +39,7 @@ pub const MAX_AVAILABLE_AGENTS: usize = 100;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct McpServerConfig {
-    /// `stdio`, `http` or `sse`.
+    /// `stdio`, `http`, `sse`, or `global` (one of the executor's global servers, by `name`).
     #[serde(rename = "type")]
     pub kind: String,
     /// stdio: program to start.
@@ -57,6 +57,16 @@ pub struct McpServerConfig {
     /// http/sse: extra headers (values may be `${VAR}` placeholders).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
+    /// global: the name of one of the executor's global MCP servers (`m365`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+}
+
+impl McpServerConfig {
+    /// A reference to one of the executor's global servers (nothing the registry can reach).
+    pub fn is_global(&self) -> bool {
+        self.kind == "global"
+    }
 }
 
 /// `prompt:` block.
@@ -412,9 +422,38 @@ fn check_len(bad: &mut impl FnMut(&str, String), field: &str, value: &str, max: 
     }
 }
 
-/// Checks one MCP server entry (seed 000 §5.1: `stdio` needs `command`, `sse`/`http` need `url`).
+/// Checks one MCP server entry (seed 000 §5.1: `stdio` needs `command`, `sse`/`http` need `url`;
+/// `global` needs the `name` of one of the executor's global servers and nothing else).
 pub fn validate_mcp_server(s: &McpServerConfig) -> Result<(), String> {
+    if !s.name.is_empty() && !s.is_global() {
+        return Err(format!(
+            "type {} takes no name (only type global does)",
+            s.kind
+        ));
+    }
     match s.kind.as_str() {
+        "global" => {
+            let valid = (1..=64).contains(&s.name.len())
+                && s.name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+            if !valid {
+                return Err(format!(
+                    "type global requires a name of 1-64 letters, digits, `-` or `_`, got {:?}",
+                    s.name
+                ));
+            }
+            if !s.command.is_empty()
+                || !s.args.is_empty()
+                || !s.env.is_empty()
+                || !s.url.is_empty()
+                || !s.headers.is_empty()
+            {
+                return Err(
+                    "type global takes only a name (the executor configures the server)".into(),
+                );
+            }
+        }
         "stdio" => {
             if s.command.trim().is_empty() {
                 return Err("type stdio requires a command".into());
@@ -439,7 +478,7 @@ pub fn validate_mcp_server(s: &McpServerConfig) -> Result<(), String> {
         }
         other => {
             return Err(format!(
-                "type must be one of stdio, sse, http, got {other:?}"
+                "type must be one of stdio, sse, http, global, got {other:?}"
             ));
         }
     }

@@ -83,6 +83,16 @@ pub fn mcp_server_everything() -> anyhow::Result<PathBuf> {
     tool("node/node_modules/.bin/mcp-server-everything")
 }
 
+/// The real CLI for Microsoft 365 MCP server (`@pnp/cli-microsoft365-mcp-server`, stdio).
+pub fn m365_mcp_server() -> anyhow::Result<PathBuf> {
+    tool("node/node_modules/.bin/cli-microsoft365-mcp-server")
+}
+
+/// The Python of the test tools' virtualenv (it has the MCP SDK).
+pub fn python() -> anyhow::Result<PathBuf> {
+    tool("venv/bin/python")
+}
+
 /// Copies the directory tree `src` into `dst` (created if missing).
 pub fn copy_dir(src: &Path, dst: &Path) -> io::Result<()> {
     fs::create_dir_all(dst)?;

@@ -47,6 +47,8 @@ pub struct StackOptions {
     pub registry_env: Vec<(String, String)>,
     /// `--max-body-bytes` of the gateway.
     pub max_body_bytes: Option<u64>,
+    /// Extra flags of the gateway (`--chat-agent dev`, ...).
+    pub gateway_args: Vec<String>,
     /// Start the executor too (over the stack's registry and `<config>/llm_config.yaml`), and
     /// point the gateway's `--executor-url` at it.
     pub executor: bool,
@@ -72,6 +74,7 @@ impl Default for StackOptions {
             catalog_mcp_yaml: None,
             registry_env: Vec::new(),
             max_body_bytes: None,
+            gateway_args: Vec::new(),
             executor: false,
             executor_env: Vec::new(),
             executor_args: Vec::new(),
@@ -122,6 +125,16 @@ impl StackOptions {
     /// Sets the gateway's `--max-body-bytes`.
     pub fn max_body_bytes(mut self, n: u64) -> Self {
         self.max_body_bytes = Some(n);
+        self
+    }
+
+    /// Adds flags to the gateway's command line.
+    pub fn gateway_args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.gateway_args.extend(args.into_iter().map(Into::into));
         self
     }
 
@@ -461,6 +474,7 @@ impl Stack {
         if let Some(addr) = self.executor_addr {
             cmd.arg("--executor-url").arg(format!("http://{addr}"));
         }
+        cmd.args(&self.opts.gateway_args);
         let mut child = ChildProcess::spawn("gateway", cmd, &self.gateway_log())?;
         let addr = wait_for_addr_file(&mut child, &addr_file, STARTUP_TIMEOUT).await?;
         let url = format!("http://{addr}/readyz");

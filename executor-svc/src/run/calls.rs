@@ -269,18 +269,32 @@ async fn call_tool(
         tool: &call.name,
         arguments: &call.arguments,
     };
+    // A strictly read-only server's tools are checked as in `readOnly`, whatever the mode.
+    let strict = tool.strict_read_only();
+    let mode = if strict.is_some() {
+        Some(policy::Mode::ReadOnly)
+    } else {
+        ctx.mode
+    };
     // Without a mode the agent's allowlist is the whole policy: nothing to check or lock.
-    let decision = match ctx.mode {
+    let decision = match mode {
         None => policy::Decision::Allow,
         Some(_) => ctx
             .confirmations
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .decide(&ctx.runner.budgets.policy, ctx.mode, call_ref),
+            .decide(&ctx.runner.budgets.policy, mode, call_ref),
     };
     match decision {
         policy::Decision::Allow => {}
         policy::Decision::Block { reason } => {
+            let reason = match strict {
+                Some(server) => format!(
+                    "{reason} (the MCP server `{server}` is strictly read-only: \
+                     MCP_M365_STRICT_READONLY=1 overrides the mode)"
+                ),
+                None => reason,
+            };
             return (
                 Err(format!("policy_blocked: {reason}")),
                 audit::Outcome::Blocked,

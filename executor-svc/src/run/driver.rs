@@ -342,11 +342,33 @@ pub(super) async fn select_tools(
     if agent.mcp_tools.as_ref().is_some_and(Vec::is_empty) {
         return (tools, definitions);
     }
-    let servers: Vec<_> = agent
-        .mcp_servers
-        .iter()
-        .map(|config| runner.mcp.server(config))
-        .collect();
+    let mut servers = Vec::with_capacity(agent.mcp_servers.len());
+    for config in &agent.mcp_servers {
+        if config.r#type != "global" {
+            servers.push(runner.mcp.server(config));
+            continue;
+        }
+        match runner.mcp.global().get(&config.name) {
+            Some(server) => servers.push(server),
+            None => {
+                let configured = runner.mcp.global().names();
+                let message = format!(
+                    "global MCP server `{}` is not configured in this executor (configured: {}); \
+                     its tools are not offered in this run",
+                    config.name,
+                    if configured.is_empty() {
+                        "none; AGENT_ENABLE=0 turns them all off".to_owned()
+                    } else {
+                        configured.join(", ")
+                    }
+                );
+                warn!(agent_id = %agent.agent_id, server = %config.name, "{message}");
+                ctx.sink
+                    .emit(events::warning("MCP_SERVER_UNAVAILABLE", message))
+                    .await;
+            }
+        }
+    }
     let allowed = agent.mcp_tools.as_deref();
     let found = tokio::select! {
         found = join_all(servers.iter().map(|s| s.tools(allowed))) => found,

@@ -31,7 +31,10 @@ use taskforce_proto::{
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::{Tool, ToolContext, ToolError, ToolOutcome};
+use super::{
+    Tool, ToolContext, ToolError, ToolOutcome,
+    global::{GlobalServers, GlobalSettings},
+};
 use crate::llm::ToolDefinition;
 
 /// Timeouts of MCP connections and calls.
@@ -62,11 +65,16 @@ pub struct McpPool {
     timeouts: McpTimeouts,
     /// What `Server::last_used` counts from.
     epoch: Instant,
+    /// The executor's global servers (none unless built [`McpPool::with_global`]).
+    global: Arc<GlobalServers>,
 }
 
 /// A server configuration and its current connection.
 #[derive(Debug)]
 pub struct Server {
+    /// Set for one of the executor's global servers ([`super::global`]): the supervisor keeps
+    /// it connected, runs only use the connection it made.
+    global: Option<Global>,
     config: v1::McpServer,
     /// How messages name the server: its command or URL as configured (placeholders not
     /// expanded, so no secret shows).
@@ -79,6 +87,17 @@ pub struct Server {
     epoch: Instant,
     /// Milliseconds from the epoch to the last use.
     last_used: AtomicU64,
+}
+
+/// What a global server has besides its connection.
+#[derive(Debug)]
+struct Global {
+    /// Its name in the executor's configuration (`m365`).
+    name: String,
+    /// Every call is checked as in `readOnly`, whatever the run's mode.
+    strict_read_only: bool,
+    /// Why it is not connected, when it is not.
+    down: Mutex<Option<String>>,
 }
 
 #[derive(Debug)]
@@ -100,7 +119,21 @@ impl McpPool {
             servers: Mutex::new(HashMap::new()),
             timeouts,
             epoch: Instant::now(),
+            global: Arc::default(),
         }
+    }
+
+    /// A pool with the global servers of `settings` (connected once
+    /// [`GlobalServers::supervise`] runs).
+    pub fn with_global(timeouts: McpTimeouts, settings: &GlobalSettings) -> Self {
+        let mut pool = Self::new(timeouts);
+        pool.global = Arc::new(GlobalServers::new(settings, &pool));
+        pool
+    }
+
+    /// The executor's global servers.
+    pub fn global(&self) -> &Arc<GlobalServers> {
+        &self.global
     }
 
     /// The pool's entry of `config` (created on first sight; no connection is made here).
@@ -109,6 +142,7 @@ impl McpPool {
         let mut servers = self.lock_servers();
         Arc::clone(servers.entry(key).or_insert_with(|| {
             Arc::new(Server {
+                global: None,
                 config: config.clone(),
                 label: label(config),
                 timeouts: self.timeouts,
@@ -117,6 +151,29 @@ impl McpPool {
                 last_used: AtomicU64::new(0),
             })
         }))
+    }
+
+    /// A global server: kept out of the pool's map (never reaped, never shared with an agent's
+    /// own servers) and connected by its supervisor, not by runs.
+    pub fn pinned(
+        &self,
+        name: &str,
+        config: &v1::McpServer,
+        strict_read_only: bool,
+    ) -> Arc<Server> {
+        Arc::new(Server {
+            global: Some(Global {
+                name: name.to_owned(),
+                strict_read_only,
+                down: Mutex::new(Some("not connected yet".to_owned())),
+            }),
+            config: config.clone(),
+            label: name.to_owned(),
+            timeouts: self.timeouts,
+            conn: tokio::sync::Mutex::new(None),
+            epoch: self.epoch,
+            last_used: AtomicU64::new(0),
+        })
     }
 
     /// Closes every connection unused for longer than `idle`; forgets configurations no run
@@ -163,20 +220,14 @@ impl McpPool {
     }
 
     fn lock_servers(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Server>>> {
-        match self.servers.lock() {
-            Ok(guard) => guard,
-            Err(poisoned) => poisoned.into_inner(),
-        }
+        lock(&self.servers)
     }
 
     /// Hangs up every connection (stdio servers are killed with their process group).
     pub async fn close(&self) {
         let servers: Vec<Arc<Server>> = self.lock_servers().drain().map(|(_, s)| s).collect();
         for server in servers {
-            let conn = server.conn.lock().await.take();
-            if let Some(conn) = conn.and_then(|c| Arc::try_unwrap(c).ok()) {
-                let _ = tokio::time::timeout(Duration::from_secs(2), conn.client.cancel()).await;
-            }
+            server.disconnect().await;
         }
     }
 }
@@ -187,9 +238,23 @@ impl Server {
         &self.label
     }
 
-    /// The live connection, made (again) when there is none or the last one died.
+    /// The live connection, made (again) when there is none or the last one died. A global
+    /// server's is its supervisor's: a run never waits on a start-up, it is told the server is
+    /// down.
     async fn connection(&self) -> Result<Arc<Connection>, ConnectError> {
         self.touch();
+        if let Some(global) = &self.global {
+            if let Some(conn) = self.current().await {
+                return Ok(conn);
+            }
+            let why = lock(&global.down)
+                .clone()
+                .unwrap_or_else(|| "its connection closed".to_owned());
+            return Err(ConnectError::Protocol(format!(
+                "the global MCP server `{}` is not connected ({why}); the executor reconnects it in the background",
+                global.name
+            )));
+        }
         let mut slot = self.conn.lock().await;
         if let Some(conn) = slot.as_ref() {
             if conn.alive() {
@@ -204,6 +269,76 @@ impl Server {
         let conn = Arc::new(Connection { client, tools });
         *slot = Some(Arc::clone(&conn));
         Ok(conn)
+    }
+
+    /// The live connection, if there is one.
+    async fn current(&self) -> Option<Arc<Connection>> {
+        self.conn
+            .lock()
+            .await
+            .as_ref()
+            .filter(|c| c.alive())
+            .cloned()
+    }
+
+    /// Whether there is a live connection.
+    pub(crate) async fn is_connected(&self) -> bool {
+        self.current().await.is_some()
+    }
+
+    /// Connects (a global server's supervisor): the slot is locked only to swap the new
+    /// connection in, so runs are not held up by a slow start. Returns the tools' names.
+    pub(crate) async fn establish(&self) -> Result<Vec<String>, ConnectError> {
+        let result = mcp_client::connect_and_list(&self.config, self.timeouts.connect).await;
+        let (client, tools) = self.note(result)?;
+        let names = tools.iter().map(|t| t.name.clone()).collect();
+        let old = self
+            .conn
+            .lock()
+            .await
+            .replace(Arc::new(Connection { client, tools }));
+        if let Some(old) = old.and_then(|c| Arc::try_unwrap(c).ok()) {
+            let _ = tokio::time::timeout(Duration::from_secs(2), old.client.cancel()).await;
+        }
+        Ok(names)
+    }
+
+    /// A health check of the live connection: a `tools/list` within the connect timeout. A
+    /// failed check drops the connection. Returns the tools' names.
+    pub(crate) async fn check(&self) -> Result<Vec<String>, ConnectError> {
+        let Some(conn) = self.current().await else {
+            return self.note(Err(ConnectError::Protocol(
+                "the server's connection closed (the process exited?)".to_owned(),
+            )));
+        };
+        let listed =
+            match tokio::time::timeout(self.timeouts.connect, mcp_client::list_tools(&conn.client))
+                .await
+            {
+                Ok(r) => r,
+                Err(_) => Err(ConnectError::Timeout(self.timeouts.connect)),
+            };
+        if listed.is_err() {
+            self.forget(&conn).await;
+        }
+        self.note(listed)
+            .map(|tools| tools.into_iter().map(|t| t.name).collect())
+    }
+
+    /// Remembers why a global server is down (or that it is up).
+    fn note<T>(&self, result: Result<T, ConnectError>) -> Result<T, ConnectError> {
+        if let Some(global) = &self.global {
+            *lock(&global.down) = result.as_ref().err().map(ToString::to_string);
+        }
+        result
+    }
+
+    /// Hangs up the connection, if any.
+    pub(crate) async fn disconnect(&self) {
+        let conn = self.conn.lock().await.take();
+        if let Some(conn) = conn.and_then(|c| Arc::try_unwrap(c).ok()) {
+            let _ = tokio::time::timeout(Duration::from_secs(2), conn.client.cancel()).await;
+        }
     }
 
     fn touch(&self) {
@@ -254,6 +389,14 @@ pub struct McpTool {
 impl Tool for McpTool {
     fn definition(&self) -> &ToolDefinition {
         &self.definition
+    }
+
+    fn strict_read_only(&self) -> Option<&str> {
+        self.server
+            .global
+            .as_ref()
+            .filter(|g| g.strict_read_only)
+            .map(|g| g.name.as_str())
     }
 
     fn call<'a>(
@@ -318,6 +461,12 @@ impl Tool for McpTool {
             }
         })
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The model's view of a call result: text parts joined, other parts described.

@@ -6,6 +6,7 @@
 //! (`ask_user`). A tool never panics on input from the model: bad arguments are a
 //! [`ToolError::InvalidArguments`] that the loop hands back to the model as an error result.
 
+pub mod global;
 pub mod mcp;
 pub mod native;
 pub mod orchestration;
@@ -205,6 +206,12 @@ pub trait Tool: Send + Sync + std::fmt::Debug {
     /// their parent's): the loop then does not apply the per-call timeout.
     fn bounds_own_time(&self) -> bool {
         false
+    }
+
+    /// The global MCP server this tool belongs to when that server is strictly read-only
+    /// (`MCP_M365_STRICT_READONLY`): its calls are checked as in `readOnly`, whatever the mode.
+    fn strict_read_only(&self) -> Option<&str> {
+        None
     }
 
     /// Runs one call. Must honour `ctx.cancel` and `ctx.limits`.

@@ -37,6 +37,19 @@ const LLM_VARS: [&str; 7] = [
     "ANTHROPIC_API_KEY",
 ];
 
+/// Variables of the developer's shell that would change the executor's global MCP servers and
+/// policy; removed likewise (a test sets what it needs with `executor_env`).
+const GLOBAL_MCP_VARS: [&str; 8] = [
+    "AGENT_ENABLE",
+    "MCP_M365_START_CMD",
+    "MCP_M365_STRICT_READONLY",
+    "MCP_M365_HEALTH_INTERVAL_MS",
+    "AGENT_WRITE_ALLOWLIST",
+    "AGENT_READ_TOOLS",
+    "AGENT_REDACT",
+    "TASKFORCE_GLOBAL_MCP_CONFIG",
+];
+
 impl StackOptions {
     /// Adds an environment variable to the executor process.
     pub fn executor_env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
@@ -171,7 +184,9 @@ impl Stack {
             .arg("--config-dir")
             .arg(&self.config_dir)
             .arg("--llm-config")
-            .arg(self.config_dir.join("llm_config.yaml"));
+            .arg(self.config_dir.join("llm_config.yaml"))
+            .arg("--global-mcp-config")
+            .arg(self.config_dir.join("mcp").join("global.yaml"));
         // Many executors run at once: each serves its metrics on a port of its own, unless the
         // test names one.
         if !self
@@ -188,6 +203,12 @@ impl Stack {
         }
         if self.opts.llm_script_yaml.is_some() {
             cmd.env("TASKFORCE_LLM_SCRIPT", self.root.join(SCRIPT_FILE));
+        }
+        // The built-in `m365` global server would start `npx` in every stack: tests that want
+        // it turn it on (with `MCP_M365_START_CMD`).
+        cmd.env("MCP_M365_ENABLE", "0");
+        for var in GLOBAL_MCP_VARS {
+            cmd.env_remove(var);
         }
         cmd.envs(self.opts.executor_env.iter().map(|(k, v)| (k, v)));
         let mut child = ChildProcess::spawn("executor-svc", cmd, &self.executor_log())?;

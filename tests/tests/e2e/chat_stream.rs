@@ -36,6 +36,7 @@ const PLANTED: [&str; 3] = [
 async fn stack() -> Stack {
     let stack = StackOptions::full()
         .with_executor()
+        .gateway_args(["--chat-agent", "dev"])
         .llm_script(SCRIPT)
         .spawn()
         .await

@@ -39,7 +39,7 @@ pub fn catalog_tools() -> Vec<&'static str> {
 }
 
 /// Agent ids in the sample configs: the profile first, then the custom agents.
-pub const SAMPLE_IDS: [&str; 3] = ["dev", "invoice-extractor", "time-keeper"];
+pub const SAMPLE_IDS: [&str; 4] = ["dev", "invoice-extractor", "m365-assistant", "time-keeper"];
 
 /// How long an external edit may take to show (the contract says 1 s; slack for busy boxes).
 pub const EDIT_VISIBLE_WITHIN: Duration = Duration::from_millis(1500);

@@ -1,0 +1,517 @@
+//! The executor's global MCP servers (seed 004 §4, §6.1, §8): one connection per server per
+//! executor, made at start-up, its tools inventoried in the log, health-checked on an interval
+//! with a cheap read call (`tools/list`), reconnected with backoff after the server exits or
+//! fails a check, closed at shutdown. An agent uses one with an `mcp_servers` entry
+//! `{type: global, name: <name>}`; runs never start a global server themselves, so a server
+//! that is down makes a run's tools unavailable at once instead of holding the run up.
+//!
+//! The servers come from a YAML file (`--global-mcp-config`, default
+//! `configs/mcp/global.yaml`; a missing file means none) and the built-in `m365` server (the
+//! CLI for Microsoft 365 MCP server, seed 004), configured by the environment:
+//! `MCP_M365_START_CMD` (its command line; unset: `npx -y @pnp/cli-microsoft365-mcp-server@latest`),
+//! `MCP_M365_STRICT_READONLY` (default `1`: every call is checked as in `readOnly`, whatever the
+//! run's mode), `MCP_M365_HEALTH_INTERVAL_MS` (default 30000, the interval of every global
+//! server without its own), `MCP_M365_ENABLE` (default `1`). `AGENT_ENABLE=0` connects none.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    path::Path,
+    sync::{Arc, Mutex},
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use futures::future::join_all;
+use serde::{Deserialize, Serialize};
+use taskforce_proto::v1;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::mcp::{McpPool, Server};
+
+/// The built-in server's name.
+pub const M365: &str = "m365";
+
+/// The documented launch of the CLI for Microsoft 365 MCP server.
+pub const M365_DEFAULT_COMMAND: &str = "npx -y @pnp/cli-microsoft365-mcp-server@latest";
+
+/// Longest wait between two reconnection attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// How often a supervisor looks whether its server's process is still there.
+const LIVENESS_TICK: Duration = Duration::from_millis(500);
+
+/// One server of the file.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ServerEntry {
+    /// `stdio` (default), `http` or `sse`.
+    #[serde(rename = "type", default = "stdio")]
+    pub kind: String,
+    /// stdio: the program.
+    #[serde(default)]
+    pub command: String,
+    /// stdio: its arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// stdio: extra environment (`${VAR}` placeholders are expanded from the executor's).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// http/sse: the endpoint.
+    #[serde(default)]
+    pub url: String,
+    /// http/sse: extra headers (`${VAR}` placeholders are expanded).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Check every call as in `readOnly`, whatever the run's mode.
+    #[serde(default)]
+    pub strict_read_only: bool,
+    /// Health-check interval in milliseconds (default: `MCP_M365_HEALTH_INTERVAL_MS`).
+    #[serde(default)]
+    pub health_interval_ms: Option<u64>,
+}
+
+fn stdio() -> String {
+    "stdio".to_owned()
+}
+
+/// The file's shape.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GlobalFile {
+    #[serde(default)]
+    mcp_servers: BTreeMap<String, ServerEntry>,
+}
+
+/// The global servers to connect, by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GlobalSettings {
+    /// Servers by name.
+    pub servers: BTreeMap<String, ServerEntry>,
+    /// The interval of servers without their own.
+    pub health_interval: Duration,
+}
+
+/// Whether an environment switch is on (`0`, `false`, `no`, `off` turn it off).
+pub fn switch_on(value: Option<&str>, default: bool) -> bool {
+    match value.map(|v| v.trim().to_ascii_lowercase()) {
+        Some(v) if !v.is_empty() => !matches!(v.as_str(), "0" | "false" | "no" | "off"),
+        _ => default,
+    }
+}
+
+impl GlobalSettings {
+    /// The servers of the file at `path` (missing: none) and the built-in `m365`, as the
+    /// environment (`get`) configures them; none when `AGENT_ENABLE` is off.
+    pub fn load(path: &Path, get: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
+        let health_interval = match get("MCP_M365_HEALTH_INTERVAL_MS") {
+            None => Duration::from_millis(30_000),
+            Some(v) => match v.trim().parse::<u64>() {
+                Ok(ms) if ms > 0 => Duration::from_millis(ms),
+                _ => {
+                    return Err(format!(
+                        "MCP_M365_HEALTH_INTERVAL_MS must be a positive number of milliseconds, got {v:?}"
+                    ));
+                }
+            },
+        };
+        let mut settings = Self {
+            servers: BTreeMap::new(),
+            health_interval,
+        };
+        if !switch_on(get("AGENT_ENABLE").as_deref(), true) {
+            return Ok(settings);
+        }
+        let file: GlobalFile = match std::fs::read(path) {
+            Ok(bytes) => {
+                serde_yaml::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => GlobalFile::default(),
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        };
+        settings.servers = file.mcp_servers;
+        if switch_on(get("MCP_M365_ENABLE").as_deref(), true) {
+            let entry = settings
+                .servers
+                .entry(M365.to_owned())
+                .or_insert_with(|| ServerEntry {
+                    kind: stdio(),
+                    command: String::new(),
+                    args: Vec::new(),
+                    env: BTreeMap::new(),
+                    url: String::new(),
+                    headers: BTreeMap::new(),
+                    strict_read_only: true,
+                    health_interval_ms: None,
+                });
+            if let Some(cmd) = get("MCP_M365_START_CMD").filter(|c| !c.trim().is_empty()) {
+                let words = shlex::split(&cmd)
+                    .filter(|w| !w.is_empty())
+                    .ok_or_else(|| format!("MCP_M365_START_CMD is not a command line: {cmd:?}"))?;
+                entry.kind = stdio();
+                entry.command = words[0].clone();
+                entry.args = words[1..].to_vec();
+                entry.url.clear();
+            } else if entry.command.is_empty() && entry.url.is_empty() {
+                let mut words = M365_DEFAULT_COMMAND.split(' ').map(str::to_owned);
+                entry.command = words.next().unwrap_or_default();
+                entry.args = words.collect();
+            }
+            entry.strict_read_only = switch_on(get("MCP_M365_STRICT_READONLY").as_deref(), true);
+        } else {
+            settings.servers.remove(M365);
+        }
+        for (name, entry) in &settings.servers {
+            entry
+                .check()
+                .map_err(|e| format!("global MCP server `{name}`: {e}"))?;
+        }
+        Ok(settings)
+    }
+}
+
+impl ServerEntry {
+    fn check(&self) -> Result<(), String> {
+        match self.kind.as_str() {
+            "stdio" if self.command.trim().is_empty() => Err("type stdio needs a command".into()),
+            "http" | "sse"
+                if !self.url.starts_with("http://") && !self.url.starts_with("https://") =>
+            {
+                Err(format!(
+                    "type {} needs an http(s) url, got {:?}",
+                    self.kind, self.url
+                ))
+            }
+            "stdio" | "http" | "sse" => Ok(()),
+            other => Err(format!("type must be stdio, http or sse, got {other:?}")),
+        }
+    }
+
+    fn config(&self) -> v1::McpServer {
+        v1::McpServer {
+            r#type: self.kind.clone(),
+            command: self.command.clone(),
+            args: self.args.clone(),
+            env: self.env.clone().into_iter().collect::<HashMap<_, _>>(),
+            url: self.url.clone(),
+            headers: self.headers.clone().into_iter().collect::<HashMap<_, _>>(),
+            name: String::new(),
+        }
+    }
+}
+
+/// A global server's state, as `/readyz` shows it.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Health {
+    /// `connecting` (never up yet), `up` or `down`.
+    pub state: &'static str,
+    /// Its tools at the last successful check.
+    pub tools: Vec<String>,
+    /// Why it is down.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// When it was last checked (milliseconds since the Unix epoch).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checked_at_ms: Option<u64>,
+    /// Connections made after the first.
+    pub reconnects: u64,
+    /// Every call is checked as in `readOnly`.
+    pub strict_read_only: bool,
+}
+
+/// One global server and its supervisor's view of it.
+#[derive(Debug)]
+struct Supervised {
+    name: String,
+    server: Arc<Server>,
+    interval: Duration,
+    health: Mutex<Health>,
+}
+
+/// The executor's global servers.
+#[derive(Debug, Default)]
+pub struct GlobalServers {
+    servers: BTreeMap<String, Arc<Supervised>>,
+}
+
+impl GlobalServers {
+    /// The servers of `settings`, in `pool` (not connected yet: see [`GlobalServers::supervise`]).
+    pub fn new(settings: &GlobalSettings, pool: &McpPool) -> Self {
+        let servers = settings
+            .servers
+            .iter()
+            .map(|(name, entry)| {
+                let supervised = Supervised {
+                    name: name.clone(),
+                    server: pool.pinned(name, &entry.config(), entry.strict_read_only),
+                    interval: entry
+                        .health_interval_ms
+                        .filter(|ms| *ms > 0)
+                        .map_or(settings.health_interval, Duration::from_millis),
+                    health: Mutex::new(Health {
+                        state: "connecting",
+                        tools: Vec::new(),
+                        error: None,
+                        checked_at_ms: None,
+                        reconnects: 0,
+                        strict_read_only: entry.strict_read_only,
+                    }),
+                };
+                (name.clone(), Arc::new(supervised))
+            })
+            .collect();
+        Self { servers }
+    }
+
+    /// The server called `name`.
+    pub fn get(&self, name: &str) -> Option<Arc<Server>> {
+        self.servers.get(name).map(|s| Arc::clone(&s.server))
+    }
+
+    /// The names of the configured servers.
+    pub fn names(&self) -> Vec<String> {
+        self.servers.keys().cloned().collect()
+    }
+
+    /// Every server's state, by name.
+    pub fn health(&self) -> BTreeMap<String, Health> {
+        self.servers
+            .iter()
+            .map(|(name, s)| (name.clone(), lock(&s.health).clone()))
+            .collect()
+    }
+
+    /// Connects every server and keeps it connected until `stop` fires, then hangs up.
+    pub async fn supervise(self: Arc<Self>, stop: CancellationToken) {
+        join_all(
+            self.servers
+                .values()
+                .map(|s| Arc::clone(s).supervise(stop.clone())),
+        )
+        .await;
+        for s in self.servers.values() {
+            s.server.disconnect().await;
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl Supervised {
+    /// Records a connection attempt or check; returns whether the server is up.
+    fn record(&self, result: Result<Vec<String>, String>, connected: bool) -> bool {
+        let mut health = lock(&self.health);
+        let was = health.state;
+        health.checked_at_ms = Some(now_ms());
+        let up = match result {
+            Ok(tools) => {
+                if connected {
+                    if was != "connecting" {
+                        health.reconnects += 1;
+                    }
+                    info!(server = %self.name, count = tools.len(), tools = %tools.join(","), "global MCP server connected; its tools");
+                } else if tools != health.tools {
+                    info!(server = %self.name, count = tools.len(), tools = %tools.join(","), "global MCP server's tools changed");
+                }
+                health.state = "up";
+                health.tools = tools;
+                health.error = None;
+                true
+            }
+            Err(error) => {
+                if was != "down" || health.error.as_deref() != Some(error.as_str()) {
+                    warn!(server = %self.name, error = %error, "global MCP server is down; reconnecting with backoff");
+                }
+                health.state = "down";
+                health.error = Some(error);
+                false
+            }
+        };
+        crate::metrics::mcp_server(&self.name, up, health.tools.len());
+        up
+    }
+
+    async fn supervise(self: Arc<Self>, stop: CancellationToken) {
+        let mut backoff = Duration::from_secs(1);
+        let mut up = false;
+        let mut next_check = tokio::time::Instant::now();
+        loop {
+            let wait = if up {
+                if !self.server.is_connected().await {
+                    // The process exited between checks: reconnect at once.
+                    up = self.record(
+                        Err("the server's connection closed (the process exited?)".to_owned()),
+                        false,
+                    );
+                    continue;
+                }
+                if tokio::time::Instant::now() >= next_check {
+                    up = self.record(self.server.check().await.map_err(|e| e.to_string()), false);
+                    next_check = tokio::time::Instant::now() + self.interval;
+                }
+                LIVENESS_TICK
+            } else {
+                let attempt = tokio::select! {
+                    r = self.server.establish() => r,
+                    () = stop.cancelled() => return,
+                };
+                up = self.record(attempt.map_err(|e| e.to_string()), true);
+                if up {
+                    backoff = Duration::from_secs(1);
+                    next_check = tokio::time::Instant::now() + self.interval;
+                    LIVENESS_TICK
+                } else {
+                    let wait = backoff;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    wait
+                }
+            };
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    }
+
+    #[test]
+    fn m365_is_built_in_strict_and_started_the_documented_way() {
+        let s = GlobalSettings::load(Path::new("/nonexistent.yaml"), env(&[])).expect("loads");
+        let m365 = &s.servers[M365];
+        assert_eq!(m365.command, "npx");
+        assert_eq!(m365.args, ["-y", "@pnp/cli-microsoft365-mcp-server@latest"]);
+        assert!(m365.strict_read_only);
+        assert_eq!(s.health_interval, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn the_environment_configures_m365_and_agent_enable_turns_everything_off() {
+        let s = GlobalSettings::load(
+            Path::new("/nonexistent.yaml"),
+            env(&[
+                ("MCP_M365_START_CMD", "node '/opt/m 365/index.js' --x"),
+                ("MCP_M365_STRICT_READONLY", "0"),
+                ("MCP_M365_HEALTH_INTERVAL_MS", "500"),
+            ]),
+        )
+        .expect("loads");
+        let m365 = &s.servers[M365];
+        assert_eq!(m365.command, "node");
+        assert_eq!(m365.args, ["/opt/m 365/index.js", "--x"]);
+        assert!(!m365.strict_read_only);
+        assert_eq!(s.health_interval, Duration::from_millis(500));
+        let off = GlobalSettings::load(
+            Path::new("/nonexistent.yaml"),
+            env(&[("AGENT_ENABLE", "0")]),
+        )
+        .expect("loads");
+        assert!(off.servers.is_empty());
+        let no_m365 = GlobalSettings::load(
+            Path::new("/nonexistent.yaml"),
+            env(&[("MCP_M365_ENABLE", "off")]),
+        )
+        .expect("loads");
+        assert!(no_m365.servers.is_empty());
+        for bad in [
+            ("MCP_M365_HEALTH_INTERVAL_MS", "soon"),
+            ("MCP_M365_START_CMD", "node 'unclosed"),
+        ] {
+            let err = GlobalSettings::load(Path::new("/nonexistent.yaml"), env(&[bad]))
+                .expect_err("refused");
+            assert!(err.contains(bad.0), "{err}");
+        }
+    }
+
+    #[test]
+    fn the_file_adds_servers_and_bad_entries_are_named() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("global.yaml");
+        std::fs::write(
+            &path,
+            "mcp_servers:\n  time:\n    command: uvx\n    args: [mcp-server-time]\n    health_interval_ms: 100\n",
+        )
+        .expect("write");
+        let s = GlobalSettings::load(&path, env(&[])).expect("loads");
+        assert_eq!(s.servers.keys().collect::<Vec<_>>(), ["m365", "time"]);
+        assert!(!s.servers["time"].strict_read_only);
+        std::fs::write(
+            &path,
+            "mcp_servers:\n  web:\n    type: http\n    url: ftp://x\n",
+        )
+        .expect("write");
+        let err = GlobalSettings::load(&path, env(&[])).expect_err("refused");
+        assert!(err.contains("`web`") && err.contains("url"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_server_that_cannot_start_is_down_with_its_reason_and_runs_are_told_at_once() {
+        let settings = GlobalSettings {
+            servers: BTreeMap::from([(
+                "broken".to_owned(),
+                ServerEntry {
+                    kind: stdio(),
+                    command: "/nonexistent/mcp-server".to_owned(),
+                    args: Vec::new(),
+                    env: BTreeMap::new(),
+                    url: String::new(),
+                    headers: BTreeMap::new(),
+                    strict_read_only: true,
+                    health_interval_ms: None,
+                },
+            )]),
+            health_interval: Duration::from_secs(30),
+        };
+        let pool = McpPool::new(super::super::mcp::McpTimeouts::default());
+        let global = Arc::new(GlobalServers::new(&settings, &pool));
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(Arc::clone(&global).supervise(stop.clone()));
+        let mut health = global.health();
+        for _ in 0..100 {
+            if health["broken"].state == "down" {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            health = global.health();
+        }
+        assert_eq!(health["broken"].state, "down");
+        assert!(
+            health["broken"]
+                .error
+                .as_deref()
+                .is_some_and(|e| e.contains("/nonexistent/mcp-server")),
+            "{health:?}"
+        );
+        let server = global.get("broken").expect("configured");
+        let started = std::time::Instant::now();
+        let err = server.tools(None).await.expect_err("down");
+        assert!(started.elapsed() < Duration::from_secs(1));
+        assert!(
+            err.to_string().contains("`broken` is not connected"),
+            "{err}"
+        );
+        stop.cancel();
+        task.await.expect("supervisor stops");
+    }
+}

@@ -58,6 +58,8 @@ pub struct StackOptions {
     pub executor_args: Vec<String>,
     /// Written to `<config>/llm_config.yaml` (replacing the sample's) before the executor starts.
     pub llm_config_yaml: Option<String>,
+    /// Written to `<config>/mcp/global.yaml` (the executor's global MCP servers).
+    pub global_mcp_yaml: Option<String>,
     /// Written to `e2e-llm-script.yaml` in the temp dir (outside the config dir, where the
     /// registry would read it as a profile), which `TASKFORCE_LLM_SCRIPT` then names: the script
     /// every scripted provider of the executor replays.
@@ -79,6 +81,7 @@ impl Default for StackOptions {
             executor_env: Vec::new(),
             executor_args: Vec::new(),
             llm_config_yaml: None,
+            global_mcp_yaml: None,
             llm_script_yaml: None,
         }
     }
@@ -205,6 +208,10 @@ impl Stack {
         }
         if let Some(yaml) = &opts.llm_config_yaml {
             std::fs::write(config_dir.join("llm_config.yaml"), yaml)?;
+        }
+        if let Some(yaml) = &opts.global_mcp_yaml {
+            std::fs::create_dir_all(config_dir.join("mcp"))?;
+            std::fs::write(config_dir.join("mcp").join("global.yaml"), yaml)?;
         }
         if let Some(yaml) = &opts.llm_script_yaml {
             std::fs::write(root.join(executor::SCRIPT_FILE), yaml)?;

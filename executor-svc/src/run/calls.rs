@@ -180,7 +180,7 @@ async fn run_one(
         patch_ops: patch_ops.as_deref(),
         input: &input,
         outcome: audit_outcome,
-        mode: ctx.mode.map(crate::policy::Mode::as_str),
+        mode: effective_mode(ctx, tools.get(name)).map(policy::Mode::as_str),
         output: &content,
         duration,
     });
@@ -243,6 +243,16 @@ fn patch_ops_of(requested: &Requested, delegation: bool, output: &str) -> Option
     None
 }
 
+/// The mode a call is checked in: a strictly read-only server's tools are checked as in
+/// `readOnly`, whatever the run's mode.
+fn effective_mode(ctx: &RunCtx, tool: Option<&Arc<dyn Tool>>) -> Option<policy::Mode> {
+    if tool.is_some_and(|t| t.strict_read_only().is_some()) {
+        Some(policy::Mode::ReadOnly)
+    } else {
+        ctx.mode
+    }
+}
+
 /// Policy, lookup, then the call under its time limit and the run's cancellation.
 async fn call_tool(
     ctx: &RunCtx,
@@ -269,13 +279,8 @@ async fn call_tool(
         tool: &call.name,
         arguments: &call.arguments,
     };
-    // A strictly read-only server's tools are checked as in `readOnly`, whatever the mode.
     let strict = tool.strict_read_only();
-    let mode = if strict.is_some() {
-        Some(policy::Mode::ReadOnly)
-    } else {
-        ctx.mode
-    };
+    let mode = effective_mode(ctx, Some(tool));
     // Without a mode the agent's allowlist is the whole policy: nothing to check or lock.
     let decision = match mode {
         None => policy::Decision::Allow,
@@ -290,8 +295,8 @@ async fn call_tool(
         policy::Decision::Block { reason } => {
             let reason = match strict {
                 Some(server) => format!(
-                    "{reason} (the MCP server `{server}` is strictly read-only: \
-                     MCP_M365_STRICT_READONLY=1 overrides the mode)"
+                    "the MCP server `{server}` is strictly read-only (MCP_M365_STRICT_READONLY=1, \
+                     whatever the mode): {reason}"
                 ),
                 None => reason,
             };

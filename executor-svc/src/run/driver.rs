@@ -331,14 +331,6 @@ pub(super) async fn select_tools(
             offer(&tool, &mut tools);
         }
     }
-    for name in &agent.tools {
-        match runner.tools.get(name) {
-            Some(tool) => offer(tool, &mut tools),
-            None => {
-                warn!(agent_id = %agent.agent_id, tool = %name, "tool not available in this executor; not offered")
-            }
-        }
-    }
     if agent.mcp_tools.as_ref().is_some_and(Vec::is_empty) {
         return (tools, definitions);
     }

@@ -74,6 +74,12 @@ impl StackOptions {
         self
     }
 
+    /// Sets the content of `<config>/mcp/global.yaml` (the executor's global MCP servers).
+    pub fn global_mcp(mut self, yaml: impl Into<String>) -> Self {
+        self.global_mcp_yaml = Some(yaml.into());
+        self
+    }
+
     /// Sets the content of `<config>/llm_config.yaml`.
     pub fn llm_config(mut self, yaml: impl Into<String>) -> Self {
         self.llm_config_yaml = Some(yaml.into());

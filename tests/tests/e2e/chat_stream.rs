@@ -48,7 +48,11 @@ async fn stack() -> Stack {
 }
 
 /// POSTs `body` and reads the whole answer as bytes; returns (status, x-thread-id, text).
-async fn post(stack: &Stack, path: &str, body: &serde_json::Value) -> (u16, String, String) {
+pub(crate) async fn post(
+    stack: &Stack,
+    path: &str,
+    body: &serde_json::Value,
+) -> (u16, String, String) {
     let response = tokio::time::timeout(
         RUN_TIMEOUT,
         stack.http().post(stack.url(path)).json(body).send(),
@@ -86,7 +90,7 @@ async fn post(stack: &Stack, path: &str, body: &serde_json::Value) -> (u16, Stri
     )
 }
 
-const END: &str = "event: end\ndata: [DONE]\n\n";
+pub(crate) const END: &str = "event: end\ndata: [DONE]\n\n";
 
 #[tokio::test]
 async fn the_agent_stream_speaks_the_seed_framing_byte_for_byte_and_read_only_blocks_writes() {

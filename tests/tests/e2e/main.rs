@@ -42,6 +42,7 @@ mod execute;
 mod external_edits;
 mod fake_llm;
 mod gateway_meta;
+mod global_mcp;
 mod grpcurl;
 mod helpers;
 mod lifecycle;

@@ -21,6 +21,10 @@ pub enum ExecutorError {
     /// paused, or starting a run on a session that has one).
     #[error("{0}")]
     FailedPrecondition(String),
+    /// A new prompt for a session that waits for an answer: a `session_conflict` whose body
+    /// (and `ErrorInfo`) also says `session_status: paused`, so a client can answer instead.
+    #[error("{0}")]
+    AwaitingAnswer(String),
     /// The registry (or another dependency) cannot be reached.
     #[error("{0}")]
     Unavailable(String),
@@ -58,7 +62,7 @@ impl ExecutorError {
         match self {
             Self::InvalidArgument { .. } => ErrorKind::InvalidArgument,
             Self::NotFound(_) => ErrorKind::NotFound,
-            Self::FailedPrecondition(_) => ErrorKind::SessionConflict,
+            Self::FailedPrecondition(_) | Self::AwaitingAnswer(_) => ErrorKind::SessionConflict,
             Self::Unavailable(_) => ErrorKind::Unavailable,
             Self::Llm(_) => ErrorKind::InvalidArgument,
             Self::Store(_)
@@ -77,6 +81,12 @@ impl ExecutorError {
             Self::Store(_) | Self::Encoding(_) | Self::Join(_) | Self::Server(_) => {
                 tracing::error!(error = %self, "internal error");
                 ApiError::new(ErrorKind::Internal, "internal error in the executor")
+            }
+            Self::AwaitingAnswer(message) => {
+                let mut api = ApiError::new(ErrorKind::SessionConflict, message.clone());
+                api.extra
+                    .push(("session_status".to_owned(), serde_json::json!("paused")));
+                api
             }
             other => ApiError::new(other.kind(), other.to_string()),
         };

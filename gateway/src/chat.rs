@@ -52,7 +52,8 @@ pub struct ChatSettings {
     pub tools_enabled: bool,
     /// Prompts per thread per minute (`None`: no limit), shared by the gateway's handlers.
     pub rate_limit: Option<std::sync::Arc<RateLimit>>,
-    /// The model alias of chat runs (`AI_MODEL_NAME`).
+    /// The model of chat runs: `AI_MODEL_NAME` (an alias), or `@AI_DESTINATION_NAME[/model]`
+    /// (a provider entry).
     pub model: Option<String>,
 }
 
@@ -62,10 +63,10 @@ impl ChatSettings {
         Self {
             rate_limit: (config.agent_rate_limit_per_minute > 0)
                 .then(|| std::sync::Arc::new(RateLimit::new(config.agent_rate_limit_per_minute))),
-            model: config
-                .ai_model_name
-                .clone()
-                .filter(|m| !m.trim().is_empty()),
+            model: chat_model(
+                config.ai_destination_name.as_deref(),
+                config.ai_model_name.as_deref(),
+            ),
             agent: config.chat_agent.clone(),
             default_mode: config.agent_default_mode.clone(),
             tools_enabled: !matches!(
@@ -73,6 +74,20 @@ impl ChatSettings {
                 "0" | "false" | "no" | "off"
             ),
         }
+    }
+}
+
+/// The model reference of chat runs: `AI_DESTINATION_NAME` names a provider entry
+/// (`@provider`, with `AI_MODEL_NAME` as its model: `@provider/model`), `AI_MODEL_NAME` alone an
+/// alias or a model of the default provider.
+fn chat_model(destination: Option<&str>, model: Option<&str>) -> Option<String> {
+    fn given(v: Option<&str>) -> Option<&str> {
+        v.map(str::trim).filter(|v| !v.is_empty())
+    }
+    match (given(destination), given(model)) {
+        (Some(d), Some(m)) => Some(format!("@{d}/{m}")),
+        (Some(d), None) => Some(format!("@{d}")),
+        (None, m) => m.map(str::to_owned),
     }
 }
 
@@ -243,6 +258,15 @@ impl Dialect for Chat {
     }
 }
 
+/// Whether the executor refused a new prompt because the session waits for an answer.
+fn awaits_answer(status: &tonic::Status) -> bool {
+    status.code() == Code::FailedPrecondition
+        && taskforce_proto::error::ApiError::from_status(status)
+            .extra
+            .iter()
+            .any(|(k, v)| k == "session_status" && v == "paused")
+}
+
 /// How a chat run began.
 enum Opening {
     /// Its first frames, and the rest of its stream.
@@ -347,10 +371,7 @@ async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
     let mut executor = state.executor.clone();
     let started = match executor.execute(request(plain)).await {
         // A conversation waiting on a question: the prompt answers it.
-        Err(status)
-            if status.code() == Code::FailedPrecondition
-                && status.message().contains("waits for an answer") =>
-        {
+        Err(status) if awaits_answer(&status) => {
             executor
                 .answer(v1::AnswerRequest {
                     session_id: thread.clone(),
@@ -418,6 +439,18 @@ pub async fn plain_stream(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_destination_names_a_provider_and_the_model_name_its_model() {
+        assert_eq!(chat_model(None, None), None);
+        assert_eq!(chat_model(None, Some(" main ")).as_deref(), Some("main"));
+        assert_eq!(chat_model(Some("openai"), None).as_deref(), Some("@openai"));
+        assert_eq!(
+            chat_model(Some("openai"), Some("gpt-4.1")).as_deref(),
+            Some("@openai/gpt-4.1")
+        );
+        assert_eq!(chat_model(Some(" "), Some("")), None);
+    }
 
     #[test]
     fn short_texts_are_one_line() {

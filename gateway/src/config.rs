@@ -79,6 +79,11 @@ pub struct Config {
     /// `AI_MODEL_NAME`); unset: the chat agent's model, else the executor's default.
     #[arg(long, env = "AI_MODEL_NAME")]
     pub ai_model_name: Option<String>,
+    /// The provider entry (of the executor's `llm_config.yaml`) chat runs use (seed 004's
+    /// `AI_DESTINATION_NAME`): with `AI_MODEL_NAME` that provider's model of that name, alone
+    /// the provider's configured model; unset: `AI_MODEL_NAME` alone decides.
+    #[arg(long, env = "AI_DESTINATION_NAME")]
+    pub ai_destination_name: Option<String>,
     /// Most chat prompts per `threadId` per minute (0: no limit; seed 004 §9's optional limit).
     #[arg(long, env = "AGENT_RATE_LIMIT_PER_MINUTE", default_value_t = 0)]
     pub agent_rate_limit_per_minute: u32,
@@ -105,6 +110,7 @@ impl Default for Config {
             agent_enable: "1".to_owned(),
             agent_rate_limit_per_minute: 0,
             ai_model_name: None,
+            ai_destination_name: None,
         }
     }
 }

@@ -71,6 +71,8 @@ type Route = Result<ResolvedModel, String>;
 #[derive(Debug)]
 pub struct LlmRouter {
     aliases: BTreeMap<String, Route>,
+    /// Each provider with its configured model (`@provider` references).
+    providers: BTreeMap<String, Route>,
     default_model: Route,
     default_provider: Route,
     forced: Option<Route>,
@@ -174,6 +176,10 @@ impl LlmRouter {
             let configured = config.providers.get(name).and_then(|p| p.model.clone());
             configured.unwrap_or_else(|| BUILTIN_SCRIPTED.to_owned())
         };
+        let mut by_provider = BTreeMap::new();
+        for name in config.providers.keys() {
+            by_provider.insert(name.clone(), route(name, provider_model(name), None, None)?);
+        }
         let default_provider = route(
             &config.default_provider,
             provider_model(&config.default_provider),
@@ -206,27 +212,50 @@ impl LlmRouter {
         };
         Ok(Self {
             aliases,
+            providers: by_provider,
             default_model,
             default_provider,
             forced,
         })
     }
 
-    /// Resolves a model name: an alias from `models`, else a model of `default_provider`; `None`
-    /// is the default model. `TASKFORCE_LLM_PROVIDER`/`_MODEL` override all of it.
+    /// Resolves a model name: an alias from `models`, a provider reference `@provider` (its
+    /// configured model) or `@provider/model`, else a model of `default_provider`; `None` is
+    /// the default model. `TASKFORCE_LLM_PROVIDER`/`_MODEL` override all of it.
     pub fn resolve(&self, model: Option<&str>) -> Result<ResolvedModel, LlmError> {
         let route = match (&self.forced, model) {
             (Some(forced), _) => forced.clone(),
             (None, None) => self.default_model.clone(),
-            (None, Some(name)) => match self.aliases.get(name) {
-                Some(route) => route.clone(),
-                None => self.default_provider.clone().map(|r| ResolvedModel {
+            (None, Some(name)) => match (self.aliases.get(name), name.strip_prefix('@')) {
+                (Some(route), _) => route.clone(),
+                (None, Some(reference)) => self.provider_route(reference),
+                (None, None) => self.default_provider.clone().map(|r| ResolvedModel {
                     model: name.to_owned(),
                     ..r
                 }),
             },
         };
         route.map_err(LlmError::Config)
+    }
+
+    /// `provider` or `provider/model` (the gateway's `AI_DESTINATION_NAME`).
+    fn provider_route(&self, reference: &str) -> Route {
+        let (provider, model) = match reference.split_once('/') {
+            Some((p, m)) if !m.is_empty() => (p, Some(m)),
+            Some((p, _)) => (p, None),
+            None => (reference, None),
+        };
+        let Some(route) = self.providers.get(provider) else {
+            let known: Vec<&str> = self.providers.keys().map(String::as_str).collect();
+            return Err(format!(
+                "unknown provider `{provider}` in `@{reference}`; llm_config.yaml has: {}",
+                known.join(", ")
+            ));
+        };
+        route.clone().map(|r| ResolvedModel {
+            model: model.map_or(r.model.clone(), str::to_owned),
+            ..r
+        })
     }
 
     /// Why the default model runs on a scripted provider, or `None` when it runs on a real one.

@@ -88,7 +88,7 @@ impl Runner {
                     )));
                 }
                 if session.status == Status::Paused {
-                    return Err(ExecutorError::FailedPrecondition(format!(
+                    return Err(ExecutorError::AwaitingAnswer(format!(
                         "session `{}` waits for an answer to its question; call Answer",
                         session.id
                     )));

@@ -70,6 +70,26 @@ fn aliases_resolve_to_their_provider_and_model_with_defaults() {
     assert_eq!(
         (raw.provider.name(), raw.model.as_str()),
         ("openai", "gpt-4o")
+    ); // A provider reference (the gateway's AI_DESTINATION_NAME): its model, or the one named.
+    let local = router.resolve(Some("@local")).expect("provider");
+    assert_eq!(
+        (local.provider.name(), local.model.as_str()),
+        ("local", "llama3.2")
+    );
+    let named = router
+        .resolve(Some("@openai/gpt-4o"))
+        .expect("provider/model");
+    assert_eq!(
+        (named.provider.name(), named.model.as_str()),
+        ("openai", "gpt-4o")
+    );
+    let err = router
+        .resolve(Some("@aicore-destination/gpt-4.1"))
+        .expect_err("unknown provider")
+        .to_string();
+    assert!(
+        err.contains("unknown provider `aicore-destination`") && err.contains("openai"),
+        "{err}"
     );
 }
 

@@ -24,6 +24,10 @@ turns:
     tool_calls: [{name: file_read, arguments: {path: secrets.txt}}]
   - match: "redacted"
     text: "masked"
+  - match: "plan a trip"
+    tool_calls: [{name: ask_user, arguments: {question: "Where to?"}}]
+  - match: "Lisbon"
+    text: "Booked."
 "#;
 
 /// A planted token, key and id.
@@ -145,6 +149,40 @@ async fn the_agent_stream_speaks_the_seed_framing_byte_for_byte_and_read_only_bl
         .await
         .expect("answered");
     assert_eq!(response.status().as_u16(), 400);
+}
+
+#[tokio::test]
+async fn a_thread_waiting_on_a_question_takes_the_next_prompt_as_its_answer() {
+    let stack = stack().await;
+    let (_, thread, asked) = post(
+        &stack,
+        "/ai/agent/stream",
+        &json!({"prompt": "plan a trip"}),
+    )
+    .await;
+    assert_eq!(
+        asked,
+        format!(
+            "data: {{\"text\":\"🔧 running: ask_user\",\"event\":\"tool_start\",\"tool\":\"ask_user\"}}\n\n\
+             data: Where to?\n\n{END}"
+        )
+    );
+    let (_, same, answered) = post(
+        &stack,
+        "/ai/agent/stream",
+        &json!({"prompt": "Lisbon", "threadId": thread}),
+    )
+    .await;
+    assert_eq!(same, thread);
+    assert_eq!(
+        answered,
+        format!(
+            "data: {{\"text\":\"✅ done\",\"event\":\"tool_end\",\"tool\":\"ask_user\"}}\n\n\
+             data: Booked.\n\n{END}"
+        )
+    );
+    let session = get_session(&stack, &thread).await;
+    assert_eq!(session.status(), v1::RunStatus::Completed);
 }
 
 #[tokio::test]

@@ -133,16 +133,7 @@ impl GlobalSettings {
             let entry = settings
                 .servers
                 .entry(M365.to_owned())
-                .or_insert_with(|| ServerEntry {
-                    kind: stdio(),
-                    command: String::new(),
-                    args: Vec::new(),
-                    env: BTreeMap::new(),
-                    url: String::new(),
-                    headers: BTreeMap::new(),
-                    strict_read_only: true,
-                    health_interval_ms: None,
-                });
+                .or_insert_with(|| ServerEntry::stdio(""));
             if let Some(cmd) = get("MCP_M365_START_CMD").filter(|c| !c.trim().is_empty()) {
                 let words = shlex::split(&cmd)
                     .filter(|w| !w.is_empty())
@@ -170,6 +161,20 @@ impl GlobalSettings {
 }
 
 impl ServerEntry {
+    /// A stdio server started with `command` (no arguments), strictly read-only.
+    pub fn stdio(command: &str) -> Self {
+        Self {
+            kind: stdio(),
+            command: command.to_owned(),
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            url: String::new(),
+            headers: BTreeMap::new(),
+            strict_read_only: true,
+            health_interval_ms: None,
+        }
+    }
+
     fn check(&self) -> Result<(), String> {
         match self.kind.as_str() {
             "stdio" if self.command.trim().is_empty() => Err("type stdio needs a command".into()),
@@ -470,16 +475,7 @@ mod tests {
         let settings = GlobalSettings {
             servers: BTreeMap::from([(
                 "broken".to_owned(),
-                ServerEntry {
-                    kind: stdio(),
-                    command: "/nonexistent/mcp-server".to_owned(),
-                    args: Vec::new(),
-                    env: BTreeMap::new(),
-                    url: String::new(),
-                    headers: BTreeMap::new(),
-                    strict_read_only: true,
-                    health_interval_ms: None,
-                },
+                ServerEntry::stdio("/nonexistent/mcp-server"),
             )]),
             health_interval: Duration::from_secs(30),
         };

@@ -28,6 +28,10 @@ turns:
     tool_calls: [{name: ask_user, arguments: {question: "Where to?"}}]
   - match: "Lisbon"
     text: "Booked."
+  - match: "the long job"
+    tool_calls:
+      - name: python
+        arguments: {code: "import time\nopen('ran.txt', 'a').write('x')\ntime.sleep(60)"}
 "#;
 
 /// A planted token, key and id.
@@ -41,6 +45,8 @@ async fn stack() -> Stack {
     let stack = StackOptions::full()
         .with_executor()
         .gateway_args(["--chat-agent", "dev"])
+        // `default` mode runs python (the client-abort test); `readOnly` never does.
+        .executor_env("AGENT_WRITE_ALLOWLIST", "python")
         .llm_script(SCRIPT)
         .spawn()
         .await
@@ -183,6 +189,70 @@ async fn a_thread_waiting_on_a_question_takes_the_next_prompt_as_its_answer() {
     );
     let session = get_session(&stack, &thread).await;
     assert_eq!(session.status(), v1::RunStatus::Completed);
+}
+
+#[tokio::test]
+async fn a_client_that_goes_away_cancels_the_chat_run_and_the_thread_goes_on_without_rerunning_the_tool()
+ {
+    let stack = stack().await;
+    let mut response = stack
+        .http()
+        .post(stack.url("/ai/agent/stream"))
+        .json(&json!({"prompt": "run the long job", "mode": "default"}))
+        .send()
+        .await
+        .expect("answered");
+    let thread = response
+        .headers()
+        .get("x-thread-id")
+        .and_then(|v| v.to_str().ok())
+        .expect("thread")
+        .to_owned();
+    let mut seen = String::new();
+    while !seen.contains("tool_start") {
+        let chunk = tokio::time::timeout(RUN_TIMEOUT, response.chunk())
+            .await
+            .expect("a frame in time")
+            .expect("body")
+            .expect("not ended yet");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let ran = stack.executor_workspace("dev").join("ran.txt");
+    let started = taskforce_tests::wait::eventually(
+        RUN_TIMEOUT,
+        std::time::Duration::from_millis(20),
+        || async { ran.exists().then_some(()) },
+    )
+    .await;
+    assert!(started.is_some(), "python started");
+    drop(response); // the UI's AbortController
+
+    let cancelled = taskforce_tests::wait::eventually(
+        RUN_TIMEOUT,
+        std::time::Duration::from_millis(50),
+        || async {
+            (get_session(&stack, &thread).await.status() == v1::RunStatus::Cancelled).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        cancelled.is_some(),
+        "the run is cancelled\n{}",
+        stack.logs()
+    );
+    let (_, same, next) = post(
+        &stack,
+        "/ai/agent/stream",
+        &json!({"prompt": "hello", "threadId": thread}),
+    )
+    .await;
+    assert_eq!(same, thread);
+    assert_eq!(next, format!("data: hi\n\n{END}"));
+    assert_eq!(
+        std::fs::read_to_string(&ran).expect("ran"),
+        "x",
+        "the tool ran once"
+    );
 }
 
 #[tokio::test]

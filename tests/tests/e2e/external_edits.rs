@@ -331,7 +331,7 @@ async fn changes_made_while_the_registry_is_down_are_reconciled_on_start() {
     let ids: Vec<&str> = after.keys().map(String::as_str).collect();
     assert_eq!(
         ids,
-        ["dev", "invoice-extractor", "offline-made"],
+        ["dev", "invoice-extractor", "m365-assistant", "offline-made"],
         "the stale cache was not reconciled"
     );
     assert_eq!(

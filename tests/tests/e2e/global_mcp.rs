@@ -13,7 +13,7 @@ use taskforce_tests::{Stack, StackOptions, mcp::free_port, paths, wait::eventual
 
 use crate::{
     chat_stream::{END, post},
-    helpers::{RUN_TIMEOUT, SseReader, agent_json, create},
+    helpers::{agent_json, create},
 };
 
 /// How long a global server may take to come up (node and Python start in a second or two).
@@ -85,16 +85,9 @@ fn ops_script() -> String {
 /// Runs `opsbot` in `mode`; the tool results by call id (`tool_end` or `tool_error`, text).
 async fn ops_run(stack: &Stack, mode: &str) -> Vec<(String, String, String)> {
     let body = json!({"agent_id": "opsbot", "mission": "ops please", "mode": mode});
-    let mut sse = SseReader::open(stack, "/api/v1/execute/stream", &body).await;
-    let events = sse.rest(RUN_TIMEOUT).await;
-    assert_eq!(
-        events[events.len() - 1].1["status"],
-        "completed",
-        "{events:?}"
-    );
-    events
+    crate::policy_modes::run(stack, body)
+        .await
         .into_iter()
-        .filter(|(n, _)| n == "tool_end" || n == "tool_error")
         .map(|(n, e)| {
             let text = e["message"]
                 .as_str()

@@ -163,7 +163,15 @@ async fn grpcurl_round_trips_an_agent_with_json_requests() {
         .iter()
         .filter_map(|a| field(a, "agentId", "agent_id").as_str())
         .collect();
-    assert_eq!(ids, ["grpcurl-agent", "invoice-extractor", "time-keeper"]);
+    assert_eq!(
+        ids,
+        [
+            "grpcurl-agent",
+            "invoice-extractor",
+            "m365-assistant",
+            "time-keeper"
+        ]
+    );
 
     let deleted = call(
         &stack,

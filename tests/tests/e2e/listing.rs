@@ -73,7 +73,16 @@ async fn sample_agents_are_listed_over_grpc_with_their_seed_fields() {
     assert_eq!(custom_of(invoice).created_at, "2026-11-22T09:00:00Z");
     assert_eq!(custom_of(invoice).updated_at, "2026-11-22T09:00:00Z");
 
-    let time = custom_spec(&agents[2]);
+    let m365 = custom_spec(&agents[2]);
+    assert_eq!(m365.agent_id, "m365-assistant");
+    assert_eq!(
+        (
+            m365.mcp_servers[0].r#type.as_str(),
+            m365.mcp_servers[0].name.as_str()
+        ),
+        ("global", "m365")
+    );
+    let time = custom_spec(&agents[3]);
     assert_eq!(time.mcp_servers.len(), 1);
     let server = &time.mcp_servers[0];
     assert_eq!(
@@ -96,7 +105,7 @@ async fn sample_agents_are_listed_over_grpc_with_their_seed_fields() {
         .into_iter()
         .map(|a| a.agent_id)
         .collect();
-    assert_eq!(custom, ["invoice-extractor", "time-keeper"]);
+    assert_eq!(custom, &SAMPLE_IDS[1..]);
     let profiles: Vec<String> = grpc_list_all(&stack, AgentSource::Profile)
         .await
         .into_iter()
@@ -214,7 +223,13 @@ async fn sample_agents_are_listed_over_rest_with_their_seed_fields() {
         "{invoice}"
     );
 
-    let time = &agents[2];
+    assert_eq!(
+        agents[2]["mcp_servers"],
+        json!([{"type": "global", "name": "m365"}]),
+        "a global server is only its name"
+    );
+    assert_eq!(agents[2]["mode"], "readOnly");
+    let time = &agents[3];
     assert_eq!(
         time["mcp_servers"],
         json!([{"type": "stdio", "command": "uvx", "args": ["mcp-server-time"], "env": {"LOCAL_TIMEZONE": "${TZ}"}}]),

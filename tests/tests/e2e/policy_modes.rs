@@ -39,7 +39,7 @@ async fn stack(allowlist: &str) -> Stack {
 }
 
 /// Runs the script in `mode` (with `confirmations`); the tool events by call id.
-async fn run(stack: &Stack, body: Value) -> Vec<(String, Value)> {
+pub(crate) async fn run(stack: &Stack, body: Value) -> Vec<(String, Value)> {
     run_in(stack, body).await.1
 }
 

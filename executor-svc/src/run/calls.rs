@@ -294,10 +294,17 @@ async fn call_tool(
         policy::Decision::Allow => {}
         policy::Decision::Block { reason } => {
             let reason = match strict {
-                Some(server) => format!(
-                    "the MCP server `{server}` is strictly read-only (MCP_M365_STRICT_READONLY=1, \
-                     whatever the mode): {reason}"
-                ),
+                Some(server) => {
+                    let switch = if server == crate::tools::global::M365 {
+                        "MCP_M365_STRICT_READONLY=1"
+                    } else {
+                        "strict_read_only"
+                    };
+                    format!(
+                        "the MCP server `{server}` is strictly read-only ({switch}, whatever \
+                         the mode): {reason}"
+                    )
+                }
                 None => reason,
             };
             return (

@@ -221,6 +221,9 @@ pub struct Health {
     pub reconnects: u64,
     /// Every call is checked as in `readOnly`.
     pub strict_read_only: bool,
+    /// Whether it was ever connected (a connection after that is a reconnect).
+    #[serde(skip)]
+    pub ever_up: bool,
 }
 
 /// One global server and its supervisor's view of it.
@@ -259,6 +262,7 @@ impl GlobalServers {
                         checked_at_ms: None,
                         reconnects: 0,
                         strict_read_only: entry.strict_read_only,
+                        ever_up: false,
                     }),
                 };
                 (name.clone(), Arc::new(supervised))
@@ -320,9 +324,10 @@ impl Supervised {
         let up = match result {
             Ok(tools) => {
                 if connected {
-                    if was != "connecting" {
+                    if health.ever_up {
                         health.reconnects += 1;
                     }
+                    health.ever_up = true;
                     info!(server = %self.name, count = tools.len(), tools = %tools.join(","), "global MCP server connected; its tools");
                 } else if tools != health.tools {
                     info!(server = %self.name, count = tools.len(), tools = %tools.join(","), "global MCP server's tools changed");
@@ -345,40 +350,48 @@ impl Supervised {
         up
     }
 
+    /// Keeps the server connected until `stop` fires. Every failure (a start that fails, a
+    /// check that fails, a process that exits) waits the backoff before the next start, and the
+    /// backoff doubles; only a server that passes a health check after connecting resets it,
+    /// so one that crashes right after each start is not restarted in a tight loop.
     async fn supervise(self: Arc<Self>, stop: CancellationToken) {
         let mut backoff = Duration::from_secs(1);
         let mut up = false;
         let mut next_check = tokio::time::Instant::now();
         loop {
-            let wait = if up {
-                if !self.server.is_connected().await {
-                    // The process exited between checks: reconnect at once.
+            let failed = if up {
+                if self.server.is_connected().await {
+                    if tokio::time::Instant::now() >= next_check {
+                        up = self
+                            .record(self.server.check().await.map_err(|e| e.to_string()), false);
+                        next_check = tokio::time::Instant::now() + self.interval;
+                        if up {
+                            backoff = Duration::from_secs(1);
+                        }
+                    }
+                } else {
+                    // The process exited between checks.
                     up = self.record(
                         Err("the server's connection closed (the process exited?)".to_owned()),
                         false,
                     );
-                    continue;
                 }
-                if tokio::time::Instant::now() >= next_check {
-                    up = self.record(self.server.check().await.map_err(|e| e.to_string()), false);
-                    next_check = tokio::time::Instant::now() + self.interval;
-                }
-                LIVENESS_TICK
+                !up
             } else {
                 let attempt = tokio::select! {
                     r = self.server.establish() => r,
                     () = stop.cancelled() => return,
                 };
                 up = self.record(attempt.map_err(|e| e.to_string()), true);
-                if up {
-                    backoff = Duration::from_secs(1);
-                    next_check = tokio::time::Instant::now() + self.interval;
-                    LIVENESS_TICK
-                } else {
-                    let wait = backoff;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                    wait
-                }
+                next_check = tokio::time::Instant::now() + self.interval;
+                !up
+            };
+            let wait = if failed {
+                let wait = backoff;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                wait
+            } else {
+                LIVENESS_TICK
             };
             tokio::select! {
                 () = stop.cancelled() => return,

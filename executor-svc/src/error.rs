@@ -43,9 +43,9 @@ pub enum ExecutorError {
     /// A blocking task panicked or was cancelled.
     #[error("background task: {0}")]
     Join(#[from] tokio::task::JoinError),
-    /// The server failed.
-    #[error("server: {0}")]
-    Server(#[from] tonic::transport::Error),
+    /// The gRPC server failed.
+    #[error("{0}")]
+    Server(#[from] taskforce_runtime::GrpcError),
 }
 
 impl ExecutorError {

@@ -189,47 +189,22 @@ pub async fn run_with(
         shutdown.child_token(),
     ));
 
-    let (health, health_service) = tonic_health::server::health_reporter();
-    health
-        .set_serving::<ExecutorServer<grpc::ExecutorService>>()
-        .await;
-    let (reflection_v1, reflection_v1alpha) = taskforce_proto::runtime::reflection()
-        .map_err(|e| ExecutorError::Config(format!("reflection: {e}")))?;
-    info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "executor listening");
-    let stopping = shutdown.clone();
     let draining = Arc::clone(&runner);
-    let server = tonic::transport::Server::builder()
-        .add_service(health_service)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
-        .add_service(ExecutorServer::new(grpc::ExecutorService::new(Arc::clone(
-            &runner,
-        ))))
-        .serve_with_incoming_shutdown(taskforce_proto::runtime::incoming(listener), async move {
-            stopping.cancelled().await;
-            health
-                .set_service_status("", tonic_health::ServingStatus::NotServing)
-                .await;
-            health
-                .set_not_serving::<ExecutorServer<grpc::ExecutorService>>()
-                .await;
-            // Runs are cancelled with the shutdown; let them send `Done` before streams close.
+    // Runs are cancelled with the shutdown; they get to send `Done` before streams close, and
+    // connections that stay open (idle HTTP/2 clients) get a grace period, then are dropped.
+    let result = taskforce_runtime::serve_grpc(
+        tonic::transport::Server::builder(),
+        listener,
+        ExecutorServer::new(grpc::ExecutorService::new(Arc::clone(&runner))),
+        shutdown,
+        async move {
             if !draining.drain(SHUTDOWN_GRACE).await {
                 warn!("runs still going after the grace period");
             }
-        });
-    // Connections that stay open (idle HTTP/2 clients) get a grace period, then are dropped.
-    let grace = async {
-        shutdown.cancelled().await;
-        tokio::time::sleep(SHUTDOWN_GRACE * 2).await;
-    };
-    let result = tokio::select! {
-        r = server => r,
-        () = grace => {
-            warn!(grace_secs = (SHUTDOWN_GRACE * 2).as_secs(), "connections still open after the grace period; closing them");
-            Ok(())
-        }
-    };
+        },
+        SHUTDOWN_GRACE * 2,
+    )
+    .await;
     tasks.cancel();
     if let Err(e) = watch.await {
         warn!(error = %e, "registry watch task failed");

@@ -4,7 +4,7 @@
 use anyhow::Context;
 use clap::Parser;
 use gateway::Config;
-use taskforce_proto::runtime;
+use taskforce_runtime as runtime;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {

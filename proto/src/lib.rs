@@ -7,7 +7,6 @@
 //! - [`error`]: error kinds with one mapping to gRPC codes and one to HTTP statuses.
 //! - [`json`]: `google.protobuf.Struct` ⇄ `serde_json::Value`.
 //! - `mcp_client` (feature `mcp-client`): connecting to an MCP server through rmcp.
-//! - `runtime` (feature `runtime`): logging set-up, binding, shutdown signals for the binaries.
 //!
 //! Without features, no I/O and no business logic live here.
 
@@ -17,8 +16,6 @@ pub mod ids;
 pub mod json;
 #[cfg(feature = "mcp-client")]
 pub mod mcp_client;
-#[cfg(feature = "runtime")]
-pub mod runtime;
 
 /// Generated code for the `taskforce.v1` package.
 #[allow(clippy::all, missing_docs)]

@@ -34,7 +34,7 @@ use std::{sync::Arc, time::Duration};
 use taskforce_proto::v1::agent_registry_server::AgentRegistryServer;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::info;
 
 pub use config::Config;
 pub use error::RegistryError;
@@ -83,50 +83,26 @@ pub async fn run(
         tasks.clone(),
     ));
 
-    let (health, health_service) = tonic_health::server::health_reporter();
-    health
-        .set_serving::<AgentRegistryServer<grpc::RegistryService>>()
-        .await;
-    let (reflection_v1, reflection_v1alpha) = taskforce_proto::runtime::reflection()
-        .map_err(|e| RegistryError::Config(format!("reflection: {e}")))?;
     let metadata = Arc::new(metadata::Collector::new(config.metadata_settings()));
     let service = grpc::RegistryService::new(Arc::clone(&store), catalog, metadata, tasks.clone());
 
-    info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "registry listening");
-    let stopping = shutdown.clone();
-    let health_on_stop = health.clone();
-    let server = tonic::transport::Server::builder()
-        .timeout(Duration::from_secs(60))
-        .add_service(health_service)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
-        .add_service(AgentRegistryServer::new(service))
-        .serve_with_incoming_shutdown(taskforce_proto::runtime::incoming(listener), async move {
-            stopping.cancelled().await;
-            health_on_stop
-                .set_service_status("", tonic_health::ServingStatus::NotServing)
-                .await;
-            health_on_stop
-                .set_not_serving::<AgentRegistryServer<grpc::RegistryService>>()
-                .await;
-            tasks.cancel();
-        });
+    let stop_tasks = tasks.clone();
     // Connections that stay open (idle HTTP/2 clients, watch streams) get a grace period, then
     // are dropped: a stop must not wait for clients.
-    let grace = async {
-        shutdown.cancelled().await;
-        tokio::time::sleep(SHUTDOWN_GRACE).await;
-    };
-    let result = tokio::select! {
-        r = server => r,
-        () = grace => {
-            warn!(grace_secs = SHUTDOWN_GRACE.as_secs(), "connections still open after the grace period; closing them");
-            Ok(())
-        }
-    };
+    let result = taskforce_runtime::serve_grpc(
+        tonic::transport::Server::builder().timeout(Duration::from_secs(60)),
+        listener,
+        AgentRegistryServer::new(service),
+        shutdown,
+        async move { stop_tasks.cancel() },
+        SHUTDOWN_GRACE,
+    )
+    .await;
+    // The server may have ended on its own: the background tasks stop with it.
+    tasks.cancel();
     let _ = tokio::join!(discovery, watch);
     let flushed = tokio::task::spawn_blocking(move || store.flush()).await?;
     info!("registry stopped");
-    result.map_err(|e| RegistryError::Config(format!("server: {e}")))?;
+    result.map_err(|e| RegistryError::Config(e.to_string()))?;
     flushed
 }

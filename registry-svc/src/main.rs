@@ -3,7 +3,7 @@
 use anyhow::Context;
 use clap::Parser;
 use registry_svc::Config;
-use taskforce_proto::runtime;
+use taskforce_runtime as runtime;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {

@@ -355,7 +355,7 @@ pub fn options(openai: &FakeLlm, anthropic: &FakeLlm) -> taskforce_tests::StackO
 pub fn assert_not_logged(stack: &taskforce_tests::Stack, secret: &str) {
     let executor_log = std::fs::read_to_string(stack.executor_log()).unwrap_or_default();
     assert!(
-        taskforce_tests::process::test_log() || executor_log.contains("executor listening"),
+        taskforce_tests::process::test_log() || executor_log.contains("gRPC listening"),
         "the executor's log is where it should be"
     );
     for log in [

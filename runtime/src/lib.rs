@@ -1,9 +1,13 @@
-//! Process plumbing every Taskforce binary shares (feature `runtime`): logging set-up, binding
-//! the listener, the shutdown signal, and what every gRPC server registers (reflection, accepted
-//! connections with `TCP_NODELAY`). Kept here because services share only this crate.
+//! Process plumbing every Taskforce binary shares, kept out of the contract crate
+//! (`taskforce-proto`): logging set-up, binding the listener, the shutdown signal, and the gRPC
+//! server wiring the registry and the executor both use ([`serve_grpc`]: health, reflection,
+//! accepted connections with `TCP_NODELAY`, a graceful stop with a grace period).
+
+mod grpc;
 
 use std::{net::SocketAddr, path::Path};
 
+pub use grpc::{GrpcError, serve_grpc};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -103,7 +107,7 @@ pub fn reflection() -> Result<
 > {
     let builder = || {
         tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(crate::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(taskforce_proto::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
     };

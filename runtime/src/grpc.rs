@@ -1,0 +1,79 @@
+//! The gRPC server wiring every Taskforce gRPC service shares.
+
+use std::{convert::Infallible, future::Future, time::Duration};
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tonic::{body::Body, server::NamedService, transport::Server};
+use tower::Service;
+use tracing::{info, warn};
+
+/// Why a gRPC server could not serve.
+#[derive(Debug, thiserror::Error)]
+pub enum GrpcError {
+    /// The reflection service could not be built from the descriptors.
+    #[error("reflection: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+    /// The transport failed.
+    #[error("server: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// Serves `service` on `listener` with `grpc.health.v1` (SERVING for the service and the
+/// server) and reflection, until `shutdown` fires. Then both health entries turn NOT_SERVING,
+/// `drain` runs (a service lets its streams finish), and connections still open `grace` after
+/// the shutdown (idle HTTP/2 clients, watch streams) are dropped: a stop never waits on clients.
+pub async fn serve_grpc<S, D>(
+    builder: Server,
+    listener: TcpListener,
+    service: S,
+    shutdown: CancellationToken,
+    drain: D,
+    grace: Duration,
+) -> Result<(), GrpcError>
+where
+    S: Service<http::Request<Body>, Error = Infallible>
+        + NamedService
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Response: axum::response::IntoResponse,
+    S::Future: Send + 'static,
+    D: Future<Output = ()> + Send,
+{
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_serving::<S>().await;
+    let (reflection_v1, reflection_v1alpha) = crate::reflection()?;
+    let addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    info!(service = S::NAME, addr = %addr, "gRPC listening");
+    let stopping = shutdown.clone();
+    let mut builder = builder;
+    let server = builder
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(service)
+        .serve_with_incoming_shutdown(crate::incoming(listener), async move {
+            stopping.cancelled().await;
+            health
+                .set_service_status("", tonic_health::ServingStatus::NotServing)
+                .await;
+            health.set_not_serving::<S>().await;
+            drain.await;
+        });
+    let grace_period = async {
+        shutdown.cancelled().await;
+        tokio::time::sleep(grace).await;
+    };
+    tokio::select! {
+        r = server => Ok(r?),
+        () = grace_period => {
+            warn!(grace_secs = grace.as_secs(), "connections still open after the grace period; closing them");
+            Ok(())
+        }
+    }
+}

@@ -166,19 +166,13 @@ pub async fn run_with(
         redactor: redact::Redactor::new(&redact::RedactConfig::from_env())
             .map_err(|e| ExecutorError::Config(format!("AGENT_REDACT_PATTERNS: {e}")))?,
     };
-    let metrics = match config.metrics_listen.trim() {
-        "" => None,
-        addr => {
-            let listener = tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|e| ExecutorError::Config(format!("--metrics-listen {addr}: {e}")))?;
-            Some(tokio::spawn(metrics::serve(
-                listener,
-                Arc::clone(mcp.global()),
-                tasks.clone(),
-            )))
-        }
-    };
+    let metrics = taskforce_runtime::metrics::listen(
+        &config.metrics_listen,
+        metrics::router(Arc::clone(mcp.global())),
+        tasks.clone(),
+    )
+    .await
+    .map_err(ExecutorError::Config)?;
     let runner = Arc::new(run::Runner::new(
         parts.router,
         parts.tools,

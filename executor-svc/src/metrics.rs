@@ -3,33 +3,31 @@
 //! Tool calls (seed 003 §8): `idp_tool_execution_seconds` (histogram), `idp_tool_success_total`
 //! and `idp_tool_failure_total`, labelled by `tool` and `subagent` (the sub-agent a delegation
 //! ran, empty for other tools). Global MCP servers: `taskforce_mcp_server_up` (1 up, 0 down)
-//! and `taskforce_mcp_server_tools`, labelled by `server`. One process-wide registry: every run
-//! of the process counts into it, as a scrape expects.
+//! and `taskforce_mcp_server_tools`, labelled by `server`. Runs: `taskforce_runs_in_flight`,
+//! `taskforce_runs_total{status}`; model calls: `taskforce_llm_request_duration_seconds` and
+//! `taskforce_llm_tokens_total{kind}`, labelled by `provider`. gRPC requests: see
+//! `taskforce_runtime::metrics`. One process-wide registry (the runtime's): every run of the
+//! process counts into it, as a scrape expects.
 //!
 //! The listener also serves `/readyz`: JSON with the global MCP servers' health (always 200
 //! while the executor serves; a server that is down is `"status": "degraded"`, since runs go
 //! on without its tools and the chat endpoint falls back to the plain LLM).
 
 use std::{
-    net::SocketAddr,
     sync::{Arc, LazyLock},
     time::Duration,
 };
 
-use axum::{Json, Router, extract::State, http::header, response::IntoResponse, routing::get};
+use axum::{Json, Router, extract::State, response::IntoResponse, routing::get};
 use prometheus_client::{
-    encoding::{EncodeLabelSet, text::encode},
+    encoding::EncodeLabelSet,
     metrics::{
         counter::Counter,
         family::Family,
         gauge::Gauge,
         histogram::{Histogram, exponential_buckets},
     },
-    registry::Registry,
 };
-use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
 
 use crate::{audit::Outcome, tools::global::GlobalServers};
 
@@ -46,8 +44,27 @@ struct ToolLabels {
     subagent: String,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StatusLabel {
+    status: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProviderLabel {
+    provider: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TokenLabels {
+    provider: String,
+    kind: String,
+}
+
 struct Metrics {
-    registry: Registry,
+    runs_in_flight: Gauge,
+    runs: Family<StatusLabel, Counter>,
+    llm_seconds: Family<ProviderLabel, Histogram>,
+    llm_tokens: Family<TokenLabels, Counter>,
     duration: Family<ToolLabels, Histogram>,
     success: Family<ToolLabels, Counter>,
     failure: Family<ToolLabels, Counter>,
@@ -61,40 +78,68 @@ fn histogram() -> Histogram {
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
-    let mut registry = Registry::default();
+    use taskforce_runtime::metrics::register;
+    let runs_in_flight = Gauge::default();
+    let runs = Family::<StatusLabel, Counter>::default();
+    let llm_seconds =
+        Family::<ProviderLabel, Histogram>::new_with_constructor(histogram as fn() -> _);
+    let llm_tokens = Family::<TokenLabels, Counter>::default();
+    register(
+        "taskforce_runs_in_flight",
+        "Runs (Execute or Answer) going on now",
+        runs_in_flight.clone(),
+    );
+    register(
+        "taskforce_runs",
+        "Runs ended, by status (completed, paused, failed, cancelled)",
+        runs.clone(),
+    );
+    register(
+        "taskforce_llm_request_duration_seconds",
+        "Model calls, from the request to the end of the streamed answer, by provider",
+        llm_seconds.clone(),
+    );
+    register(
+        "taskforce_llm_tokens",
+        "Tokens the providers reported, by provider and kind (input, output)",
+        llm_tokens.clone(),
+    );
     let duration = Family::<ToolLabels, Histogram>::new_with_constructor(histogram as fn() -> _);
     let success = Family::<ToolLabels, Counter>::default();
     let failure = Family::<ToolLabels, Counter>::default();
-    registry.register(
+    register(
         "idp_tool_execution_seconds",
         "Duration of tool calls, sub-agent delegations included",
         duration.clone(),
     );
     // The client appends `_total` to counters.
-    registry.register(
+    register(
         "idp_tool_success",
         "Tool calls that succeeded",
         success.clone(),
     );
-    registry.register(
+    register(
         "idp_tool_failure",
         "Tool calls that failed",
         failure.clone(),
     );
     let server_up = Family::<ServerLabels, Gauge>::default();
     let server_tools = Family::<ServerLabels, Gauge>::default();
-    registry.register(
+    register(
         "taskforce_mcp_server_up",
         "Whether a global MCP server is connected and passed its last health check",
         server_up.clone(),
     );
-    registry.register(
+    register(
         "taskforce_mcp_server_tools",
         "Tools a global MCP server listed at its last health check",
         server_tools.clone(),
     );
     Metrics {
-        registry,
+        runs_in_flight,
+        runs,
+        llm_seconds,
+        llm_tokens,
         duration,
         success,
         failure,
@@ -122,6 +167,56 @@ pub fn tool_call(tool: &str, subagent: Option<&str>, outcome: Outcome, duration:
     };
 }
 
+/// Counts a run in flight until dropped.
+#[derive(Debug)]
+pub struct RunInFlight(());
+
+impl RunInFlight {
+    /// One more run in flight.
+    pub fn start() -> Self {
+        METRICS.runs_in_flight.inc();
+        Self(())
+    }
+}
+
+impl Drop for RunInFlight {
+    fn drop(&mut self) {
+        METRICS.runs_in_flight.dec();
+    }
+}
+
+/// Counts a run that ended with `status`.
+pub fn run_ended(status: &str) {
+    METRICS
+        .runs
+        .get_or_create(&StatusLabel {
+            status: status.to_owned(),
+        })
+        .inc();
+}
+
+/// Records one model call of `provider`.
+pub fn llm_call(provider: &str, duration: Duration, input_tokens: u64, output_tokens: u64) {
+    let metrics = &*METRICS;
+    metrics
+        .llm_seconds
+        .get_or_create(&ProviderLabel {
+            provider: provider.to_owned(),
+        })
+        .observe(duration.as_secs_f64());
+    for (kind, n) in [("input", input_tokens), ("output", output_tokens)] {
+        if n > 0 {
+            metrics
+                .llm_tokens
+                .get_or_create(&TokenLabels {
+                    provider: provider.to_owned(),
+                    kind: kind.to_owned(),
+                })
+                .inc_by(n);
+        }
+    }
+}
+
 /// Records a global MCP server's state.
 pub fn mcp_server(server: &str, up: bool, tools: usize) {
     let labels = ServerLabels {
@@ -137,21 +232,13 @@ pub fn mcp_server(server: &str, up: bool, tools: usize) {
 
 /// The metrics in the Prometheus (OpenMetrics) text format.
 pub fn render() -> String {
-    let mut out = String::new();
-    if let Err(e) = encode(&mut out, &METRICS.registry) {
-        warn!(error = %e, "cannot encode metrics");
-    }
-    out
+    LazyLock::force(&METRICS);
+    taskforce_runtime::metrics::render()
 }
 
 async fn scrape() -> impl IntoResponse {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        render(),
-    )
+    LazyLock::force(&METRICS);
+    taskforce_runtime::metrics::scrape()
 }
 
 /// `/readyz`: the executor serves; the global MCP servers' health says how well.
@@ -165,18 +252,10 @@ async fn ready(State(global): State<Arc<GlobalServers>>) -> impl IntoResponse {
     Json(serde_json::json!({ "status": status, "mcp_servers": health }))
 }
 
-/// Serves `/metrics` and `/readyz` on `listener` until `stop` fires.
-pub async fn serve(listener: TcpListener, global: Arc<GlobalServers>, stop: CancellationToken) {
-    let addr: Option<SocketAddr> = listener.local_addr().ok();
-    info!(addr = ?addr, "metrics listening");
-    let app = Router::new()
+/// The metrics listener's routes: `/metrics` and `/readyz`.
+pub fn router(global: Arc<GlobalServers>) -> Router {
+    Router::new()
         .route("/metrics", get(scrape))
         .route("/readyz", get(ready))
-        .with_state(global);
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(async move { stop.cancelled().await })
-        .await;
-    if let Err(e) = served {
-        warn!(error = %e, "metrics listener failed");
-    }
+        .with_state(global)
 }

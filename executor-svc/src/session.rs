@@ -47,6 +47,17 @@ pub enum Status {
 }
 
 impl Status {
+    /// The lower-case name (`completed`, …), as metrics label it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Completed => "completed",
+            Self::Paused => "paused",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
     /// The wire enum.
     pub fn to_proto(self) -> v1::RunStatus {
         match self {

@@ -129,7 +129,8 @@ pub fn router(state: AppState, config: &Config) -> Router {
     let ops = Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
-        .route("/openapi.json", get(openapi::openapi_json));
+        .route("/openapi.json", get(openapi::openapi_json))
+        .route("/metrics", get(metrics));
     api.merge(runs)
         .merge(ops)
         .fallback(not_found)
@@ -138,9 +139,21 @@ pub fn router(state: AppState, config: &Config) -> Router {
         .layer(map_response(error::json_errors))
         .with_state(state)
         .route_service("/mcp", mcp)
+        // Requests by route template, method and status, `/mcp` included.
+        .layer(axum::middleware::from_fn(
+            taskforce_runtime::metrics::http_metrics,
+        ))
         // Every 5xx path logs its cause itself (`error`, `health`, rmcp), so the trace layer's
         // own failure event would only repeat it.
         .layer(TraceLayer::new_for_http().on_failure(()))
+}
+
+/// Prometheus metrics of the gateway: HTTP requests by route template, method and status
+/// (`taskforce_http_requests_total`, `taskforce_http_request_duration_seconds`).
+#[utoipa::path(get, path = "/metrics", tag = "ops",
+    responses((status = 200, description = "Prometheus (OpenMetrics) text format", content_type = "application/openmetrics-text", body = String)))]
+pub async fn metrics() -> impl axum::response::IntoResponse {
+    taskforce_runtime::metrics::scrape()
 }
 
 async fn not_found(method: Method, uri: Uri) -> RestError {

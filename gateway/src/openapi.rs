@@ -74,6 +74,7 @@ pub struct FieldViolation {
         chat::plain_stream,
         health::healthz,
         health::readyz,
+        crate::metrics,
         openapi_json,
     ),
     components(schemas(ErrorBody, FieldViolation, agents::SourceParam)),

@@ -55,6 +55,13 @@ pub struct Config {
     /// Write the bound address to this file once listening (for tests and scripts using port 0).
     #[arg(long, env = "TASKFORCE_REGISTRY_ADDR_FILE")]
     pub addr_file: Option<PathBuf>,
+    /// Where the registry serves Prometheus metrics (`/metrics`); empty: nowhere.
+    #[arg(
+        long,
+        env = "TASKFORCE_REGISTRY_METRICS_LISTEN",
+        default_value = "127.0.0.1:9465"
+    )]
+    pub metrics_listen: String,
 }
 
 impl Config {

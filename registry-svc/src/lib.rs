@@ -15,6 +15,7 @@
 //! - [`metadata`]: workspace metadata from `Taskfile.yml` tasks, run with `task`, cached.
 //! - [`catalog`]: the tool catalog and MCP allowlist validation.
 //! - [`grpc`]: the `taskforce.v1.AgentRegistry` service.
+//! - [`metrics`]: Prometheus metrics and the `/metrics` listener.
 //! - [`error`]: the crate's error type.
 
 pub mod catalog;
@@ -26,6 +27,7 @@ pub mod files;
 pub mod grpc;
 pub mod mcp;
 pub mod metadata;
+pub mod metrics;
 pub mod store;
 pub mod watcher;
 
@@ -56,6 +58,7 @@ pub async fn run(
     let installed = watcher::install(&store);
     let reconciling = Arc::clone(&store);
     let stats = tokio::task::spawn_blocking(move || reconciling.reconcile_all()).await??;
+    metrics::reconciled();
     info!(?stats, "reconciled cache with the config directory");
     let (profiles, customs) = store.counts();
     info!(
@@ -86,6 +89,13 @@ pub async fn run(
     let metadata = Arc::new(metadata::Collector::new(config.metadata_settings()));
     let service = grpc::RegistryService::new(Arc::clone(&store), catalog, metadata, tasks.clone());
 
+    let metrics_task = taskforce_runtime::metrics::listen(
+        &config.metrics_listen,
+        metrics::router(Arc::clone(&store)),
+        tasks.clone(),
+    )
+    .await
+    .map_err(RegistryError::Config)?;
     let stop_tasks = tasks.clone();
     // Connections that stay open (idle HTTP/2 clients, watch streams) get a grace period, then
     // are dropped: a stop must not wait for clients.
@@ -101,6 +111,9 @@ pub async fn run(
     // The server may have ended on its own: the background tasks stop with it.
     tasks.cancel();
     let _ = tokio::join!(discovery, watch);
+    if let Some(task) = metrics_task {
+        let _ = task.await;
+    }
     let flushed = tokio::task::spawn_blocking(move || store.flush()).await?;
     info!("registry stopped");
     result.map_err(|e| RegistryError::Config(e.to_string()))?;

@@ -226,6 +226,11 @@ impl Store {
         Err(definition::invalid_subagents(id, &unknown, known).into())
     }
 
+    /// The sled cache's size on disk, in bytes (0 when sled cannot say).
+    pub fn size_on_disk(&self) -> u64 {
+        self.db.size_on_disk().unwrap_or(0)
+    }
+
     /// Number of cached agents by source (profile, custom).
     pub fn counts(&self) -> (usize, usize) {
         (self.profile.len(), self.custom.len())

@@ -72,9 +72,10 @@ pub async fn run(
         let store = Arc::clone(&store);
         let result = tokio::task::spawn_blocking(move || {
             if full {
-                store
-                    .reconcile_all()
-                    .map(|s| debug!(?s, "periodic reconcile"))
+                store.reconcile_all().map(|s| {
+                    crate::metrics::reconciled();
+                    debug!(?s, "periodic reconcile");
+                })
             } else {
                 batch
                     .iter()

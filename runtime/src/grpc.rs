@@ -20,7 +20,8 @@ pub enum GrpcError {
 }
 
 /// Serves `service` on `listener` with `grpc.health.v1` (SERVING for the service and the
-/// server) and reflection, until `shutdown` fires. Then both health entries turn NOT_SERVING,
+/// server), reflection and request metrics ([`crate::metrics::GrpcMetricsLayer`]), until
+/// `shutdown` fires. Then both health entries turn NOT_SERVING,
 /// `drain` runs (a service lets its streams finish), and connections still open `grace` after
 /// the shutdown (idle HTTP/2 clients, watch streams) are dropped: a stop never waits on clients.
 pub async fn serve_grpc<S, D>(
@@ -51,7 +52,7 @@ where
         .unwrap_or_default();
     info!(service = S::NAME, addr = %addr, "gRPC listening");
     let stopping = shutdown.clone();
-    let mut builder = builder;
+    let mut builder = builder.layer(crate::metrics::GrpcMetricsLayer);
     let server = builder
         .add_service(health_service)
         .add_service(reflection_v1)

@@ -4,6 +4,7 @@
 //! accepted connections with `TCP_NODELAY`, a graceful stop with a grace period).
 
 mod grpc;
+pub mod metrics;
 
 use std::{net::SocketAddr, path::Path};
 

@@ -45,6 +45,8 @@ pub struct StackOptions {
     pub catalog_mcp_yaml: Option<String>,
     /// Extra environment of the registry process.
     pub registry_env: Vec<(String, String)>,
+    /// Extra flags of the registry (`--metrics-listen 127.0.0.1:9999`, ...).
+    pub registry_args: Vec<String>,
     /// `--max-body-bytes` of the gateway.
     pub max_body_bytes: Option<u64>,
     /// Extra flags of the gateway (`--chat-agent dev`, ...).
@@ -75,6 +77,7 @@ impl Default for StackOptions {
             reconcile_interval_secs: None,
             catalog_mcp_yaml: None,
             registry_env: Vec::new(),
+            registry_args: Vec::new(),
             max_body_bytes: None,
             gateway_args: Vec::new(),
             executor: false,
@@ -122,6 +125,16 @@ impl StackOptions {
     /// Adds an environment variable to the registry process.
     pub fn registry_env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.registry_env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Adds flags to the registry's command line.
+    pub fn registry_args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.registry_args.extend(args.into_iter().map(Into::into));
         self
     }
 
@@ -427,6 +440,17 @@ impl Stack {
         if let Some(secs) = self.opts.reconcile_interval_secs {
             cmd.arg("--reconcile-interval-secs").arg(secs.to_string());
         }
+        // Many registries run at once: each serves its metrics on a port of its own, unless the
+        // test names one.
+        if !self
+            .opts
+            .registry_args
+            .iter()
+            .any(|a| a == "--metrics-listen")
+        {
+            cmd.arg("--metrics-listen").arg("127.0.0.1:0");
+        }
+        cmd.args(&self.opts.registry_args);
         cmd.envs(self.opts.registry_env.iter().map(|(k, v)| (k, v)));
         let mut child = ChildProcess::spawn("registry-svc", cmd, &self.registry_log())?;
         let addr = wait_for_addr_file(&mut child, &addr_file, STARTUP_TIMEOUT).await?;

@@ -104,6 +104,8 @@ pub async fn run(
         ctx.steps_used.store(counts.steps, Ordering::Relaxed);
         let request = ctx.model.request(convo.messages(), definitions);
         let mut stream = ctx.model.provider.stream(&request);
+        let asked = std::time::Instant::now();
+        let mut usage_seen = (0, 0);
         let mut text = String::new();
         let mut requested = Vec::new();
         loop {
@@ -120,8 +122,17 @@ pub async fn run(
                 Some(Ok(LlmEvent::Usage(usage))) => {
                     counts.input_tokens += usage.input_tokens;
                     counts.output_tokens += usage.output_tokens;
+                    usage_seen = (usage.input_tokens, usage.output_tokens);
                 }
-                Some(Ok(LlmEvent::Done { .. })) => break,
+                Some(Ok(LlmEvent::Done { .. })) => {
+                    crate::metrics::llm_call(
+                        ctx.model.provider.name(),
+                        asked.elapsed(),
+                        usage_seen.0,
+                        usage_seen.1,
+                    );
+                    break;
+                }
                 Some(Err(LlmError::MalformedToolCall {
                     id, name, error, ..
                 })) => requested.push(Requested::Malformed { id, name, error }),

@@ -125,6 +125,7 @@ impl Run {
             sink.emit(Event::ToolEnd(answered)).await;
         }
 
+        let in_flight = crate::metrics::RunInFlight::start();
         let mut counts = Counts::default();
         let mut timed_out = false;
         let end = {
@@ -187,6 +188,7 @@ impl Run {
                 .issued,
         );
         self.finish(end, counts, started).await;
+        drop(in_flight);
     }
 
     /// Stores the outcome, frees the session, then sends the closing events.
@@ -223,6 +225,7 @@ impl Run {
             }
         };
         session.status = status;
+        crate::metrics::run_ended(status.as_str());
         // Every event still to come: the closing one (if any) and `Done`.
         session.next_seq = self.sink.next_seq().await + 1 + u64::from(closing.is_some());
         let durable = status == Status::Paused;

@@ -51,6 +51,7 @@ mod mcp_server;
 mod mcp_transport;
 mod mcp_validation;
 mod metadata;
+mod metrics;
 mod orchestration;
 mod policy_modes;
 mod rest_crud;

@@ -1,0 +1,275 @@
+//! Prometheus metrics every service shares: one process-wide registry each service registers
+//! its families in ([`register`]), the text encoding ([`render`]), the `/metrics` handler, and
+//! request metrics for gRPC servers ([`GrpcMetricsLayer`]) and HTTP routers ([`http_metrics`]).
+//!
+//! Request series (labels bounded: methods and route templates come from the service's own
+//! routes, never from a client's path):
+//! - `taskforce_grpc_server_requests_total{method, code}` and
+//!   `taskforce_grpc_server_request_duration_seconds{method}` (until the response headers: for a
+//!   server stream, the time to its start);
+//! - `taskforce_http_requests_total{route, method, code}` and
+//!   `taskforce_http_request_duration_seconds{route, method}`.
+
+use std::{
+    pin::Pin,
+    sync::{LazyLock, Mutex},
+    task::{Context, Poll},
+    time::Instant,
+};
+
+use axum::{
+    extract::{MatchedPath, Request},
+    http::header,
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
+use prometheus_client::{
+    encoding::{EncodeLabelSet, text::encode},
+    metrics::{
+        counter::Counter,
+        family::Family,
+        histogram::{Histogram, exponential_buckets},
+    },
+    registry::{Metric, Registry},
+};
+
+/// The process's registry.
+static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(|| Mutex::new(Registry::default()));
+
+fn registry() -> std::sync::MutexGuard<'static, Registry> {
+    REGISTRY
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Registers a metric family (the client appends `_total` to counters).
+pub fn register(name: &str, help: &str, metric: impl Metric) {
+    registry().register(name, help, metric);
+}
+
+/// Every registered metric in the Prometheus (OpenMetrics) text format.
+pub fn render() -> String {
+    let mut out = String::new();
+    if let Err(e) = encode(&mut out, &registry()) {
+        tracing::warn!(error = %e, "cannot encode metrics");
+    }
+    out
+}
+
+/// The answer of `GET /metrics` (a service's handler returns it).
+pub fn scrape() -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        render(),
+    )
+        .into_response()
+}
+
+/// Binds `addr` (empty: serves nothing) and serves `app` (a service's `/metrics` and friends)
+/// there until `stop` fires. A bind failure names the flag.
+pub async fn listen(
+    addr: &str,
+    app: axum::Router,
+    stop: tokio_util::sync::CancellationToken,
+) -> Result<Option<tokio::task::JoinHandle<()>>, String> {
+    let addr = addr.trim();
+    if addr.is_empty() {
+        return Ok(None);
+    }
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("--metrics-listen {addr}: {e}"))?;
+    tracing::info!(addr = ?listener.local_addr().ok(), "metrics listening");
+    Ok(Some(tokio::spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await;
+        if let Err(e) = served {
+            tracing::warn!(error = %e, "metrics listener failed");
+        }
+    })))
+}
+
+/// Latency buckets of requests: 0.1 ms … ~26 s.
+pub fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.0001, 4.0, 10))
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GrpcLabels {
+    method: String,
+    code: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MethodLabel {
+    method: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HttpLabels {
+    route: String,
+    method: String,
+    code: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    route: String,
+    method: String,
+}
+
+struct Requests {
+    grpc_total: Family<GrpcLabels, Counter>,
+    grpc_seconds: Family<MethodLabel, Histogram>,
+    http_total: Family<HttpLabels, Counter>,
+    http_seconds: Family<RouteLabels, Histogram>,
+}
+
+static REQUESTS: LazyLock<Requests> = LazyLock::new(|| {
+    let requests = Requests {
+        grpc_total: Family::default(),
+        grpc_seconds: Family::new_with_constructor(latency_histogram as fn() -> _),
+        http_total: Family::default(),
+        http_seconds: Family::new_with_constructor(latency_histogram as fn() -> _),
+    };
+    register(
+        "taskforce_grpc_server_requests",
+        "gRPC requests served, by method and status code",
+        requests.grpc_total.clone(),
+    );
+    register(
+        "taskforce_grpc_server_request_duration_seconds",
+        "Time from a gRPC request to its response headers",
+        requests.grpc_seconds.clone(),
+    );
+    register(
+        "taskforce_http_requests",
+        "HTTP requests served, by route template, method and status",
+        requests.http_total.clone(),
+    );
+    register(
+        "taskforce_http_request_duration_seconds",
+        "Time from an HTTP request to its response headers",
+        requests.http_seconds.clone(),
+    );
+    requests
+});
+
+/// Counts a gRPC request. `code` is the `grpc-status` of the response headers (a trailers-only
+/// error) or, when they have none, `0` (the status of a unary success and of a started stream).
+fn grpc_request(method: &str, code: &str, started: Instant) {
+    let requests = &*REQUESTS;
+    requests
+        .grpc_total
+        .get_or_create(&GrpcLabels {
+            method: method.to_owned(),
+            code: code.to_owned(),
+        })
+        .inc();
+    requests
+        .grpc_seconds
+        .get_or_create(&MethodLabel {
+            method: method.to_owned(),
+        })
+        .observe(started.elapsed().as_secs_f64());
+}
+
+/// A tower layer counting the requests of a tonic server (`Server::builder().layer(...)`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GrpcMetricsLayer;
+
+impl<S> tower::Layer<S> for GrpcMetricsLayer {
+    type Service = GrpcMetrics<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        GrpcMetrics { inner }
+    }
+}
+
+/// The service of [`GrpcMetricsLayer`].
+#[derive(Debug, Clone)]
+pub struct GrpcMetrics<S> {
+    inner: S,
+}
+
+impl<S, B, R> tower::Service<http::Request<B>> for GrpcMetrics<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<R>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let started = Instant::now();
+        // The path is `/package.Service/Method`; unknown ones answer UNIMPLEMENTED and are
+        // counted under one label, so a client cannot grow the series.
+        let method = request.uri().path().to_owned();
+        let future = self.inner.call(request);
+        Box::pin(async move {
+            let result = future.await;
+            if let Ok(response) = &result {
+                let code = response
+                    .headers()
+                    .get("grpc-status")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("0");
+                let method = if code == "12" { "unknown" } else { &method };
+                grpc_request(method, code, started);
+            }
+            result
+        })
+    }
+}
+
+/// Axum middleware counting HTTP requests by route template (`/api/v1/agents/{id}`); requests
+/// that match no route count as `unmatched`.
+pub async fn http_metrics(request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let method = request.method().as_str().to_owned();
+    let response = next.run(request).await;
+    let requests = &*REQUESTS;
+    requests
+        .http_total
+        .get_or_create(&HttpLabels {
+            route: route.clone(),
+            method: method.clone(),
+            code: response.status().as_u16().to_string(),
+        })
+        .inc();
+    requests
+        .http_seconds
+        .get_or_create(&RouteLabels { route, method })
+        .observe(started.elapsed().as_secs_f64());
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_counted_request_renders_with_its_method_and_code() {
+        grpc_request("/taskforce.v1.Executor/Execute", "0", Instant::now());
+        let text = render();
+        assert!(
+            text.contains(
+                r#"taskforce_grpc_server_requests_total{method="/taskforce.v1.Executor/Execute",code="0"} 1"#
+            ),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,193 @@
+//! `/metrics` on every service (issue #12), after a run through the gateway, parsed strictly
+//! with the reference OpenMetrics parser (PyPI `prometheus-client`): the gateway's HTTP
+//! requests by route template, both gRPC servers' requests by method and code, the executor's
+//! runs, model calls and tool calls, the registry's agents by source, sled size and reconcile
+//! age.
+
+use std::io::Write;
+
+use serde_json::{Value, json};
+use taskforce_tests::{Stack, StackOptions, mcp::free_port, paths};
+
+use crate::helpers::{RUN_TIMEOUT, SseReader, create_agent_with_tools};
+
+const SCRIPT: &str = r#"
+turns:
+  - tool_calls: [{name: file_read, arguments: {path: notes.txt}}]
+  - text: "It says hello."
+"#;
+
+/// One sample: name, labels, value.
+type Sample = (String, serde_json::Map<String, Value>, f64);
+
+/// Scrapes `url` and parses it with the reference parser.
+async fn scrape(stack: &Stack, url: &str) -> Vec<Sample> {
+    let reply = stack.http().get(url).send().await.expect("scrape");
+    assert_eq!(reply.status(), 200, "{url}");
+    let content_type = reply
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        content_type.starts_with("application/openmetrics-text"),
+        "{content_type}"
+    );
+    let text = reply.text().await.expect("text");
+    let mut parser = std::process::Command::new(paths::python().expect("venv"))
+        .arg(paths::workspace_root().join("tests/fixtures/parse_metrics.py"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("parser starts");
+    parser
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write");
+    let out = parser.wait_with_output().expect("parser ends");
+    assert!(
+        out.status.success(),
+        "{url} is not valid OpenMetrics: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let samples: Vec<(String, serde_json::Map<String, Value>, f64)> =
+        serde_json::from_slice(&out.stdout).expect("JSON");
+    samples
+}
+
+/// The value of the sample `name` whose labels include `labels`.
+fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    samples
+        .iter()
+        .find(|(n, l, _)| {
+            n == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| l.get(*k).and_then(Value::as_str) == Some(*v))
+        })
+        .map(|(_, _, v)| *v)
+}
+
+#[tokio::test]
+async fn every_service_serves_its_metrics_after_a_run() {
+    let registry_metrics = format!("127.0.0.1:{}", free_port().expect("port"));
+    let executor_metrics = format!("127.0.0.1:{}", free_port().expect("port"));
+    let stack = StackOptions::full()
+        .with_executor()
+        .registry_args(["--metrics-listen", registry_metrics.as_str()])
+        .executor_args(["--metrics-listen", executor_metrics.as_str()])
+        .llm_script(SCRIPT)
+        .spawn()
+        .await
+        .expect("stack starts");
+    create_agent_with_tools(&stack, "reader", &["file_read"]).await;
+    let workspace = stack.executor_workspace("reader");
+    std::fs::create_dir_all(&workspace).expect("workspace");
+    std::fs::write(workspace.join("notes.txt"), "hello").expect("notes");
+    let mut sse = SseReader::open(
+        &stack,
+        "/api/v1/execute/stream",
+        &json!({"agent_id": "reader", "mission": "What do the notes say?"}),
+    )
+    .await;
+    let events = sse.rest(RUN_TIMEOUT).await;
+    assert_eq!(
+        events[events.len() - 1].1["status"],
+        "completed",
+        "{events:?}"
+    );
+
+    let gateway = scrape(&stack, &stack.url("/metrics")).await;
+    let posted = [
+        ("route", "/api/v1/execute/stream"),
+        ("method", "POST"),
+        ("code", "200"),
+    ];
+    assert_eq!(
+        value(&gateway, "taskforce_http_requests_total", &posted),
+        Some(1.0)
+    );
+    assert!(
+        value(
+            &gateway,
+            "taskforce_http_requests_total",
+            &[("route", "/api/v1/agents")]
+        )
+        .is_some(),
+        "the create is counted under its route"
+    );
+    assert!(
+        value(
+            &gateway,
+            "taskforce_http_request_duration_seconds_count",
+            &[("route", "/api/v1/execute/stream")]
+        )
+        .is_some()
+    );
+
+    let executor = scrape(&stack, &format!("http://{executor_metrics}/metrics")).await;
+    let execute = [("method", "/taskforce.v1.Executor/Execute"), ("code", "0")];
+    assert_eq!(
+        value(&executor, "taskforce_grpc_server_requests_total", &execute),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &executor,
+            "taskforce_runs_total",
+            &[("status", "completed")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(value(&executor, "taskforce_runs_in_flight", &[]), Some(0.0));
+    assert_eq!(
+        value(
+            &executor,
+            "taskforce_llm_request_duration_seconds_count",
+            &[("provider", "scripted")]
+        ),
+        Some(2.0),
+        "two model calls"
+    );
+    assert_eq!(
+        value(
+            &executor,
+            "idp_tool_success_total",
+            &[("tool", "file_read")]
+        ),
+        Some(1.0)
+    );
+
+    let registry = scrape(&stack, &format!("http://{registry_metrics}/metrics")).await;
+    assert_eq!(
+        value(
+            &registry,
+            "taskforce_registry_agents",
+            &[("source", "custom")]
+        ),
+        Some(4.0),
+        "three samples and the new agent"
+    );
+    assert_eq!(
+        value(
+            &registry,
+            "taskforce_registry_agents",
+            &[("source", "profile")]
+        ),
+        Some(1.0)
+    );
+    assert!(value(&registry, "taskforce_registry_sled_bytes", &[]).is_some_and(|b| b > 0.0));
+    assert!(value(&registry, "taskforce_registry_reconcile_age_seconds", &[]).is_some());
+    let create = [
+        ("method", "/taskforce.v1.AgentRegistry/CreateAgent"),
+        ("code", "0"),
+    ];
+    assert_eq!(
+        value(&registry, "taskforce_grpc_server_requests_total", &create),
+        Some(1.0)
+    );
+}

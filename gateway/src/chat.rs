@@ -35,7 +35,7 @@ use crate::{
     execute::executor_error,
     extract::JsonBody,
     registry::AppState,
-    sse::{Dialect, frames, respond, sse_response},
+    sse::{Dialect, STOPPING, frames, respond, sse_response},
 };
 
 /// The response header carrying the conversation's thread id.
@@ -273,13 +273,28 @@ enum Opening {
     Answering(Vec<Event>, Box<Streaming<v1::RunEvent>>),
     /// It failed before sending anything the user would see.
     FailedEarly(String),
+    /// The gateway is stopping and the run had still shown nothing.
+    Stopped,
 }
 
 /// Reads a run until it has something to show, or fails first (then the rest is drained).
-async fn opening(mut events: Streaming<v1::RunEvent>, thread: &str) -> Opening {
+async fn opening(
+    mut events: Streaming<v1::RunEvent>,
+    thread: &str,
+    stop: &tokio_util::sync::CancellationToken,
+) -> Opening {
     let mut chat = Chat;
+    let stopped = async {
+        stop.cancelled().await;
+        tokio::time::sleep(crate::sse::STOP_GRACE).await;
+    };
+    tokio::pin!(stopped);
     loop {
-        match events.next().await {
+        let next = tokio::select! {
+            next = events.next() => next,
+            () = &mut stopped => return Opening::Stopped,
+        };
+        match next {
             Some(Ok(ev)) => {
                 if ev.frame_id.is_empty() {
                     match &ev.event {
@@ -388,17 +403,18 @@ async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
         other => other,
     };
     let response = match started {
-        Ok(events) if plain => respond(events.into_inner(), Chat),
-        Ok(events) => match opening(events.into_inner(), &thread).await {
+        Ok(events) if plain => respond(events.into_inner(), Chat, state.shutdown.clone()),
+        Ok(events) => match opening(events.into_inner(), &thread, &state.shutdown).await {
             Opening::Answering(first, rest) => {
-                let rest = frames(*rest, Chat);
+                let rest = frames(*rest, Chat, state.shutdown.clone());
                 sse_response(stream::iter(first).chain(rest), false)
             }
+            Opening::Stopped => failure(STOPPING),
             // The agent failed before it said anything: the plain LLM answers (seed 004 §3.4).
             Opening::FailedEarly(reason) => {
                 warn!(thread_id = %thread, reason = %reason, "the chat agent failed before answering; falling back to the plain LLM");
                 match executor.execute(request(true)).await {
-                    Ok(events) => respond(events.into_inner(), Chat),
+                    Ok(events) => respond(events.into_inner(), Chat, state.shutdown.clone()),
                     Err(status) => failure(&executor_error(status).0.message),
                 }
             }

@@ -377,7 +377,11 @@ pub async fn execute_stream(
         .await
         .map_err(executor_error)?
         .into_inner();
-    Ok(crate::sse::respond(events, crate::sse::Native))
+    Ok(crate::sse::respond(
+        events,
+        crate::sse::Native,
+        state.shutdown.clone(),
+    ))
 }
 
 /// Answer a paused session's question and stream the continued run (Server-Sent Events).
@@ -404,7 +408,11 @@ pub async fn answer(
         .await
         .map_err(executor_error)?
         .into_inner();
-    Ok(crate::sse::respond(events, crate::sse::Native))
+    Ok(crate::sse::respond(
+        events,
+        crate::sse::Native,
+        state.shutdown.clone(),
+    ))
 }
 
 /// Cancel the live run of a session.

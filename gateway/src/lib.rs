@@ -50,7 +50,7 @@ use taskforce_proto::error::ErrorKind;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower_http::{timeout::TimeoutLayer, trace::TraceLayer};
-use tracing::info;
+use tracing::{info, warn};
 
 pub use config::Config;
 pub use error::{GatewayError, RestError};
@@ -75,9 +75,18 @@ pub async fn run(
         // Small JSON answers must not wait for Nagle's algorithm.
         let _ = tcp.set_nodelay(true);
     });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await?;
+    let served =
+        axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    // Open streams end within their grace period; connections still open a little after that
+    // (a client that does not read) are dropped: a stop never waits on clients.
+    let grace = async {
+        shutdown.cancelled().await;
+        tokio::time::sleep(sse::STOP_GRACE * 2).await;
+    };
+    tokio::select! {
+        r = served => r?,
+        () = grace => warn!("connections still open after the grace period; closing them"),
+    }
     info!("gateway stopped");
     Ok(())
 }

@@ -7,7 +7,9 @@
 //!   `data:` lines, tool events as compact JSON, `event: end` + `data: [DONE]`, nothing else.
 //!
 //! The source reads the stream to its end after the run's last event (dropping it early resets
-//! the HTTP/2 stream, and h2 closes a connection after 1,024 resets).
+//! the HTTP/2 stream, and h2 closes a connection after 1,024 resets). When the gateway stops, a
+//! stream whose run has not ended within [`STOP_GRACE`] gets a final error in its dialect and
+//! ends (the executor then cancels the run, as for any client that leaves).
 
 use std::convert::Infallible;
 
@@ -17,7 +19,8 @@ use axum::response::{
 };
 use futures::{Stream, StreamExt, stream};
 use serde_json::json;
-use taskforce_proto::v1;
+use taskforce_proto::{error::ErrorKind, v1};
+use tokio_util::sync::CancellationToken;
 use tonic::Streaming;
 use tracing::debug;
 
@@ -29,6 +32,12 @@ use crate::{
 
 /// How long the end of a stream (its trailers, right after `done`) is awaited.
 const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How long open streams may go on after the gateway was told to stop.
+pub const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The final error of a stream the gateway's stop ended.
+pub const STOPPING: &str = "the gateway is shutting down; the run was stopped";
 
 /// How run events look on the wire.
 pub trait Dialect: Send + 'static {
@@ -79,33 +88,51 @@ pub async fn drain(mut events: Streaming<v1::RunEvent>) {
     }
 }
 
-/// The SSE events of `events` in `dialect`, ending after the run's last event.
+/// The SSE events of `events` in `dialect`, ending after the run's last event, or with a final
+/// error [`STOP_GRACE`] after `stop` fired.
 pub fn frames<D: Dialect>(
     events: Streaming<v1::RunEvent>,
     dialect: D,
+    stop: CancellationToken,
 ) -> impl Stream<Item = Event> + Send {
     // The state: the stream (absent once broken), the dialect, and whether the run ended.
-    stream::unfold(Some((Some(events), dialect, false)), |state| async move {
-        let (events, mut dialect, ended) = state?;
-        let mut events = events?;
-        if ended {
-            drain(events).await;
-            return None;
-        }
-        loop {
-            match events.next().await {
-                None => return None,
-                Some(Ok(ev)) => {
-                    let out = dialect.frames(&ev);
-                    let ended = ends_run(&ev);
-                    if out.is_empty() && !ended {
-                        continue;
+    stream::unfold(Some((Some(events), dialect, false)), move |state| {
+        let stop = stop.clone();
+        async move {
+            let (events, mut dialect, ended) = state?;
+            let mut events = events?;
+            if ended {
+                drain(events).await;
+                return None;
+            }
+            let stopped = async {
+                stop.cancelled().await;
+                tokio::time::sleep(STOP_GRACE).await;
+            };
+            tokio::pin!(stopped);
+            loop {
+                let next = tokio::select! {
+                    next = events.next() => next,
+                    () = &mut stopped => {
+                        let out =
+                            dialect.broken(RestError::new(ErrorKind::Unavailable, STOPPING));
+                        return Some((out, Some((None, dialect, true))));
                     }
-                    return Some((out, Some((Some(events), dialect, ended))));
-                }
-                Some(Err(status)) => {
-                    let out = dialect.broken(executor_error(status));
-                    return Some((out, Some((None, dialect, true))));
+                };
+                match next {
+                    None => return None,
+                    Some(Ok(ev)) => {
+                        let out = dialect.frames(&ev);
+                        let ended = ends_run(&ev);
+                        if out.is_empty() && !ended {
+                            continue;
+                        }
+                        return Some((out, Some((Some(events), dialect, ended))));
+                    }
+                    Some(Err(status)) => {
+                        let out = dialect.broken(executor_error(status));
+                        return Some((out, Some((None, dialect, true))));
+                    }
                 }
             }
         }
@@ -114,9 +141,13 @@ pub fn frames<D: Dialect>(
 }
 
 /// The response streaming `events` in `dialect`.
-pub fn respond<D: Dialect>(events: Streaming<v1::RunEvent>, dialect: D) -> Response {
+pub fn respond<D: Dialect>(
+    events: Streaming<v1::RunEvent>,
+    dialect: D,
+    stop: CancellationToken,
+) -> Response {
     let keep_alive = dialect.keep_alive();
-    sse_response(frames(events, dialect), keep_alive)
+    sse_response(frames(events, dialect, stop), keep_alive)
 }
 
 /// An SSE response of `frames`.

@@ -374,6 +374,25 @@ impl Stack {
         Ok(())
     }
 
+    /// Stops the gateway with SIGTERM; an error (after a SIGKILL) when it does not exit cleanly
+    /// within 30 s.
+    pub async fn stop_gateway(&mut self) -> anyhow::Result<()> {
+        let Some(mut child) = self.gateway.take() else {
+            return Ok(());
+        };
+        match child.terminate(STARTUP_TIMEOUT).await? {
+            Some(status) if status.success() => Ok(()),
+            Some(status) => bail!(
+                "the gateway exited with {status} on SIGTERM\n{}",
+                self.logs()
+            ),
+            None => bail!(
+                "the gateway did not exit within {STARTUP_TIMEOUT:?} of SIGTERM (killed)\n{}",
+                self.logs()
+            ),
+        }
+    }
+
     /// Stops the registry with SIGTERM; an error when it does not exit cleanly within 30 s.
     pub async fn stop(&mut self) -> anyhow::Result<()> {
         self.stop_within(STARTUP_TIMEOUT).await

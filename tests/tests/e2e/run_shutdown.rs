@@ -174,3 +174,71 @@ async fn sigkill_mid_run_leaves_a_session_the_next_start_marks_failed() {
     }
     assert_serves(&stack).await;
 }
+
+/// A model that takes a minute to answer.
+const SLOW: &str = "turns:\n  - delay_ms: 60000\n    text: late\n";
+
+#[tokio::test]
+async fn sigterm_on_the_gateway_ends_open_streams_with_a_final_event_in_each_dialect() {
+    let mut stack = StackOptions::full()
+        .with_executor()
+        .gateway_args(["--chat-agent", "dev"])
+        .llm_script(SLOW)
+        .spawn()
+        .await
+        .expect("stack starts");
+    let mut native = crate::helpers::SseReader::open(
+        &stack,
+        "/api/v1/execute/stream",
+        &serde_json::json!({"mission": "Take your time", "profile": "dev"}),
+    )
+    .await;
+    native.until("run_started", RUN_TIMEOUT).await;
+    // The chat endpoint answers once the run shows something: its request is still open.
+    let chat = stack
+        .http()
+        .post(stack.url("/ai/agent/stream"))
+        .json(&serde_json::json!({"prompt": "take your time"}))
+        .send();
+    let chat = tokio::spawn(async move {
+        let response = chat.await.expect("the chat stream opens");
+        assert_eq!(response.status(), 200);
+        response.text().await.expect("the chat stream ends")
+    });
+    // Both runs are under way (the chat run's start is in the executor's log).
+    let log = stack.executor_log();
+    let started = taskforce_tests::wait::eventually(
+        RUN_TIMEOUT,
+        std::time::Duration::from_millis(20),
+        || async {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            (text.matches("run starting").count() >= 2).then_some(())
+        },
+    )
+    .await;
+    assert!(started.is_some(), "{}", stack.logs());
+
+    let stopping = std::time::Instant::now();
+    let (stopped, rest, chat_text) =
+        tokio::join!(stack.stop_gateway(), native.rest(RUN_TIMEOUT), async {
+            chat.await.expect("the chat client")
+        });
+    stopped.expect("the gateway exits cleanly on SIGTERM");
+    assert!(
+        stopping.elapsed() < std::time::Duration::from_secs(30),
+        "streams do not hold the stop for the run's minute"
+    );
+    let (name, last) = rest.last().expect("a final event");
+    assert_eq!(name, "error", "{rest:?}");
+    assert_eq!(last["code"], "UNAVAILABLE");
+    assert!(
+        last["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("shutting down")),
+        "{last}"
+    );
+    assert_eq!(
+        chat_text,
+        "data: ⚠️ the gateway is shutting down; the run was stopped\n\nevent: end\ndata: [DONE]\n\n"
+    );
+}

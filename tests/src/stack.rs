@@ -377,17 +377,29 @@ impl Stack {
     /// Stops the gateway with SIGTERM; an error (after a SIGKILL) when it does not exit cleanly
     /// within 30 s.
     pub async fn stop_gateway(&mut self) -> anyhow::Result<()> {
-        let Some(mut child) = self.gateway.take() else {
+        let child = self.gateway.take();
+        self.terminate(child, "gateway", STARTUP_TIMEOUT).await
+    }
+
+    /// Stops `child` with SIGTERM; an error (after a SIGKILL) when it does not exit cleanly
+    /// within `grace`.
+    pub(crate) async fn terminate(
+        &self,
+        child: Option<ChildProcess>,
+        name: &str,
+        grace: Duration,
+    ) -> anyhow::Result<()> {
+        let Some(mut child) = child else {
             return Ok(());
         };
-        match child.terminate(STARTUP_TIMEOUT).await? {
+        match child.terminate(grace).await? {
             Some(status) if status.success() => Ok(()),
             Some(status) => bail!(
-                "the gateway exited with {status} on SIGTERM\n{}",
+                "the {name} exited with {status} on SIGTERM\n{}",
                 self.logs()
             ),
             None => bail!(
-                "the gateway did not exit within {STARTUP_TIMEOUT:?} of SIGTERM (killed)\n{}",
+                "the {name} did not exit within {grace:?} of SIGTERM (killed)\n{}",
                 self.logs()
             ),
         }
@@ -401,20 +413,8 @@ impl Stack {
     /// Stops the registry with SIGTERM; an error (after a SIGKILL) when it does not exit
     /// cleanly within `grace`.
     pub async fn stop_within(&mut self, grace: Duration) -> anyhow::Result<()> {
-        let Some(mut child) = self.registry.take() else {
-            return Ok(());
-        };
-        match child.terminate(grace).await? {
-            Some(status) if status.success() => Ok(()),
-            Some(status) => bail!(
-                "the registry exited with {status} on SIGTERM\n{}",
-                self.logs()
-            ),
-            None => bail!(
-                "the registry did not exit within {grace:?} of SIGTERM (killed)\n{}",
-                self.logs()
-            ),
-        }
+        let child = self.registry.take();
+        self.terminate(child, "registry", grace).await
     }
 
     /// Starts the registry again over the same config and data dirs (stopping it first with

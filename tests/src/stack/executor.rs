@@ -129,20 +129,8 @@ impl Stack {
     /// Stops the executor with SIGTERM; an error (after a SIGKILL) when it does not exit cleanly
     /// within 30 s.
     pub async fn stop_executor(&mut self) -> anyhow::Result<()> {
-        let Some(mut child) = self.executor.take() else {
-            return Ok(());
-        };
-        match child.terminate(STARTUP_TIMEOUT).await? {
-            Some(status) if status.success() => Ok(()),
-            Some(status) => bail!(
-                "the executor exited with {status} on SIGTERM\n{}",
-                self.logs()
-            ),
-            None => bail!(
-                "the executor did not exit within {STARTUP_TIMEOUT:?} of SIGTERM (killed)\n{}",
-                self.logs()
-            ),
-        }
+        let child = self.executor.take();
+        self.terminate(child, "executor", STARTUP_TIMEOUT).await
     }
 
     /// Starts the executor again over the same data dir (stopping it first with SIGTERM if it

@@ -73,27 +73,43 @@ impl From<ApiError> for RestError {
 }
 
 impl From<tonic::Status> for RestError {
-    /// Decodes the registry's rich status. 5xx causes are logged here and replaced by a short
-    /// message, so the body says little and the log says everything.
+    /// Decodes the registry's rich status (see [`RestError::from_upstream`]).
     fn from(status: tonic::Status) -> Self {
-        let api = ApiError::from_status(&status);
+        Self::from_upstream(status, "registry")
+    }
+}
+
+impl RestError {
+    /// Decodes a rich status of `service` (`registry`, `executor`). 5xx causes are logged here
+    /// and replaced by a short message naming the service, so the body says little and the log
+    /// says everything. RESOURCE_EXHAUSTED without Taskforce details is the HTTP/2 connection
+    /// giving up (a GOAWAY with ENHANCE_YOUR_CALM, flow control), not a body that was too large
+    /// (the services say that with details): it is `unavailable`.
+    pub fn from_upstream(status: tonic::Status, service: &str) -> Self {
+        let mut api = ApiError::from_status(&status);
+        if status.code() == tonic::Code::ResourceExhausted && status.details().is_empty() {
+            api.kind = ErrorKind::Unavailable;
+        }
         match api.kind {
             ErrorKind::Unavailable => {
-                warn!(code = ?status.code(), error = %cause(&status), "registry unavailable");
+                warn!(code = ?status.code(), error = %cause(&status), "{service} unavailable");
                 Self::new(
                     ErrorKind::Unavailable,
-                    "the registry is unavailable; try again later",
+                    format!("the {service} is unavailable; try again later"),
                 )
             }
             ErrorKind::Timeout => {
-                warn!(code = ?status.code(), error = %cause(&status), "registry call timed out");
-                Self::new(ErrorKind::Timeout, "the registry did not answer in time")
+                warn!(code = ?status.code(), error = %cause(&status), "{service} call timed out");
+                Self::new(
+                    ErrorKind::Timeout,
+                    format!("the {service} did not answer in time"),
+                )
             }
             ErrorKind::Internal => {
-                error!(code = ?status.code(), error = %cause(&status), "registry call failed");
+                error!(code = ?status.code(), error = %cause(&status), "{service} call failed");
                 Self::new(
                     ErrorKind::Internal,
-                    "internal error; see the gateway and registry logs",
+                    format!("internal error; see the gateway and {service} logs"),
                 )
             }
             ErrorKind::InvalidArgument

@@ -20,14 +20,14 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use taskforce_proto::{
-    error::{ApiError, ErrorKind},
+    error::ApiError,
     v1::{self, run_event::Event as Ev},
 };
-use tracing::{error, instrument, warn};
+use tracing::{error, instrument};
 use utoipa::ToSchema;
 
 use crate::{
-    error::{RestError, cause},
+    error::RestError,
     events::{PlanJson, QuestionItemJson, plan_json, question_items},
     extract::JsonBody,
     openapi::ErrorBody,
@@ -198,45 +198,7 @@ pub struct SessionPlanJson {
 
 /// The REST error for an executor status: like the registry's, but naming the executor.
 pub fn executor_error(status: tonic::Status) -> RestError {
-    let mut api = ApiError::from_status(&status);
-    // RESOURCE_EXHAUSTED without Taskforce details is the HTTP/2 connection giving up (a GOAWAY
-    // with ENHANCE_YOUR_CALM, flow control), not a body that was too large: the executor says
-    // `invalid_argument` for those, with details.
-    if status.code() == tonic::Code::ResourceExhausted && status.details().is_empty() {
-        api.kind = ErrorKind::Unavailable;
-    }
-    match api.kind {
-        ErrorKind::Unavailable => {
-            warn!(code = ?status.code(), error = %cause(&status), "executor unavailable");
-            RestError::new(
-                ErrorKind::Unavailable,
-                "the executor is unavailable; try again later",
-            )
-        }
-        ErrorKind::Timeout => {
-            warn!(code = ?status.code(), error = %cause(&status), "executor call timed out");
-            RestError::new(ErrorKind::Timeout, "the executor did not answer in time")
-        }
-        ErrorKind::Internal => {
-            error!(code = ?status.code(), error = %cause(&status), "executor call failed");
-            RestError::new(
-                ErrorKind::Internal,
-                "internal error; see the gateway and executor logs",
-            )
-        }
-        ErrorKind::InvalidArgument
-        | ErrorKind::InvalidTools
-        | ErrorKind::InvalidMcpTools
-        | ErrorKind::InvalidMcpConfig
-        | ErrorKind::InvalidSubagents
-        | ErrorKind::NotFound
-        | ErrorKind::AlreadyExists
-        | ErrorKind::VersionConflict
-        | ErrorKind::ReadOnly
-        | ErrorKind::SessionConflict
-        | ErrorKind::PayloadTooLarge
-        | ErrorKind::MethodNotAllowed => RestError(api),
-    }
+    RestError::from_upstream(status, "executor")
 }
 
 /// The lower-case name of a run status.

@@ -284,11 +284,7 @@ async fn opening(
     stop: &tokio_util::sync::CancellationToken,
 ) -> Opening {
     let mut chat = Chat;
-    let stopped = async {
-        stop.cancelled().await;
-        tokio::time::sleep(crate::sse::STOP_GRACE).await;
-    };
-    tokio::pin!(stopped);
+    let mut stopped = crate::sse::stopping(stop);
     loop {
         let next = tokio::select! {
             next = events.next() => next,

@@ -11,7 +11,7 @@
 //! stream whose run has not ended within [`STOP_GRACE`] gets a final error in its dialect and
 //! ends (the executor then cancels the run, as for any client that leaves).
 
-use std::convert::Infallible;
+use std::{convert::Infallible, future::Future, pin::Pin};
 
 use axum::response::{
     IntoResponse, Response,
@@ -88,6 +88,16 @@ pub async fn drain(mut events: Streaming<v1::RunEvent>) {
     }
 }
 
+/// A future that completes [`STOP_GRACE`] after `stop` fired: made once per stream, so waiting
+/// for the stop costs nothing per event.
+pub fn stopping(stop: &CancellationToken) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+    let stop = stop.clone();
+    Box::pin(async move {
+        stop.cancelled_owned().await;
+        tokio::time::sleep(STOP_GRACE).await;
+    })
+}
+
 /// The SSE events of `events` in `dialect`, ending after the run's last event, or with a final
 /// error [`STOP_GRACE`] after `stop` fired.
 pub fn frames<D: Dialect>(
@@ -95,44 +105,37 @@ pub fn frames<D: Dialect>(
     dialect: D,
     stop: CancellationToken,
 ) -> impl Stream<Item = Event> + Send {
-    // The state: the stream (absent once broken), the dialect, and whether the run ended.
-    stream::unfold(Some((Some(events), dialect, false)), move |state| {
-        let stop = stop.clone();
-        async move {
-            let (events, mut dialect, ended) = state?;
-            let mut events = events?;
-            if ended {
-                drain(events).await;
-                return None;
-            }
-            let stopped = async {
-                stop.cancelled().await;
-                tokio::time::sleep(STOP_GRACE).await;
+    // The state: the stream (absent once broken), the dialect, whether the run ended, and the
+    // gateway's stop.
+    let state = (Some(events), dialect, false, stopping(&stop));
+    stream::unfold(Some(state), |state| async move {
+        let (events, mut dialect, ended, mut stopped) = state?;
+        let mut events = events?;
+        if ended {
+            drain(events).await;
+            return None;
+        }
+        loop {
+            let next = tokio::select! {
+                next = events.next() => next,
+                () = &mut stopped => {
+                    let out = dialect.broken(RestError::new(ErrorKind::Unavailable, STOPPING));
+                    return Some((out, Some((None, dialect, true, stopped))));
+                }
             };
-            tokio::pin!(stopped);
-            loop {
-                let next = tokio::select! {
-                    next = events.next() => next,
-                    () = &mut stopped => {
-                        let out =
-                            dialect.broken(RestError::new(ErrorKind::Unavailable, STOPPING));
-                        return Some((out, Some((None, dialect, true))));
+            match next {
+                None => return None,
+                Some(Ok(ev)) => {
+                    let out = dialect.frames(&ev);
+                    let ended = ends_run(&ev);
+                    if out.is_empty() && !ended {
+                        continue;
                     }
-                };
-                match next {
-                    None => return None,
-                    Some(Ok(ev)) => {
-                        let out = dialect.frames(&ev);
-                        let ended = ends_run(&ev);
-                        if out.is_empty() && !ended {
-                            continue;
-                        }
-                        return Some((out, Some((Some(events), dialect, ended))));
-                    }
-                    Some(Err(status)) => {
-                        let out = dialect.broken(executor_error(status));
-                        return Some((out, Some((None, dialect, true))));
-                    }
+                    return Some((out, Some((Some(events), dialect, ended, stopped))));
+                }
+                Some(Err(status)) => {
+                    let out = dialect.broken(executor_error(status));
+                    return Some((out, Some((None, dialect, true, stopped))));
                 }
             }
         }

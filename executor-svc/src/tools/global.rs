@@ -16,7 +16,7 @@
 use std::{
     collections::{BTreeMap, HashMap},
     path::Path,
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
@@ -226,13 +226,27 @@ pub struct Health {
     pub ever_up: bool,
 }
 
-/// One global server and its supervisor's view of it.
+impl Health {
+    /// A server not connected yet.
+    pub fn connecting(strict_read_only: bool) -> Self {
+        Self {
+            state: "connecting",
+            tools: Vec::new(),
+            error: None,
+            checked_at_ms: None,
+            reconnects: 0,
+            strict_read_only,
+            ever_up: false,
+        }
+    }
+}
+
+/// One global server and how often it is checked (its health lives in the server).
 #[derive(Debug)]
 struct Supervised {
     name: String,
     server: Arc<Server>,
     interval: Duration,
-    health: Mutex<Health>,
 }
 
 /// The executor's global servers.
@@ -255,15 +269,6 @@ impl GlobalServers {
                         .health_interval_ms
                         .filter(|ms| *ms > 0)
                         .map_or(settings.health_interval, Duration::from_millis),
-                    health: Mutex::new(Health {
-                        state: "connecting",
-                        tools: Vec::new(),
-                        error: None,
-                        checked_at_ms: None,
-                        reconnects: 0,
-                        strict_read_only: entry.strict_read_only,
-                        ever_up: false,
-                    }),
                 };
                 (name.clone(), Arc::new(supervised))
             })
@@ -285,7 +290,7 @@ impl GlobalServers {
     pub fn health(&self) -> BTreeMap<String, Health> {
         self.servers
             .iter()
-            .map(|(name, s)| (name.clone(), lock(&s.health).clone()))
+            .filter_map(|(name, s)| Some((name.clone(), s.server.with_health(|h| h.clone())?)))
             .collect()
     }
 
@@ -303,12 +308,6 @@ impl GlobalServers {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -318,7 +317,17 @@ fn now_ms() -> u64 {
 impl Supervised {
     /// Records a connection attempt or check; returns whether the server is up.
     fn record(&self, result: Result<Vec<String>, String>, connected: bool) -> bool {
-        let mut health = lock(&self.health);
+        self.server
+            .with_health(|health| self.note(health, result, connected))
+            .unwrap_or(false)
+    }
+
+    fn note(
+        &self,
+        health: &mut Health,
+        result: Result<Vec<String>, String>,
+        connected: bool,
+    ) -> bool {
         let was = health.state;
         health.checked_at_ms = Some(now_ms());
         let up = match result {
@@ -371,10 +380,7 @@ impl Supervised {
                     }
                 } else {
                     // The process exited between checks.
-                    up = self.record(
-                        Err("the server's connection closed (the process exited?)".to_owned()),
-                        false,
-                    );
+                    up = self.record(Err(super::mcp::CONNECTION_CLOSED.to_owned()), false);
                 }
                 !up
             } else {

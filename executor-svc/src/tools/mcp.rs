@@ -33,7 +33,7 @@ use tracing::{info, warn};
 
 use super::{
     Tool, ToolContext, ToolError, ToolOutcome,
-    global::{GlobalServers, GlobalSettings},
+    global::{GlobalServers, GlobalSettings, Health},
 };
 use crate::llm::ToolDefinition;
 
@@ -96,8 +96,8 @@ struct Global {
     name: String,
     /// Every call is checked as in `readOnly`, whatever the run's mode.
     strict_read_only: bool,
-    /// Why it is not connected, when it is not.
-    down: Mutex<Option<String>>,
+    /// Its state as its supervisor last saw it (runs are told why it is down).
+    health: Mutex<Health>,
 }
 
 #[derive(Debug)]
@@ -165,7 +165,7 @@ impl McpPool {
             global: Some(Global {
                 name: name.to_owned(),
                 strict_read_only,
-                down: Mutex::new(Some("not connected yet".to_owned())),
+                health: Mutex::new(Health::connecting(strict_read_only)),
             }),
             config: config.clone(),
             label: name.to_owned(),
@@ -247,9 +247,10 @@ impl Server {
             if let Some(conn) = self.current().await {
                 return Ok(conn);
             }
-            let why = lock(&global.down)
+            let why = lock(&global.health)
+                .error
                 .clone()
-                .unwrap_or_else(|| "its connection closed".to_owned());
+                .unwrap_or_else(|| "not connected yet".to_owned());
             return Err(ConnectError::Protocol(format!(
                 "the global MCP server `{}` is not connected ({why}); the executor reconnects it in the background",
                 global.name
@@ -289,17 +290,15 @@ impl Server {
     /// Connects (a global server's supervisor): the slot is locked only to swap the new
     /// connection in, so runs are not held up by a slow start. Returns the tools' names.
     pub(crate) async fn establish(&self) -> Result<Vec<String>, ConnectError> {
-        let result = mcp_client::connect_and_list(&self.config, self.timeouts.connect).await;
-        let (client, tools) = self.note(result)?;
+        let (client, tools) =
+            mcp_client::connect_and_list(&self.config, self.timeouts.connect).await?;
         let names = tools.iter().map(|t| t.name.clone()).collect();
         let old = self
             .conn
             .lock()
             .await
             .replace(Arc::new(Connection { client, tools }));
-        if let Some(old) = old.and_then(|c| Arc::try_unwrap(c).ok()) {
-            let _ = tokio::time::timeout(Duration::from_secs(2), old.client.cancel()).await;
-        }
+        hang_up(old).await;
         Ok(names)
     }
 
@@ -307,9 +306,7 @@ impl Server {
     /// failed check drops the connection. Returns the tools' names.
     pub(crate) async fn check(&self) -> Result<Vec<String>, ConnectError> {
         let Some(conn) = self.current().await else {
-            return self.note(Err(ConnectError::Protocol(
-                "the server's connection closed (the process exited?)".to_owned(),
-            )));
+            return Err(ConnectError::Protocol(CONNECTION_CLOSED.to_owned()));
         };
         let listed =
             match tokio::time::timeout(self.timeouts.connect, mcp_client::list_tools(&conn.client))
@@ -321,24 +318,19 @@ impl Server {
         if listed.is_err() {
             self.forget(&conn).await;
         }
-        self.note(listed)
-            .map(|tools| tools.into_iter().map(|t| t.name).collect())
+        listed.map(|tools| tools.into_iter().map(|t| t.name).collect())
     }
 
-    /// Remembers why a global server is down (or that it is up).
-    fn note<T>(&self, result: Result<T, ConnectError>) -> Result<T, ConnectError> {
-        if let Some(global) = &self.global {
-            *lock(&global.down) = result.as_ref().err().map(ToString::to_string);
-        }
-        result
+    /// A global server's health, changed by `f` (its supervisor records each check); `None`
+    /// for an agent's own server.
+    pub(crate) fn with_health<R>(&self, f: impl FnOnce(&mut Health) -> R) -> Option<R> {
+        self.global.as_ref().map(|g| f(&mut lock(&g.health)))
     }
 
     /// Hangs up the connection, if any.
     pub(crate) async fn disconnect(&self) {
         let conn = self.conn.lock().await.take();
-        if let Some(conn) = conn.and_then(|c| Arc::try_unwrap(c).ok()) {
-            let _ = tokio::time::timeout(Duration::from_secs(2), conn.client.cancel()).await;
-        }
+        hang_up(conn).await;
     }
 
     fn touch(&self) {
@@ -460,6 +452,17 @@ impl Tool for McpTool {
                 }
             }
         })
+    }
+}
+
+/// Why a global server is down when its process went away between checks.
+pub(crate) const CONNECTION_CLOSED: &str = "the server's connection closed (the process exited?)";
+
+/// Closes `conn` (stdio servers are killed with their process group) unless a call still holds
+/// it, in which case it closes when that call lets go.
+async fn hang_up(conn: Option<Arc<Connection>>) {
+    if let Some(conn) = conn.and_then(|c| Arc::try_unwrap(c).ok()) {
+        let _ = tokio::time::timeout(Duration::from_secs(2), conn.client.cancel()).await;
     }
 }
 

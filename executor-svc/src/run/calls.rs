@@ -170,6 +170,7 @@ async fn run_one(
     };
     let subagent = subagent_of(ctx, tools, requested);
     let patch_ops = patch_ops_of(requested, subagent.is_some(), &content);
+    let tool = tools.get(name);
     audit::log(audit::Record {
         agent_id: &ctx.agent.agent_id,
         session_id: &ctx.session_id,
@@ -180,17 +181,13 @@ async fn run_one(
         patch_ops: patch_ops.as_deref(),
         input: &input,
         outcome: audit_outcome,
-        mode: effective_mode(ctx, tools.get(name)).map(policy::Mode::as_str),
+        mode: effective_mode(ctx, tool).map(policy::Mode::as_str),
         output: &content,
         duration,
     });
     // Labels only from what this agent really has: a model's made-up names must not grow the
     // metric's series.
-    let label = if tools.contains_key(name) {
-        name
-    } else {
-        "unknown"
-    };
+    let label = if tool.is_some() { name } else { "unknown" };
     crate::metrics::tool_call(label, subagent.as_deref(), audit_outcome, duration);
     Finished {
         call_id: call_id.to_owned(),

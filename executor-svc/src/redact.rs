@@ -113,14 +113,7 @@ impl RedactConfig {
 
     /// [`RedactConfig::from_env`] over any lookup (tests).
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Self {
-        let on = |key: &str| {
-            get(key).is_none_or(|v| {
-                !matches!(
-                    v.trim().to_ascii_lowercase().as_str(),
-                    "0" | "false" | "no" | "off"
-                )
-            })
-        };
+        let on = |key: &str| taskforce_runtime::switch_on(get(key).as_deref(), true);
         let extra = get("AGENT_REDACT_PATTERNS").map_or_else(Vec::new, |v| {
             v.split(PATTERN_SEPARATOR)
                 .map(str::trim)

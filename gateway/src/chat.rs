@@ -69,10 +69,7 @@ impl ChatSettings {
             ),
             agent: config.chat_agent.clone(),
             default_mode: config.agent_default_mode.clone(),
-            tools_enabled: !matches!(
-                config.agent_enable.trim().to_ascii_lowercase().as_str(),
-                "0" | "false" | "no" | "off"
-            ),
+            tools_enabled: taskforce_runtime::switch_on(Some(&config.agent_enable), true),
         }
     }
 }

@@ -28,6 +28,15 @@ pub fn init_tracing() {
     }
 }
 
+/// Whether an environment switch is on: `0`, `false`, `no`, `off` (any case) turn it off;
+/// unset or empty is `default`.
+pub fn switch_on(value: Option<&str>, default: bool) -> bool {
+    match value.map(|v| v.trim().to_ascii_lowercase()) {
+        Some(v) if !v.is_empty() => !matches!(v.as_str(), "0" | "false" | "no" | "off"),
+        _ => default,
+    }
+}
+
 /// Binds `addr` and, when `addr_file` is given, writes the bound address there (so scripts and
 /// tests can ask for port 0 and learn the port).
 pub async fn bind(addr: SocketAddr, addr_file: Option<&Path>) -> std::io::Result<TcpListener> {

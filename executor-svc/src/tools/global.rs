@@ -23,6 +23,7 @@ use std::{
 use futures::future::join_all;
 use serde::{Deserialize, Serialize};
 use taskforce_proto::v1;
+use taskforce_runtime::switch_on;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -89,14 +90,6 @@ pub struct GlobalSettings {
     pub servers: BTreeMap<String, ServerEntry>,
     /// The interval of servers without their own.
     pub health_interval: Duration,
-}
-
-/// Whether an environment switch is on (`0`, `false`, `no`, `off` turn it off).
-pub fn switch_on(value: Option<&str>, default: bool) -> bool {
-    match value.map(|v| v.trim().to_ascii_lowercase()) {
-        Some(v) if !v.is_empty() => !matches!(v.as_str(), "0" | "false" | "no" | "off"),
-        _ => default,
-    }
 }
 
 impl GlobalSettings {

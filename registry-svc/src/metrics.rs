@@ -5,12 +5,9 @@
 //! `taskforce_registry_reconcile_age_seconds` (time since the last full reconcile succeeded:
 //! the most the cache can lag behind files whose change events were lost).
 
-use std::{
-    sync::{
-        Arc, LazyLock,
-        atomic::{AtomicU64, Ordering},
-    },
-    time::{SystemTime, UNIX_EPOCH},
+use std::sync::{
+    Arc, LazyLock,
+    atomic::{AtomicU64, Ordering},
 };
 
 use axum::{Router, extract::State, response::IntoResponse, routing::get};
@@ -18,6 +15,8 @@ use prometheus_client::{
     encoding::EncodeLabelSet,
     metrics::{family::Family, gauge::Gauge},
 };
+
+use taskforce_runtime::now_ms;
 
 use crate::store::Store;
 
@@ -59,12 +58,6 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
 
 /// Unix milliseconds of the last successful full reconcile (0: none yet).
 static LAST_RECONCILE_MS: AtomicU64 = AtomicU64::new(0);
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
 
 /// Notes a successful full reconcile.
 pub fn reconciled() {

@@ -19,6 +19,7 @@ use taskforce_proto::{
     ids,
     v1::{self, AgentSource, agent_change::Kind as ChangeKind},
 };
+use taskforce_runtime::now_ms;
 use tokio::sync::broadcast;
 use tracing::warn;
 
@@ -590,12 +591,6 @@ struct RuntimeFacts {
     busy_until_ms: u64,
     #[serde(default)]
     last_task: String,
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// Parses and validates one file into an `Agent`, or says why it cannot be served.

@@ -28,6 +28,13 @@ pub fn init_tracing() {
     }
 }
 
+/// Milliseconds since the Unix epoch (0 if the clock is before it).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// Whether an environment switch is on: `0`, `false`, `no`, `off` (any case) turn it off;
 /// unset or empty is `default`.
 pub fn switch_on(value: Option<&str>, default: bool) -> bool {

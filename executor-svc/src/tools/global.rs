@@ -17,13 +17,13 @@ use std::{
     collections::{BTreeMap, HashMap},
     path::Path,
     sync::Arc,
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::Duration,
 };
 
 use futures::future::join_all;
 use serde::{Deserialize, Serialize};
 use taskforce_proto::v1;
-use taskforce_runtime::switch_on;
+use taskforce_runtime::{now_ms, switch_on};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -299,12 +299,6 @@ impl GlobalServers {
             s.server.disconnect().await;
         }
     }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 impl Supervised {

@@ -169,19 +169,12 @@ impl ServerEntry {
     }
 
     fn check(&self) -> Result<(), String> {
-        match self.kind.as_str() {
-            "stdio" if self.command.trim().is_empty() => Err("type stdio needs a command".into()),
-            "http" | "sse"
-                if !self.url.starts_with("http://") && !self.url.starts_with("https://") =>
-            {
-                Err(format!(
-                    "type {} needs an http(s) url, got {:?}",
-                    self.kind, self.url
-                ))
-            }
-            "stdio" | "http" | "sse" => Ok(()),
-            other => Err(format!("type must be stdio, http or sse, got {other:?}")),
+        if self.kind == "global" {
+            return Err(
+                "type must be stdio, http or sse (this file defines global servers)".into(),
+            );
         }
+        taskforce_proto::mcp_config::validate(&self.config())
     }
 
     fn config(&self) -> v1::McpServer {

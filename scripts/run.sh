@@ -32,7 +32,7 @@ trap 'exit 130' INT TERM
 "$bin/registry-svc" --listen "127.0.0.1:$reg_port" --config-dir "$configs" --data-dir "$data/registry" &
 pids+=($!)
 "$bin/executor-svc" --listen "127.0.0.1:$ex_port" --registry-url "http://127.0.0.1:$reg_port" \
-  --data-dir "$data/executor" --config-dir "$configs" --llm-config "$configs/llm_config.yaml" \
+  --data-dir "$data/executor" --llm-config "$configs/llm_config.yaml" \
   --global-mcp-config "$configs/mcp/global.yaml" &
 pids+=($!)
 "$bin/gateway" --listen "127.0.0.1:$gw_port" --registry-url "http://127.0.0.1:$reg_port" \

@@ -51,7 +51,8 @@ impl AgentDef {
                     version: agent.version.clone(),
                     system_prompt: custom_prompt(spec),
                     tools: spec.tool_allowlist.clone(),
-                    workspace: (!spec.workspace.is_empty()).then(|| PathBuf::from(&spec.workspace)),
+                    workspace: (!custom.workspace_path.is_empty())
+                        .then(|| PathBuf::from(&custom.workspace_path)),
                     mcp_servers: spec.mcp_servers.clone(),
                     mcp_tools: Some(spec.mcp_tool_allowlist.clone()),
                     subagents: spec.subagents.clone(),

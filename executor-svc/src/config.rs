@@ -27,10 +27,6 @@ pub struct Config {
         default_value = ".tf-data/executor"
     )]
     pub data_dir: PathBuf,
-    /// The registry's config directory: relative agent workspaces are resolved against it, as
-    /// the registry does.
-    #[arg(long, env = "TASKFORCE_CONFIG_DIR", default_value = "configs")]
-    pub config_dir: PathBuf,
     /// LLM providers and model aliases (a missing file means "scripted only").
     #[arg(
         long,
@@ -117,9 +113,26 @@ pub struct Config {
     )]
     pub global_mcp_config: PathBuf,
 
+    /// This executor's name among several behind one gateway (e.g. its Kubernetes pod name):
+    /// the session ids it mints are `<instance>_<uuid>`, so the gateway sends a session's
+    /// answer, cancel and lookup to its owner. Unset: plain UUIDs (one executor).
+    #[arg(long, env = "TASKFORCE_EXECUTOR_INSTANCE", value_parser = instance_name)]
+    pub instance: Option<String>,
+
     /// Time limit of one registry call, in milliseconds.
     #[arg(long, env = "TASKFORCE_REGISTRY_TIMEOUT_MS", default_value_t = 5000)]
     pub registry_timeout_ms: u64,
+}
+
+fn instance_name(text: &str) -> Result<String, String> {
+    if taskforce_proto::ids::is_instance_name(text) {
+        Ok(text.to_owned())
+    } else {
+        Err(format!(
+            "`{text}` is not an instance name: 1-{} lowercase letters, digits and `-`, starting with a letter or digit",
+            taskforce_proto::ids::MAX_INSTANCE_LEN
+        ))
+    }
 }
 
 impl Config {

@@ -159,7 +159,7 @@ pub async fn run_with(
         max_duration: config.run_budget(),
         tool_limits: config.tool_limits(),
         workspaces: config.data_dir.join("workspaces"),
-        config_dir: config.config_dir.clone(),
+        instance: config.instance.clone(),
         delegation: config.delegation_limits(),
         policy: policy::Policy::new(&policy::PolicyConfig::from_env()),
         memory_messages: config.memory_messages,

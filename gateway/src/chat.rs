@@ -338,7 +338,7 @@ async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
         Some(_) => {
             return failure("`threadId` must be 1-128 letters, digits, `-` or `_`");
         }
-        None => uuid::Uuid::new_v4().to_string(),
+        None => state.executors.new_session_id(),
     };
     if body.prompt.trim().is_empty() {
         return with_thread(failure("the prompt is empty"), &thread);
@@ -376,7 +376,10 @@ async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
         confirmations: confirmations.clone(),
         ..Default::default()
     };
-    let mut executor = state.executor.clone();
+    let mut executor = match state.executors.for_session(&thread) {
+        Ok(executor) => executor,
+        Err(e) => return with_thread(failure(&e.0.message), &thread),
+    };
     let started = match executor.execute(request(plain)).await {
         // A conversation waiting on a question: the prompt answers it.
         Err(status) if awaits_answer(&status) => {

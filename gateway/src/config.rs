@@ -33,8 +33,10 @@ pub struct Config {
     /// answers 503) while the registry is not up yet.
     #[arg(long, env = "TASKFORCE_REGISTRY_URL", default_value = DEFAULT_REGISTRY_URL)]
     pub registry_url: String,
-    /// The executor's gRPC endpoint (`/api/v1/execute`, sessions). Connected lazily like the
-    /// registry's, so the gateway starts while the executor is not up yet.
+    /// The executors' gRPC endpoints (`/api/v1/execute`, sessions): one URL; or several
+    /// comma-separated `NAME=URL` entries, each NAME the executor's `--instance` (new runs take
+    /// turns, a session's calls go to the executor its id names); or empty for none (runs get
+    /// 503). Connected lazily like the registry's, so the gateway starts while they are not up.
     #[arg(long, env = "TASKFORCE_EXECUTOR_URL", default_value = DEFAULT_EXECUTOR_URL)]
     pub executor_url: String,
     /// Write the bound address to this file once listening (for tests and scripts using port 0).
@@ -116,10 +118,11 @@ impl Default for Config {
 }
 
 impl Config {
-    /// The defaults, talking to the registry at `registry_url`.
+    /// The defaults, talking to the registry at `registry_url`, without an executor.
     pub fn with_registry(registry_url: impl Into<String>) -> Self {
         Self {
             registry_url: registry_url.into(),
+            executor_url: String::new(),
             ..Self::default()
         }
     }

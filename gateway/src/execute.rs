@@ -196,6 +196,38 @@ pub struct SessionPlanJson {
     pub plan: PlanJson,
 }
 
+/// Answer of `GET /api/v1/sessions/{session_id}`: where a session stands.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SessionJson {
+    /// The session.
+    pub session_id: String,
+    /// The agent it runs.
+    pub agent_id: String,
+    /// `running`, `completed`, `paused`, `failed` or `cancelled`.
+    pub status: String,
+    /// The mission of the latest run.
+    pub mission: String,
+    /// The final answer of the latest completed run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub final_answer: Option<String>,
+    /// The question a paused session waits on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub question: Option<QuestionJson>,
+    /// The model alias it runs on (absent: the default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// RFC 3339.
+    pub created_at: String,
+    /// RFC 3339.
+    pub updated_at: String,
+    /// Messages of its conversation.
+    pub messages: usize,
+    /// Events so far.
+    pub events: u64,
+    /// Its todo plan.
+    pub plan: PlanJson,
+}
+
 /// The REST error for an executor status: like the registry's, but naming the executor.
 pub fn executor_error(status: tonic::Status) -> RestError {
     RestError::from_upstream(status, "executor")
@@ -253,10 +285,10 @@ pub async fn execute(
     State(state): State<AppState>,
     JsonBody(body): JsonBody<ExecuteBody>,
 ) -> Result<Json<ExecuteResultJson>, RestError> {
-    let req = execute_request(body)?;
+    let mut req = execute_request(body)?;
     let mut events = state
-        .executor
-        .clone()
+        .executors
+        .for_run(&mut req)?
         .execute(req)
         .await
         .map_err(executor_error)?
@@ -331,10 +363,10 @@ pub async fn execute_stream(
     State(state): State<AppState>,
     JsonBody(body): JsonBody<ExecuteBody>,
 ) -> Result<Response, RestError> {
-    let req = execute_request(body)?;
+    let mut req = execute_request(body)?;
     let events = state
-        .executor
-        .clone()
+        .executors
+        .for_run(&mut req)?
         .execute(req)
         .await
         .map_err(executor_error)?
@@ -364,8 +396,8 @@ pub async fn answer(
 ) -> Result<Response, RestError> {
     let req = answer_request(session_id, body)?;
     let events = state
-        .executor
-        .clone()
+        .executors
+        .for_session(&req.session_id)?
         .answer(req)
         .await
         .map_err(executor_error)?
@@ -391,14 +423,56 @@ pub async fn cancel(
     Path(session_id): Path<String>,
 ) -> Result<Json<CancelJson>, RestError> {
     let res = state
-        .executor
-        .clone()
+        .executors
+        .for_session(&session_id)?
         .cancel(state.request(v1::CancelRequest { session_id }))
         .await
         .map_err(executor_error)?
         .into_inner();
     Ok(Json(CancelJson {
         cancelled: res.cancelled,
+    }))
+}
+
+/// Where a session stands: status, mission, final answer or pending question, plan.
+#[utoipa::path(get, path = "/api/v1/sessions/{session_id}", tag = "execution",
+    params(("session_id" = String, Path, description = "The session")),
+    responses(
+        (status = 200, description = "The session", body = SessionJson),
+        (status = 400, description = "Invalid session id", body = ErrorBody),
+        (status = 404, description = "`not_found`: unknown session", body = ErrorBody),
+        (status = 503, description = "`unavailable`: the executor is down", body = ErrorBody),
+        (status = 504, description = "`timeout`", body = ErrorBody)))]
+#[instrument(level = "debug", skip_all, fields(session_id = %session_id))]
+pub async fn get_session(
+    State(state): State<AppState>,
+    Path(session_id): Path<String>,
+) -> Result<Json<SessionJson>, RestError> {
+    let s = state
+        .executors
+        .for_session(&session_id)?
+        .get_session(state.request(v1::GetSessionRequest { session_id }))
+        .await
+        .map_err(executor_error)?
+        .into_inner();
+    let non_empty = |v: String| (!v.is_empty()).then_some(v);
+    Ok(Json(SessionJson {
+        status: status_name(s.status).to_owned(),
+        question: s.pending_question.map(|q| QuestionJson {
+            call_id: q.call_id,
+            question: q.question,
+            items: question_items(&q.items),
+        }),
+        final_answer: non_empty(s.final_answer),
+        model: non_empty(s.model),
+        messages: s.messages.len(),
+        events: s.next_seq,
+        plan: plan_json(&s.plan.unwrap_or_default()),
+        session_id: s.session_id,
+        agent_id: s.agent_id,
+        mission: s.mission,
+        created_at: s.created_at,
+        updated_at: s.updated_at,
     }))
 }
 
@@ -417,8 +491,8 @@ pub async fn get_plan(
     Path(session_id): Path<String>,
 ) -> Result<Json<SessionPlanJson>, RestError> {
     let plan = state
-        .executor
-        .clone()
+        .executors
+        .for_session(&session_id)?
         .get_plan(state.request(v1::GetPlanRequest {
             session_id: session_id.clone(),
         }))

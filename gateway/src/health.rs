@@ -1,4 +1,5 @@
-//! `/healthz` (the process is up) and `/readyz` (the registry answers `grpc.health.v1` SERVING).
+//! `/healthz` (the process is up) and `/readyz` (the registry and every executor answer
+//! `grpc.health.v1` SERVING).
 
 use std::time::Duration;
 
@@ -8,8 +9,14 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use serde::Serialize;
-use taskforce_proto::{error::ErrorKind, v1::agent_registry_server::SERVICE_NAME};
-use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus};
+use taskforce_proto::{
+    error::ErrorKind,
+    v1::{agent_registry_server::SERVICE_NAME, executor_server::SERVICE_NAME as EXECUTOR_SERVICE},
+};
+use tonic::transport::Channel;
+use tonic_health::pb::{
+    HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
+};
 use tracing::warn;
 use utoipa::ToSchema;
 
@@ -19,7 +26,7 @@ use crate::{
     registry::AppState,
 };
 
-/// How long `/readyz` waits for the registry's health answer.
+/// How long `/readyz` waits for each health answer.
 const READY_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Body of the probes.
@@ -37,39 +44,69 @@ pub async fn healthz() -> Json<StatusJson> {
     Json(StatusJson { status: "ok" })
 }
 
-/// Readiness: the registry answers its gRPC health check with SERVING.
+/// Readiness: the registry and every executor answer their gRPC health checks with SERVING.
 #[utoipa::path(get, path = "/readyz", tag = "ops",
     responses(
         (status = 200, description = "Ready", body = StatusJson, example = json!({"status": "ready"})),
-        (status = 503, description = "`unavailable`: the registry is down or not serving, or the gateway is stopping", body = ErrorBody)))]
+        (status = 503, description = "`unavailable`: the registry or an executor is down or not serving (the message names which), or the gateway is stopping", body = ErrorBody)))]
 pub async fn readyz(State(state): State<AppState>) -> Response {
     if state.shutdown.is_cancelled() {
         return RestError::new(ErrorKind::Unavailable, "the gateway is shutting down")
             .into_response();
     }
+    let registry = check(
+        state.health.clone(),
+        SERVICE_NAME,
+        "the registry".to_owned(),
+    );
+    let executors = futures::future::join_all(state.executors.all().iter().map(|r| {
+        let who = match &r.name {
+            Some(name) => format!("the executor `{name}` ({})", r.url),
+            None => format!("the executor ({})", r.url),
+        };
+        check(r.health.clone(), EXECUTOR_SERVICE, who)
+    }));
+    let (registry, executors) = tokio::join!(registry, executors);
+    let problems: Vec<String> = std::iter::once(registry)
+        .chain(executors)
+        .filter_map(Result::err)
+        .collect();
+    if problems.is_empty() {
+        Json(StatusJson { status: "ready" }).into_response()
+    } else {
+        RestError::new(ErrorKind::Unavailable, problems.join("; ")).into_response()
+    }
+}
+
+/// Asks `who`'s health service about `service`; `Err` says what is wrong.
+async fn check(
+    mut health: HealthClient<Channel>,
+    service: &str,
+    who: String,
+) -> Result<(), String> {
     let mut req = tonic::Request::new(HealthCheckRequest {
-        service: SERVICE_NAME.to_owned(),
+        service: service.to_owned(),
     });
     req.set_timeout(READY_TIMEOUT);
-    let unready = match tokio::time::timeout(READY_TIMEOUT, state.health.clone().check(req)).await {
+    match tokio::time::timeout(READY_TIMEOUT, health.check(req)).await {
         Ok(Ok(res)) => match res.into_inner().status() {
-            ServingStatus::Serving => return Json(StatusJson { status: "ready" }).into_response(),
-            other => format!(
-                "the registry is not serving (status {})",
+            ServingStatus::Serving => Ok(()),
+            other => Err(format!(
+                "{who} is not serving (status {})",
                 other.as_str_name()
-            ),
+            )),
         },
         Ok(Err(status)) => {
-            warn!(code = ?status.code(), error = %cause(&status), "registry health check failed");
-            "the registry is not reachable".to_owned()
+            warn!(service, code = ?status.code(), error = %cause(&status), "health check failed");
+            Err(format!("{who} is not reachable"))
         }
         Err(_) => {
             warn!(
+                service,
                 timeout_ms = READY_TIMEOUT.as_millis(),
-                "registry health check timed out"
+                "health check timed out"
             );
-            "the registry did not answer its health check in time".to_owned()
+            Err(format!("{who} did not answer its health check in time"))
         }
-    };
-    RestError::new(ErrorKind::Unavailable, unready).into_response()
+    }
 }

@@ -29,6 +29,7 @@ pub mod config;
 pub mod error;
 pub mod events;
 pub mod execute;
+pub mod executors;
 pub mod extract;
 pub mod health;
 pub mod mcp;
@@ -116,6 +117,7 @@ pub fn router(state: AppState, config: &Config) -> Router {
             get(metadata::get_agent_metadata),
         )
         .route("/api/v1/diagnostics", get(tools::list_diagnostics))
+        .route("/api/v1/sessions/{session_id}", get(execute::get_session))
         .route(
             "/api/v1/sessions/{session_id}/cancel",
             post(execute::cancel),

@@ -68,6 +68,7 @@ pub struct FieldViolation {
         execute::execute,
         execute::execute_stream,
         execute::answer,
+        execute::get_session,
         execute::cancel,
         execute::get_plan,
         chat::agent_stream,

@@ -3,9 +3,7 @@
 use std::time::Duration;
 
 use axum::body::Bytes;
-use taskforce_proto::v1::{
-    agent_registry_client::AgentRegistryClient, executor_client::ExecutorClient,
-};
+use taskforce_proto::v1::agent_registry_client::AgentRegistryClient;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Channel, Endpoint};
 use tonic_health::pb::health_client::HealthClient;
@@ -20,15 +18,15 @@ const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest registry answer accepted (a full page of 1000 agents with long prompts is several MiB;
 /// tonic's default of 4 MiB is too tight).
-const MAX_DECODING_BYTES: usize = 64 * 1024 * 1024;
+pub(crate) const MAX_DECODING_BYTES: usize = 64 * 1024 * 1024;
 
 /// What every handler needs; cloning it clones a few reference counts.
 #[derive(Clone)]
 pub struct AppState {
     /// The registry's `taskforce.v1.AgentRegistry` client over the shared channel.
     pub registry: AgentRegistryClient<Channel>,
-    /// The executor's `taskforce.v1.Executor` client over its own lazy channel.
-    pub executor: ExecutorClient<Channel>,
+    /// The executors (`--executor-url`), each over its own lazy channel.
+    pub executors: crate::executors::Executors,
     /// The registry's `grpc.health.v1.Health` client over the same channel.
     pub health: HealthClient<Channel>,
     /// `--max-body-bytes`, for the 413 message.
@@ -48,14 +46,10 @@ impl AppState {
     /// The state for `config`, with a lazily connected channel: no I/O happens here.
     pub fn new(config: &Config, shutdown: CancellationToken) -> Result<Self, GatewayError> {
         let channel = lazy_channel(&config.registry_url)?;
-        let executor = lazy_channel(&config.executor_url).map_err(|e| match e {
-            GatewayError::RegistryUrl { url, source } => GatewayError::ExecutorUrl { url, source },
-            other => other,
-        })?;
         Ok(Self {
             registry: AgentRegistryClient::new(channel.clone())
                 .max_decoding_message_size(MAX_DECODING_BYTES),
-            executor: ExecutorClient::new(executor).max_decoding_message_size(MAX_DECODING_BYTES),
+            executors: crate::executors::Executors::parse(&config.executor_url)?,
             health: HealthClient::new(channel),
             max_body_bytes: config.max_body_bytes,
             grpc_timeout: config.request_timeout(),

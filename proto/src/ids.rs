@@ -49,9 +49,59 @@ pub fn is_session_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
+/// Longest executor instance name.
+pub const MAX_INSTANCE_LEN: usize = 40;
+
+/// Whether `name` may name an executor instance (the owner part of the session ids it mints):
+/// 1-40 lowercase ASCII letters, digits and `-`, starting with a letter or digit, as a
+/// Kubernetes pod name of a StatefulSet is.
+pub fn is_instance_name(name: &str) -> bool {
+    (1..=MAX_INSTANCE_LEN).contains(&name.len())
+        && name
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphanumeric())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// A new session id owned by `owner` (an instance name): `<owner>_<unique>`, or `unique` alone
+/// when there is no owner. `unique` must not contain `_` (a UUID does not).
+pub fn owned_session_id(owner: Option<&str>, unique: &str) -> String {
+    match owner {
+        Some(owner) => format!("{owner}_{unique}"),
+        None => unique.to_owned(),
+    }
+}
+
+/// The instance that owns session `id`, when the id says so (see [`owned_session_id`]): the
+/// part before the first `_`, if it is an instance name. Ids chosen by clients may carry none.
+pub fn session_owner(id: &str) -> Option<&str> {
+    id.split_once('_')
+        .map(|(owner, _)| owner)
+        .filter(|owner| is_instance_name(owner))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn session_ids_name_their_owner() {
+        let id = owned_session_id(Some("executor-1"), "3f2a");
+        assert_eq!(id, "executor-1_3f2a");
+        assert!(is_session_id(&id));
+        assert_eq!(session_owner(&id), Some("executor-1"));
+        assert_eq!(owned_session_id(None, "3f2a"), "3f2a");
+        for unowned in ["3f2a-77", "Big_thread", "_x", "a.b_c"] {
+            assert_eq!(session_owner(unowned), None, "{unowned}");
+        }
+        assert!(is_instance_name("executor-0") && is_instance_name("0x"));
+        for bad in ["", "-a", "A", "a_b", "a.b", &"a".repeat(41)] {
+            assert!(!is_instance_name(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn session_ids_are_short_plain_words() {

@@ -108,6 +108,8 @@ pub fn custom_to_proto(id: &str, version: String, f: &CustomAgentFile) -> v1::Ag
             created_at: f.created_at.clone().unwrap_or_default(),
             updated_at: f.updated_at.clone().unwrap_or_default(),
             workspace_id: f.workspace_id_or_derived(id),
+            // Resolved when served (it depends on where the config directory is).
+            workspace_path: String::new(),
         })),
         status: v1::AgentStatus::Idle.into(),
         last_task: String::new(),

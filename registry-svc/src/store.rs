@@ -405,8 +405,17 @@ impl Store {
         Ok(())
     }
 
-    /// Fills in status and last task from the runtime facts.
+    /// Fills in what is not in the cache: status and last task from the runtime facts, and
+    /// the resolved workspace path (from the config directory this registry serves).
     fn with_runtime(&self, mut agent: v1::Agent) -> v1::Agent {
+        if let Some(v1::agent::Kind::Custom(custom)) = &mut agent.kind
+            && let Some(ws) = custom.spec.as_ref().map(|s| s.workspace.as_str())
+            && !ws.is_empty()
+        {
+            custom.workspace_path = definition::resolve_workspace(&self.root, ws)
+                .to_string_lossy()
+                .into_owned();
+        }
         if let Some(facts) = self.facts_of(&agent.agent_id) {
             let busy = facts.busy_until_ms > now_ms();
             agent.status = if busy {

@@ -66,6 +66,9 @@ pub struct StackOptions {
     /// registry would read it as a profile), which `TASKFORCE_LLM_SCRIPT` then names: the script
     /// every scripted provider of the executor replays.
     pub llm_script_yaml: Option<String>,
+    /// Instance names of several executors (see [`StackOptions::executors`]); empty: one
+    /// unnamed executor.
+    pub executor_names: Vec<String>,
 }
 
 impl Default for StackOptions {
@@ -86,6 +89,7 @@ impl Default for StackOptions {
             llm_config_yaml: None,
             global_mcp_yaml: None,
             llm_script_yaml: None,
+            executor_names: Vec::new(),
         }
     }
 }
@@ -197,6 +201,7 @@ pub struct Stack {
     gateway_addr: Option<SocketAddr>,
     executor: Option<ChildProcess>,
     executor_addr: Option<SocketAddr>,
+    more_executors: Vec<executor::MoreExecutor>,
     http: reqwest::Client,
 }
 
@@ -248,6 +253,7 @@ impl Stack {
             gateway_addr: None,
             executor: None,
             executor_addr: None,
+            more_executors: Vec::new(),
             http,
         };
         stack.start_registry(None).await?;
@@ -346,6 +352,14 @@ impl Stack {
         if self.opts.executor {
             out.push('\n');
             out.push_str(&log_tail("executor-svc", &self.executor_log(), 80));
+        }
+        for name in self.opts.executor_names.iter().skip(1) {
+            out.push('\n');
+            out.push_str(&log_tail(
+                &format!("executor-svc {name}"),
+                &self.executor_log_of(name),
+                80,
+            ));
         }
         if self.opts.gateway {
             out.push('\n');
@@ -521,9 +535,10 @@ impl Stack {
         if let Some(n) = self.opts.max_body_bytes {
             cmd.arg("--max-body-bytes").arg(n.to_string());
         }
-        if let Some(addr) = self.executor_addr {
-            cmd.arg("--executor-url").arg(format!("http://{addr}"));
-        }
+        // A stack without an executor says so: runs get 503 and `/readyz` checks only the
+        // registry.
+        cmd.arg("--executor-url")
+            .arg(self.executor_urls().unwrap_or_default());
         cmd.args(&self.opts.gateway_args);
         let mut child = ChildProcess::spawn("gateway", cmd, &self.gateway_log())?;
         let addr = wait_for_addr_file(&mut child, &addr_file, STARTUP_TIMEOUT).await?;
@@ -559,6 +574,11 @@ impl Drop for Stack {
         }
         if let Some(mut e) = self.executor.take() {
             let _ = e.kill9();
+        }
+        for more in &mut self.more_executors {
+            if let Some(mut e) = more.child.take() {
+                let _ = e.kill9();
+            }
         }
         if let Some(mut r) = self.registry.take() {
             // SIGKILL, not SIGTERM: a graceful stop waits for clients to close their HTTP/2

@@ -262,14 +262,13 @@ impl Run {
     }
 }
 
-/// Where an agent's tools work: its definition's workspace (relative to the config directory),
-/// else `<workspaces>/<agent_id>`. Created by the first tool that works in it.
+/// Where an agent's tools work: its definition's workspace as the registry resolved it, else
+/// `<workspaces>/<agent_id>`. Created by the first tool that works in it.
 pub(super) fn workspace_for(runner: &Runner, agent: &AgentDef) -> PathBuf {
-    match &agent.workspace {
-        Some(path) if path.is_relative() => runner.budgets.config_dir.join(path),
-        Some(path) => path.clone(),
-        None => runner.budgets.workspaces.join(&agent.agent_id),
-    }
+    agent
+        .workspace
+        .clone()
+        .unwrap_or_else(|| runner.budgets.workspaces.join(&agent.agent_id))
 }
 
 /// The frame's tools: the native tools of its allowlist the executor has (others are skipped,

@@ -50,9 +50,8 @@ pub struct Budgets {
     pub tool_limits: Limits,
     /// Workspace of agents whose definition names none: `<this>/<agent_id>`.
     pub workspaces: PathBuf,
-    /// What a relative `workspace` in a definition is relative to: the registry's config
-    /// directory, so both services mean the same directory.
-    pub config_dir: PathBuf,
+    /// This executor's instance name, the owner part of the session ids it mints.
+    pub instance: Option<String>,
     /// Sub-agent delegations.
     pub delegation: DelegationLimits,
     /// The policy every tool call passes (what a run's mode allows).

@@ -51,9 +51,12 @@ impl Runner {
         if let Some(id) = &session_id {
             check_session_id(id)?;
         }
-        let id = session_id
-            .clone()
-            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let id = session_id.clone().unwrap_or_else(|| {
+            taskforce_proto::ids::owned_session_id(
+                self.budgets.instance.as_deref(),
+                &uuid::Uuid::new_v4().to_string(),
+            )
+        });
         let model_name = non_empty(request.model);
         let mode = match non_empty(request.mode) {
             None => None,

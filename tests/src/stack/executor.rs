@@ -80,6 +80,18 @@ impl StackOptions {
         self
     }
 
+    /// Runs several executors with these instance names (`--instance`) behind the gateway, which
+    /// lists them as `NAME=URL`; the first is the one [`Stack::executor`] talks to.
+    pub fn executors<I, S>(mut self, names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.executor = true;
+        self.executor_names = names.into_iter().map(Into::into).collect();
+        self
+    }
+
     /// Sets the content of `<config>/llm_config.yaml`.
     pub fn llm_config(mut self, yaml: impl Into<String>) -> Self {
         self.llm_config_yaml = Some(yaml.into());
@@ -158,12 +170,103 @@ impl Stack {
 
     /// Starts `executor-svc` over the stack's registry and config dir, with its sessions in the
     /// temp dir and the stack's `llm_config.yaml` (the sample one runs offline on the scripted
-    /// provider), and waits until its health says SERVING.
+    /// provider), and waits until its health says SERVING. With [`StackOptions::executors`] it
+    /// is the first named executor, and the others start too.
     pub(super) async fn start_executor(
         &mut self,
         port_of: Option<SocketAddr>,
     ) -> anyhow::Result<()> {
-        let addr_file = self.root.join("executor.addr");
+        let first = self.opts.executor_names.first().cloned();
+        let (child, addr) = self.spawn_executor(first.as_deref(), true, port_of).await?;
+        self.executor = Some(child);
+        self.executor_addr = Some(addr);
+        if self.more_executors.is_empty() {
+            for name in self.opts.executor_names.clone().iter().skip(1) {
+                let (child, addr) = self.spawn_executor(Some(name), false, None).await?;
+                self.more_executors.push(MoreExecutor {
+                    name: name.clone(),
+                    child: Some(child),
+                    addr,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The executors as the gateway's `--executor-url` lists them.
+    pub(super) fn executor_urls(&self) -> Option<String> {
+        let first = self.executor_addr?;
+        let Some(name) = self.opts.executor_names.first() else {
+            return Some(format!("http://{first}"));
+        };
+        let mut urls = format!("{name}=http://{first}");
+        for more in &self.more_executors {
+            urls.push_str(&format!(",{}=http://{}", more.name, more.addr));
+        }
+        Some(urls)
+    }
+
+    /// The address of executor `name` (see [`StackOptions::executors`]).
+    pub fn executor_addr_of(&self, name: &str) -> Option<SocketAddr> {
+        if self.opts.executor_names.first().is_some_and(|n| n == name) {
+            return self.executor_addr;
+        }
+        self.more_executors
+            .iter()
+            .find(|m| m.name == name)
+            .map(|m| m.addr)
+    }
+
+    /// The data dir of executor `name` (the first one's is [`Stack::executor_data_dir`]).
+    pub fn executor_data_dir_of(&self, name: &str) -> PathBuf {
+        if self.opts.executor_names.first().is_some_and(|n| n == name) {
+            self.executor_data_dir()
+        } else {
+            self.root.join("data").join(format!("executor-{name}"))
+        }
+    }
+
+    /// The log file of executor `name` (see [`StackOptions::executors`]).
+    pub fn executor_log_of(&self, name: &str) -> PathBuf {
+        if self.opts.executor_names.first().is_some_and(|n| n == name) {
+            self.executor_log()
+        } else {
+            self.root.join(format!("executor-{name}.log"))
+        }
+    }
+
+    /// Restarts executor `name` (SIGTERM, then the same data dir and port); the first one
+    /// restarts like [`Stack::restart_executor`].
+    pub async fn restart_executor_of(&mut self, name: &str) -> anyhow::Result<()> {
+        let Some(i) = self.more_executors.iter().position(|m| m.name == name) else {
+            return self.restart_executor().await;
+        };
+        let child = self.more_executors[i].child.take();
+        self.terminate(child, "executor", STARTUP_TIMEOUT).await?;
+        let addr = self.more_executors[i].addr;
+        let (child, _) = self.spawn_executor(Some(name), false, Some(addr)).await?;
+        self.more_executors[i].child = Some(child);
+        Ok(())
+    }
+
+    async fn spawn_executor(
+        &self,
+        name: Option<&str>,
+        first: bool,
+        port_of: Option<SocketAddr>,
+    ) -> anyhow::Result<(ChildProcess, SocketAddr)> {
+        let (addr_file, data_dir, log) = match name {
+            Some(name) if !first => (
+                self.root.join(format!("executor-{name}.addr")),
+                self.executor_data_dir_of(name),
+                self.executor_log_of(name),
+            ),
+            _ => (
+                self.root.join("executor.addr"),
+                self.executor_data_dir(),
+                self.executor_log(),
+            ),
+        };
         let _ = std::fs::remove_file(&addr_file);
         let listen = port_of.map_or_else(|| "127.0.0.1:0".to_owned(), |a| a.to_string());
         let mut cmd = Command::new(paths::binary("executor-svc")?);
@@ -174,13 +277,14 @@ impl Stack {
             .arg("--registry-url")
             .arg(format!("http://{}", self.registry_addr))
             .arg("--data-dir")
-            .arg(self.executor_data_dir())
-            .arg("--config-dir")
-            .arg(&self.config_dir)
+            .arg(data_dir)
             .arg("--llm-config")
             .arg(self.config_dir.join("llm_config.yaml"))
             .arg("--global-mcp-config")
             .arg(self.config_dir.join("mcp").join("global.yaml"));
+        if let Some(name) = name {
+            cmd.arg("--instance").arg(name);
+        }
         // Many executors run at once: each serves its metrics on a port of its own, unless the
         // test names one.
         if !self
@@ -205,13 +309,18 @@ impl Stack {
             cmd.env_remove(var);
         }
         cmd.envs(self.opts.executor_env.iter().map(|(k, v)| (k, v)));
-        let mut child = ChildProcess::spawn("executor-svc", cmd, &self.executor_log())?;
+        let mut child = ChildProcess::spawn("executor-svc", cmd, &log)?;
         let addr = wait_for_addr_file(&mut child, &addr_file, STARTUP_TIMEOUT).await?;
         wait_serving(&mut child, addr).await?;
-        self.executor = Some(child);
-        self.executor_addr = Some(addr);
-        Ok(())
+        Ok((child, addr))
     }
+}
+
+/// An executor besides the first (see [`StackOptions::executors`]).
+pub(super) struct MoreExecutor {
+    name: String,
+    pub(super) child: Option<ChildProcess>,
+    addr: SocketAddr,
 }
 
 /// Waits until the executor's health says SERVING (its session store is open).

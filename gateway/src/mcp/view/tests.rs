@@ -18,6 +18,7 @@ fn custom(project: &str, status: v1::AgentStatus, workspace: &str) -> v1::Agent 
             workspace_id: "e4f24826-22c4-4492-b6a7-f4ee0c6e1efd".into(),
             created_at: "2025-11-12T08:41:59Z".into(),
             updated_at: "2025-11-12T09:00:00Z".into(),
+            ..Default::default()
         })),
         status: status as i32,
         last_task: String::new(),

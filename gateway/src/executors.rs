@@ -1,0 +1,255 @@
+//! The executors behind the gateway (`--executor-url`): one, several, or none, and which one a
+//! session belongs to.
+//!
+//! Several executors are named (`NAME=URL`, the names their `--instance` flags give them). A
+//! new run goes to the next executor in turn, with a session id the gateway mints as
+//! `<name>_<uuid>` ([`taskforce_proto::ids::owned_session_id`]); every later call about that
+//! session (answer, cancel, lookup, plan, the next chat turn) goes to the executor its id
+//! names, also after that executor restarted. A session id chosen by a client names no owner:
+//! it goes to the executor that rendezvous hashing of the id picks, the same one every time as
+//! long as the list of names is the same.
+
+use std::sync::{
+    Arc,
+    atomic::{AtomicUsize, Ordering},
+};
+
+use taskforce_proto::{
+    error::ErrorKind,
+    ids,
+    v1::{ExecuteRequest, executor_client::ExecutorClient},
+};
+use tonic::transport::Channel;
+use tonic_health::pb::health_client::HealthClient;
+
+use crate::{
+    error::{GatewayError, RestError},
+    registry::{MAX_DECODING_BYTES, lazy_channel},
+};
+
+/// One executor.
+#[derive(Clone)]
+pub struct Replica {
+    /// Its instance name (`None` for a single unnamed executor).
+    pub name: Option<String>,
+    /// Its URL, as configured.
+    pub url: String,
+    /// Its `taskforce.v1.Executor` client.
+    pub client: ExecutorClient<Channel>,
+    /// Its `grpc.health.v1.Health` client over the same channel.
+    pub health: HealthClient<Channel>,
+}
+
+/// The configured executors; cloning clones reference counts.
+#[derive(Clone)]
+pub struct Executors {
+    replicas: Arc<[Replica]>,
+    next: Arc<AtomicUsize>,
+}
+
+impl Executors {
+    /// Parses `--executor-url`: empty (no executor), one URL (optionally `NAME=URL`), or several
+    /// comma-separated `NAME=URL` entries with distinct names. Connects lazily: no I/O here.
+    pub fn parse(spec: &str) -> Result<Self, GatewayError> {
+        let entries: Vec<&str> = spec
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .collect();
+        let bad = |why: String| GatewayError::Config(format!("--executor-url: {why}"));
+        let mut replicas: Vec<Replica> = Vec::with_capacity(entries.len());
+        for entry in &entries {
+            let (name, url) = match entry.split_once('=') {
+                Some((name, url)) => (Some(name.trim()), url.trim()),
+                None => (None, *entry),
+            };
+            if let Some(name) = name {
+                if !ids::is_instance_name(name) {
+                    return Err(bad(format!(
+                        "`{name}` is not an executor name: 1-{} lowercase letters, digits and `-`, starting with a letter or digit",
+                        ids::MAX_INSTANCE_LEN
+                    )));
+                }
+                if replicas.iter().any(|r| r.name.as_deref() == Some(name)) {
+                    return Err(bad(format!("the name `{name}` is given twice")));
+                }
+            } else if entries.len() > 1 {
+                return Err(bad(format!(
+                    "`{entry}` has no name: with several executors each entry is NAME=URL (the executor's --instance)"
+                )));
+            }
+            let channel = lazy_channel(url).map_err(|e| match e {
+                GatewayError::RegistryUrl { url, source } => {
+                    GatewayError::ExecutorUrl { url, source }
+                }
+                other => other,
+            })?;
+            replicas.push(Replica {
+                name: name.map(str::to_owned),
+                url: url.to_owned(),
+                client: ExecutorClient::new(channel.clone())
+                    .max_decoding_message_size(MAX_DECODING_BYTES),
+                health: HealthClient::new(channel),
+            });
+        }
+        Ok(Self {
+            replicas: replicas.into(),
+            next: Arc::new(AtomicUsize::new(0)),
+        })
+    }
+
+    /// Every executor (for readiness).
+    pub fn all(&self) -> &[Replica] {
+        &self.replicas
+    }
+
+    /// The executor that owns session `id`.
+    pub fn for_session(&self, id: &str) -> Result<ExecutorClient<Channel>, RestError> {
+        Ok(self.replicas[self.owner_index(id)?].client.clone())
+    }
+
+    /// The executor a new run goes to. Without a session id and with several executors, the
+    /// gateway mints one naming the executor picked (in turn), so that later calls find it.
+    pub fn for_run(
+        &self,
+        request: &mut ExecuteRequest,
+    ) -> Result<ExecutorClient<Channel>, RestError> {
+        if let Some(id) = &request.session_id {
+            return self.for_session(id);
+        }
+        let index = self.next_index()?;
+        if self.replicas.len() > 1 {
+            request.session_id = Some(ids::owned_session_id(
+                self.replicas[index].name.as_deref(),
+                &uuid::Uuid::new_v4().to_string(),
+            ));
+        }
+        Ok(self.replicas[index].client.clone())
+    }
+
+    /// A new session id (a chat thread the client did not name): owned by the next executor in
+    /// turn when there are several, else a plain UUID.
+    pub fn new_session_id(&self) -> String {
+        let unique = uuid::Uuid::new_v4().to_string();
+        let owner = match self.next_index() {
+            Ok(index) if self.replicas.len() > 1 => self.replicas[index].name.as_deref(),
+            _ => None,
+        };
+        ids::owned_session_id(owner, &unique)
+    }
+
+    fn next_index(&self) -> Result<usize, RestError> {
+        if self.replicas.is_empty() {
+            return Err(no_executor());
+        }
+        Ok(self.next.fetch_add(1, Ordering::Relaxed) % self.replicas.len())
+    }
+
+    fn owner_index(&self, id: &str) -> Result<usize, RestError> {
+        match self.replicas.len() {
+            0 => Err(no_executor()),
+            1 => Ok(0),
+            _ => {
+                if let Some(owner) = ids::session_owner(id)
+                    && let Some(i) = self
+                        .replicas
+                        .iter()
+                        .position(|r| r.name.as_deref() == Some(owner))
+                {
+                    return Ok(i);
+                }
+                // Rendezvous hashing: the highest score of (name, id) wins.
+                let score = |r: &Replica| score(r.name.as_deref().unwrap_or_default(), id);
+                Ok(self
+                    .replicas
+                    .iter()
+                    .enumerate()
+                    .max_by_key(|(_, r)| score(r))
+                    .map_or(0, |(i, _)| i))
+            }
+        }
+    }
+}
+
+fn no_executor() -> RestError {
+    RestError::new(
+        ErrorKind::Unavailable,
+        "this gateway has no executor (its --executor-url is empty)",
+    )
+}
+
+/// FNV-1a over `name`, a separator and `id`, then MurmurHash3's 64-bit finaliser so that ids
+/// differing in their last characters still score independently: stable across builds and
+/// platforms, unlike std's hasher, so every gateway replica picks the same executor for an id.
+fn score(name: &str, id: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.bytes().chain([0]).chain(id.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(e: &Executors) -> Vec<Option<&str>> {
+        e.all().iter().map(|r| r.name.as_deref()).collect()
+    }
+
+    #[tokio::test]
+    async fn parses_none_one_and_several() {
+        assert!(Executors::parse("").is_ok_and(|e| e.all().is_empty()));
+        let one = Executors::parse("http://127.0.0.1:50052").expect("one");
+        assert_eq!(names(&one), [None]);
+        let two = Executors::parse("a=http://a:1, b=http://b:1").expect("two");
+        assert_eq!(names(&two), [Some("a"), Some("b")]);
+        for bad in [
+            "http://a:1,http://b:1",
+            "a=http://a:1,a=http://b:1",
+            "A=http://a:1",
+            "a=not a url",
+        ] {
+            assert!(Executors::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[tokio::test]
+    async fn sessions_stay_with_their_owner_and_new_runs_take_turns() {
+        let e = Executors::parse("e0=http://e0:1,e1=http://e1:1,e2=http://e2:1").expect("three");
+        let mut owners = Vec::new();
+        for _ in 0..3 {
+            let mut req = ExecuteRequest::default();
+            e.for_run(&mut req).expect("a run");
+            let id = req.session_id.expect("minted");
+            let owner = ids::session_owner(&id).expect("owned").to_owned();
+            assert_eq!(
+                e.all()[e.owner_index(&id).expect("routed")].name.as_deref(),
+                Some(owner.as_str())
+            );
+            owners.push(owner);
+        }
+        owners.sort();
+        assert_eq!(owners, ["e0", "e1", "e2"]);
+        // A client's own id: the same executor every time, and ids spread over all of them.
+        let picked: std::collections::BTreeSet<usize> = (0..60)
+            .map(|i| e.owner_index(&format!("thread-{i}")).expect("routed"))
+            .collect();
+        assert_eq!(picked.len(), 3);
+        assert_eq!(
+            e.owner_index("thread-7").ok(),
+            e.owner_index("thread-7").ok()
+        );
+        assert!(
+            Executors::parse("")
+                .expect("none")
+                .for_session("x")
+                .is_err()
+        );
+    }
+}

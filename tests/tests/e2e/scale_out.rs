@@ -1,0 +1,271 @@
+//! Deployment shapes through the real binaries: several executors behind one gateway (new runs
+//! spread, a session's answer, lookup and cancel reach its owner, also after the owner
+//! restarted), the gateway's readiness over every executor, and an executor that runs an
+//! agent's relative workspace without the registry's config directory.
+
+use serde_json::{Value, json};
+use taskforce_proto::v1;
+use taskforce_tests::{Stack, StackOptions};
+
+use crate::helpers::{agent_json, create, parse_sse, send};
+
+/// Turns picked by what the conversation last said.
+const SCRIPT: &str = r#"
+turns:
+  - match: "plan a trip"
+    tool_calls: [{name: ask_user, arguments: {question: "Where to?"}}]
+  - match: "Lisbon"
+    text: "Booked."
+  - match: "read the notes"
+    tool_calls: [{name: file_read, arguments: {path: notes.txt}}]
+  - match: "notes of the workspace"
+    text: "Read them."
+  - match: "hello"
+    text: "hi"
+"#;
+
+const NAMES: [&str; 2] = ["e0", "e1"];
+
+async fn two_executors() -> Stack {
+    let stack = StackOptions::full()
+        .executors(NAMES)
+        .llm_script(SCRIPT)
+        .spawn()
+        .await
+        .expect("stack with two executors starts");
+    let mut body = agent_json("traveller");
+    body["tool_allowlist"] = json!(["ask_user", "file_read"]);
+    let r = create(&stack, &body).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    stack
+}
+
+/// Runs `mission` on `traveller` through `/api/v1/execute` and returns the result body.
+async fn execute(stack: &Stack, mission: &str, session_id: Option<&str>) -> Value {
+    let mut body = json!({"mission": mission, "agent_id": "traveller"});
+    if let Some(id) = session_id {
+        body["session_id"] = json!(id);
+    }
+    let r = send(stack.http().post(stack.url("/api/v1/execute")).json(&body)).await;
+    assert_eq!(r.status, 200, "{}\n{}", r.text, stack.logs());
+    r.body
+}
+
+/// Answers a paused session through the gateway; returns the SSE events.
+async fn answer(stack: &Stack, session_id: &str, text: &str) -> Vec<(String, Value)> {
+    let r = send(
+        stack
+            .http()
+            .post(stack.url(&format!("/api/v1/sessions/{session_id}/answer")))
+            .json(&json!({"answer": text})),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}\n{}", r.text, stack.logs());
+    parse_sse(&r.text)
+}
+
+fn final_answer(events: &[(String, Value)]) -> Option<&str> {
+    events
+        .iter()
+        .find(|(name, _)| name == "final_answer")
+        .and_then(|(_, data)| data["text"].as_str())
+}
+
+/// The executor's own view of a session (gRPC straight to `addr`), or the gRPC code.
+async fn session_on(addr: std::net::SocketAddr, id: &str) -> Result<v1::Session, tonic::Code> {
+    let mut client = v1::executor_client::ExecutorClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connects");
+    client
+        .get_session(v1::GetSessionRequest {
+            session_id: id.to_owned(),
+        })
+        .await
+        .map(tonic::Response::into_inner)
+        .map_err(|s| s.code())
+}
+
+#[tokio::test]
+async fn runs_spread_over_executors_and_answers_reach_the_owner_also_after_it_restarted() {
+    let mut stack = two_executors().await;
+    let addrs = [
+        stack.executor_addr().expect("e0"),
+        stack.executor_addr_of("e1").expect("e1"),
+    ];
+
+    // Two new runs: one on each executor, each paused on its question, each id naming its owner.
+    let mut sessions = Vec::new();
+    for _ in 0..2 {
+        let r = execute(&stack, "Please plan a trip", None).await;
+        assert_eq!(r["status"], "paused", "{r}");
+        let id = r["session_id"].as_str().expect("a session id").to_owned();
+        let owner = taskforce_proto::ids::session_owner(&id)
+            .unwrap_or_else(|| panic!("{id} names no owner"))
+            .to_owned();
+        sessions.push((id, owner));
+    }
+    let mut owners: Vec<&str> = sessions.iter().map(|(_, o)| o.as_str()).collect();
+    owners.sort_unstable();
+    assert_eq!(owners, NAMES, "new runs take turns: {sessions:?}");
+
+    // Each session lives on its owner only.
+    for (id, owner) in &sessions {
+        let (mine, other) = if owner == "e0" {
+            (addrs[0], addrs[1])
+        } else {
+            (addrs[1], addrs[0])
+        };
+        let s = session_on(mine, id).await.expect("on its owner");
+        assert_eq!(s.status, v1::RunStatus::Paused as i32);
+        assert_eq!(
+            session_on(other, id).await.err(),
+            Some(tonic::Code::NotFound)
+        );
+        // The gateway's lookup finds it wherever it is.
+        let r = send(
+            stack
+                .http()
+                .get(stack.url(&format!("/api/v1/sessions/{id}"))),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert_eq!(
+            (
+                r.body["status"].as_str(),
+                r.body["question"]["question"].as_str()
+            ),
+            (Some("paused"), Some("Where to?")),
+            "{}",
+            r.text
+        );
+    }
+
+    // The owner of the second session restarts; the answer still reaches it and completes.
+    let (restarted_id, restarted_owner) = sessions[1].clone();
+    stack
+        .restart_executor_of(&restarted_owner)
+        .await
+        .expect("restarts");
+    for (id, _) in [&sessions[0], &(restarted_id.clone(), restarted_owner)] {
+        let events = answer(&stack, id, "Lisbon").await;
+        assert_eq!(final_answer(&events), Some("Booked."), "{events:?}");
+        let r = send(
+            stack
+                .http()
+                .get(stack.url(&format!("/api/v1/sessions/{id}"))),
+        )
+        .await;
+        assert_eq!(r.body["status"], "completed", "{}", r.text);
+        // Cancel reaches the owner too: nothing live to cancel.
+        let c = send(
+            stack
+                .http()
+                .post(stack.url(&format!("/api/v1/sessions/{id}/cancel"))),
+        )
+        .await;
+        assert_eq!(
+            (c.status.as_u16(), &c.body),
+            (200, &json!({"cancelled": false}))
+        );
+    }
+
+    // A session id the client chose names no owner: every turn of it reaches one executor.
+    for _ in 0..3 {
+        let r = execute(&stack, "hello", Some("my-thread-7")).await;
+        assert_eq!(r["status"], "completed", "{r}");
+    }
+    let found: Vec<bool> = [addrs[0], addrs[1]]
+        .into_iter()
+        .map(|addr| async move { session_on(addr, "my-thread-7").await.ok() })
+        .collect::<futures::future::JoinAll<_>>()
+        .await
+        .iter()
+        .map(|s| {
+            s.as_ref()
+                .is_some_and(|s| s.messages.iter().filter(|m| m.role == "user").count() == 3)
+        })
+        .collect();
+    assert_eq!(
+        found.iter().filter(|f| **f).count(),
+        1,
+        "one executor holds all three turns: {found:?}"
+    );
+}
+
+#[tokio::test]
+async fn readiness_names_an_executor_that_is_down() {
+    let mut stack = two_executors().await;
+    let r = send(stack.http().get(stack.url("/readyz"))).await;
+    assert_eq!(
+        (r.status.as_u16(), &r.body),
+        (200, &json!({"status": "ready"}))
+    );
+    stack.stop_executor().await.expect("e0 stops");
+    let r = send(stack.http().get(stack.url("/readyz"))).await;
+    r.assert_error(503, "unavailable").assert_names("`e0`");
+    assert!(!r.text.contains("`e1`"), "{}", r.text);
+}
+
+#[tokio::test]
+async fn a_gateway_without_executor_says_so() {
+    let stack = StackOptions::full().spawn().await.expect("stack starts");
+    let r = send(stack.http().get(stack.url("/readyz"))).await;
+    assert_eq!(
+        r.status, 200,
+        "the registry alone makes it ready: {}",
+        r.text
+    );
+    send(
+        stack
+            .http()
+            .post(stack.url("/api/v1/execute"))
+            .json(&json!({"mission": "hello", "agent_id": "invoice-extractor"})),
+    )
+    .await
+    .assert_error(503, "unavailable")
+    .assert_names("no executor");
+}
+
+#[tokio::test]
+async fn a_relative_workspace_is_resolved_by_the_registry_for_the_executor() {
+    let stack = StackOptions::full()
+        .with_executor()
+        .llm_script(SCRIPT)
+        .spawn()
+        .await
+        .expect("stack starts");
+    let dir = stack.config_dir().join("workspaces").join("notes");
+    std::fs::create_dir_all(&dir).expect("workspace");
+    std::fs::write(dir.join("notes.txt"), "the notes of the workspace").expect("notes");
+    let mut body = agent_json("note-reader");
+    body["tool_allowlist"] = json!(["file_read"]);
+    body["workspace"] = json!("workspaces/notes");
+    let r = create(&stack, &body).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    // What a user wrote stays as written; the executor gets the resolved path.
+    assert_eq!(r.body["workspace"], "workspaces/notes", "{}", r.text);
+
+    let r = send(
+        stack
+            .http()
+            .post(stack.url("/api/v1/execute/stream"))
+            .json(&json!({"mission": "Please read the notes", "agent_id": "note-reader"})),
+    )
+    .await;
+    let events = parse_sse(&r.text);
+    let output = events
+        .iter()
+        .find(|(name, _)| name == "tool_end")
+        .map(|(_, data)| data.to_string())
+        .unwrap_or_default();
+    assert!(
+        output.contains("the notes of the workspace"),
+        "{events:?}\n{}",
+        stack.logs()
+    );
+    assert_eq!(final_answer(&events), Some("Read them."), "{events:?}");
+    assert!(
+        !stack.executor_workspace("note-reader").exists(),
+        "the default workspace was not used"
+    );
+}

@@ -25,6 +25,8 @@
 //! - `gateway_meta`: health, readiness and the OpenAPI document.
 //! - `lifecycle`: stopping the registry with SIGTERM.
 //! - `orchestration`: sub-agents, plan patches, bubbled-up questions across a SIGKILL (seed 003).
+//! - `scale_out`: two executors behind one gateway, readiness over executors, workspaces the
+//!   registry resolves for the executor.
 //! - `policy_modes`: `readOnly`, `default`, `safeWrite` over native and real MCP tools.
 //! - `run_mcp`: an agent's MCP tools (real `mcp-server-time`) in a run through all three binaries.
 //! - `fake_llm`, `run_resume`, `run_cancel`, `run_shutdown`, `run_providers`, `run_faults`: runs
@@ -61,4 +63,5 @@ mod run_mcp;
 mod run_providers;
 mod run_resume;
 mod run_shutdown;
+mod scale_out;
 mod tool_catalog;

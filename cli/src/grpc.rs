@@ -1,0 +1,308 @@
+//! The registry (`taskforce.v1.AgentRegistry`) and the executor (`taskforce.v1.Executor`)
+//! straight over gRPC, answering in the gateway's JSON shapes ([`crate::convert`]).
+//!
+//! A channel is connected when first needed, within the timeout, so "cannot reach" is told
+//! apart from an error of the service. Unary calls carry the timeout as their gRPC deadline;
+//! run streams have none (the executor keeps its own run budget), only an idle timeout between
+//! two events.
+
+use std::time::Duration;
+
+use futures::stream;
+use serde_json::{Value, json};
+use taskforce_proto::v1::{
+    self, agent_registry_client::AgentRegistryClient, executor_client::ExecutorClient,
+};
+use tonic::{
+    Request, Streaming,
+    transport::{Channel, Endpoint},
+};
+
+use crate::{
+    args::Source,
+    backend::{AnswerBody, EventStream, ExecuteBody},
+    convert,
+    error::{Error, Result, chain},
+};
+
+/// Agents per `ListAgents` page.
+const PAGE_SIZE: u32 = 1000;
+
+/// Clients of the registry and the executor.
+#[derive(Debug, Clone)]
+pub struct Grpc {
+    registry: Endpoint,
+    executor: Endpoint,
+    timeout: Duration,
+    idle: Duration,
+}
+
+impl Grpc {
+    /// Clients of the registry and the executor at these URLs (connected when used).
+    pub fn new(registry: &str, executor: &str, timeout: Duration, idle: Duration) -> Result<Self> {
+        Ok(Self {
+            registry: endpoint(registry, "--registry", timeout)?,
+            executor: endpoint(executor, "--executor", timeout)?,
+            timeout,
+            idle,
+        })
+    }
+
+    async fn registry(&self) -> Result<AgentRegistryClient<Channel>> {
+        connect(&self.registry, "registry", self.timeout)
+            .await
+            .map(AgentRegistryClient::new)
+    }
+
+    async fn executor(&self) -> Result<ExecutorClient<Channel>> {
+        connect(&self.executor, "executor", self.timeout)
+            .await
+            .map(ExecutorClient::new)
+    }
+
+    /// A unary request with the timeout as its deadline.
+    fn request<T>(&self, message: T) -> Request<T> {
+        let mut req = Request::new(message);
+        req.set_timeout(self.timeout);
+        req
+    }
+
+    /// Awaits a unary call within the timeout.
+    async fn call<T>(
+        &self,
+        endpoint: &Endpoint,
+        service: &'static str,
+        call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(resp)) => Ok(resp.into_inner()),
+            Ok(Err(status)) => Err(Error::from_status(&status)),
+            Err(_) => Err(Error::Timeout {
+                service,
+                url: endpoint.uri().to_string(),
+                after: self.timeout,
+                what: "--timeout",
+            }),
+        }
+    }
+
+    /// `{"agents": [...]}`, every page.
+    pub async fn list_agents(&self, source: Option<Source>) -> Result<Value> {
+        let mut client = self.registry().await?;
+        let source = match source {
+            None => v1::AgentSource::Unspecified,
+            Some(Source::Custom) => v1::AgentSource::Custom,
+            Some(Source::Profile) => v1::AgentSource::Profile,
+        };
+        let mut agents = Vec::new();
+        let mut page_token = String::new();
+        loop {
+            let req = self.request(v1::ListAgentsRequest {
+                page_size: PAGE_SIZE,
+                page_token: std::mem::take(&mut page_token),
+                source: source.into(),
+            });
+            let page = self
+                .call(&self.registry, "registry", client.list_agents(req))
+                .await?;
+            agents.extend(page.agents.iter().filter_map(convert::agent_json));
+            if page.next_page_token.is_empty() {
+                return Ok(json!({ "agents": agents }));
+            }
+            page_token = page.next_page_token;
+        }
+    }
+
+    /// One agent.
+    pub async fn get_agent(&self, id: &str) -> Result<Value> {
+        let mut client = self.registry().await?;
+        let req = self.request(v1::GetAgentRequest {
+            agent_id: id.to_owned(),
+        });
+        let agent = self
+            .call(&self.registry, "registry", client.get_agent(req))
+            .await?;
+        agent_value(&agent)
+    }
+
+    /// Creates a custom agent from a REST create body.
+    pub async fn create_agent(&self, body: Value) -> Result<Value> {
+        let spec = convert::spec_of_body(body).map_err(Error::Input)?;
+        let mut client = self.registry().await?;
+        let req = self.request(v1::CreateAgentRequest { spec: Some(spec) });
+        let agent = self
+            .call(&self.registry, "registry", client.create_agent(req))
+            .await?;
+        agent_value(&agent)
+    }
+
+    /// Deletes a custom agent (whatever its version).
+    pub async fn delete_agent(&self, id: &str) -> Result<()> {
+        let mut client = self.registry().await?;
+        let req = self.request(v1::DeleteAgentRequest {
+            agent_id: id.to_owned(),
+            expected_version: String::new(),
+        });
+        self.call(&self.registry, "registry", client.delete_agent(req))
+            .await
+            .map(drop)
+    }
+
+    /// `{"tools": [...]}`.
+    pub async fn tools(&self) -> Result<Value> {
+        let mut client = self.registry().await?;
+        let req = self.request(v1::ListToolsRequest {});
+        let tools = self
+            .call(&self.registry, "registry", client.list_tools(req))
+            .await?;
+        let tools: Vec<Value> = tools.tools.iter().map(convert::tool_json).collect();
+        Ok(json!({ "tools": tools }))
+    }
+
+    /// A session.
+    pub async fn session(&self, id: &str) -> Result<Value> {
+        let mut client = self.executor().await?;
+        let req = self.request(v1::GetSessionRequest {
+            session_id: id.to_owned(),
+        });
+        let session = self
+            .call(&self.executor, "executor", client.get_session(req))
+            .await?;
+        Ok(convert::session_json(&session))
+    }
+
+    /// Starts a run.
+    pub async fn execute(&self, body: &ExecuteBody) -> Result<EventStream> {
+        let mut client = self.executor().await?;
+        // No deadline: it would bound the whole run, not just its start.
+        let req = v1::ExecuteRequest {
+            mission: body.mission.clone(),
+            agent_id: body.agent_id.clone(),
+            profile: body.profile.clone(),
+            session_id: body.session_id.clone(),
+            model: body.model.clone(),
+            mode: body.mode.clone(),
+            confirmations: body.confirmations.clone(),
+            no_tools: None,
+        };
+        let events = self
+            .call(&self.executor, "executor", client.execute(req))
+            .await?;
+        Ok(self.events(events))
+    }
+
+    /// Answers a paused session.
+    pub async fn answer(&self, session: &str, body: &AnswerBody) -> Result<EventStream> {
+        let mut client = self.executor().await?;
+        let req = v1::AnswerRequest {
+            session_id: session.to_owned(),
+            answer: body.answer.clone(),
+            call_id: body.call_id.clone(),
+            answers: body.answers.clone().into_iter().collect(),
+        };
+        let events = self
+            .call(&self.executor, "executor", client.answer(req))
+            .await?;
+        Ok(self.events(events))
+    }
+
+    /// A run's gRPC stream as event JSON, with the idle timeout between two events.
+    fn events(&self, events: Streaming<v1::RunEvent>) -> EventStream {
+        let idle = self.idle;
+        let url = self.executor.uri().to_string();
+        Box::pin(stream::unfold(Some(events), move |events| {
+            let url = url.clone();
+            async move {
+                let mut events = events?;
+                loop {
+                    let Ok(next) = tokio::time::timeout(idle, events.message()).await else {
+                        let e = Error::Timeout {
+                            service: "executor",
+                            url,
+                            after: idle,
+                            what: "--idle-timeout, between two events",
+                        };
+                        return Some((Err(e), None));
+                    };
+                    match next {
+                        Ok(Some(ev)) => match convert::event_json(&ev) {
+                            Some(json) => return Some((Ok(json), Some(events))),
+                            // An event kind this CLI does not know yet.
+                            None => continue,
+                        },
+                        Ok(None) => return None,
+                        Err(status) => return Some((Err(Error::from_status(&status)), None)),
+                    }
+                }
+            }
+        }))
+    }
+}
+
+/// An agent as JSON; one of neither kind is a registry bug.
+fn agent_value(agent: &v1::Agent) -> Result<Value> {
+    convert::agent_json(agent).ok_or_else(|| Error::Protocol {
+        service: "registry",
+        message: format!("agent {:?} is neither custom nor profile", agent.agent_id),
+    })
+}
+
+/// The endpoint of a gRPC URL (`http://HOST:PORT`; `grpc://` is taken as `http://`).
+pub fn endpoint(url: &str, flag: &str, timeout: Duration) -> Result<Endpoint> {
+    let url = url.trim();
+    let http = match url.strip_prefix("grpc://") {
+        Some(rest) => format!("http://{rest}"),
+        None => url.to_owned(),
+    };
+    if !http.starts_with("http://") {
+        return Err(Error::Input(format!(
+            "{flag} {url:?}: expected http://HOST:PORT (or grpc://HOST:PORT)"
+        )));
+    }
+    Endpoint::from_shared(http)
+        .map(|e| e.connect_timeout(timeout))
+        .map_err(|e| Error::Input(format!("{flag} {url:?}: {}", chain(&e))))
+}
+
+/// Connects within `timeout`; a failure is "cannot reach the `service`".
+pub async fn connect(
+    endpoint: &Endpoint,
+    service: &'static str,
+    timeout: Duration,
+) -> Result<Channel> {
+    let url = endpoint.uri().to_string();
+    match tokio::time::timeout(timeout, endpoint.connect()).await {
+        Ok(Ok(channel)) => Ok(channel),
+        Ok(Err(e)) => Err(Error::Unreachable {
+            service,
+            url: url.trim_end_matches('/').to_owned(),
+            cause: chain(&e),
+        }),
+        Err(_) => Err(Error::Timeout {
+            service,
+            url,
+            after: timeout,
+            what: "--timeout, connecting",
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_urls_are_http_urls() {
+        let t = Duration::from_secs(1);
+        assert_eq!(
+            endpoint("grpc://127.0.0.1:50051", "--registry", t)
+                .map(|e| e.uri().to_string())
+                .ok(),
+            Some("http://127.0.0.1:50051/".to_owned())
+        );
+        assert!(endpoint("http://127.0.0.1:50051", "--registry", t).is_ok());
+        let err = endpoint("127.0.0.1:50051", "--registry", t).expect_err("no scheme");
+        assert!(err.to_string().contains("--registry"), "{err}");
+        assert!(endpoint("https://x:1", "--executor", t).is_err());
+    }
+}

@@ -1,0 +1,215 @@
+//! `taskforce`, the command line of Taskforce: agents (list, show, create, delete), the tool
+//! catalog, runs streamed as they happen, answers to paused runs, sessions, and health probes;
+//! through the gateway (REST and SSE, the default) or straight over gRPC (`--grpc`).
+//!
+//! Human-readable output by default; `--json` prints one JSON object per result on stdout (the
+//! gateway's shapes, in either mode), one event per line for a run, and errors as the REST
+//! error body on stderr.
+//!
+//! # Layout
+//! - [`args`]: the command line (clap), flags with environment fallbacks.
+//! - [`backend`]: the operations, over the gateway or gRPC.
+//! - [`gateway`]: the REST client and SSE run streams.
+//! - [`grpc`]: the registry and executor clients.
+//! - [`convert`]: protobuf → the gateway's JSON shapes; the create body → `AgentSpec`.
+//! - [`definition`]: an agent YAML file → the create body.
+//! - [`run`]: following a run's events, and its exit code.
+//! - [`render`]: tables and views for people.
+//! - [`health`]: `health grpc://…` / `health http://…`.
+//! - [`error`]: what went wrong, for people and as JSON.
+
+pub mod args;
+pub mod backend;
+pub mod convert;
+pub mod definition;
+pub mod error;
+pub mod gateway;
+pub mod grpc;
+pub mod health;
+pub mod render;
+pub mod run;
+
+use std::io::Write;
+
+use serde_json::{Value, json};
+
+use crate::{
+    args::{AgentsCommand, AnswerArgs, Cli, Command, RunArgs, SessionsCommand},
+    backend::{AnswerBody, Backend, ExecuteBody},
+    error::{Error, Result},
+};
+
+/// Exit code: done, or a run completed.
+pub const EXIT_OK: u8 = 0;
+/// Exit code: an error, or a run that failed or was cancelled.
+pub const EXIT_FAILED: u8 = 1;
+/// Exit code: a run paused on a question.
+pub const EXIT_PAUSED: u8 = 2;
+/// Exit code: bad usage (clap's own 2 would read as "paused").
+pub const EXIT_USAGE: u8 = 64;
+/// Exit code: interrupted by Ctrl-C (the run is cancelled with the connection).
+pub const EXIT_INTERRUPTED: u8 = 130;
+
+/// Runs one command; prints its result on stdout and errors on stderr; answers the exit code.
+pub async fn main(cli: Cli) -> u8 {
+    let json = cli.json;
+    let result = tokio::select! {
+        r = dispatch(cli) => r,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("\ninterrupted");
+            return EXIT_INTERRUPTED;
+        }
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) if e.is_broken_pipe() => EXIT_OK,
+        Err(e) => {
+            if json {
+                eprintln!("{}", e.to_json());
+            } else {
+                eprintln!("{}", e.render());
+            }
+            EXIT_FAILED
+        }
+    }
+}
+
+async fn dispatch(cli: Cli) -> Result<u8> {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let json = cli.json;
+    if let Command::Health(h) = &cli.command {
+        let timeout = cli.conn.timeout.unwrap_or(args::DEFAULT_HEALTH_TIMEOUT);
+        let said = health::check(&h.target, &h.service, timeout).await?;
+        if json {
+            writeln!(
+                out,
+                "{}",
+                json!({"target": h.target, "healthy": true, "status": said})
+            )?;
+        } else {
+            writeln!(out, "{}: {said}", h.target)?;
+        }
+        return Ok(EXIT_OK);
+    }
+    let backend = Backend::new(&cli.conn)?;
+    match cli.command {
+        Command::Agents(cmd) => agents(&backend, cmd, &mut out, json).await,
+        Command::Tools => {
+            let catalog = backend.tools().await?;
+            show(&mut out, json, &catalog, render::tools)
+        }
+        Command::Run(args) => run_mission(&backend, args, &mut out, json).await,
+        Command::Answer(args) => answer(&backend, args, &mut out, json).await,
+        Command::Sessions(SessionsCommand::Show { id }) => {
+            let session = backend.session(&id).await?;
+            show(&mut out, json, &session, render::session)
+        }
+        Command::Health(_) => Ok(EXIT_OK),
+    }
+}
+
+/// Prints `value` as one JSON line, or through `human`.
+fn show<W: Write>(
+    out: &mut W,
+    json: bool,
+    value: &Value,
+    human: impl FnOnce(&mut W, &Value) -> std::io::Result<()>,
+) -> Result<u8> {
+    if json {
+        writeln!(out, "{value}")?;
+    } else {
+        human(out, value)?;
+    }
+    Ok(EXIT_OK)
+}
+
+async fn agents(
+    backend: &Backend,
+    cmd: AgentsCommand,
+    out: &mut impl Write,
+    json: bool,
+) -> Result<u8> {
+    match cmd {
+        AgentsCommand::List { source } => {
+            let list = backend.list_agents(source).await?;
+            show(out, json, &list, render::agents)
+        }
+        AgentsCommand::Show { id } => {
+            let agent = backend.get_agent(&id).await?;
+            show(out, json, &agent, render::agent)
+        }
+        AgentsCommand::Create { file } => {
+            let body = definition::load(&file)?;
+            let agent = backend.create_agent(body).await?;
+            show(out, json, &agent, |out, a| {
+                writeln!(
+                    out,
+                    "created agent {} (version {})",
+                    render::text(&a["agent_id"]),
+                    render::text(&a["version"])
+                )
+            })
+        }
+        AgentsCommand::Delete { id } => {
+            backend.delete_agent(&id).await?;
+            let result = json!({"agent_id": id, "deleted": true});
+            show(out, json, &result, |out, _| {
+                writeln!(out, "deleted agent {id}")
+            })
+        }
+    }
+}
+
+/// The command that answers a question, as this invocation reached the services.
+fn answer_hint(backend: &Backend) -> &'static str {
+    if backend.is_grpc() {
+        "taskforce --grpc answer"
+    } else {
+        "taskforce answer"
+    }
+}
+
+async fn run_mission(
+    backend: &Backend,
+    args: RunArgs,
+    out: &mut impl Write,
+    json: bool,
+) -> Result<u8> {
+    if args.mission.trim().is_empty() {
+        return Err(Error::Input("the mission must not be empty".to_owned()));
+    }
+    let body = ExecuteBody {
+        mission: args.mission,
+        agent_id: args.agent,
+        profile: args.profile,
+        session_id: args.session,
+        model: args.model,
+        mode: args.mode,
+        confirmations: args.confirmations,
+    };
+    let events = backend.execute(&body).await?;
+    let outcome = run::follow(events, out, json, answer_hint(backend)).await?;
+    Ok(outcome.exit_code())
+}
+
+async fn answer(
+    backend: &Backend,
+    args: AnswerArgs,
+    out: &mut impl Write,
+    json: bool,
+) -> Result<u8> {
+    let body = AnswerBody {
+        answer: args.answer.unwrap_or_default(),
+        answers: args.set.into_iter().collect(),
+        call_id: args.call_id,
+    };
+    if body.answer.trim().is_empty() && body.answers.is_empty() {
+        return Err(Error::Input(
+            "give an answer, or --set KEY=VALUE for each item".to_owned(),
+        ));
+    }
+    let events = backend.answer(&args.session, &body).await?;
+    let outcome = run::follow(events, out, json, answer_hint(backend)).await?;
+    Ok(outcome.exit_code())
+}

@@ -1,0 +1,360 @@
+//! Human-readable views of agents, tools and sessions (the gateway's JSON shapes).
+
+use std::{fmt::Write as _, io::Write};
+
+use serde_json::Value;
+
+/// Longest description shown in a table cell.
+const DESCRIPTION_WIDTH: usize = 60;
+
+/// `value` as text: strings as they are, `null` as empty, anything else as compact JSON.
+pub fn text(value: &Value) -> String {
+    match value {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// A list of strings as `a, b, c` (`-` when empty).
+fn list(value: &Value) -> String {
+    let items: Vec<String> = value
+        .as_array()
+        .map(|a| a.iter().map(text).collect())
+        .unwrap_or_default();
+    if items.is_empty() {
+        "-".to_owned()
+    } else {
+        items.join(", ")
+    }
+}
+
+/// The first line of `s`, cut to `width` characters (with `…` when cut).
+pub fn clip(s: &str, width: usize) -> String {
+    let line = s.lines().next().unwrap_or_default();
+    let cut = line.chars().count() > width || s.lines().nth(1).is_some();
+    if line.chars().count() > width {
+        let mut out: String = line.chars().take(width.saturating_sub(1)).collect();
+        out.push('…');
+        out
+    } else if cut {
+        format!("{line} …")
+    } else {
+        line.to_owned()
+    }
+}
+
+/// Rows under a header, each column as wide as its widest cell; the last column is not padded.
+pub fn table(out: &mut impl Write, header: &[&str], rows: &[Vec<String>]) -> std::io::Result<()> {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut s = String::new();
+        let last = cells.len().saturating_sub(1);
+        for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
+            if i == last {
+                s.push_str(cell);
+            } else {
+                let _ = write!(s, "{cell:<w$}  ");
+            }
+        }
+        s.trim_end().to_owned()
+    };
+    writeln!(out, "{}", line(header.to_vec()))?;
+    for row in rows {
+        writeln!(out, "{}", line(row.iter().map(String::as_str).collect()))?;
+    }
+    Ok(())
+}
+
+/// `agents list`: id, source, status, name, description.
+pub fn agents(out: &mut impl Write, list: &Value) -> std::io::Result<()> {
+    let rows: Vec<Vec<String>> = list["agents"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|a| {
+            let name = if a["source"] == "profile" {
+                text(&a["profile"])
+            } else {
+                text(&a["name"])
+            };
+            vec![
+                text(&a["agent_id"]),
+                text(&a["source"]),
+                text(&a["status"]),
+                name,
+                clip(&text(&a["description"]), DESCRIPTION_WIDTH),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        return writeln!(out, "no agents");
+    }
+    table(
+        out,
+        &["ID", "SOURCE", "STATUS", "NAME", "DESCRIPTION"],
+        &rows,
+    )
+}
+
+/// `agents show`: the definition, field by field, the system prompt last.
+pub fn agent(out: &mut impl Write, a: &Value) -> std::io::Result<()> {
+    let mut fields: Vec<(&str, String)> = vec![
+        ("id", text(&a["agent_id"])),
+        ("source", text(&a["source"])),
+        ("status", text(&a["status"])),
+    ];
+    if a["source"] == "profile" {
+        fields.extend([
+            ("profile", text(&a["profile"])),
+            ("description", text(&a["description"])),
+            ("specialist", text(&a["specialist"])),
+            (
+                "tools",
+                list(&Value::Array(
+                    a["tools_config"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|t| t["type"].clone())
+                        .collect(),
+                )),
+            ),
+            ("mcp servers", mcp_servers(&a["mcp_servers"])),
+            ("model", text(&a["llm"]["default_model"])),
+        ]);
+    } else {
+        fields.extend([
+            ("name", text(&a["name"])),
+            ("description", text(&a["description"])),
+            ("tools", list(&a["tool_allowlist"])),
+            ("mcp servers", mcp_servers(&a["mcp_servers"])),
+            ("mcp tools", list(&a["mcp_tool_allowlist"])),
+            ("subagents", list(&a["subagents"])),
+            ("model", text(&a["model"])),
+            ("mode", text(&a["mode"])),
+            ("role", text(&a["role"])),
+            ("project", text(&a["project"])),
+            ("workspace", text(&a["workspace"])),
+            ("created", text(&a["created_at"])),
+            ("updated", text(&a["updated_at"])),
+        ]);
+    }
+    fields.extend([
+        ("version", text(&a["version"])),
+        ("last task", text(&a["last_task"])),
+    ]);
+    for (key, value) in &fields {
+        if !value.is_empty() {
+            writeln!(out, "{:<13}{value}", format!("{key}:"))?;
+        }
+    }
+    if let Some(prompt) = a["system_prompt"].as_str() {
+        writeln!(out, "system prompt:")?;
+        for line in prompt.lines() {
+            writeln!(out, "  {line}")?;
+        }
+    }
+    Ok(())
+}
+
+/// MCP servers, one short description each.
+fn mcp_servers(servers: &Value) -> String {
+    let items: Vec<String> = servers
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            let what = match s["type"].as_str().unwrap_or_default() {
+                "stdio" => {
+                    let mut cmd = text(&s["command"]);
+                    for arg in s["args"].as_array().into_iter().flatten() {
+                        cmd.push(' ');
+                        cmd.push_str(&text(arg));
+                    }
+                    cmd
+                }
+                "global" => text(&s["name"]),
+                _ => text(&s["url"]),
+            };
+            format!("{} {what}", text(&s["type"]))
+        })
+        .collect();
+    if items.is_empty() {
+        "-".to_owned()
+    } else {
+        items.join("; ")
+    }
+}
+
+/// `tools`: name, origin, risk, approval, availability, description.
+pub fn tools(out: &mut impl Write, catalog: &Value) -> std::io::Result<()> {
+    let rows: Vec<Vec<String>> = catalog["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| {
+            let origin = match t["mcp_server_id"].as_str() {
+                Some(server) if !server.is_empty() => format!("mcp:{server}"),
+                _ => text(&t["origin"]),
+            };
+            vec![
+                text(&t["name"]),
+                origin,
+                text(&t["approval_risk_level"]),
+                yes_no(&t["requires_approval"]),
+                yes_no(&t["available"]),
+                clip(&text(&t["description"]), DESCRIPTION_WIDTH),
+            ]
+        })
+        .collect();
+    table(
+        out,
+        &[
+            "NAME",
+            "ORIGIN",
+            "RISK",
+            "APPROVAL",
+            "AVAILABLE",
+            "DESCRIPTION",
+        ],
+        &rows,
+    )
+}
+
+fn yes_no(v: &Value) -> String {
+    if v.as_bool().unwrap_or(false) {
+        "yes".to_owned()
+    } else {
+        "no".to_owned()
+    }
+}
+
+/// `sessions show`: where the session stands, its question or final answer, its plan.
+pub fn session(out: &mut impl Write, s: &Value) -> std::io::Result<()> {
+    let fields = [
+        ("session", text(&s["session_id"])),
+        ("agent", text(&s["agent_id"])),
+        ("status", text(&s["status"])),
+        ("model", text(&s["model"])),
+        ("mission", text(&s["mission"])),
+        ("created", text(&s["created_at"])),
+        ("updated", text(&s["updated_at"])),
+        ("messages", text(&s["messages"])),
+        ("events", text(&s["events"])),
+    ];
+    for (key, value) in &fields {
+        if !value.is_empty() {
+            writeln!(out, "{:<10}{value}", format!("{key}:"))?;
+        }
+    }
+    if let Some(q) = s["question"].as_object() {
+        writeln!(out, "question ({}):", text(&q["call_id"]))?;
+        for line in text(&q["question"]).lines() {
+            writeln!(out, "  {line}")?;
+        }
+        for item in q["items"].as_array().into_iter().flatten() {
+            writeln!(
+                out,
+                "  - {}: {} (default: {})",
+                text(&item["key"]),
+                text(&item["text"]),
+                item["default"]
+            )?;
+        }
+    }
+    if let Some(answer) = s["final_answer"].as_str() {
+        writeln!(out, "final answer:")?;
+        for line in answer.lines() {
+            writeln!(out, "  {line}")?;
+        }
+    }
+    let tasks = s["plan"]["tasks"].as_array().map_or(0, Vec::len);
+    if tasks > 0
+        && let Some(markdown) = s["plan"]["markdown"].as_str()
+    {
+        writeln!(out, "plan:")?;
+        for line in markdown.lines() {
+            writeln!(out, "  {line}")?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn render(f: impl FnOnce(&mut Vec<u8>) -> std::io::Result<()>) -> String {
+        let mut buf = Vec::new();
+        f(&mut buf).expect("writes to memory");
+        String::from_utf8(buf).expect("UTF-8")
+    }
+
+    #[test]
+    fn clipping_keeps_whole_characters_and_marks_the_cut() {
+        assert_eq!(clip("short", 10), "short");
+        assert_eq!(clip("ääääää", 4), "äää…");
+        assert_eq!(clip("one\ntwo", 10), "one …");
+    }
+
+    #[test]
+    fn the_agent_table_aligns_columns() {
+        let list = json!({"agents": [
+            {"source": "profile", "agent_id": "dev", "profile": "dev", "status": "idle",
+             "description": "Generic profile"},
+            {"source": "custom", "agent_id": "invoice-extractor", "name": "Invoice Extractor",
+             "status": "busy", "description": "Extracts fields."}]});
+        assert_eq!(
+            render(|b| agents(b, &list)),
+            "ID                 SOURCE   STATUS  NAME               DESCRIPTION\n\
+             dev                profile  idle    dev                Generic profile\n\
+             invoice-extractor  custom   busy    Invoice Extractor  Extracts fields.\n"
+        );
+        assert_eq!(render(|b| agents(b, &json!({"agents": []}))), "no agents\n");
+    }
+
+    #[test]
+    fn an_agent_shows_its_tools_and_prompt() {
+        let a = json!({"source": "custom", "agent_id": "notes", "name": "Notes",
+            "description": "Reads notes.", "system_prompt": "Be brief.\nVery.",
+            "tool_allowlist": ["file_read", "ask_user"], "mcp_servers": [
+                {"type": "stdio", "command": "uvx", "args": ["mcp-server-time"]}],
+            "mcp_tool_allowlist": [], "status": "idle", "version": "v1", "last_task": null});
+        let text = render(|b| agent(b, &a));
+        assert!(
+            text.contains("tools:       file_read, ask_user\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("mcp servers: stdio uvx mcp-server-time\n"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("system prompt:\n  Be brief.\n  Very.\n"),
+            "{text}"
+        );
+        assert!(!text.contains("last task"), "{text}");
+    }
+
+    #[test]
+    fn a_paused_session_shows_its_question() {
+        let s = json!({"session_id": "s", "agent_id": "asker", "status": "paused",
+            "mission": "Total it", "messages": 3, "events": 5,
+            "question": {"call_id": "c1", "question": "Which currency?", "items": []},
+            "plan": {"version": 1, "tasks": [], "markdown": ""}});
+        let text = render(|b| session(b, &s));
+        assert!(text.contains("status:   paused\n"), "{text}");
+        assert!(
+            text.ends_with("question (c1):\n  Which currency?\n"),
+            "{text}"
+        );
+    }
+}

@@ -57,4 +57,4 @@ ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/executor-svc"]
 # registry URL comes from the environment (TASKFORCE_REGISTRY_URL).
 CMD ["--listen", "0.0.0.0:50052", "--data-dir", "/var/lib/taskforce/executor", "--llm-config", "/etc/taskforce/llm_config.yaml", "--global-mcp-config", "/etc/taskforce/mcp/global.yaml", "--metrics-listen", "0.0.0.0:9464"]
 HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
-    CMD ["/usr/local/bin/taskforce", "health", "grpc://127.0.0.1:50052"]
+    CMD ["/usr/local/bin/taskforce", "health", "--service", "taskforce.v1.Executor", "grpc://127.0.0.1:50052"]

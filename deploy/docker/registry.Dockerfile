@@ -48,6 +48,7 @@ EXPOSE 50051 9465
 ENTRYPOINT ["/usr/local/bin/registry-svc"]
 # Container defaults (deploy/compose.yaml and deploy/k8s/ pass the same flags explicitly).
 CMD ["--listen", "0.0.0.0:50051", "--config-dir", "/var/lib/taskforce/config", "--data-dir", "/var/lib/taskforce/data", "--metrics-listen", "0.0.0.0:9465"]
-# No shell or curl in distroless: the `taskforce` CLI asks grpc.health.v1 (exit 0 when SERVING).
+# No shell or curl in distroless: the `taskforce` CLI asks grpc.health.v1 about the registry
+# service (exit 0 when SERVING: the cache is loaded).
 HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
-    CMD ["/usr/local/bin/taskforce", "health", "grpc://127.0.0.1:50051"]
+    CMD ["/usr/local/bin/taskforce", "health", "--service", "taskforce.v1.AgentRegistry", "grpc://127.0.0.1:50051"]

@@ -19,6 +19,8 @@
 //! - `metadata`: workspace metadata over REST: cache, failures, timeouts, no secrets (seed 001).
 //! - `mcp_validation`: `mcp_tool_allowlist` checked against real MCP servers.
 //! - `crash_safety`: SIGKILL in the middle of a write burst, restart, cache rebuild.
+//! - `deploy`: `deploy/` offline: docker-compose config, hadolint, kustomize + kubernetes-validate,
+//!   and the binaries started as the compose file and the dev overlay start them.
 //! - `concurrency`: optimistic concurrency under contention.
 //! - `external_edits`: hand edits of the YAML directory while the registry runs.
 //! - `execute`: runs through the executor: `/api/v1/execute`, its SSE stream, errors.
@@ -40,6 +42,7 @@ mod bad_input_grpc;
 mod chat_stream;
 mod concurrency;
 mod crash_safety;
+mod deploy;
 mod execute;
 mod external_edits;
 mod fake_llm;

@@ -1,4 +1,4 @@
-//! executor-svc binary: parse config, start logging, bind, serve until SIGINT/SIGTERM.
+//! executor-svc binary: parse config, start logging and tracing, bind, serve until SIGINT/SIGTERM.
 
 use anyhow::Context;
 use clap::Parser;
@@ -8,9 +8,13 @@ use taskforce_runtime as runtime;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
-    runtime::init_tracing();
+    let telemetry = runtime::telemetry::init("executor-svc");
     let listener = runtime::bind(config.listen, config.addr_file.as_deref())
         .await
         .with_context(|| format!("binding {}", config.listen))?;
-    Ok(runtime::until_signal(|shutdown| executor_svc::run(listener, config, shutdown)).await?)
+    let served =
+        runtime::until_signal(|shutdown| executor_svc::run(listener, config, shutdown)).await;
+    // The last spans leave before the process does.
+    telemetry.shutdown().await;
+    Ok(served?)
 }

@@ -42,7 +42,7 @@ pub struct Registry {
 #[derive(Debug)]
 struct Inner {
     url: String,
-    client: AgentRegistryClient<Channel>,
+    client: AgentRegistryClient<taskforce_runtime::telemetry::TracedChannel>,
     timeout: Duration,
     lease_secs: u32,
     cache: Mutex<HashMap<String, Arc<AgentDef>>>,
@@ -64,7 +64,9 @@ impl Registry {
         Ok(Self {
             inner: Arc::new(Inner {
                 url: url.to_owned(),
-                client: AgentRegistryClient::new(endpoint.connect_lazy()),
+                client: AgentRegistryClient::new(taskforce_runtime::telemetry::traced(
+                    endpoint.connect_lazy(),
+                )),
                 timeout,
                 lease_secs: lease_secs.max(2),
                 cache: Mutex::new(HashMap::new()),

@@ -19,6 +19,7 @@ use taskforce_proto::{
     ids,
     v1::{ExecuteRequest, executor_client::ExecutorClient},
 };
+use taskforce_runtime::telemetry::{TracedChannel, traced};
 use tonic::transport::Channel;
 use tonic_health::pb::health_client::HealthClient;
 
@@ -35,7 +36,7 @@ pub struct Replica {
     /// Its URL, as configured.
     pub url: String,
     /// Its `taskforce.v1.Executor` client.
-    pub client: ExecutorClient<Channel>,
+    pub client: ExecutorClient<TracedChannel>,
     /// Its `grpc.health.v1.Health` client over the same channel.
     pub health: HealthClient<Channel>,
 }
@@ -87,7 +88,7 @@ impl Executors {
             replicas.push(Replica {
                 name: name.map(str::to_owned),
                 url: url.to_owned(),
-                client: ExecutorClient::new(channel.clone())
+                client: ExecutorClient::new(traced(channel.clone()))
                     .max_decoding_message_size(MAX_DECODING_BYTES),
                 health: HealthClient::new(channel),
             });
@@ -104,7 +105,7 @@ impl Executors {
     }
 
     /// The executor that owns session `id`.
-    pub fn for_session(&self, id: &str) -> Result<ExecutorClient<Channel>, RestError> {
+    pub fn for_session(&self, id: &str) -> Result<ExecutorClient<TracedChannel>, RestError> {
         Ok(self.replicas[self.owner_index(id)?].client.clone())
     }
 
@@ -113,7 +114,7 @@ impl Executors {
     pub fn for_run(
         &self,
         request: &mut ExecuteRequest,
-    ) -> Result<ExecutorClient<Channel>, RestError> {
+    ) -> Result<ExecutorClient<TracedChannel>, RestError> {
         if let Some(id) = &request.session_id {
             return self.for_session(id);
         }

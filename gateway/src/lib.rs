@@ -154,9 +154,24 @@ pub fn router(state: AppState, config: &Config) -> Router {
         .layer(axum::middleware::from_fn(
             taskforce_runtime::metrics::http_metrics,
         ))
-        // Every 5xx path logs its cause itself (`error`, `health`, rmcp), so the trace layer's
-        // own failure event would only repeat it.
-        .layer(TraceLayer::new_for_http().on_failure(()))
+        // A span per request, continuing the caller's W3C trace. Every 5xx path logs its cause
+        // itself (`error`, `health`, rmcp), so the trace layer's own failure event would only
+        // repeat it.
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(|req: &axum::extract::Request| {
+                    let route = req
+                        .extensions()
+                        .get::<axum::extract::MatchedPath>()
+                        .map_or_else(|| req.uri().path(), axum::extract::MatchedPath::as_str);
+                    taskforce_runtime::telemetry::server_span(
+                        req.method().as_str(),
+                        route,
+                        req.headers(),
+                    )
+                })
+                .on_failure(()),
+        )
 }
 
 /// Prometheus metrics of the gateway: HTTP requests by route template, method and status

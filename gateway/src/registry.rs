@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use taskforce_proto::v1::agent_registry_client::AgentRegistryClient;
+use taskforce_runtime::telemetry::{TracedChannel, traced};
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Channel, Endpoint};
 use tonic_health::pb::health_client::HealthClient;
@@ -24,7 +25,7 @@ pub(crate) const MAX_DECODING_BYTES: usize = 64 * 1024 * 1024;
 #[derive(Clone)]
 pub struct AppState {
     /// The registry's `taskforce.v1.AgentRegistry` client over the shared channel.
-    pub registry: AgentRegistryClient<Channel>,
+    pub registry: AgentRegistryClient<TracedChannel>,
     /// The executors (`--executor-url`), each over its own lazy channel.
     pub executors: crate::executors::Executors,
     /// The registry's `grpc.health.v1.Health` client over the same channel.
@@ -47,7 +48,7 @@ impl AppState {
     pub fn new(config: &Config, shutdown: CancellationToken) -> Result<Self, GatewayError> {
         let channel = lazy_channel(&config.registry_url)?;
         Ok(Self {
-            registry: AgentRegistryClient::new(channel.clone())
+            registry: AgentRegistryClient::new(traced(channel.clone()))
                 .max_decoding_message_size(MAX_DECODING_BYTES),
             executors: crate::executors::Executors::parse(&config.executor_url)?,
             health: HealthClient::new(channel),

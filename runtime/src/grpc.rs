@@ -20,7 +20,8 @@ pub enum GrpcError {
 }
 
 /// Serves `service` on `listener` with `grpc.health.v1` (SERVING for the service and the
-/// server), reflection and request metrics ([`crate::metrics::GrpcMetricsLayer`]), until
+/// server), reflection, request metrics ([`crate::metrics::GrpcMetricsLayer`]) and a span per
+/// call continuing the caller's trace ([`crate::telemetry::server_span`]), until
 /// `shutdown` fires. Then both health entries turn NOT_SERVING,
 /// `drain` runs (a service lets its streams finish), and connections still open `grace` after
 /// the shutdown (idle HTTP/2 clients, watch streams) are dropped: a stop never waits on clients.
@@ -52,7 +53,15 @@ where
         .unwrap_or_default();
     info!(service = S::NAME, addr = %addr, "gRPC listening");
     let stopping = shutdown.clone();
-    let mut builder = builder.layer(crate::metrics::GrpcMetricsLayer);
+    // Each call runs in a span that continues the caller's trace (see `crate::telemetry`).
+    let tracing = tower_http::trace::TraceLayer::new_for_grpc()
+        .make_span_with(|req: &http::Request<Body>| {
+            crate::telemetry::server_span("gRPC", req.uri().path(), req.headers())
+        })
+        .on_failure(());
+    let mut builder = builder
+        .layer(tracing)
+        .layer(crate::metrics::GrpcMetricsLayer);
     let server = builder
         .add_service(health_service)
         .add_service(reflection_v1)

@@ -1,32 +1,17 @@
 //! Process plumbing every Taskforce binary shares, kept out of the contract crate
-//! (`taskforce-proto`): logging set-up, binding the listener, the shutdown signal, and the gRPC
+//! (`taskforce-proto`): logging and trace set-up ([`telemetry`]), binding the listener, the shutdown signal, and the gRPC
 //! server wiring the registry and the executor both use ([`serve_grpc`]: health, reflection,
 //! accepted connections with `TCP_NODELAY`, a graceful stop with a grace period).
 
 mod grpc;
 pub mod metrics;
+pub mod telemetry;
 
 use std::{net::SocketAddr, path::Path};
 
 pub use grpc::{GrpcError, serve_grpc};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-
-/// Human logs on a terminal, JSON otherwise, to stderr; `RUST_LOG` filters (default `info`).
-pub fn init_tracing() {
-    use std::io::IsTerminal;
-    let agent_level = std::env::var("AGENT_LOG_LEVEL").ok();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| default_level(agent_level.as_deref()).into());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if std::io::stderr().is_terminal() {
-        builder.init();
-    } else {
-        builder.json().init();
-    }
-}
 
 /// Milliseconds since the Unix epoch (0 if the clock is before it).
 pub fn now_ms() -> u64 {

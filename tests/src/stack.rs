@@ -51,6 +51,8 @@ pub struct StackOptions {
     pub max_body_bytes: Option<u64>,
     /// Extra flags of the gateway (`--chat-agent dev`, ...).
     pub gateway_args: Vec<String>,
+    /// Extra environment of the gateway process.
+    pub gateway_env: Vec<(String, String)>,
     /// Start the executor too (over the stack's registry and `<config>/llm_config.yaml`), and
     /// point the gateway's `--executor-url` at it.
     pub executor: bool,
@@ -83,6 +85,7 @@ impl Default for StackOptions {
             registry_args: Vec::new(),
             max_body_bytes: None,
             gateway_args: Vec::new(),
+            gateway_env: Vec::new(),
             executor: false,
             executor_env: Vec::new(),
             executor_args: Vec::new(),
@@ -129,6 +132,15 @@ impl StackOptions {
     /// Adds an environment variable to the registry process.
     pub fn registry_env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.registry_env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Adds an environment variable to every service of the stack (registry, executor, gateway).
+    pub fn env_all(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        let (key, value) = (key.into(), value.into());
+        self.registry_env.push((key.clone(), value.clone()));
+        self.executor_env.push((key.clone(), value.clone()));
+        self.gateway_env.push((key, value));
         self
     }
 
@@ -540,6 +552,7 @@ impl Stack {
         cmd.arg("--executor-url")
             .arg(self.executor_urls().unwrap_or_default());
         cmd.args(&self.opts.gateway_args);
+        cmd.envs(self.opts.gateway_env.iter().map(|(k, v)| (k, v)));
         let mut child = ChildProcess::spawn("gateway", cmd, &self.gateway_log())?;
         let addr = wait_for_addr_file(&mut child, &addr_file, STARTUP_TIMEOUT).await?;
         let url = format!("http://{addr}/readyz");

@@ -103,7 +103,15 @@ pub async fn run(
         counts.steps += 1;
         ctx.steps_used.store(counts.steps, Ordering::Relaxed);
         let request = ctx.model.request(convo.messages(), definitions);
-        let mut stream = ctx.model.provider.stream(&request);
+        // One span per model call, open until this turn's answer is read.
+        let llm_span = tracing::info_span!(
+            "llm",
+            otel.name = %format_args!("llm {}", ctx.model.provider.name()),
+            otel.kind = "client",
+            provider = ctx.model.provider.name(),
+            model = %ctx.model.model,
+        );
+        let mut stream = llm_span.in_scope(|| ctx.model.provider.stream(&request));
         let asked = std::time::Instant::now();
         let mut usage_seen = (0, 0);
         let mut text = String::new();
@@ -154,6 +162,7 @@ pub async fn run(
             }
         }
         drop(stream);
+        drop(llm_span);
         convo.messages().push(Message::Assistant {
             content: text.clone(),
             tool_calls: requested.iter().map(as_tool_call).collect(),

@@ -125,7 +125,15 @@ async fn run_one(
             )),
             audit::Outcome::Error,
         ),
-        Requested::Call(call) => call_tool(ctx, tools, orchestra, call).await,
+        Requested::Call(call) => {
+            let span = tracing::info_span!(
+                "tool",
+                otel.name = %format_args!("tool {name}"),
+                tool = name,
+                call_id = call_id,
+            );
+            tracing::Instrument::instrument(call_tool(ctx, tools, orchestra, call), span).await
+        }
     };
     let duration = started.elapsed();
     let (content, is_error, kind) = match outcome {

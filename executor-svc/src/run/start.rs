@@ -293,6 +293,14 @@ impl Runner {
             cancel.clone(),
             self.store.clone(),
         );
+        // The run's span: a child of the calling RPC's, so the run, its model calls and its
+        // tool calls belong to the caller's trace.
+        let span = tracing::info_span!(
+            "run",
+            otel.name = %format_args!("run {}", agent.agent_id),
+            session_id = %session.id,
+            agent_id = %agent.agent_id,
+        );
         let run = Run {
             runner: Arc::clone(self),
             session,
@@ -305,7 +313,8 @@ impl Runner {
             confirmations: with.confirmations,
             no_tools: with.no_tools,
         };
-        self.tasks.spawn(run.drive());
+        self.tasks
+            .spawn(tracing::Instrument::instrument(run.drive(), span));
         Ok(ReceiverStream::new(rx))
     }
 }

@@ -30,7 +30,7 @@ fn init_tracing() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         if std::env::var_os("TEST_LOG").is_some() {
-            taskforce_runtime::init_tracing();
+            drop(taskforce_runtime::telemetry::init("executor-svc-test"));
         }
     });
 }

@@ -29,6 +29,8 @@
 //! - `orchestration`: sub-agents, plan patches, bubbled-up questions across a SIGKILL (seed 003).
 //! - `scale_out`: two executors behind one gateway, readiness over executors, workspaces the
 //!   registry resolves for the executor.
+//! - `traces`: one run as one OpenTelemetry trace over the three services (an OTLP receiver in
+//!   the test), trace ids in the logs, nothing exported without an endpoint.
 //! - `policy_modes`: `readOnly`, `default`, `safeWrite` over native and real MCP tools.
 //! - `run_mcp`: an agent's MCP tools (real `mcp-server-time`) in a run through all three binaries.
 //! - `fake_llm`, `run_resume`, `run_cancel`, `run_shutdown`, `run_providers`, `run_faults`: runs
@@ -68,3 +70,4 @@ mod run_resume;
 mod run_shutdown;
 mod scale_out;
 mod tool_catalog;
+mod traces;

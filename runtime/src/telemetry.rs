@@ -1,0 +1,177 @@
+//! Logs and OpenTelemetry traces.
+//!
+//! Logs go to stderr: human-readable on a terminal, JSON otherwise (or with
+//! `TASKFORCE_LOG_FORMAT=json`); `RUST_LOG` filters them.
+//!
+//! Traces are exported over OTLP/gRPC when `OTEL_EXPORTER_OTLP_ENDPOINT` (or
+//! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set, with the standard `OTEL_*` variables
+//! (`OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_BSP_SCHEDULE_DELAY`, ...); when it is
+//! not, no OpenTelemetry layer is installed at all. The W3C trace context (`traceparent`) is
+//! read from incoming HTTP and gRPC requests ([`server_span`]) and sent with outgoing gRPC calls
+//! ([`traced`]), so one request is one trace across the gateway, the registry and the
+//! executor. Log lines inside a traced request carry its `trace_id`.
+
+use std::time::Duration;
+
+use opentelemetry::{
+    propagation::TextMapCompositePropagator, trace::TraceContextExt, trace::TracerProvider,
+};
+use opentelemetry_http::{HeaderExtractor, HeaderInjector};
+use opentelemetry_sdk::{
+    Resource,
+    propagation::TraceContextPropagator,
+    runtime,
+    trace::{SdkTracerProvider, span_processor_with_async_runtime::BatchSpanProcessor},
+};
+use tonic::transport::Channel;
+use tracing::{Span, warn};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+use tracing_subscriber::{EnvFilter, Layer, layer::SubscriberExt, util::SubscriberInitExt};
+
+/// How long flushing the last spans at exit may take.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What [`init`] set up; call [`Telemetry::shutdown`] before exiting so the last spans leave.
+#[must_use = "call shutdown() before exiting, or the last spans are lost"]
+pub struct Telemetry {
+    provider: Option<SdkTracerProvider>,
+}
+
+impl Telemetry {
+    /// Whether traces are exported.
+    pub fn exporting(&self) -> bool {
+        self.provider.is_some()
+    }
+
+    /// Exports the spans still buffered (within 5 s) and stops the exporter.
+    pub async fn shutdown(self) {
+        let Some(provider) = self.provider else {
+            return;
+        };
+        // The provider's shutdown blocks until its batch task on this runtime has exported.
+        let flushing = tokio::task::spawn_blocking(move || provider.shutdown());
+        match tokio::time::timeout(FLUSH_TIMEOUT, flushing).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => warn!(error = %e, "flushing traces failed"),
+            Ok(Err(e)) => warn!(error = %e, "flushing traces failed"),
+            Err(_) => warn!(
+                timeout_secs = FLUSH_TIMEOUT.as_secs(),
+                "flushing traces timed out"
+            ),
+        }
+    }
+}
+
+/// Sets up logging and, when an OTLP endpoint is configured, trace export for `service` (the
+/// default `service.name`; `OTEL_SERVICE_NAME` wins). Call once, inside the Tokio runtime.
+pub fn init(service: &'static str) -> Telemetry {
+    use std::io::IsTerminal;
+    let agent_level = std::env::var("AGENT_LOG_LEVEL").ok();
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| crate::default_level(agent_level.as_deref()).into());
+    let json = std::env::var("TASKFORCE_LOG_FORMAT").map_or_else(
+        |_| !std::io::stderr().is_terminal(),
+        |f| f.eq_ignore_ascii_case("json"),
+    );
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let fmt = if json {
+        fmt.json().boxed()
+    } else {
+        fmt.boxed()
+    };
+    let (provider, problem) = match exporter_configured().then(|| provider(service)) {
+        Some(Ok(p)) => (Some(p), None),
+        Some(Err(e)) => (None, Some(e)),
+        None => (None, None),
+    };
+    let otel = provider.as_ref().map(|p| {
+        opentelemetry::global::set_text_map_propagator(TextMapCompositePropagator::new(vec![
+            Box::new(TraceContextPropagator::new()),
+        ]));
+        tracing_opentelemetry::layer()
+            .with_tracer(p.tracer(service))
+            .with_tracked_inactivity(false)
+    });
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt)
+        .with(otel)
+        .init();
+    if let Some(e) = problem {
+        warn!(error = %e, "OTLP trace export is configured but could not start; no traces are exported");
+    } else if provider.is_some() {
+        tracing::info!("exporting traces over OTLP");
+    }
+    Telemetry { provider }
+}
+
+fn exporter_configured() -> bool {
+    [
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+    ]
+    .iter()
+    .any(|v| std::env::var(v).is_ok_and(|s| !s.trim().is_empty()))
+        && !std::env::var("OTEL_SDK_DISABLED").is_ok_and(|v| v.eq_ignore_ascii_case("true"))
+}
+
+fn provider(
+    service: &'static str,
+) -> Result<SdkTracerProvider, opentelemetry_otlp::ExporterBuildError> {
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .build()?;
+    let processor = BatchSpanProcessor::builder(exporter, runtime::Tokio).build();
+    let mut resource = Resource::builder();
+    if std::env::var("OTEL_SERVICE_NAME").is_err() {
+        resource = resource.with_service_name(service);
+    }
+    Ok(SdkTracerProvider::builder()
+        .with_span_processor(processor)
+        .with_resource(resource.build())
+        .build())
+}
+
+/// The span of one incoming request (`kind` "HTTP" or "gRPC", `name` its route or method),
+/// continuing the caller's trace when the headers carry a W3C `traceparent`. Its `trace_id`
+/// field puts the trace id on every log line inside it.
+pub fn server_span(kind: &str, name: &str, headers: &http::HeaderMap) -> Span {
+    let span = tracing::info_span!(
+        "request",
+        otel.name = %format_args!("{kind} {name}"),
+        otel.kind = "server",
+        trace_id = tracing::field::Empty,
+    );
+    let parent =
+        opentelemetry::global::get_text_map_propagator(|p| p.extract(&HeaderExtractor(headers)));
+    if parent.span().span_context().is_valid() {
+        // Fails only when no OpenTelemetry layer is installed, and then nothing is traced.
+        let _ = span.set_parent(parent);
+    }
+    let trace_id = span.context().span().span_context().trace_id();
+    if trace_id != opentelemetry::trace::TraceId::INVALID {
+        span.record("trace_id", tracing::field::display(trace_id));
+    }
+    span
+}
+
+/// A gRPC channel that sends the current span's trace context (`traceparent`) with every call.
+pub type TracedChannel = tower::util::MapRequest<
+    Channel,
+    fn(http::Request<tonic::body::Body>) -> http::Request<tonic::body::Body>,
+>;
+
+/// Wraps `channel` so its calls carry the current trace context (nothing when not tracing).
+pub fn traced(channel: Channel) -> TracedChannel {
+    tower::util::MapRequest::new(channel, inject)
+}
+
+fn inject(mut req: http::Request<tonic::body::Body>) -> http::Request<tonic::body::Body> {
+    let cx = Span::current().context();
+    if cx.span().span_context().is_valid() {
+        opentelemetry::global::get_text_map_propagator(|p| {
+            p.inject_context(&cx, &mut HeaderInjector(req.headers_mut()));
+        });
+    }
+    req
+}

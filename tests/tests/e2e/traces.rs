@@ -1,0 +1,255 @@
+//! OpenTelemetry traces through the real binaries: an OTLP receiver in this test (the
+//! collector's own gRPC `TraceService`) gets the spans of one streamed run from the gateway, the
+//! executor and the registry as ONE trace, continuing the client's W3C `traceparent`, with
+//! parent/child links across both hops (gateway → executor → registry); log lines carry the
+//! trace id; without `OTEL_EXPORTER_OTLP_ENDPOINT` nothing is exported or complained about.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use opentelemetry_proto::tonic::{
+    collector::trace::v1::{
+        ExportTraceServiceRequest, ExportTraceServiceResponse,
+        trace_service_server::{TraceService, TraceServiceServer},
+    },
+    common::v1::any_value::Value as AnyValue,
+};
+use serde_json::json;
+use taskforce_tests::{StackOptions, wait::eventually};
+
+use crate::helpers::{agent_json, create, parse_sse};
+
+/// Turns picked by what the conversation last said.
+const SCRIPT: &str = r#"
+turns:
+  - match: "Read the notes"
+    tool_calls: [{name: file_read, arguments: {path: notes.txt}}]
+  - match: "traced notes"
+    text: "Done."
+"#;
+
+/// The caller's trace: what a client (or a proxy in front of the gateway) sends.
+const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const CLIENT_SPAN: &str = "00f067aa0ba902b7";
+
+/// One received span, flattened.
+#[derive(Debug, Clone)]
+struct Got {
+    service: String,
+    name: String,
+    trace_id: String,
+    span_id: String,
+    parent: String,
+}
+
+#[derive(Default, Clone)]
+struct Receiver(Arc<Mutex<Vec<Got>>>);
+
+#[tonic::async_trait]
+impl TraceService for Receiver {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let mut got = Vec::new();
+        for rs in request.into_inner().resource_spans {
+            let service = rs
+                .resource
+                .iter()
+                .flat_map(|r| &r.attributes)
+                .find(|kv| kv.key == "service.name")
+                .and_then(|kv| kv.value.as_ref()?.value.as_ref())
+                .map(|v| match v {
+                    AnyValue::StringValue(s) => s.clone(),
+                    other => format!("{other:?}"),
+                })
+                .unwrap_or_default();
+            for span in rs.scope_spans.into_iter().flat_map(|s| s.spans) {
+                got.push(Got {
+                    service: service.clone(),
+                    name: span.name,
+                    trace_id: hex(&span.trace_id),
+                    span_id: hex(&span.span_id),
+                    parent: hex(&span.parent_span_id),
+                });
+            }
+        }
+        if let Ok(mut all) = self.0.lock() {
+            all.extend(got);
+        }
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Starts the receiver on a free loopback port; returns its URL and what it received.
+async fn receiver() -> (String, Receiver, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("binds");
+    let addr = listener.local_addr().expect("an address");
+    let receiver = Receiver::default();
+    let service = TraceServiceServer::new(receiver.clone());
+    let task = tokio::spawn(async move {
+        let _ = tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+            .await;
+    });
+    (format!("http://{addr}"), receiver, task)
+}
+
+#[tokio::test]
+async fn one_run_is_one_trace_across_gateway_executor_and_registry() {
+    let (url, received, server) = receiver().await;
+    let stack = StackOptions::full()
+        .with_executor()
+        .llm_script(SCRIPT)
+        .env_all("OTEL_EXPORTER_OTLP_ENDPOINT", &url)
+        .env_all("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .spawn()
+        .await
+        .expect("stack starts");
+    let mut body = agent_json("traced");
+    body["tool_allowlist"] = json!(["file_read"]);
+    assert_eq!(create(&stack, &body).await.status, 201);
+    let workspace = stack.executor_workspace("traced");
+    std::fs::create_dir_all(&workspace).expect("workspace");
+    std::fs::write(workspace.join("notes.txt"), "the traced notes").expect("notes");
+
+    let response = stack
+        .http()
+        .post(stack.url("/api/v1/execute/stream"))
+        .header("traceparent", format!("00-{TRACE_ID}-{CLIENT_SPAN}-01"))
+        .json(&json!({"mission": "Read the notes", "agent_id": "traced"}))
+        .send()
+        .await
+        .expect("answered");
+    let text = response.text().await.expect("the stream ends");
+    assert!(
+        parse_sse(&text).iter().any(|(name, _)| name == "done"),
+        "{text}"
+    );
+
+    // Spans leave in batches: wait until each service's part of the trace has arrived.
+    let of_trace = || -> Vec<Got> {
+        received
+            .0
+            .lock()
+            .map(|all| {
+                all.iter()
+                    .filter(|g| g.trace_id == TRACE_ID)
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let complete = eventually(Duration::from_secs(20), Duration::from_millis(100), || {
+        let spans = of_trace();
+        let has = |service: &str, prefix: &str| {
+            spans
+                .iter()
+                .any(|g| g.service == service && g.name.starts_with(prefix))
+        };
+        let done = has("gateway", "POST /api/v1/execute/stream")
+            && has("executor-svc", "gRPC /taskforce.v1.Executor/Execute")
+            && has("executor-svc", "tool file_read")
+            && has("executor-svc", "llm ")
+            && has("registry-svc", "gRPC /taskforce.v1.AgentRegistry/");
+        async move { done.then_some(()) }
+    })
+    .await;
+    let spans = of_trace();
+    assert!(
+        complete.is_some(),
+        "the trace is incomplete: {spans:#?}\n{}",
+        stack.logs()
+    );
+    let by_id: HashMap<&str, &Got> = spans.iter().map(|g| (g.span_id.as_str(), g)).collect();
+    let parent_of = |g: &Got| by_id.get(g.parent.as_str()).copied();
+    let find = |service: &str, prefix: &str| {
+        spans
+            .iter()
+            .find(|g| g.service == service && g.name.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {service} span {prefix}: {spans:#?}"))
+    };
+
+    // The gateway's request span continues the client's span.
+    let rest = find("gateway", "POST /api/v1/execute/stream");
+    assert_eq!(rest.parent, CLIENT_SPAN, "{spans:#?}");
+    // Hop 1: the executor's Execute span is a child of a gateway span of this request.
+    let execute = find("executor-svc", "gRPC /taskforce.v1.Executor/Execute");
+    let caller = parent_of(execute).unwrap_or_else(|| panic!("Execute has no parent: {spans:#?}"));
+    assert_eq!(caller.service, "gateway", "{spans:#?}");
+    // The run, its model call and its tool call descend from the Execute span.
+    let descends_from = |g: &Got, ancestor: &Got| {
+        let mut at = parent_of(g);
+        while let Some(p) = at {
+            if p.span_id == ancestor.span_id {
+                return true;
+            }
+            at = parent_of(p);
+        }
+        false
+    };
+    for prefix in ["run traced", "llm ", "tool file_read"] {
+        let span = find("executor-svc", prefix);
+        assert!(
+            descends_from(span, execute),
+            "{prefix} is not under Execute: {spans:#?}"
+        );
+    }
+    // Hop 2: the registry's request spans in this trace are children of executor spans (the
+    // definition lookup, the BUSY/IDLE reports), and its other spans are inside those.
+    let registry: Vec<&Got> = spans
+        .iter()
+        .filter(|g| g.service == "registry-svc")
+        .collect();
+    assert!(!registry.is_empty());
+    for span in registry {
+        let caller = parent_of(span).unwrap_or_else(|| panic!("{span:?} has no parent"));
+        let expected = if span.name.starts_with("gRPC ") {
+            "executor-svc"
+        } else {
+            "registry-svc"
+        };
+        assert_eq!(caller.service, expected, "{span:?}: {spans:#?}");
+    }
+
+    // Log lines inside the request carry the trace id.
+    let log = std::fs::read_to_string(stack.executor_log()).expect("executor log");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("run ended") && l.contains(TRACE_ID)),
+        "no log line of the run carries the trace id:\n{log}"
+    );
+    server.abort();
+}
+
+#[tokio::test]
+async fn without_an_endpoint_nothing_is_exported_or_complained_about() {
+    let stack = StackOptions::full()
+        .with_executor()
+        .spawn()
+        .await
+        .expect("stack starts");
+    let r = stack
+        .http()
+        .post(stack.url("/api/v1/execute"))
+        .header("traceparent", format!("00-{TRACE_ID}-{CLIENT_SPAN}-01"))
+        .json(&json!({"mission": "hello", "agent_id": "invoice-extractor"}))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(r.status(), 200);
+    let logs = stack.logs();
+    for word in ["OTLP", "opentelemetry", TRACE_ID] {
+        assert!(!logs.contains(word), "{word} in the logs:\n{logs}");
+    }
+}

@@ -29,7 +29,7 @@ pub struct Cli {
     pub conn: Connection,
     /// Machine-readable output: one JSON object per result on stdout (one event per line for
     /// a run); errors as a JSON error body on stderr.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Output")]
     pub json: bool,
     /// What to do.
     #[command(subcommand)]
@@ -38,6 +38,7 @@ pub struct Cli {
 
 /// The services and the waits.
 #[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Connection")]
 pub struct Connection {
     /// The gateway's base URL (REST and SSE).
     #[arg(long, global = true, env = "TASKFORCE_GATEWAY_URL", default_value = DEFAULT_GATEWAY, value_name = "URL")]

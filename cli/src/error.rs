@@ -32,7 +32,7 @@ pub enum Error {
         /// Why (the cause chain).
         cause: String,
     },
-    /// No answer (or, for a stream, no event) in time.
+    /// No answer in time.
     #[error("the {service} at {url} did not answer within {} ({what})", secs(*.after))]
     Timeout {
         /// `gateway`, `registry` or `executor`.
@@ -41,8 +41,18 @@ pub enum Error {
         url: String,
         /// The wait that ran out.
         after: Duration,
-        /// Which wait it was (`--timeout`, `--idle-timeout`).
+        /// Which wait it was (`--timeout`, `--timeout, connecting`).
         what: &'static str,
+    },
+    /// A run's stream stayed silent longer than the idle timeout.
+    #[error("no event from the {service} at {url} for {} (--idle-timeout)", secs(*.after))]
+    Idle {
+        /// `gateway` or `executor`.
+        service: &'static str,
+        /// The URL of the stream.
+        url: String,
+        /// The idle timeout.
+        after: Duration,
     },
     /// The service answered with an error: the REST error body, or a gRPC status as that body.
     #[error("{}", api_message(.body))]
@@ -112,7 +122,7 @@ impl Error {
             Self::Unreachable { .. } | Self::Transport { .. } | Self::Unhealthy { .. } => {
                 "unavailable"
             }
-            Self::Timeout { .. } => "timeout",
+            Self::Timeout { .. } | Self::Idle { .. } => "timeout",
             Self::Input(_) => "invalid_argument",
             Self::Protocol { .. } | Self::Output(_) => "internal",
         };
@@ -124,7 +134,7 @@ impl Error {
     pub fn render(&self) -> String {
         if let Self::RunBroken { error, session_id } = self {
             return format!(
-                "{}\nthe run may go on: `taskforce sessions show {session_id}` shows where it stands",
+                "{}\nsession {session_id}: `taskforce sessions show {session_id}` shows how it ended",
                 error.render()
             );
         }
@@ -151,10 +161,15 @@ impl Error {
                     let _ = write!(out, "\n  {key}: {}", list_or_json(value));
                 }
             }
+            let message = body["message"].as_str().unwrap_or_default();
             for d in body["details"].as_array().into_iter().flatten() {
                 let field = d["field"].as_str().unwrap_or_default();
                 let description = d["description"].as_str().unwrap_or_default();
-                let _ = write!(out, "\n  - {field}: {description}");
+                let line = format!("{field}: {description}");
+                // A message that lists its fields already says it.
+                if !message.contains(&line) {
+                    let _ = write!(out, "\n  - {line}");
+                }
             }
         }
         out
@@ -239,16 +254,16 @@ mod tests {
     }
 
     #[test]
-    fn field_details_are_listed() {
+    fn field_details_are_listed_unless_the_message_says_them() {
         let e = Error::Api {
             status: Some(400),
             body: json!({"error": "invalid_argument", "message": "name: must not be empty",
-                         "details": [{"field": "name", "description": "must not be empty"}]}),
+                         "details": [{"field": "name", "description": "must not be empty"},
+                                     {"field": "mode", "description": "unknown mode"}]}),
         };
-        assert!(
-            e.render().ends_with("\n  - name: must not be empty"),
-            "{}",
-            e.render()
+        assert_eq!(
+            e.render(),
+            "error: name: must not be empty (invalid_argument, HTTP 400)\n  - mode: unknown mode"
         );
     }
 

@@ -214,11 +214,10 @@ fn stream_error(e: &sse_stream::Error, url: &str, idle: Duration) -> Error {
         && let Some(io) = body.downcast_ref::<io::Error>()
         && io.get_ref().is_some_and(|inner| inner.is::<IdleTimeout>())
     {
-        return Error::Timeout {
+        return Error::Idle {
             service: SERVICE,
             url: url.to_owned(),
             after: idle,
-            what: "--idle-timeout, between two events",
         };
     }
     Error::Transport {

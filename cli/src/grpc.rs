@@ -79,7 +79,7 @@ impl Grpc {
             Ok(Err(status)) => Err(Error::from_status(&status)),
             Err(_) => Err(Error::Timeout {
                 service,
-                url: endpoint.uri().to_string(),
+                url: uri_text(endpoint),
                 after: self.timeout,
                 what: "--timeout",
             }),
@@ -209,18 +209,17 @@ impl Grpc {
     /// A run's gRPC stream as event JSON, with the idle timeout between two events.
     fn events(&self, events: Streaming<v1::RunEvent>) -> EventStream {
         let idle = self.idle;
-        let url = self.executor.uri().to_string();
+        let url = uri_text(&self.executor);
         Box::pin(stream::unfold(Some(events), move |events| {
             let url = url.clone();
             async move {
                 let mut events = events?;
                 loop {
                     let Ok(next) = tokio::time::timeout(idle, events.message()).await else {
-                        let e = Error::Timeout {
+                        let e = Error::Idle {
                             service: "executor",
                             url,
                             after: idle,
-                            what: "--idle-timeout, between two events",
                         };
                         return Some((Err(e), None));
                     };
@@ -264,18 +263,23 @@ pub fn endpoint(url: &str, flag: &str, timeout: Duration) -> Result<Endpoint> {
         .map_err(|e| Error::Input(format!("{flag} {url:?}: {}", chain(&e))))
 }
 
+/// An endpoint's URL as people write it (`http://host:port`, without the root path's `/`).
+fn uri_text(endpoint: &Endpoint) -> String {
+    endpoint.uri().to_string().trim_end_matches('/').to_owned()
+}
+
 /// Connects within `timeout`; a failure is "cannot reach the `service`".
 pub async fn connect(
     endpoint: &Endpoint,
     service: &'static str,
     timeout: Duration,
 ) -> Result<Channel> {
-    let url = endpoint.uri().to_string();
+    let url = uri_text(endpoint);
     match tokio::time::timeout(timeout, endpoint.connect()).await {
         Ok(Ok(channel)) => Ok(channel),
         Ok(Err(e)) => Err(Error::Unreachable {
             service,
-            url: url.trim_end_matches('/').to_owned(),
+            url,
             cause: chain(&e),
         }),
         Err(_) => Err(Error::Timeout {

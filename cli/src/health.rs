@@ -39,7 +39,17 @@ pub async fn check(target: &str, service: &str, timeout: Duration) -> Result<Str
 
 async fn check_grpc(target: &str, service: &str, timeout: Duration) -> Result<String> {
     let endpoint = grpc::endpoint(target, "TARGET", timeout)?;
-    let channel = grpc::connect(&endpoint, "service", timeout).await?;
+    let channel = grpc::connect(&endpoint, "service", timeout)
+        .await
+        .map_err(|e| match e {
+            // Name the target as given (`grpc://`), not as the endpoint spells it.
+            Error::Unreachable { service, cause, .. } => Error::Unreachable {
+                service,
+                url: target.to_owned(),
+                cause,
+            },
+            other => other,
+        })?;
     let mut req = tonic::Request::new(HealthCheckRequest {
         service: service.to_owned(),
     });

@@ -428,7 +428,8 @@ mod tests {
         let (r, _) = human(vec![ev("token", json!({"text": "a"}))], false).await;
         let err = r.expect_err("no done");
         assert!(
-            err.render().contains("sessions show s-1"),
+            err.render()
+                .ends_with("\nsession s-1: `taskforce sessions show s-1` shows how it ended"),
             "{}",
             err.render()
         );

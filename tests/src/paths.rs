@@ -50,6 +50,11 @@ pub fn binary(name: &str) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
+/// The built `taskforce` CLI (package `taskforce-cli`; `cargo build --workspace --bins`).
+pub fn cli() -> anyhow::Result<PathBuf> {
+    binary("taskforce")
+}
+
 /// Where `scripts/install-test-deps.sh` installs the test tools.
 pub fn tools_dir() -> PathBuf {
     std::env::var_os("TASKFORCE_TOOLS_DIR")

@@ -14,6 +14,7 @@
 //! - `bad_input_grpc`: the core bad-input cases over gRPC.
 //! - `chat_stream`: seed 004's `/ai/agent/stream` and `/ai/stream`, byte for byte, thread memory.
 //! - `tool_catalog`: native tools, global MCP tools, no secrets in responses.
+//! - `cli`: the `taskforce` CLI binary: agents, tools, runs, answers, sessions, health, errors.
 //! - `mcp_server`: the MCP tools through the Python MCP SDK, seed 001's scenarios and filters.
 //! - `mcp_transport`: `/mcp`'s Origin/Host/protocol rules, the initialize handshake, stdio mode.
 //! - `metadata`: workspace metadata over REST: cache, failures, timeouts, no secrets (seed 001).
@@ -42,6 +43,7 @@
 mod bad_input;
 mod bad_input_grpc;
 mod chat_stream;
+mod cli;
 mod concurrency;
 mod crash_safety;
 mod deploy;

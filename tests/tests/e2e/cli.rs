@@ -1,0 +1,873 @@
+//! The real `taskforce` CLI binary against real stacks: agents (create from YAML, list, show,
+//! delete) in human and `--json` output through the gateway and over `--grpc`, the tool
+//! catalog, runs streamed to completion (`--agent` and `--profile`), a run paused on `ask_user`
+//! (exit 2) that `answer` completes, `sessions show`, `health` probes, and bad input.
+//!
+//! `--json` output is compared with the gateway's own REST answers, in both modes: the CLI's
+//! gRPC mode converts protobuf to the gateway's shapes itself, and these comparisons keep the
+//! two from drifting apart.
+
+use std::{
+    path::Path,
+    process::Stdio,
+    time::{Duration, Instant},
+};
+
+use serde_json::{Value, json};
+use taskforce_tests::{Stack, StackOptions, paths};
+
+use crate::helpers::{NATIVE_TOOLS, create_agent_with_tools, is_version, send};
+
+/// Longest a CLI invocation may take (a whole scripted run included).
+const CLI_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// What a CLI invocation did.
+#[derive(Debug)]
+struct Out {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Out {
+    /// Asserts exit code `code`; returns stdout.
+    fn expect_code(&self, code: i32) -> &str {
+        assert_eq!(
+            self.code,
+            Some(code),
+            "exit code\n--- stdout\n{}\n--- stderr\n{}",
+            self.stdout,
+            self.stderr
+        );
+        &self.stdout
+    }
+
+    /// Asserts success and parses stdout as one JSON value.
+    fn json(&self) -> Value {
+        let out = self.expect_code(0);
+        serde_json::from_str(out.trim())
+            .unwrap_or_else(|e| panic!("stdout is one JSON value ({e}):\n{out}"))
+    }
+
+    /// Parses stdout as JSON lines.
+    fn json_lines(&self) -> Vec<Value> {
+        self.stdout
+            .lines()
+            .map(|l| {
+                serde_json::from_str(l)
+                    .unwrap_or_else(|e| panic!("a JSON line ({e}): {l}\n{}", self.stdout))
+            })
+            .collect()
+    }
+}
+
+/// Runs `taskforce args...` with the stack's gateway, registry and executor in its environment
+/// (as `TASKFORCE_*_URL`), nothing else of this process's Taskforce or proxy settings.
+async fn cli(stack: &Stack, args: &[&str]) -> Out {
+    let mut env = vec![
+        (
+            "TASKFORCE_REGISTRY_URL",
+            format!("http://{}", stack.registry_addr()),
+        ),
+        ("TASKFORCE_GATEWAY_URL", stack.gateway_url()),
+    ];
+    if let Some(addr) = stack.executor_addr() {
+        env.push(("TASKFORCE_EXECUTOR_URL", format!("http://{addr}")));
+    }
+    run_cli(&env, args).await
+}
+
+/// Runs the CLI with exactly these `TASKFORCE_*` variables.
+async fn run_cli(env: &[(&str, String)], args: &[&str]) -> Out {
+    let bin = paths::cli().expect("the taskforce CLI is built");
+    let mut cmd = tokio::process::Command::new(bin);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .env_remove("TASKFORCE_GATEWAY_URL")
+        .env_remove("TASKFORCE_REGISTRY_URL")
+        .env_remove("TASKFORCE_EXECUTOR_URL")
+        .env_remove("TASKFORCE_TIMEOUT_SECS")
+        .env_remove("TASKFORCE_IDLE_TIMEOUT_SECS");
+    for var in [
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
+    let out = tokio::time::timeout(CLI_TIMEOUT, cmd.output())
+        .await
+        .unwrap_or_else(|_| panic!("taskforce {args:?} did not finish within {CLI_TIMEOUT:?}"))
+        .expect("the CLI starts");
+    Out {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// GET of the gateway's `path` as JSON (asserting 200).
+async fn rest(stack: &Stack, path: &str) -> Value {
+    let r = send(stack.http().get(stack.url(path))).await;
+    assert_eq!(r.status, 200, "GET {path}: {}", r.text);
+    r.body
+}
+
+/// The session id of the human output's summary line (`session ID: status ...`).
+fn session_of(stdout: &str) -> String {
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("session "))
+        .find_map(|rest| rest.split_once(": ").map(|(id, _)| id.to_owned()))
+        .unwrap_or_else(|| panic!("no `session ID: status` line in:\n{stdout}"))
+}
+
+/// A port nothing listens on (bound, then released).
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binds a port");
+    listener.local_addr().expect("has an address").port()
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().expect("temp paths are UTF-8")
+}
+
+#[tokio::test]
+async fn agents_round_trip_in_human_and_json_output_over_the_gateway_and_grpc() {
+    let stack = StackOptions::full().spawn().await.expect("stack starts");
+
+    // The custom file format, without an id: the file name is the id.
+    let file = stack.root().join("release-notes.yaml");
+    std::fs::write(
+        &file,
+        "name: Release Notes\ndescription: Writes release notes.\nprompt:\n  system_prompt: |\n    \
+         You write concise release notes.\n    Never invent changes.\ntools:\n  allowlist: [git, file_read]\n",
+    )
+    .expect("writes the definition");
+    let created = cli(&stack, &["agents", "create", "-f", path_str(&file)]).await;
+    let line = created.expect_code(0).trim().to_owned();
+    let version = line
+        .strip_prefix("created agent release-notes (version ")
+        .and_then(|v| v.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(is_version(version), "{line}");
+    assert!(stack.custom_dir().join("release-notes.yaml").is_file());
+    let stored = rest(&stack, "/api/v1/agents/release-notes").await;
+    assert_eq!(stored["version"], version);
+    assert_eq!(stored["tool_allowlist"], json!(["git", "file_read"]));
+    assert_eq!(
+        stored["system_prompt"],
+        "You write concise release notes.\nNever invent changes.\n"
+    );
+
+    // The table: a header, the profile and the new custom agent.
+    let table = cli(&stack, &["agents", "list"]).await;
+    let table = table.expect_code(0);
+    let lines: Vec<Vec<&str>> = table
+        .lines()
+        .map(|l| {
+            l.split("  ")
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        lines.first().map(Vec::as_slice),
+        Some(&["ID", "SOURCE", "STATUS", "NAME", "DESCRIPTION"][..]),
+        "{table}"
+    );
+    assert!(
+        lines.contains(&vec![
+            "release-notes",
+            "custom",
+            "idle",
+            "Release Notes",
+            "Writes release notes."
+        ]),
+        "{table}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.len() >= 3 && l[..3] == ["dev", "profile", "idle"]),
+        "{table}"
+    );
+
+    // --json is the gateway's own answer, in both modes.
+    let listed = rest(&stack, "/api/v1/agents").await;
+    assert_eq!(
+        cli(&stack, &["agents", "list", "--json"]).await.json(),
+        listed
+    );
+    assert_eq!(
+        cli(&stack, &["--grpc", "agents", "list", "--json"])
+            .await
+            .json(),
+        listed
+    );
+    let custom = cli(
+        &stack,
+        &["--grpc", "agents", "list", "--source", "custom", "--json"],
+    )
+    .await
+    .json();
+    assert_eq!(custom, rest(&stack, "/api/v1/agents?source=custom").await);
+    assert!(
+        custom["agents"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty() && a.iter().all(|a| a["source"] == "custom")),
+        "{custom}"
+    );
+    assert_eq!(
+        cli(&stack, &["agents", "show", "release-notes", "--json"])
+            .await
+            .json(),
+        stored
+    );
+    assert_eq!(
+        cli(
+            &stack,
+            &["--grpc", "agents", "show", "release-notes", "--json"]
+        )
+        .await
+        .json(),
+        stored
+    );
+    assert_eq!(
+        cli(&stack, &["--grpc", "agents", "show", "dev", "--json"])
+            .await
+            .json(),
+        rest(&stack, "/api/v1/agents/dev").await
+    );
+
+    // The human view.
+    let shown = cli(&stack, &["agents", "show", "release-notes"]).await;
+    let shown = shown.expect_code(0);
+    for needle in [
+        "id:          release-notes\n",
+        "source:      custom\n",
+        "name:        Release Notes\n",
+        "tools:       git, file_read\n",
+        &format!("version:     {version}\n"),
+        "system prompt:\n  You write concise release notes.\n  Never invent changes.\n",
+    ] {
+        assert!(shown.contains(needle), "{needle:?} in:\n{shown}");
+    }
+
+    // A REST body in YAML, created over gRPC.
+    let body_file = stack.root().join("grpc-made.yaml");
+    std::fs::write(
+        &body_file,
+        "agent_id: grpc-made\nname: Made over gRPC\ndescription: A test agent.\n\
+         system_prompt: Be brief.\ntool_allowlist: [python]\nmode: read_only\n",
+    )
+    .expect("writes the body");
+    let made = cli(
+        &stack,
+        &[
+            "--grpc",
+            "agents",
+            "create",
+            "-f",
+            path_str(&body_file),
+            "--json",
+        ],
+    )
+    .await
+    .json();
+    assert_eq!(made["agent_id"], "grpc-made");
+    assert_eq!(made["mode"], "readOnly", "the registry normalised it");
+    assert_eq!(made, rest(&stack, "/api/v1/agents/grpc-made").await);
+
+    // A GET body (`agents show --json`) can be created again after a delete.
+    let saved = stack.root().join("saved.json");
+    std::fs::write(&saved, stored.to_string()).expect("saves the agent");
+    let deleted = cli(&stack, &["agents", "delete", "release-notes"]).await;
+    assert_eq!(deleted.expect_code(0), "deleted agent release-notes\n");
+    send(stack.http().get(stack.url("/api/v1/agents/release-notes")))
+        .await
+        .assert_error(404, "not_found");
+    assert!(!stack.custom_dir().join("release-notes.yaml").exists());
+    let again = cli(
+        &stack,
+        &[
+            "--grpc",
+            "agents",
+            "create",
+            "-f",
+            path_str(&saved),
+            "--json",
+        ],
+    )
+    .await
+    .json();
+    for field in ["name", "description", "system_prompt", "tool_allowlist"] {
+        assert_eq!(again[field], stored[field], "{field}");
+    }
+
+    assert_eq!(
+        cli(
+            &stack,
+            &["--grpc", "agents", "delete", "grpc-made", "--json"]
+        )
+        .await
+        .json(),
+        json!({"agent_id": "grpc-made", "deleted": true})
+    );
+    send(stack.http().get(stack.url("/api/v1/agents/grpc-made")))
+        .await
+        .assert_error(404, "not_found");
+
+    // A deleted agent is an error naming it, in both modes.
+    for mode in [&[][..], &["--grpc"][..]] {
+        let args: Vec<&str> = mode
+            .iter()
+            .copied()
+            .chain(["agents", "show", "grpc-made"])
+            .collect();
+        let gone = cli(&stack, &args).await;
+        gone.expect_code(1);
+        assert!(gone.stdout.is_empty(), "{}", gone.stdout);
+        assert!(
+            gone.stderr.starts_with("error: ") && gone.stderr.contains("grpc-made"),
+            "{}",
+            gone.stderr
+        );
+        assert!(gone.stderr.contains("not_found"), "{}", gone.stderr);
+    }
+}
+
+#[tokio::test]
+async fn tools_lists_the_catalog_over_the_gateway_and_grpc() {
+    let stack = StackOptions::full().spawn().await.expect("stack starts");
+    let catalog = rest(&stack, "/api/v1/tools").await;
+    assert_eq!(cli(&stack, &["tools", "--json"]).await.json(), catalog);
+    assert_eq!(
+        cli(&stack, &["--grpc", "tools", "--json"]).await.json(),
+        catalog
+    );
+
+    let table = cli(&stack, &["tools"]).await;
+    let table = table.expect_code(0);
+    assert!(
+        table.starts_with("NAME ")
+            && table
+                .lines()
+                .next()
+                .is_some_and(|l| l.ends_with("DESCRIPTION")),
+        "{table}"
+    );
+    let names: Vec<&str> = table
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    for tool in NATIVE_TOOLS {
+        assert!(names.contains(&tool), "{tool} in:\n{table}");
+    }
+    let file_read = table
+        .lines()
+        .find(|l| l.starts_with("file_read "))
+        .expect("a file_read row");
+    let cells: Vec<&str> = file_read.split_whitespace().collect();
+    assert_eq!(&cells[1..5], ["native", "LOW", "no", "yes"], "{file_read}");
+}
+
+/// One script for every conversation of the run tests, told apart by `match`.
+const SCRIPT: &str = r#"
+turns:
+  - match: "read the notes"
+    text: "Let me read the notes."
+    tool_calls:
+      - name: file_read
+        id: call_read
+        arguments: {path: notes.txt}
+  - match: "total invoice"
+    text: "I need one detail first."
+    tool_calls:
+      - name: ask_user
+        id: call_ask
+        arguments: {question: "Which currency should the totals use?"}
+  - match: "EUR"
+    text: "Totals in {{last_message}}: 1234.50"
+  - match: "USD"
+    text: "Totals in {{last_message}}: 1234.50"
+  - text: "Done: {{last_message}}"
+"#;
+
+const NOTES: &str = "the secret number is 42";
+
+/// A stack with the executor on [`SCRIPT`], an agent `reader` (file_read) with a notes file
+/// in its workspace, and an agent `asker` (ask_user).
+async fn run_stack() -> Stack {
+    let stack = StackOptions::full()
+        .with_executor()
+        .llm_script(SCRIPT)
+        .spawn()
+        .await
+        .expect("stack with executor starts");
+    create_agent_with_tools(&stack, "reader", &["file_read"]).await;
+    create_agent_with_tools(&stack, "asker", &["ask_user"]).await;
+    let workspace = stack.executor_workspace("reader");
+    std::fs::create_dir_all(&workspace).expect("creates the workspace");
+    std::fs::write(workspace.join("notes.txt"), NOTES).expect("writes the notes");
+    stack
+}
+
+/// The text of the top agent's tokens in a `--json` run.
+fn top_text(events: &[Value]) -> String {
+    events
+        .iter()
+        .filter(|e| e["type"] == "token" && e["frame_id"] == "")
+        .filter_map(|e| e["text"].as_str())
+        .collect()
+}
+
+fn types(events: &[Value]) -> Vec<&str> {
+    events.iter().filter_map(|e| e["type"].as_str()).collect()
+}
+
+#[tokio::test]
+async fn run_streams_a_scripted_run_to_completion_and_sessions_show_reads_it() {
+    let stack = run_stack().await;
+
+    let human = cli(
+        &stack,
+        &["run", "--agent", "reader", "Please read the notes"],
+    )
+    .await;
+    let out = human.expect_code(0);
+    assert!(out.starts_with("Let me read the notes.\n"), "{out}");
+    assert!(
+        out.contains("\n→ file_read {\"path\":\"notes.txt\"}\n"),
+        "a short tool call line:\n{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("← file_read (") && l.contains(NOTES)),
+        "a short tool result line:\n{out}"
+    );
+    assert!(
+        out.contains(&format!("Done: {NOTES}")),
+        "the streamed answer:\n{out}"
+    );
+    let session = session_of(out);
+    assert!(
+        out.ends_with(&format!(
+            "\nsession {session}: completed (2 steps, 1 tool call)\n"
+        )),
+        "{out}"
+    );
+
+    // sessions show: human, and --json as the gateway answers, in both modes.
+    let shown = cli(&stack, &["sessions", "show", &session]).await;
+    let shown = shown.expect_code(0);
+    assert!(shown.contains("status:   completed\n"), "{shown}");
+    assert!(shown.contains("agent:    reader\n"), "{shown}");
+    assert!(
+        shown.contains(&format!("final answer:\n  Done: {NOTES}")),
+        "{shown}"
+    );
+    let rest_session = rest(&stack, &format!("/api/v1/sessions/{session}")).await;
+    assert_eq!(rest_session["status"], "completed");
+    assert_eq!(
+        cli(&stack, &["sessions", "show", &session, "--json"])
+            .await
+            .json(),
+        rest_session
+    );
+    assert_eq!(
+        cli(&stack, &["--grpc", "sessions", "show", &session, "--json"])
+            .await
+            .json(),
+        rest_session
+    );
+
+    // --json: one event per line, the same run over the gateway's SSE and over gRPC.
+    let mut runs = Vec::new();
+    for mode in [&[][..], &["--grpc"][..]] {
+        let args: Vec<&str> = mode
+            .iter()
+            .copied()
+            .chain([
+                "--json",
+                "run",
+                "--agent",
+                "reader",
+                "Please read the notes",
+            ])
+            .collect();
+        let run = cli(&stack, &args).await;
+        run.expect_code(0);
+        let events = run.json_lines();
+        let names = types(&events);
+        assert_eq!(names.first(), Some(&"run_started"), "{names:?}");
+        assert!(names.ends_with(&["final_answer", "done"]), "{names:?}");
+        assert!(
+            names.contains(&"tool_start") && names.contains(&"tool_end"),
+            "{names:?}"
+        );
+        let done = &events[events.len() - 1];
+        assert_eq!(done["status"], "completed", "{done}");
+        let answer = &events[events.len() - 2];
+        assert_eq!(answer["text"], format!("Done: {NOTES}"), "{answer}");
+        assert_eq!(
+            top_text(&events),
+            format!("Let me read the notes.Done: {NOTES}")
+        );
+        let id = events[0]["session_id"].as_str().unwrap_or_default();
+        assert!(
+            !id.is_empty() && events.iter().all(|e| e["session_id"] == id),
+            "every event names the session"
+        );
+        runs.push(names.into_iter().map(str::to_owned).collect::<Vec<_>>());
+    }
+    assert_eq!(runs[0], runs[1], "the same events over SSE and gRPC");
+
+    // Seed 000's `--profile` keeps working, in both modes.
+    for mode in [&[][..], &["--grpc"][..]] {
+        let args: Vec<&str> = mode
+            .iter()
+            .copied()
+            .chain(["run", "--profile", "dev", "Say hello"])
+            .collect();
+        let run = cli(&stack, &args).await;
+        let out = run.expect_code(0);
+        assert!(out.starts_with("Done: Say hello\n"), "{out}");
+        assert!(out.contains(": completed ("), "{out}");
+    }
+
+    // Continuing a session with --session keeps its id.
+    let more = cli(
+        &stack,
+        &[
+            "run",
+            "--agent",
+            "reader",
+            "--session",
+            &session,
+            "Now read the notes again",
+        ],
+    )
+    .await;
+    assert_eq!(session_of(more.expect_code(0)), session);
+}
+
+#[tokio::test]
+async fn a_run_paused_on_ask_user_exits_2_and_answer_completes_it_in_both_modes() {
+    let stack = run_stack().await;
+
+    // Through the gateway.
+    let paused = cli(&stack, &["run", "--agent", "asker", "Total invoice 42"]).await;
+    let out = paused.expect_code(2);
+    let session = out
+        .lines()
+        .find_map(|l| l.strip_prefix("session "))
+        .and_then(|l| l.strip_suffix(": paused, waiting for an answer"))
+        .unwrap_or_else(|| panic!("a paused summary line:\n{out}"))
+        .to_owned();
+    assert!(
+        out.contains("\n? Which currency should the totals use?\n"),
+        "{out}"
+    );
+    assert!(
+        out.ends_with(&format!(
+            "answer with: taskforce answer {session} \"<your answer>\"\n"
+        )),
+        "{out}"
+    );
+    let shown = cli(&stack, &["sessions", "show", &session]).await;
+    let shown = shown.expect_code(0);
+    assert!(shown.contains("status:   paused\n"), "{shown}");
+    assert!(
+        shown.contains("question (call_ask):\n  Which currency should the totals use?\n"),
+        "{shown}"
+    );
+
+    let answered = cli(&stack, &["answer", &session, "EUR"]).await;
+    let out = answered.expect_code(0);
+    assert!(out.contains("Totals in EUR: 1234.50"), "{out}");
+    assert!(
+        out.contains("← ask_user ("),
+        "the answer is announced:\n{out}"
+    );
+    assert_eq!(session_of(out), session);
+    assert!(
+        out.contains(&format!("session {session}: completed")),
+        "{out}"
+    );
+    let done = rest(&stack, &format!("/api/v1/sessions/{session}")).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["final_answer"], "Totals in EUR: 1234.50", "{done}");
+
+    // Nothing waits any more: answering again is an error the executor names.
+    let again = cli(&stack, &["answer", &session, "USD"]).await;
+    again.expect_code(1);
+    assert!(
+        again.stderr.contains("session_conflict"),
+        "{}",
+        again.stderr
+    );
+
+    // Over gRPC, with --json.
+    let paused = cli(
+        &stack,
+        &[
+            "--grpc",
+            "--json",
+            "run",
+            "--agent",
+            "asker",
+            "Total invoice 7",
+        ],
+    )
+    .await;
+    paused.expect_code(2);
+    let events = paused.json_lines();
+    assert!(
+        types(&events).ends_with(&["question", "done"]),
+        "{events:?}"
+    );
+    let question = &events[events.len() - 2];
+    assert_eq!(question["call_id"], "call_ask", "{question}");
+    assert_eq!(events[events.len() - 1]["status"], "paused");
+    let session = events[0]["session_id"]
+        .as_str()
+        .expect("a session id")
+        .to_owned();
+    let human = cli(&stack, &["--grpc", "sessions", "show", &session, "--json"])
+        .await
+        .json();
+    assert_eq!(human["status"], "paused");
+    assert_eq!(human["question"]["call_id"], "call_ask");
+
+    let answered = cli(
+        &stack,
+        &[
+            "--grpc",
+            "--json",
+            "answer",
+            &session,
+            "USD",
+            "--call-id",
+            "call_ask",
+        ],
+    )
+    .await;
+    answered.expect_code(0);
+    let events = answered.json_lines();
+    assert_eq!(events[events.len() - 1]["status"], "completed");
+    assert_eq!(top_text(&events), "Totals in USD: 1234.50");
+    let done = cli(&stack, &["--grpc", "sessions", "show", &session, "--json"])
+        .await
+        .json();
+    assert_eq!(done["final_answer"], "Totals in USD: 1234.50", "{done}");
+
+    // The hint names --grpc when the run went over gRPC.
+    let paused = cli(
+        &stack,
+        &["--grpc", "run", "--agent", "asker", "Total invoice 9"],
+    )
+    .await;
+    let out = paused.expect_code(2);
+    assert!(
+        out.contains("answer with: taskforce --grpc answer "),
+        "{out}"
+    );
+}
+
+#[tokio::test]
+async fn health_probes_grpc_and_http_targets() {
+    let stack = StackOptions::full()
+        .with_executor()
+        .spawn()
+        .await
+        .expect("stack with executor starts");
+    let registry = format!("grpc://{}", stack.registry_addr());
+    let executor = format!(
+        "grpc://{}",
+        stack.executor_addr().expect("the executor runs")
+    );
+    let healthz = stack.url("/healthz");
+    let readyz = stack.url("/readyz");
+    for target in [&registry, &executor] {
+        let out = cli(&stack, &["health", target]).await;
+        assert_eq!(out.expect_code(0), format!("{target}: SERVING\n"));
+    }
+    let out = cli(
+        &stack,
+        &[
+            "health",
+            &registry,
+            "--service",
+            "taskforce.v1.AgentRegistry",
+        ],
+    )
+    .await;
+    out.expect_code(0);
+    for target in [&healthz, &readyz] {
+        let out = cli(&stack, &["health", target]).await;
+        assert_eq!(out.expect_code(0), format!("{target}: 200 OK\n"));
+    }
+    assert_eq!(
+        cli(&stack, &["health", &registry, "--json"]).await.json(),
+        json!({"target": registry, "healthy": true, "status": "SERVING"})
+    );
+
+    // Nothing listening, a 404, a service the server does not know: not healthy, and fast.
+    let port = free_port();
+    for target in [
+        format!("grpc://127.0.0.1:{port}"),
+        format!("http://127.0.0.1:{port}/healthz"),
+    ] {
+        let started = Instant::now();
+        let out = cli(&stack, &["health", &target]).await;
+        out.expect_code(1);
+        assert!(
+            out.stderr
+                .contains(&format!("cannot reach the service at {target}")),
+            "{}",
+            out.stderr
+        );
+        assert!(started.elapsed() < Duration::from_secs(5), "{target}");
+    }
+    let missing = stack.url("/nope");
+    let out = cli(&stack, &["health", &missing]).await;
+    out.expect_code(1);
+    assert!(
+        out.stderr.contains("is not healthy: HTTP 404 Not Found"),
+        "{}",
+        out.stderr
+    );
+    let out = cli(&stack, &["health", &registry, "--service", "no.Such"]).await;
+    out.expect_code(1);
+    assert!(
+        out.stderr.contains("is not healthy: NotFound"),
+        "{}",
+        out.stderr
+    );
+    let out = cli(&stack, &["health", "localhost:1"]).await;
+    out.expect_code(1);
+    assert!(
+        out.stderr.contains("expected grpc://HOST:PORT"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[tokio::test]
+async fn bad_input_is_a_clear_error_on_stderr_with_a_nonzero_exit() {
+    let stack = StackOptions::full()
+        .with_executor()
+        .spawn()
+        .await
+        .expect("stack with executor starts");
+
+    // Unknown agents, in both modes, human and JSON.
+    for mode in [&[][..], &["--grpc"][..]] {
+        let with = |rest: &[&'static str]| -> Vec<&str> {
+            mode.iter().copied().chain(rest.iter().copied()).collect()
+        };
+        let run = cli(&stack, &with(&["run", "--agent", "no-such-agent", "Do it"])).await;
+        run.expect_code(1);
+        assert!(run.stdout.is_empty(), "{}", run.stdout);
+        assert!(run.stderr.contains("no-such-agent"), "{}", run.stderr);
+        let show = cli(
+            &stack,
+            &with(&["--json", "agents", "show", "no-such-agent"]),
+        )
+        .await;
+        show.expect_code(1);
+        let body: Value = serde_json::from_str(show.stderr.trim())
+            .unwrap_or_else(|e| panic!("a JSON error body on stderr ({e}): {}", show.stderr));
+        assert_eq!(body["error"], "not_found", "{body}");
+        assert!(
+            body["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("no-such-agent")),
+            "{body}"
+        );
+    }
+
+    // A definition file that is not there, or not a definition.
+    let missing = stack.root().join("missing.yaml");
+    let out = cli(&stack, &["agents", "create", "-f", path_str(&missing)]).await;
+    out.expect_code(1);
+    assert!(
+        out.stderr
+            .starts_with(&format!("error: cannot read {}: ", missing.display())),
+        "{}",
+        out.stderr
+    );
+    let list = stack.root().join("list.yaml");
+    std::fs::write(&list, "- a\n- b\n").expect("writes");
+    let out = cli(&stack, &["agents", "create", "-f", path_str(&list)]).await;
+    out.expect_code(1);
+    assert!(out.stderr.contains("expected a mapping"), "{}", out.stderr);
+
+    // Unknown tools: the service's error with its lists, in both modes; nothing is written.
+    let bad = stack.root().join("bad-one.yaml");
+    std::fs::write(
+        &bad,
+        "name: x\ndescription: y\nsystem_prompt: z\ntool_allowlist: [foo_tool, file_read]\n",
+    )
+    .expect("writes");
+    for mode in [&[][..], &["--grpc"][..]] {
+        let args: Vec<&str> = mode
+            .iter()
+            .copied()
+            .chain(["agents", "create", "-f", path_str(&bad)])
+            .collect();
+        let out = cli(&stack, &args).await;
+        out.expect_code(1);
+        assert!(
+            out.stderr
+                .starts_with("error: Unknown tool(s) in tool_allowlist (invalid_tools"),
+            "{}",
+            out.stderr
+        );
+        assert!(
+            out.stderr.contains("\n  invalid_tools: foo_tool\n"),
+            "{}",
+            out.stderr
+        );
+        assert!(
+            out.stderr.contains("\n  available_tools: web_search, "),
+            "{}",
+            out.stderr
+        );
+    }
+    assert!(!stack.custom_dir().join("bad-one.yaml").exists());
+
+    // Nothing listening: "cannot reach", naming the URL.
+    let port = free_port();
+    let nowhere = format!("http://127.0.0.1:{port}");
+    let out = cli(&stack, &["--gateway", &nowhere, "agents", "list"]).await;
+    out.expect_code(1);
+    assert!(
+        out.stderr
+            .starts_with(&format!("error: cannot reach the gateway at {nowhere}: ")),
+        "{}",
+        out.stderr
+    );
+    let out = cli(&stack, &["--grpc", "--registry", &nowhere, "tools"]).await;
+    out.expect_code(1);
+    assert!(
+        out.stderr
+            .starts_with(&format!("error: cannot reach the registry at {nowhere}: ")),
+        "{}",
+        out.stderr
+    );
+
+    // Bad usage is 64, never 2 (which means "paused").
+    let out = cli(&stack, &["run", "--agent", "dev"]).await;
+    out.expect_code(64);
+    let out = cli(&stack, &["answer", "some-session"]).await;
+    out.expect_code(64);
+}

@@ -21,6 +21,7 @@
 //! - [`mcp`]: real MCP servers for tests (streamable HTTP server-everything, mcp-server-time).
 
 pub mod mcp;
+pub mod otlp;
 pub mod paths;
 pub mod process;
 pub mod scripts;

@@ -4,21 +4,14 @@
 //! parent/child links across both hops (gateway → executor → registry); log lines carry the
 //! trace id; without `OTEL_EXPORTER_OTLP_ENDPOINT` nothing is exported or complained about.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{collections::HashMap, time::Duration};
 
-use opentelemetry_proto::tonic::{
-    collector::trace::v1::{
-        ExportTraceServiceRequest, ExportTraceServiceResponse,
-        trace_service_server::{TraceService, TraceServiceServer},
-    },
-    common::v1::any_value::Value as AnyValue,
-};
 use serde_json::json;
-use taskforce_tests::{StackOptions, wait::eventually};
+use taskforce_tests::{
+    StackOptions,
+    otlp::{Receiver, Span as Got},
+    wait::eventually,
+};
 
 use crate::helpers::{agent_json, create, parse_sse};
 
@@ -35,83 +28,14 @@ turns:
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CLIENT_SPAN: &str = "00f067aa0ba902b7";
 
-/// One received span, flattened.
-#[derive(Debug, Clone)]
-struct Got {
-    service: String,
-    name: String,
-    trace_id: String,
-    span_id: String,
-    parent: String,
-}
-
-#[derive(Default, Clone)]
-struct Receiver(Arc<Mutex<Vec<Got>>>);
-
-#[tonic::async_trait]
-impl TraceService for Receiver {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        let mut got = Vec::new();
-        for rs in request.into_inner().resource_spans {
-            let service = rs
-                .resource
-                .iter()
-                .flat_map(|r| &r.attributes)
-                .find(|kv| kv.key == "service.name")
-                .and_then(|kv| kv.value.as_ref()?.value.as_ref())
-                .map(|v| match v {
-                    AnyValue::StringValue(s) => s.clone(),
-                    other => format!("{other:?}"),
-                })
-                .unwrap_or_default();
-            for span in rs.scope_spans.into_iter().flat_map(|s| s.spans) {
-                got.push(Got {
-                    service: service.clone(),
-                    name: span.name,
-                    trace_id: hex(&span.trace_id),
-                    span_id: hex(&span.span_id),
-                    parent: hex(&span.parent_span_id),
-                });
-            }
-        }
-        if let Ok(mut all) = self.0.lock() {
-            all.extend(got);
-        }
-        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
-    }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Starts the receiver on a free loopback port; returns its URL and what it received.
-async fn receiver() -> (String, Receiver, tokio::task::JoinHandle<()>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("binds");
-    let addr = listener.local_addr().expect("an address");
-    let receiver = Receiver::default();
-    let service = TraceServiceServer::new(receiver.clone());
-    let task = tokio::spawn(async move {
-        let _ = tonic::transport::Server::builder()
-            .add_service(service)
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
-            .await;
-    });
-    (format!("http://{addr}"), receiver, task)
-}
-
 #[tokio::test]
 async fn one_run_is_one_trace_across_gateway_executor_and_registry() {
-    let (url, received, server) = receiver().await;
+    let received = Receiver::start().await.expect("the OTLP receiver starts");
+    let url = received.url();
     let stack = StackOptions::full()
         .with_executor()
         .llm_script(SCRIPT)
-        .env_all("OTEL_EXPORTER_OTLP_ENDPOINT", &url)
+        .env_all("OTEL_EXPORTER_OTLP_ENDPOINT", url)
         .env_all("OTEL_BSP_SCHEDULE_DELAY", "100")
         .spawn()
         .await
@@ -140,15 +64,10 @@ async fn one_run_is_one_trace_across_gateway_executor_and_registry() {
     // Spans leave in batches: wait until each service's part of the trace has arrived.
     let of_trace = || -> Vec<Got> {
         received
-            .0
-            .lock()
-            .map(|all| {
-                all.iter()
-                    .filter(|g| g.trace_id == TRACE_ID)
-                    .cloned()
-                    .collect()
-            })
-            .unwrap_or_default()
+            .spans()
+            .into_iter()
+            .filter(|g| g.trace_id == TRACE_ID)
+            .collect()
     };
     let complete = eventually(Duration::from_secs(20), Duration::from_millis(100), || {
         let spans = of_trace();
@@ -229,7 +148,6 @@ async fn one_run_is_one_trace_across_gateway_executor_and_registry() {
             .any(|l| l.contains("run ended") && l.contains(TRACE_ID)),
         "no log line of the run carries the trace id:\n{log}"
     );
-    server.abort();
 }
 
 #[tokio::test]

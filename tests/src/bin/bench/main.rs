@@ -8,6 +8,8 @@
 //! cargo run --release -p taskforce-tests --bin bench -- --runs
 //! # multi-agent orchestration (issue #10), scripted provider
 //! cargo run --release -p taskforce-tests --bin bench -- --orchestration
+//! # streamed runs with OpenTelemetry export off and on (issue #12)
+//! cargo run --release -p taskforce-tests --bin bench -- --telemetry
 //! # the chat endpoint and the policy engine (issue #11), scripted provider
 //! cargo run --release -p taskforce-tests --bin bench -- --chat
 //! # the LangGraph peer's streamed-run workload, against ../shared/peers/fake_llm.py
@@ -98,6 +100,12 @@ struct Args {
     /// Requests sent at once by `--chat`.
     #[arg(long, default_value_t = 1000)]
     chat_concurrent: usize,
+    /// Compares streamed runs with OpenTelemetry export off and on (issue #12).
+    #[arg(long)]
+    telemetry: bool,
+    /// Rounds of each side of `--telemetry` (alternating off, on).
+    #[arg(long, default_value_t = 3)]
+    telemetry_rounds: usize,
     /// Benchmarks multi-agent orchestration instead of the registry.
     #[arg(long)]
     orchestration: bool,
@@ -127,6 +135,16 @@ async fn main() -> anyhow::Result<()> {
     }
     if args.runs || args.fake_llm.is_some() {
         return bench_runs(&args).await;
+    }
+    if args.telemetry {
+        let rows = runs::telemetry(50, args.seconds, args.telemetry_rounds.max(1))
+            .await
+            .context("telemetry benchmark")?;
+        println!(
+            "\n### streamed runs, telemetry off vs on (concurrency 50)\n\n| measurement | result |\n|---|---|"
+        );
+        print_rows(rows);
+        return Ok(());
     }
     if args.chat {
         let opts = chat::Options {

@@ -59,6 +59,7 @@ pub async fn scripted(opts: &Options) -> anyhow::Result<Rows> {
         steps: opts.steps,
         hold_ms: opts.hold_ms,
         openai_base_url: None,
+        env: Vec::new(),
     };
     let stack = RunStack::start(&setup).await?;
     let result = scripted_on(&stack, opts).await;
@@ -149,6 +150,71 @@ async fn scripted_on(stack: &RunStack, opts: &Options) -> anyhow::Result<Rows> {
             kb(status_kb(stack.executor_pid(), "VmRSS:")),
             kb(status_kb(stack.executor_pid(), "VmHWM:")),
             mb(stack.sessions_on_disk())
+        ),
+    ));
+    Ok(rows)
+}
+
+/// Streamed runs at concurrency `conc` with telemetry off and on, in alternating rounds of
+/// `seconds` over two stacks: "off" with no `OTEL_*` variable (no exporter is built), "on"
+/// exporting every span to an OTLP receiver in this process. Metrics are recorded in both (the
+/// recorder has no switch) and scraped from all three services after each "on" round.
+pub async fn telemetry(conc: usize, seconds: u64, rounds: usize) -> anyhow::Result<Rows> {
+    let receiver = taskforce_tests::otlp::Receiver::start().await?;
+    let off = RunStack::start(&LlmSetup::default()).await?;
+    let on = RunStack::start(&LlmSetup {
+        env: vec![("OTEL_EXPORTER_OTLP_ENDPOINT".into(), receiver.url())],
+        ..LlmSetup::default()
+    })
+    .await?;
+    let http = http(conc)?;
+    let (url_off, url_on) = (
+        off.url("/api/v1/execute/stream"),
+        on.url("/api/v1/execute/stream"),
+    );
+    for url in [&url_off, &url_on] {
+        closed_loop(&http, url, "peer", WORDS, 10, Budget::RunsPerClient(20)).await?;
+    }
+    let mut totals = [(0usize, 0f64, 0f64); 2];
+    let mut rows = Rows::new();
+    for round in 0..rounds {
+        for (i, (stack, url)) in [(&off, &url_off), (&on, &url_on)].into_iter().enumerate() {
+            eprintln!("telemetry: round {} {}", round + 1, ["off", "on"][i]);
+            let cpu = Cpu::new(stack);
+            let r = closed_loop(&http, url, "peer", WORDS, conc, Budget::Seconds(seconds))
+                .await
+                .with_context(|| format!("round {} {}", round + 1, ["off", "on"][i]))?;
+            totals[i].0 += r.runs.len();
+            totals[i].1 += r.wall.as_secs_f64();
+            totals[i].2 += cpu.servers_ms(r.runs.len()) * r.runs.len() as f64;
+            rows.push((
+                format!("round {}, telemetry {}", round + 1, ["off", "on"][i]),
+                format!(
+                    "{:.0} runs/s · servers' CPU {:.0} µs per run · first event {} · total {}",
+                    r.rate(),
+                    cpu.servers_ms(r.runs.len()) * 1000.0,
+                    r.latencies(|t| t.first_event).summary_short(),
+                    r.latencies(|t| t.total).summary_short(),
+                ),
+            ));
+        }
+    }
+    // The last batch leaves within the exporter's schedule delay (5 s by default).
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    #[allow(clippy::cast_precision_loss)]
+    let rate = |t: (usize, f64, f64)| t.0 as f64 / t.1.max(f64::EPSILON);
+    #[allow(clippy::cast_precision_loss)]
+    let cpu_us = |t: (usize, f64, f64)| t.2 / t.0.max(1) as f64 * 1000.0;
+    let (off_rate, on_rate) = (rate(totals[0]), rate(totals[1]));
+    rows.push((
+        format!("**all rounds, concurrency {conc}: off → on**"),
+        format!(
+            "**{off_rate:.0} → {on_rate:.0} runs/s ({:+.1}%)** · servers' CPU per run {:.0} → {:.0} µs · {} spans received for {} runs",
+            (on_rate / off_rate.max(f64::EPSILON) - 1.0) * 100.0,
+            cpu_us(totals[0]),
+            cpu_us(totals[1]),
+            receiver.count(),
+            totals[1].0,
         ),
     ));
     Ok(rows)

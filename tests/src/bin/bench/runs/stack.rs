@@ -28,6 +28,8 @@ pub struct LlmSetup {
     pub hold_ms: u64,
     /// Base URL of an OpenAI-compatible server, served as the model `fake`.
     pub openai_base_url: Option<String>,
+    /// Environment of all three services (e.g. `OTEL_EXPORTER_OTLP_ENDPOINT`).
+    pub env: Vec<(String, String)>,
 }
 
 /// The harness's stack with the benchmark's models, and the agent.
@@ -46,7 +48,11 @@ impl RunStack {
         let workspace = files.path().join("workspace");
         std::fs::create_dir_all(&workspace)?;
         std::fs::write(workspace.join("ping"), "pong")?;
-        let stack = StackOptions::full()
+        let mut options = StackOptions::full();
+        for (key, value) in &setup.env {
+            options = options.env_all(key, value);
+        }
+        let stack = options
             .empty_configs()
             .with_executor()
             .llm_config(llm_config(files.path(), setup)?)

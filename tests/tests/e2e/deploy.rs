@@ -583,6 +583,28 @@ fn kustomize_overlays_render_valid_manifests() {
         let gateway = named(&docs, "Deployment", "gateway");
         assert_eq!(gateway["spec"]["replicas"], gateways, "{overlay}");
 
+        // The images: dev runs what compose builds (tag `dev`), prod the workspace's version.
+        let built: BTreeSet<String> = ComposeFile::read()
+            .services
+            .into_iter()
+            .map(|(_, _, _, image)| image)
+            .collect();
+        for workload in [registry, executor, gateway] {
+            let reference = str_of(
+                &workload["spec"]["template"]["spec"]["containers"][0],
+                "image",
+            );
+            if overlay == "dev" {
+                assert!(built.contains(reference), "{reference} is one of {built:?}");
+            } else {
+                assert!(
+                    built.iter().any(|b| repository(b) == repository(reference))
+                        && reference.ends_with(&format!(":{}", env!("CARGO_PKG_VERSION"))),
+                    "{reference}"
+                );
+            }
+        }
+
         // The gateway knows every executor replica by its pod name.
         let gateway_container = &gateway["spec"]["template"]["spec"]["containers"][0];
         let expected: Vec<String> = (0..executors)
@@ -1169,13 +1191,24 @@ impl ComposeFile {
         Self { vars, services }
     }
 
-    /// Image name → the image built from its Dockerfile.
+    /// Image repository (the name without its tag: overlays pick the version) → the image
+    /// built from its Dockerfile.
     fn images(&self) -> HashMap<String, Image> {
         self.services
             .iter()
-            .map(|(_, _, dockerfile, image)| (image.clone(), Image::read(dockerfile)))
+            .map(|(_, _, dockerfile, image)| {
+                (repository(image).to_owned(), Image::read(dockerfile))
+            })
             .collect()
     }
+}
+
+/// An image reference without its tag (`taskforce/gateway:dev` → `taskforce/gateway`).
+fn repository(reference: &str) -> &str {
+    let name_start = reference.rfind('/').map_or(0, |i| i + 1);
+    reference[name_start..]
+        .find(':')
+        .map_or(reference, |i| &reference[..name_start + i])
 }
 
 /// A list of strings, or `text` split on white space (compose's string form of `command`).
@@ -1636,7 +1669,7 @@ fn k8s_specs(docs: &[Value], root: &Path, net: &mut Net) -> anyhow::Result<Vec<S
         }
         for c in pod.spec["containers"].as_sequence().into_iter().flatten() {
             let reference = str_of(c, "image");
-            let image = images.get(reference).with_context(|| {
+            let image = images.get(repository(reference)).with_context(|| {
                 format!("{}: image {reference} is not one compose builds", pod.name)
             })?;
             let fs = container_fs(c, pod, &volumes, root)?;
@@ -1712,21 +1745,24 @@ fn k8s_specs(docs: &[Value], root: &Path, net: &mut Net) -> anyhow::Result<Vec<S
     Ok(specs)
 }
 
-#[tokio::test]
-async fn the_dev_overlay_runs_as_its_manifests_say() {
-    let (_, docs) = kustomize("dev");
+/// Starts the pods of `overlay` as its manifests say and checks they find each other: `runs`
+/// runs go one to each executor replica.
+async fn overlay_runs(overlay: &str, executors: usize, gateways: usize) {
+    let (_, docs) = kustomize(overlay);
     let dir = tempfile::Builder::new()
         .prefix("taskforce-k8s-")
         .tempdir()
         .expect("temp dir");
     let mut net = Net::default();
-    let specs = k8s_specs(&docs, dir.path(), &mut net).expect("the dev overlay's pods");
-    let mut names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+    let specs = k8s_specs(&docs, dir.path(), &mut net).expect("the overlay's pods");
+    let mut names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
     names.sort_unstable();
-    assert_eq!(
-        names,
-        ["executor-0", "executor-1", "gateway-0", "registry-0"]
-    );
+    let executor_names: Vec<String> = (0..executors).map(|i| format!("executor-{i}")).collect();
+    let mut expected: Vec<String> = executor_names.clone();
+    expected.extend((0..gateways).map(|i| format!("gateway-{i}")));
+    expected.push("registry-0".to_owned());
+    expected.sort_unstable();
+    assert_eq!(names, expected, "{overlay}");
 
     // Kubernetes starts every pod at once; each must become ready.
     let http = http_client();
@@ -1745,38 +1781,46 @@ async fn the_dev_overlay_runs_as_its_manifests_say() {
     }
 
     let port = |host: &str, port: u16| net.route(host, port).expect("a mapped port");
-    let metrics = [
+    let mut metrics = vec![
         format!("http://127.0.0.1:{}/metrics", port("registry", 9465)),
-        format!(
-            "http://127.0.0.1:{}/metrics",
-            port("executor-0.executor", 9464)
-        ),
-        format!(
-            "http://127.0.0.1:{}/metrics",
-            port("executor-1.executor", 9464)
-        ),
         format!("http://127.0.0.1:{}/metrics", port("gateway", 8080)),
     ];
+    for name in &executor_names {
+        metrics.push(format!(
+            "http://127.0.0.1:{}/metrics",
+            port(&format!("{name}.executor"), 9464)
+        ));
+    }
     let sessions = check_stack(
         &http,
         &format!("http://127.0.0.1:{}", port("gateway", 8080)),
         &metrics,
         &dir.path().join("pvc/state-registry-0/config"),
-        2,
+        executors,
     )
     .await;
     // New runs take turns over the executors the gateway lists by pod name, and each session
     // id names the executor that owns it.
-    let mut owners: Vec<&str> = sessions
+    let mut owners: Vec<String> = sessions
         .iter()
-        .filter_map(|s| s.split_once('_').map(|(owner, _)| owner))
+        .filter_map(|s| s.split_once('_').map(|(owner, _)| owner.to_owned()))
         .collect();
     owners.sort_unstable();
-    assert_eq!(owners, ["executor-0", "executor-1"], "{sessions:?}");
+    assert_eq!(owners, executor_names, "{sessions:?}");
     assert!(
         dir.path()
             .join("pvc/state-registry-0/config/.seeded")
             .is_file(),
         "the initContainer seeded the registry's volume"
     );
+}
+
+#[tokio::test]
+async fn the_dev_overlay_runs_as_its_manifests_say() {
+    overlay_runs("dev", 2, 1).await;
+}
+
+#[tokio::test]
+async fn the_prod_overlay_runs_as_its_manifests_say() {
+    overlay_runs("prod", 4, 2).await;
 }

@@ -7,16 +7,13 @@
 //! - [`error`]: error kinds with one mapping to gRPC codes and one to HTTP statuses.
 //! - [`json`]: `google.protobuf.Struct` ⇄ `serde_json::Value`.
 //! - [`mcp_config`]: the rules of one MCP server entry.
-//! - `mcp_client` (feature `mcp-client`): connecting to an MCP server through rmcp.
 //!
-//! Without features, no I/O and no business logic live here.
+//! No I/O and no business logic live here.
 
 pub mod catalog;
 pub mod error;
 pub mod ids;
 pub mod json;
-#[cfg(feature = "mcp-client")]
-pub mod mcp_client;
 pub mod mcp_config;
 
 /// Generated code for the `taskforce.v1` package.

@@ -1,11 +1,12 @@
 //! MCP tool discovery: start (or connect to) a server, list its tools, hang up. The connection
-//! itself is [`taskforce_proto::mcp_client`], shared with the executor.
+//! itself is [`taskforce_runtime::mcp_client`], shared with the executor.
 
 use std::time::Duration;
 
-use taskforce_proto::{mcp_client, v1};
+use taskforce_proto::v1;
+use taskforce_runtime::mcp_client;
 
-pub use taskforce_proto::mcp_client::{ConnectError as DiscoveryError, DiscoveredTool};
+pub use taskforce_runtime::mcp_client::{ConnectError as DiscoveryError, DiscoveredTool};
 
 use crate::definition::McpServerConfig;
 

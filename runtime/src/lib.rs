@@ -4,6 +4,8 @@
 //! accepted connections with `TCP_NODELAY`, a graceful stop with a grace period).
 
 mod grpc;
+#[cfg(feature = "mcp-client")]
+pub mod mcp_client;
 pub mod metrics;
 pub mod telemetry;
 

@@ -24,10 +24,8 @@ use rmcp::{
     model::{CallToolRequestParams, CallToolResult, ContentBlock},
 };
 use serde_json::Value;
-use taskforce_proto::{
-    mcp_client::{self, ConnectError, DiscoveredTool, McpClient},
-    v1,
-};
+use taskforce_proto::v1;
+use taskforce_runtime::mcp_client::{self, ConnectError, DiscoveredTool, McpClient};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 

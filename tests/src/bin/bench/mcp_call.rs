@@ -12,7 +12,8 @@ use executor_svc::tools::{
 };
 use rmcp::model::CallToolRequestParams;
 use serde_json::json;
-use taskforce_proto::{mcp_client, v1};
+use taskforce_proto::v1;
+use taskforce_runtime::mcp_client;
 use taskforce_tests::paths;
 use tokio_util::sync::CancellationToken;
 

@@ -18,7 +18,7 @@ use rmcp::{
 };
 use serde_json::Value;
 
-use crate::v1;
+use taskforce_proto::v1;
 
 /// Environment variables a stdio server inherits; everything else (API keys of this service,
 /// for one) stays out. Mirrors the MCP SDKs' default environment.

@@ -28,6 +28,12 @@ use tracing::{Span, warn};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::{EnvFilter, Layer, layer::SubscriberExt, util::SubscriberInitExt};
 
+/// The spans that become OpenTelemetry spans: each request served ([`server_span`]), each run,
+/// model call and tool call. Other spans (a handler's `#[instrument]`) and log events stay in
+/// the logs only: a trace shows the hops and the work, at a cost a busy service can carry (a
+/// span's parent is its nearest traced ancestor).
+const TRACED_SPANS: [&str; 4] = ["request", "run", "llm", "tool"];
+
 /// How long flushing the last spans at exit may take.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -90,7 +96,13 @@ pub fn init(service: &'static str) -> Telemetry {
         ]));
         tracing_opentelemetry::layer()
             .with_tracer(p.tracer(service))
+            // Per-span attributes nobody reads in a trace view, at a cost per span.
             .with_tracked_inactivity(false)
+            .with_threads(false)
+            .with_location(false)
+            .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
+                meta.is_span() && TRACED_SPANS.contains(&meta.name())
+            }))
     });
     tracing_subscriber::registry()
         .with(filter)

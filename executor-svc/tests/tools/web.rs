@@ -86,6 +86,13 @@ async fn serve() -> String {
             }),
         )
         .route(
+            "/to",
+            get(|Query(q): Query<HashMap<String, String>>| async move {
+                let to = q.get("url").cloned().unwrap_or_default();
+                (StatusCode::FOUND, [(axum::http::header::LOCATION, to)], "")
+            }),
+        )
+        .route(
             "/slow",
             get(|| async {
                 tokio::time::sleep(Duration::from_secs(30)).await;
@@ -279,4 +286,69 @@ async fn web_fetch_times_out_and_stops_on_cancellation() {
         .await;
     assert!(matches!(r, Err(ToolError::Cancelled { .. })), "{r:?}");
     assert!(started.elapsed() < Duration::from_secs(1));
+}
+
+/// The reason of a failed call.
+fn refused(r: Result<executor_svc::tools::ToolOutcome, ToolError>) -> String {
+    match r {
+        Err(ToolError::Failed { reason, .. }) => reason,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn web_fetch_reaches_no_internal_address_in_any_spelling_nor_through_a_redirect() {
+    let base = serve().await;
+    let port = base.rsplit(':').next().unwrap_or_default().to_owned();
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Default configuration: the fake web is an internal address like any other.
+    let fetch = tool_with(&NativeToolsConfig::default(), "web_fetch");
+    for host in [
+        "127.0.0.1",
+        "127.1",
+        "2130706433",
+        "0x7f000001",
+        "[::ffff:127.0.0.1]",
+        "localhost",
+    ] {
+        let url = format!("http://{host}:{port}/article");
+        let why = refused(fetch.call(&ctx(dir.path()), json!({ "url": url })).await);
+        assert!(
+            why.contains("loopback") || why.contains("no allowed address"),
+            "{url}: {why}"
+        );
+    }
+    // The operator's own search host is allowed, but a redirect from it to another internal
+    // address is not.
+    let fetch = tool_with(&config(&base), "web_fetch");
+    let ok = fetch
+        .call(
+            &ctx(dir.path()),
+            json!({ "url": format!("{base}/article") }),
+        )
+        .await;
+    assert!(ok_text(ok).contains("Reading invoices"));
+    let inside = "http://169.254.169.254/latest/meta-data/";
+    let why = refused(
+        fetch
+            .call(
+                &ctx(dir.path()),
+                json!({ "url": format!("{base}/to?url={inside}") }),
+            )
+            .await,
+    );
+    assert!(
+        why.contains("redirect") && why.contains("link-local"),
+        "{why}"
+    );
+    // An operator can allow a range.
+    let allowed = NativeToolsConfig::from_lookup(|k| {
+        (k == "TASKFORCE_WEB_ALLOW_NETS").then(|| "127.0.0.0/8".to_owned())
+    });
+    let fetch = tool_with(&allowed, "web_fetch");
+    let url = format!("http://127.0.0.1:{port}/article");
+    assert!(
+        ok_text(fetch.call(&ctx(dir.path()), json!({ "url": url })).await)
+            .contains("Reading invoices")
+    );
 }

@@ -21,12 +21,12 @@ use crate::{
 pub struct WebFetch {
     definition: ToolDefinition,
     config: Arc<NativeToolsConfig>,
-    client: Option<reqwest::Client>,
+    client: Option<super::http::WebClient>,
 }
 
 impl WebFetch {
     /// The tool; see [`super::WebSearch::new`] about `client`.
-    pub fn new(config: Arc<NativeToolsConfig>, client: Option<reqwest::Client>) -> Self {
+    pub fn new(config: Arc<NativeToolsConfig>, client: Option<super::http::WebClient>) -> Self {
         Self {
             definition: catalog_definition("web_fetch"),
             config,

@@ -23,12 +23,12 @@ const TOOL: &str = "github";
 pub struct GitHub {
     definition: ToolDefinition,
     config: Arc<NativeToolsConfig>,
-    client: Option<reqwest::Client>,
+    client: Option<super::http::WebClient>,
 }
 
 impl GitHub {
     /// The tool; see [`super::WebSearch::new`] about `client`.
-    pub fn new(config: Arc<NativeToolsConfig>, client: Option<reqwest::Client>) -> Self {
+    pub fn new(config: Arc<NativeToolsConfig>, client: Option<super::http::WebClient>) -> Self {
         Self {
             definition: catalog_definition(TOOL),
             config,

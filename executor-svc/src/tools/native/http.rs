@@ -1,11 +1,31 @@
 //! The capped, cancellable HTTP request `web_search`, `web_fetch` and `github` share.
 
-use std::fmt::Write as _;
+use std::{fmt::Write as _, sync::Arc};
 
 use reqwest::{RequestBuilder, header::CONTENT_TYPE};
 
-use super::{bounded, failed};
+use super::{bounded, failed, guard::NetGuard};
 use crate::tools::{ToolContext, ToolError};
+
+/// The web tools' HTTP client and the rule of where it may connect ([`NetGuard`]: its
+/// resolver and redirect policy are the client's; address literals are checked here).
+#[derive(Debug, Clone)]
+pub struct WebClient {
+    client: reqwest::Client,
+    guard: Arc<NetGuard>,
+}
+
+impl WebClient {
+    /// A client that follows `guard`.
+    pub fn new(builder: reqwest::ClientBuilder, guard: NetGuard) -> reqwest::Result<Self> {
+        let guard = Arc::new(guard);
+        let client = builder
+            .dns_resolver(Arc::clone(&guard))
+            .redirect(guard.redirect_policy())
+            .build()?;
+        Ok(Self { client, guard })
+    }
+}
 
 /// A response read up to a byte cap.
 #[derive(Debug)]
@@ -25,7 +45,7 @@ pub(crate) struct Fetched {
 pub(crate) async fn send(
     tool: &str,
     ctx: &ToolContext,
-    client: Option<&reqwest::Client>,
+    client: Option<&WebClient>,
     request: impl FnOnce(&reqwest::Client) -> RequestBuilder,
     max_bytes: usize,
 ) -> Result<Fetched, ToolError> {
@@ -35,10 +55,17 @@ pub(crate) async fn send(
             reason: "the executor could not set up its HTTP client".to_owned(),
         });
     };
-    let builder = request(client);
+    let built = request(&client.client)
+        .build()
+        .map_err(|e| failed(tool, describe(e)))?;
+    client
+        .guard
+        .check_url(built.url())
+        .map_err(|why| failed(tool, format!("{} is refused: {why}", built.url())))?;
+    let http = client.client.clone();
     let work = async move {
-        let mut resp = builder
-            .send()
+        let mut resp = http
+            .execute(built)
             .await
             .map_err(|e| failed(tool, describe(e)))?;
         let status = resp.status();

@@ -23,6 +23,7 @@ mod fetch;
 mod files;
 mod git;
 mod github;
+mod guard;
 mod html;
 mod http;
 pub mod ledger;
@@ -44,6 +45,7 @@ pub use fetch::WebFetch;
 pub use files::{FileRead, FileWrite};
 pub use git::Git;
 pub use github::GitHub;
+pub use guard::NetGuard;
 pub use html::html_to_text;
 pub use python::{Powershell, Python, powershell_available};
 pub use search::WebSearch;
@@ -99,6 +101,9 @@ pub struct NativeToolsConfig {
     pub http_timeout: Duration,
     /// `User-Agent` of the web and GitHub requests.
     pub user_agent: String,
+    /// Address ranges the web tools may reach although they are not public (loopback,
+    /// private, link-local, ...): `TASKFORCE_WEB_ALLOW_NETS`, comma-separated CIDRs or addresses.
+    pub web_allow_nets: Vec<ipnet::IpNet>,
 }
 
 impl Default for NativeToolsConfig {
@@ -114,13 +119,15 @@ impl Default for NativeToolsConfig {
             max_write_bytes: 10 * 1024 * 1024,
             http_timeout: Duration::from_secs(30),
             user_agent: concat!("taskforce-executor/", env!("CARGO_PKG_VERSION")).to_owned(),
+            web_allow_nets: Vec::new(),
         }
     }
 }
 
 impl NativeToolsConfig {
     /// Defaults overridden by the process environment: `GITHUB_TOKEN` (or `GH_TOKEN`),
-    /// `GITHUB_API_URL`, `TASKFORCE_WEB_SEARCH_URL`, `TASKFORCE_PYTHON`, `TASKFORCE_PWSH`.
+    /// `GITHUB_API_URL`, `TASKFORCE_WEB_SEARCH_URL`, `TASKFORCE_PYTHON`, `TASKFORCE_PWSH`,
+    /// `TASKFORCE_WEB_ALLOW_NETS`.
     pub fn from_env() -> Self {
         Self::from_lookup(|k| std::env::var(k).ok())
     }
@@ -144,8 +151,29 @@ impl NativeToolsConfig {
         if let Some(v) = get("TASKFORCE_PWSH") {
             c.pwsh_bin = PathBuf::from(v);
         }
+        if let Some(v) = get("TASKFORCE_WEB_ALLOW_NETS") {
+            for entry in v.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+                match parse_net(entry) {
+                    Some(net) => c.web_allow_nets.push(net),
+                    None => warn!(
+                        entry,
+                        "TASKFORCE_WEB_ALLOW_NETS: not a CIDR or an address; ignored"
+                    ),
+                }
+            }
+        }
         c
     }
+}
+
+/// `10.0.0.0/8`, or one address (`127.0.0.1`, `::1`) as a one-address net.
+fn parse_net(entry: &str) -> Option<ipnet::IpNet> {
+    entry.parse::<ipnet::IpNet>().ok().or_else(|| {
+        entry
+            .parse::<std::net::IpAddr>()
+            .ok()
+            .map(ipnet::IpNet::from)
+    })
 }
 
 /// All nine native tools, in catalog order, sharing one HTTP client.
@@ -166,13 +194,16 @@ pub fn native_tools(config: &NativeToolsConfig) -> Vec<Arc<dyn Tool>> {
 }
 
 /// The shared client; `None` (and the HTTP tools unavailable) if TLS cannot be set up.
-fn http_client(config: &NativeToolsConfig) -> Option<reqwest::Client> {
-    match reqwest::Client::builder()
+fn http_client(config: &NativeToolsConfig) -> Option<http::WebClient> {
+    let builder = reqwest::Client::builder()
         .user_agent(config.user_agent.clone())
         .connect_timeout(Duration::from_secs(10))
-        .timeout(config.http_timeout)
-        .build()
-    {
+        .timeout(config.http_timeout);
+    let guard = NetGuard::new(
+        config.web_allow_nets.clone(),
+        &[&config.web_search_url, &config.github_api_url],
+    );
+    match http::WebClient::new(builder, guard) {
         Ok(c) => Some(c),
         Err(e) => {
             warn!(error = %e, "could not build the HTTP client; web and github tools are unavailable");

@@ -117,13 +117,13 @@ fn target_url(href: &str, page_url: &Url) -> Option<String> {
 pub struct WebSearch {
     definition: ToolDefinition,
     config: Arc<NativeToolsConfig>,
-    client: Option<reqwest::Client>,
+    client: Option<super::http::WebClient>,
 }
 
 impl WebSearch {
     /// The tool; `client` is `None` when no HTTP client could be built (the tool is then
     /// unavailable).
-    pub fn new(config: Arc<NativeToolsConfig>, client: Option<reqwest::Client>) -> Self {
+    pub fn new(config: Arc<NativeToolsConfig>, client: Option<super::http::WebClient>) -> Self {
         Self {
             definition: catalog_definition("web_search"),
             config,

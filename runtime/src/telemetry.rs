@@ -100,6 +100,9 @@ pub fn init(service: &'static str) -> Telemetry {
             .with_tracked_inactivity(false)
             .with_threads(false)
             .with_location(false)
+            // Entering a span (each poll of a run or a stream) would attach its context to the
+            // thread: nothing here reads it (`traced` asks the current span), so skip the cost.
+            .with_context_activation(false)
             .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
                 meta.is_span() && TRACED_SPANS.contains(&meta.name())
             }))

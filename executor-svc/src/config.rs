@@ -119,6 +119,12 @@ pub struct Config {
     #[arg(long, env = "TASKFORCE_EXECUTOR_INSTANCE", value_parser = instance_name)]
     pub instance: Option<String>,
 
+    /// Most runs live at once (streams between their start and their end; paused sessions do not
+    /// count); more get `RESOURCE_EXHAUSTED` (REST 429 with `retry-after`).
+    #[arg(long, env = "TASKFORCE_MAX_LIVE_RUNS", default_value_t = 2048,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_live_runs: u32,
+
     /// Time limit of one registry call, in milliseconds.
     #[arg(long, env = "TASKFORCE_REGISTRY_TIMEOUT_MS", default_value_t = 5000)]
     pub registry_timeout_ms: u64,

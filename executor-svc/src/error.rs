@@ -25,6 +25,9 @@ pub enum ExecutorError {
     /// (and `ErrorInfo`) also says `session_status: paused`, so a client can answer instead.
     #[error("{0}")]
     AwaitingAnswer(String),
+    /// The executor is at its most live runs (`--max-live-runs`).
+    #[error("{0}")]
+    Busy(String),
     /// The registry (or another dependency) cannot be reached.
     #[error("{0}")]
     Unavailable(String),
@@ -64,6 +67,7 @@ impl ExecutorError {
             Self::NotFound(_) => ErrorKind::NotFound,
             Self::FailedPrecondition(_) | Self::AwaitingAnswer(_) => ErrorKind::SessionConflict,
             Self::Unavailable(_) => ErrorKind::Unavailable,
+            Self::Busy(_) => ErrorKind::ResourceExhausted,
             Self::Llm(_) => ErrorKind::InvalidArgument,
             Self::Store(_)
             | Self::Encoding(_)

@@ -160,6 +160,7 @@ pub async fn run_with(
         tool_limits: config.tool_limits(),
         workspaces: config.data_dir.join("workspaces"),
         instance: config.instance.clone(),
+        max_live_runs: config.max_live_runs as usize,
         delegation: config.delegation_limits(),
         policy: policy::Policy::new(&policy::PolicyConfig::from_env()),
         memory_messages: config.memory_messages,

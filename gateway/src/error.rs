@@ -123,6 +123,7 @@ impl RestError {
             | ErrorKind::ReadOnly
             | ErrorKind::SessionConflict
             | ErrorKind::PayloadTooLarge
+            | ErrorKind::ResourceExhausted
             | ErrorKind::MethodNotAllowed => Self(api),
         }
     }
@@ -156,8 +157,17 @@ fn json_response(status: StatusCode, e: &ApiError) -> Response {
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
+    if e.kind == ErrorKind::ResourceExhausted {
+        res.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from_static(RETRY_AFTER_SECS),
+        );
+    }
     res
 }
+
+/// The `retry-after` of a 429: a live run usually ends within a second or two.
+const RETRY_AFTER_SECS: &str = "1";
 
 /// The kind for an HTTP error status that did not come with a JSON body.
 pub fn kind_for_http(status: StatusCode) -> ErrorKind {
@@ -166,6 +176,7 @@ pub fn kind_for_http(status: StatusCode) -> ErrorKind {
         405 => ErrorKind::MethodNotAllowed,
         408 | 504 => ErrorKind::Timeout,
         413 => ErrorKind::PayloadTooLarge,
+        429 => ErrorKind::ResourceExhausted,
         502 | 503 => ErrorKind::Unavailable,
         s if (400..500).contains(&s) => ErrorKind::InvalidArgument,
         _ => ErrorKind::Internal,

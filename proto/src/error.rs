@@ -44,13 +44,15 @@ pub enum ErrorKind {
     Unavailable,
     /// The operation did not finish in time.
     Timeout,
+    /// The service is at a limit (e.g. its most live runs); retry later (`retry-after`).
+    ResourceExhausted,
     /// A bug or an I/O failure on the server.
     Internal,
 }
 
 impl ErrorKind {
     /// Every kind, for exhaustive tests.
-    pub const ALL: [Self; 15] = [
+    pub const ALL: [Self; 16] = [
         Self::InvalidArgument,
         Self::InvalidTools,
         Self::InvalidMcpTools,
@@ -65,6 +67,7 @@ impl ErrorKind {
         Self::MethodNotAllowed,
         Self::Unavailable,
         Self::Timeout,
+        Self::ResourceExhausted,
         Self::Internal,
     ];
 
@@ -85,6 +88,7 @@ impl ErrorKind {
             Self::MethodNotAllowed => "METHOD_NOT_ALLOWED",
             Self::Unavailable => "UNAVAILABLE",
             Self::Timeout => "TIMEOUT",
+            Self::ResourceExhausted => "RESOURCE_EXHAUSTED",
             Self::Internal => "INTERNAL",
         }
     }
@@ -106,7 +110,7 @@ impl ErrorKind {
             Self::AlreadyExists => Code::AlreadyExists,
             Self::VersionConflict => Code::Aborted,
             Self::ReadOnly | Self::SessionConflict => Code::FailedPrecondition,
-            Self::PayloadTooLarge => Code::ResourceExhausted,
+            Self::PayloadTooLarge | Self::ResourceExhausted => Code::ResourceExhausted,
             Self::MethodNotAllowed => Code::Unimplemented,
             Self::Unavailable => Code::Unavailable,
             Self::Timeout => Code::DeadlineExceeded,
@@ -131,6 +135,7 @@ impl ErrorKind {
             Self::MethodNotAllowed => 405,
             Self::Unavailable => 503,
             Self::Timeout => 504,
+            Self::ResourceExhausted => 429,
             Self::Internal => 500,
         }
     }
@@ -255,6 +260,10 @@ impl ApiError {
                     .map(|(f, d)| tonic_types::FieldViolation::new(f.clone(), d.clone()))
                     .collect::<Vec<_>>(),
             );
+        }
+        if self.kind == ErrorKind::ResourceExhausted {
+            // gRPC's `retry-after`: a live run usually ends within a second or two.
+            details.set_retry_info(Some(std::time::Duration::from_secs(1)));
         }
         Status::with_error_details(self.kind.grpc_code(), self.message.clone(), details)
     }

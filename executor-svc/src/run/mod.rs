@@ -52,6 +52,8 @@ pub struct Budgets {
     pub workspaces: PathBuf,
     /// This executor's instance name, the owner part of the session ids it mints.
     pub instance: Option<String>,
+    /// Most runs live at once; more are refused with `RESOURCE_EXHAUSTED`.
+    pub max_live_runs: usize,
     /// Sub-agent delegations.
     pub delegation: DelegationLimits,
     /// The policy every tool call passes (what a run's mode allows).
@@ -87,6 +89,8 @@ pub struct Runner {
     live: Mutex<HashMap<String, CancellationToken>>,
     /// Every run task; waited for on shutdown.
     tasks: TaskTracker,
+    /// One permit per live run (`--max-live-runs`).
+    run_slots: Arc<tokio::sync::Semaphore>,
     /// Fires on shutdown; every run's cancellation is its child.
     shutdown: CancellationToken,
 }
@@ -245,6 +249,7 @@ impl Runner {
             .into_iter()
             .map(|t| (t.name().to_owned(), t))
             .collect();
+        let run_slots = Arc::new(tokio::sync::Semaphore::new(budgets.max_live_runs.max(1)));
         Self {
             router,
             tools,
@@ -254,6 +259,7 @@ impl Runner {
             budgets,
             live: Mutex::new(HashMap::new()),
             tasks: TaskTracker::new(),
+            run_slots,
             shutdown,
         }
     }

@@ -277,6 +277,15 @@ impl Runner {
         model: crate::llm::ResolvedModel,
         with: Continuation,
     ) -> Result<ReceiverStream<StreamItem>, ExecutorError> {
+        // Refused before anything is stored: the session stays as it was.
+        let slot = Arc::clone(&self.run_slots)
+            .try_acquire_owned()
+            .map_err(|_| {
+                ExecutorError::Busy(format!(
+                    "the executor is running its most runs at once ({}); retry shortly",
+                    self.budgets.max_live_runs
+                ))
+            })?;
         session.status = Status::Running;
         session.pending = None;
         let reserved = session.next_seq + events::SEQ_BLOCK;
@@ -313,8 +322,14 @@ impl Runner {
             confirmations: with.confirmations,
             no_tools: with.no_tools,
         };
-        self.tasks
-            .spawn(tracing::Instrument::instrument(run.drive(), span));
+        self.tasks.spawn(tracing::Instrument::instrument(
+            async move {
+                run.drive().await;
+                // The slot is free once the run has sent its last event.
+                drop(slot);
+            },
+            span,
+        ));
         Ok(ReceiverStream::new(rx))
     }
 }

@@ -242,3 +242,69 @@ async fn a_run_streams_as_sse_to_the_real_curl_in_order() {
         "{out}"
     );
 }
+
+#[tokio::test]
+async fn runs_past_the_executors_limit_get_429_with_retry_after_and_change_nothing() {
+    let stack = StackOptions::full()
+        .with_executor()
+        .executor_args(["--max-live-runs", "1"])
+        .llm_script(
+            r#"
+turns:
+  - match: "slowly"
+    delay_ms: 1500
+    text: "done slowly"
+  - text: "quick"
+"#,
+        )
+        .spawn()
+        .await
+        .expect("stack starts");
+    let body = |mission: &str| json!({"mission": mission, "agent_id": "invoice-extractor"});
+    // One run holds the only slot...
+    let mut first = SseReader::open(&stack, "/api/v1/execute/stream", &body("Answer slowly")).await;
+    first.until("run_started", RUN_TIMEOUT).await;
+    // ... so the next gets 429 with retry-after, over REST and over gRPC, and no session.
+    let r = send(stack.http().post(stack.url("/api/v1/execute")).json(
+        &json!({"mission": "hi", "agent_id": "invoice-extractor", "session_id": "refused-1"}),
+    ))
+    .await;
+    r.assert_error(429, "resource_exhausted")
+        .assert_names("most runs at once");
+    assert_eq!(r.header("retry-after").as_deref(), Some("1"), "{}", r.text);
+    let status = stack
+        .executor()
+        .execute(taskforce_proto::v1::ExecuteRequest {
+            mission: "hi".into(),
+            agent_id: Some("invoice-extractor".into()),
+            ..Default::default()
+        })
+        .await
+        .expect_err("refused");
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    let r = send(stack.http().get(stack.url("/api/v1/sessions/refused-1"))).await;
+    r.assert_error(404, "not_found");
+    // Once the first run has ended (its last event, then its bookkeeping), its slot is free
+    // again: a client that honours `retry-after` gets in.
+    let events = first.rest(RUN_TIMEOUT).await;
+    assert!(events.iter().any(|(n, _)| n == "done"), "{events:?}");
+    let http = stack.http().clone();
+    let url = stack.url("/api/v1/execute");
+    let ran = taskforce_tests::eventually(
+        std::time::Duration::from_secs(5),
+        std::time::Duration::from_millis(1000),
+        || {
+            let req = http.post(&url).json(&body("hi"));
+            async move {
+                let r = send(req).await;
+                (r.status == 200 && r.body["status"] == "completed").then_some(())
+            }
+        },
+    )
+    .await;
+    assert!(
+        ran.is_some(),
+        "no run got in after the first ended\n{}",
+        stack.logs()
+    );
+}

@@ -458,8 +458,13 @@ pub async fn get_session(
         .await
         .map_err(executor_error)?
         .into_inner();
+    Ok(Json(session_json(s)))
+}
+
+/// The JSON of a stored session (`GET /api/v1/sessions/{id}`).
+pub fn session_json(s: v1::Session) -> SessionJson {
     let non_empty = |v: String| (!v.is_empty()).then_some(v);
-    Ok(Json(SessionJson {
+    SessionJson {
         status: status_name(s.status).to_owned(),
         question: s.pending_question.map(|q| QuestionJson {
             call_id: q.call_id,
@@ -476,7 +481,7 @@ pub async fn get_session(
         mission: s.mission,
         created_at: s.created_at,
         updated_at: s.updated_at,
-    }))
+    }
 }
 
 /// A session's todo plan: its tasks (owners, dependencies, status), version and Markdown view.

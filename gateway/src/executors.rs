@@ -79,11 +79,9 @@ impl Executors {
                     "`{entry}` has no name: with several executors each entry is NAME=URL (the executor's --instance)"
                 )));
             }
-            let channel = lazy_channel(url).map_err(|e| match e {
-                GatewayError::RegistryUrl { url, source } => {
-                    GatewayError::ExecutorUrl { url, source }
-                }
-                other => other,
+            let channel = lazy_channel(url).map_err(|source| GatewayError::ExecutorUrl {
+                url: url.to_owned(),
+                source,
             })?;
             replicas.push(Replica {
                 name: name.map(str::to_owned),

@@ -46,7 +46,11 @@ pub struct AppState {
 impl AppState {
     /// The state for `config`, with a lazily connected channel: no I/O happens here.
     pub fn new(config: &Config, shutdown: CancellationToken) -> Result<Self, GatewayError> {
-        let channel = lazy_channel(&config.registry_url)?;
+        let channel =
+            lazy_channel(&config.registry_url).map_err(|source| GatewayError::RegistryUrl {
+                url: config.registry_url.clone(),
+                source,
+            })?;
         Ok(Self {
             registry: AgentRegistryClient::new(traced(channel.clone()))
                 .max_decoding_message_size(MAX_DECODING_BYTES),
@@ -69,13 +73,8 @@ impl AppState {
 }
 
 /// One HTTP/2 channel to `url`, connected on first use and reconnected when it drops.
-pub fn lazy_channel(url: &str) -> Result<Channel, GatewayError> {
-    let endpoint =
-        Endpoint::from_shared(url.to_owned()).map_err(|source| GatewayError::RegistryUrl {
-            url: url.to_owned(),
-            source,
-        })?;
-    Ok(endpoint
+pub fn lazy_channel(url: &str) -> Result<Channel, tonic::transport::Error> {
+    Ok(Endpoint::from_shared(url.to_owned())?
         .connect_timeout(CONNECT_TIMEOUT)
         .tcp_nodelay(true)
         .http2_keep_alive_interval(KEEPALIVE_INTERVAL)

@@ -159,11 +159,15 @@ pub fn server_span(kind: &str, name: &str, headers: &http::HeaderMap) -> Span {
     );
     let parent =
         opentelemetry::global::get_text_map_propagator(|p| p.extract(&HeaderExtractor(headers)));
-    if parent.span().span_context().is_valid() {
+    let inherited = parent.span().span_context().trace_id();
+    let trace_id = if inherited == opentelemetry::trace::TraceId::INVALID {
+        // A new trace: its id is made with the span.
+        span.context().span().span_context().trace_id()
+    } else {
         // Fails only when no OpenTelemetry layer is installed, and then nothing is traced.
         let _ = span.set_parent(parent);
-    }
-    let trace_id = span.context().span().span_context().trace_id();
+        inherited
+    };
     if trace_id != opentelemetry::trace::TraceId::INVALID {
         span.record("trace_id", tracing::field::display(trace_id));
     }

@@ -79,7 +79,10 @@ async fn scrape(State(store): State<Arc<Store>>) -> impl IntoResponse {
             })
             .set(gauge(n as u64));
     }
-    metrics.sled_bytes.set(gauge(store.size_on_disk()));
+    // When sled cannot say, the gauge keeps its last value rather than dropping to 0.
+    if let Some(bytes) = store.size_on_disk() {
+        metrics.sled_bytes.set(gauge(bytes));
+    }
     let last = LAST_RECONCILE_MS.load(Ordering::Relaxed);
     if last > 0 {
         metrics

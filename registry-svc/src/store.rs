@@ -227,9 +227,10 @@ impl Store {
         Err(definition::invalid_subagents(id, &unknown, known).into())
     }
 
-    /// The sled cache's size on disk, in bytes (0 when sled cannot say).
-    pub fn size_on_disk(&self) -> u64 {
-        self.db.size_on_disk().unwrap_or(0)
+    /// The sled cache's size on disk, in bytes. sled stats its files to answer, and one try
+    /// can fail while it rewrites them: it tries three times; `None` means it could not say.
+    pub fn size_on_disk(&self) -> Option<u64> {
+        (0..3).find_map(|_| self.db.size_on_disk().ok())
     }
 
     /// Number of cached agents by source (profile, custom).

@@ -180,7 +180,25 @@ async fn every_service_serves_its_metrics_after_a_run() {
         ),
         Some(1.0)
     );
-    assert!(value(&registry, "taskforce_registry_sled_bytes", &[]).is_some_and(|b| b > 0.0));
+    // Some bytes on disk (a scrape while sled cannot say keeps the last value, 0 at first).
+    assert!(value(&registry, "taskforce_registry_sled_bytes", &[]).is_some());
+    let url = format!("http://{registry_metrics}/metrics");
+    let written = taskforce_tests::eventually(
+        std::time::Duration::from_secs(10),
+        std::time::Duration::from_millis(200),
+        || {
+            let url = url.clone();
+            let stack = &stack;
+            async move {
+                let samples = scrape(stack, &url).await;
+                value(&samples, "taskforce_registry_sled_bytes", &[])
+                    .is_some_and(|b| b > 0.0)
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    assert!(written.is_some(), "the sled size stayed 0");
     assert!(value(&registry, "taskforce_registry_reconcile_age_seconds", &[]).is_some());
     let create = [
         ("method", "/taskforce.v1.AgentRegistry/CreateAgent"),

@@ -3,10 +3,12 @@
 //! # Layout
 //! - `files`: `file_read` / `file_write` and workspace confinement.
 //! - `process`: `python`, `git`, `powershell` (timeouts, cancellation, output caps).
+//! - `git`: the git allowlist (everyday commands work, hostile options are refused).
 //! - `web`: `web_search` and `web_fetch` against a local axum server.
 //! - `github`: `github` against a local server that checks the token.
 
 mod files;
+mod git;
 mod github;
 mod process;
 mod web;

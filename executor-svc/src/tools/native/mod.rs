@@ -7,7 +7,8 @@
 //! - `files`: `file_read` and `file_write`.
 //! - `process`: running a subprocess in the workspace (own process group, minimal environment,
 //!   timeout, cancellation, output cap), shared by `python`, `powershell` and `git`.
-//! - `python`: `python` and `powershell`; `git`: `git`.
+//! - `python`: `python` and `powershell`; `git`: `git` (`git::args` checks its arguments
+//!   against the allowlist of subcommands and options in `git::allowlist`).
 //! - `html`: a small HTML tokenizer, entity decoding and HTML → text, for the web tools.
 //! - `http`: the capped, cancellable HTTP request the web and GitHub tools share.
 //! - `search`: `web_search` (DuckDuckGo's HTML page by default); `fetch`: `web_fetch`.

@@ -1,0 +1,490 @@
+//! What the `git` tool lets the model run: an allowlist of subcommands, each with the options it
+//! accepts, rather than a list of what is refused (git has too many ways to run a program or
+//! write a file elsewhere for a refuse-list to stay complete).
+//!
+//! Every path-like value (an option marked as a path, a positional argument, what follows `--`)
+//! must resolve inside the workspace: relative to it (or to a `-C` directory inside it), with no
+//! `..` or symlink escape, and an absolute path only when it lies inside. Repository URLs
+//! (`clone`, `fetch`, `pull`, `push`, `ls-remote`, `remote add|set-url`) are `https://` or a
+//! path inside the workspace; `ext::`/`fd::` transports, `ssh`, `file://` and the rest are
+//! refused. Long options must be spelled out: git accepts unambiguous prefixes, this check does
+//! not.
+
+use std::{
+    fmt,
+    path::{Component, Path, PathBuf},
+};
+
+use super::allowlist::{
+    GLOBAL, SUBCOMMANDS, Sub, Takes, Url, allows_count, known_danger, listing, lookup,
+};
+
+/// Why an argument was refused: shown to the model as the tool's invalid-arguments reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Refusal {
+    /// The argument as given.
+    pub arg: String,
+    /// Why it is refused.
+    pub reason: String,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "`{}` is refused: {}", self.arg, self.reason)
+    }
+}
+
+fn refuse(arg: &str, reason: impl Into<String>) -> Refusal {
+    Refusal {
+        arg: arg.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+/// Checks git's arguments against the allowlist; `root` is the canonical workspace (git's
+/// working directory). Reads the file system to resolve symlinks: call off the async threads.
+pub(crate) fn check(args: &[String], root: &Path) -> Result<(), Refusal> {
+    let mut base = root.to_path_buf();
+    let mut i = 0;
+    // Global options.
+    while let Some(a) = args.get(i).filter(|a| a.starts_with('-')) {
+        let (name, attached) = split_global(a);
+        let Some(takes) = lookup(&[GLOBAL], name) else {
+            let reason = known_danger(name).map_or_else(
+                || {
+                    format!(
+                        "not an allowed option before the subcommand (allowed: {})",
+                        listing(&[GLOBAL])
+                    )
+                },
+                str::to_owned,
+            );
+            return Err(refuse(a, reason));
+        };
+        i += 1;
+        if takes == Takes::Path {
+            let value = match attached {
+                Some(v) => v,
+                None => {
+                    let v = args
+                        .get(i)
+                        .ok_or_else(|| refuse(a, "it needs a directory"))?;
+                    i += 1;
+                    v.as_str()
+                }
+            };
+            base = inside(root, &base, value)
+                .ok_or_else(|| refuse(a, format!("`{value}` is outside the workspace")))?;
+        }
+    }
+    let Some(name) = args.get(i) else {
+        return if args.iter().any(|a| a == "--version") {
+            Ok(())
+        } else {
+            Err(refuse("", "give a git subcommand such as `status`"))
+        };
+    };
+    let Some(sub) = SUBCOMMANDS.iter().find(|s| s.name == name) else {
+        let names: Vec<&str> = SUBCOMMANDS.iter().map(|s| s.name).collect();
+        return Err(refuse(
+            name,
+            format!(
+                "not an allowed git subcommand (allowed: {})",
+                names.join(" ")
+            ),
+        ));
+    };
+    let rest = &args[i + 1..];
+    let positionals = check_options(sub, rest, root, &base)?;
+    if sub.name == "config" {
+        check_config_reads(rest, &positionals)?;
+    }
+    check_positionals(sub, &positionals, root, &base)
+}
+
+/// A global option as (name, attached value): `--name=value`, `-Cdir`, `-cname=value`.
+fn split_global(a: &str) -> (&str, Option<&str>) {
+    if let Some((n, v)) = a.split_once('=').filter(|_| a.starts_with("--")) {
+        return (n, Some(v));
+    }
+    if a.starts_with("--") || a.len() <= 2 {
+        return (a, None);
+    }
+    let (name, rest) = a.split_at(2);
+    (name, Some(rest))
+}
+
+/// Checks the subcommand's options; returns its positional arguments (a `--` included).
+fn check_options<'a>(
+    sub: &Sub,
+    args: &'a [String],
+    root: &Path,
+    base: &Path,
+) -> Result<Vec<&'a str>, Refusal> {
+    let mut positionals = Vec::new();
+    let mut it = args.iter();
+    let not_allowed = |arg: &str, name: &str| {
+        let reason = known_danger(name).map_or_else(
+            || {
+                format!(
+                    "not an allowed option of `git {}` (allowed: {})",
+                    sub.name,
+                    listing(sub.opts)
+                )
+            },
+            str::to_owned,
+        );
+        refuse(arg, reason)
+    };
+    let path_value = |arg: &str, value: &str| {
+        inside(root, base, value)
+            .map(|_| ())
+            .ok_or_else(|| refuse(arg, format!("`{value}` is outside the workspace")))
+    };
+    while let Some(a) = it.next() {
+        if a == "--" || a == "--end-of-options" {
+            positionals.push("--");
+            positionals.extend(it.map(String::as_str));
+            break;
+        }
+        if !a.starts_with('-') || a == "-" {
+            positionals.push(a.as_str());
+            continue;
+        }
+        if let Some(long) = a.strip_prefix("--") {
+            let (name, attached) = match long.split_once('=') {
+                Some((n, v)) => (&a[..n.len() + 2], Some(v)),
+                None => (a.as_str(), None),
+            };
+            let takes = lookup(sub.opts, name).ok_or_else(|| not_allowed(a, name))?;
+            match (takes, attached) {
+                (Takes::Nothing, Some(_)) => return Err(refuse(a, "this option takes no value")),
+                (Takes::Nothing | Takes::Optional | Takes::Text, _) => {
+                    if takes == Takes::Text && attached.is_none() {
+                        it.next().ok_or_else(|| refuse(a, "it needs a value"))?;
+                    }
+                }
+                (Takes::Path, v) => {
+                    let v = match v {
+                        Some(v) => v,
+                        None => it.next().ok_or_else(|| refuse(a, "it needs a path"))?,
+                    };
+                    path_value(a, v)?;
+                }
+            }
+            continue;
+        }
+        // Short options, possibly clustered (`-am`) or with an attached value (`-n5`).
+        if allows_count(sub.opts) && a[1..].bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        for (at, c) in a.char_indices().skip(1) {
+            let name = format!("-{c}");
+            let takes = lookup(sub.opts, &name).ok_or_else(|| not_allowed(a, &name))?;
+            let rest = &a[at + c.len_utf8()..];
+            match takes {
+                Takes::Nothing => continue,
+                Takes::Optional => break,
+                Takes::Text | Takes::Path => {
+                    let v = if rest.is_empty() {
+                        it.next()
+                            .ok_or_else(|| refuse(a, "it needs a value"))?
+                            .as_str()
+                    } else {
+                        rest
+                    };
+                    if takes == Takes::Path {
+                        path_value(a, v)?;
+                    }
+                    break;
+                }
+            }
+        }
+    }
+    Ok(positionals)
+}
+
+/// Positional arguments: repository URLs where the subcommand takes one, paths (or revisions,
+/// which pass the same check) everywhere else.
+fn check_positionals(
+    sub: &Sub,
+    positionals: &[&str],
+    root: &Path,
+    base: &Path,
+) -> Result<(), Refusal> {
+    let url_index = match sub.url {
+        Url::No => None,
+        Url::First => Some(0),
+        Url::Remote => positionals
+            .first()
+            .filter(|p| matches!(**p, "add" | "set-url"))
+            .map(|_| 2),
+    };
+    for (n, p) in positionals.iter().enumerate().filter(|(_, p)| **p != "--") {
+        if Some(n) == url_index || (sub.url != Url::No && p.contains("::")) {
+            // `fetch --multiple` takes more remotes: no refspec contains `::`.
+            check_url(p, root, base)?;
+        } else if inside(root, base, p).is_none() {
+            return Err(refuse(p, "it is a path outside the workspace"));
+        }
+    }
+    Ok(())
+}
+
+/// `git config` only in its reading forms (`--get*`, `--list`, `get`, `list`, or one name).
+fn check_config_reads(args: &[String], positionals: &[&str]) -> Result<(), Refusal> {
+    const READ_FLAGS: [&str; 5] = ["--get", "--get-all", "--get-regexp", "-l", "--list"];
+    let why = "`git config` may only read (`--get`, `--get-regexp`, `--list`, `get`, `list`)";
+    if args.iter().any(|a| READ_FLAGS.contains(&a.as_str())) {
+        return Ok(());
+    }
+    match positionals.first() {
+        None | Some(&("get" | "list")) => Ok(()),
+        Some(&("set" | "unset" | "rename-section" | "remove-section" | "edit")) => {
+            Err(refuse(positionals[0], why))
+        }
+        Some(_) if positionals.len() == 1 => Ok(()),
+        Some(_) => Err(refuse(&positionals.join(" "), why)),
+    }
+}
+
+/// A repository URL: `https://…`, or a path inside the workspace (a remote's name passes as
+/// one).
+fn check_url(url: &str, root: &Path, base: &Path) -> Result<(), Refusal> {
+    let only = "only https:// URLs, remote names and repositories inside the workspace are allowed";
+    if url.contains("::") {
+        return Err(refuse(
+            url,
+            "`<transport>::` addresses (ext::, fd::) make git run programs",
+        ));
+    }
+    if let Some((scheme, _)) = url.split_once("://") {
+        return if scheme.eq_ignore_ascii_case("https") {
+            Ok(())
+        } else {
+            Err(refuse(url, only))
+        };
+    }
+    // `host:path` (before any slash) is git's scp-like ssh syntax.
+    let head = url.split('/').next().unwrap_or_default();
+    if head.contains(':') {
+        return Err(refuse(url, only));
+    }
+    inside(root, base, url)
+        .map(|_| ())
+        .ok_or_else(|| refuse(url, "it is a path outside the workspace"))
+}
+
+/// `given` (relative to `base`) as a path inside `root`, following symlinks of the existing part
+/// and `..` physically the way the kernel would; `None` when it leaves `root`.
+pub(crate) fn inside(root: &Path, base: &Path, given: &str) -> Option<PathBuf> {
+    if given.contains('\0') {
+        return None;
+    }
+    let joined = base.join(given);
+    let parts: Vec<Component<'_>> = joined.components().collect();
+    // The longest existing prefix, resolved by the kernel; what follows it does not exist, so
+    // it holds no symlink and is normalised lexically.
+    let (real, rest) = (0..=parts.len()).rev().find_map(|n| {
+        let prefix: PathBuf = parts[..n].iter().collect();
+        std::fs::canonicalize(&prefix)
+            .ok()
+            .map(|r| (r, &parts[n..]))
+    })?;
+    let mut out = real;
+    for c in rest {
+        match c {
+            Component::Normal(s) => out.push(s),
+            Component::ParentDir => {
+                if !out.pop() {
+                    return None;
+                }
+            }
+            Component::CurDir => {}
+            Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    out.starts_with(root).then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(root: &Path, a: &[&str]) -> Result<(), Refusal> {
+        let args: Vec<String> = a.iter().map(|s| (*s).to_owned()).collect();
+        check(&args, root)
+    }
+
+    fn ws() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = std::fs::canonicalize(dir.path()).expect("canon");
+        std::fs::create_dir(root.join("sub")).expect("sub");
+        (dir, root)
+    }
+
+    #[test]
+    fn everyday_commands_pass() {
+        let (_d, root) = ws();
+        for a in [
+            &["init", "-q", "-b", "main"][..],
+            &["status", "--porcelain=v1", "--branch"],
+            &["status", "-sb", "-uno"],
+            &["add", "-A"],
+            &["add", "--", "a.txt", "sub/b.txt"],
+            &["commit", "-am", "a message with /etc/passwd in it"],
+            &["commit", "-m", "x", "--author=A <a@b.c>"],
+            &["log", "--oneline", "-n", "5", "-3", "--format=%H %s"],
+            &["diff", "--stat", "HEAD~1..HEAD", "--", "sub"],
+            &["diff", "--output=sub/out.diff"],
+            &["show", "HEAD:sub/b.txt"],
+            &["branch", "-vv"],
+            &["checkout", "-b", "feature"],
+            &["switch", "-c", "other", "main"],
+            &["stash", "push", "-m", "wip"],
+            &["config", "--get", "user.name"],
+            &["config", "--list"],
+            &["config", "get", "user.name"],
+            &["grep", "-n", "-e", "/etc/passwd", "--", "sub"],
+            &["clone", "https://github.com/o/r.git", "sub/r"],
+            &["clone", "--depth", "1", "sub", "copy"],
+            &["remote", "add", "origin", "https://example.com/r.git"],
+            &["remote", "-v"],
+            &["fetch", "origin"],
+            &["push", "-u", "origin", "main"],
+            &["archive", "-o", "sub/a.tar", "HEAD"],
+            &["format-patch", "-o", "patches", "-1"],
+            &["-C", "sub", "status"],
+            &["--no-pager", "log"],
+            &["--version"],
+        ] {
+            assert_eq!(run(&root, a), Ok(()), "{a:?}");
+        }
+    }
+
+    #[test]
+    fn options_that_run_programs_are_refused_with_a_reason() {
+        let (_d, root) = ws();
+        for (a, arg) in [
+            (&["-c", "core.sshCommand=touch /tmp/x", "fetch"][..], "-c"),
+            (&["-ccore.pager=sh", "log"], "-ccore.pager=sh"),
+            (
+                &["--config-env=core.pager=X", "log"],
+                "--config-env=core.pager=X",
+            ),
+            (
+                &["clone", "--upload-pack=touch /tmp/pwned", "https://h/r"],
+                "--upload-pack=touch /tmp/pwned",
+            ),
+            (&["clone", "-u", "touch /tmp/pwned", "https://h/r"], "-u"),
+            (&["clone", "-c", "core.sshCommand=x", "https://h/r"], "-c"),
+            (
+                &["clone", "--template=/tmp/t", "https://h/r"],
+                "--template=/tmp/t",
+            ),
+            (&["fetch", "--upload-pack", "x", "origin"], "--upload-pack"),
+            (&["push", "--receive-pack=x", "origin"], "--receive-pack=x"),
+            (&["push", "--exec=x", "origin"], "--exec=x"),
+            (&["rebase", "-x", "touch /tmp/x", "main"], "-x"),
+            (&["rebase", "--exec", "touch /tmp/x"], "--exec"),
+            (&["grep", "-O", "x"], "-O"),
+            (
+                &["grep", "--open-files-in-pager=sh", "x"],
+                "--open-files-in-pager=sh",
+            ),
+            (&["diff", "--ext-diff"], "--ext-diff"),
+            (&["--git-dir=/x/.git", "log"], "--git-dir=/x/.git"),
+        ] {
+            let r = run(&root, a).expect_err(&format!("{a:?} passed"));
+            assert_eq!(r.arg, arg, "{a:?}");
+            assert!(
+                r.reason.contains("run")
+                    || r.reason.contains("outside")
+                    || r.reason.contains("configuration"),
+                "{a:?}: {r}"
+            );
+        }
+    }
+
+    #[test]
+    fn transports_that_run_programs_and_non_https_urls_are_refused() {
+        let (_d, root) = ws();
+        for url in [
+            "ext::sh -c touch% /tmp/pwned",
+            "fd::3",
+            "ssh://host/r",
+            "git@host:r.git",
+            "http://host/r",
+            "file:///etc",
+            "/etc",
+            "../other",
+        ] {
+            for a in [
+                vec!["clone", url],
+                vec!["fetch", url],
+                vec!["pull", url],
+                vec!["push", url],
+                vec!["remote", "add", "x", url],
+                vec!["ls-remote", url],
+            ] {
+                assert!(run(&root, &a).is_err(), "{a:?} passed");
+            }
+        }
+    }
+
+    #[test]
+    fn paths_outside_the_workspace_are_refused() {
+        let (_d, root) = ws();
+        std::os::unix::fs::symlink("/etc", root.join("link")).expect("symlink");
+        for a in [
+            &["-C", "/", "status"][..],
+            &["-C/", "status"],
+            &["-C", "..", "status"],
+            &["-C", "sub", "-C", "../..", "status"],
+            &["diff", "--output=/tmp/outside"],
+            &["diff", "--output", "../outside"],
+            &["archive", "-o", "/outside.tar", "HEAD"],
+            &["archive", "--output=/tmp/a.tar", "HEAD"],
+            &["format-patch", "-o", "/outside", "-1"],
+            &["format-patch", "--output-directory=/tmp/p"],
+            &["commit", "-F", "/etc/passwd"],
+            &["add", "/etc/passwd"],
+            &["add", "--", "../x"],
+            &["diff", "--no-index", "/etc/passwd", "a"],
+            &["clone", "https://h/r", "/tmp/elsewhere"],
+            &["init", "/tmp/elsewhere"],
+            &["add", "link/passwd"],
+            &["add", "link/../x"],
+            &["add", "nope/../../x"],
+        ] {
+            let r = run(&root, a).expect_err(&format!("{a:?} passed"));
+            assert!(r.reason.contains("outside"), "{a:?}: {r}");
+        }
+    }
+
+    #[test]
+    fn unknown_subcommands_options_and_config_writes_are_refused() {
+        let (_d, root) = ws();
+        for a in [
+            &[][..],
+            &["submodule", "update"],
+            &["bisect", "run", "sh"],
+            &["daemon"],
+            &["log", "--outp=/tmp/x"],
+            &["config", "core.pager", "sh"],
+            &["config", "set", "core.pager", "sh"],
+            &["config", "--file=/tmp/c", "--list"],
+            &["commit", "-S", "-m", "x"],
+            &["--exec-path=/tmp", "status"],
+        ] {
+            assert!(run(&root, a).is_err(), "{a:?} passed");
+        }
+        let r = run(&root, &["bisect"]).expect_err("bisect");
+        assert!(r.reason.contains("allowed: status"), "{r}");
+        let r = run(&root, &["log", "--bogus"]).expect_err("bogus");
+        assert!(
+            r.reason.contains("not an allowed option of `git log`"),
+            "{r}"
+        );
+    }
+}

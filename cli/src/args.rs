@@ -59,9 +59,38 @@ pub struct Connection {
     /// a keep-alive every 15 s; over gRPC a long tool call is silent).
     #[arg(long, global = true, env = "TASKFORCE_IDLE_TIMEOUT_SECS", default_value = "300", value_name = "SECS", value_parser = parse_secs)]
     pub idle_timeout: Duration,
+    /// The API key sent as `Authorization: Bearer` (to the gateway, or to both services with
+    /// `--grpc`); needed when the services have keys configured.
+    #[arg(
+        long,
+        global = true,
+        env = "TASKFORCE_TOKEN",
+        hide_env_values = true,
+        value_name = "KEY"
+    )]
+    pub token: Option<String>,
 }
 
 impl Connection {
+    /// The `authorization` header value of `--token`, if one is given.
+    pub fn authorization(&self) -> crate::error::Result<Option<http::HeaderValue>> {
+        self.token
+            .as_deref()
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(|t| {
+                let mut value =
+                    http::HeaderValue::from_str(&format!("Bearer {t}")).map_err(|_| {
+                        crate::error::Error::Input(
+                            "--token must be visible ASCII (an API key)".to_owned(),
+                        )
+                    })?;
+                value.set_sensitive(true);
+                Ok(value)
+            })
+            .transpose()
+    }
+
     /// The wait for one request.
     pub fn timeout(&self) -> Duration {
         self.timeout.unwrap_or(DEFAULT_TIMEOUT)

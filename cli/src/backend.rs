@@ -75,12 +75,14 @@ impl Backend {
                 &conn.executor,
                 conn.timeout(),
                 conn.idle_timeout,
+                conn.authorization()?,
             )?)))
         } else {
             Ok(Self::Gateway(Gateway::new(
                 &conn.gateway,
                 conn.timeout(),
                 conn.idle_timeout,
+                conn.authorization()?,
             )?))
         }
     }

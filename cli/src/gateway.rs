@@ -30,10 +30,20 @@ pub struct Gateway {
 
 impl Gateway {
     /// A client of the gateway at `base` (`http://` or `https://`).
-    pub fn new(base: &str, timeout: Duration, idle: Duration) -> Result<Self> {
+    pub fn new(
+        base: &str,
+        timeout: Duration,
+        idle: Duration,
+        authorization: Option<http::HeaderValue>,
+    ) -> Result<Self> {
         let base = parse_http_url(base, "--gateway")?;
+        let mut headers = http::HeaderMap::new();
+        if let Some(value) = authorization {
+            headers.insert(http::header::AUTHORIZATION, value);
+        }
         let http = Client::builder()
             .connect_timeout(timeout)
+            .default_headers(headers)
             .build()
             .map_err(|e| Error::Input(format!("cannot build the HTTP client: {}", chain(&e))))?;
         Ok(Self {
@@ -279,6 +289,7 @@ mod tests {
             "http://127.0.0.1:8080/prefix/",
             Duration::from_secs(1),
             Duration::from_secs(1),
+            None,
         )
         .expect("a valid URL");
         let url = g.url(&["api", "v1", "agents", "a/b?c"]).expect("joins");

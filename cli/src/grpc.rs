@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use taskforce_proto::v1::{
     self, agent_registry_client::AgentRegistryClient, executor_client::ExecutorClient,
 };
+use taskforce_runtime::telemetry::{TracedChannel, traced};
 use tonic::{
     Request, Streaming,
     transport::{Channel, Endpoint},
@@ -35,29 +36,42 @@ pub struct Grpc {
     executor: Endpoint,
     timeout: Duration,
     idle: Duration,
+    authorization: Option<http::HeaderValue>,
 }
 
 impl Grpc {
-    /// Clients of the registry and the executor at these URLs (connected when used).
-    pub fn new(registry: &str, executor: &str, timeout: Duration, idle: Duration) -> Result<Self> {
+    /// Clients of the registry and the executor at these URLs (connected when used), sending
+    /// `authorization` with every call.
+    pub fn new(
+        registry: &str,
+        executor: &str,
+        timeout: Duration,
+        idle: Duration,
+        authorization: Option<http::HeaderValue>,
+    ) -> Result<Self> {
         Ok(Self {
             registry: endpoint(registry, "--registry", timeout)?,
             executor: endpoint(executor, "--executor", timeout)?,
             timeout,
             idle,
+            authorization,
         })
     }
 
-    async fn registry(&self) -> Result<AgentRegistryClient<Channel>> {
-        connect(&self.registry, "registry", self.timeout)
-            .await
-            .map(AgentRegistryClient::new)
+    async fn registry(&self) -> Result<AgentRegistryClient<TracedChannel>> {
+        let channel = connect(&self.registry, "registry", self.timeout).await?;
+        Ok(AgentRegistryClient::new(traced(
+            channel,
+            self.authorization.clone(),
+        )))
     }
 
-    async fn executor(&self) -> Result<ExecutorClient<Channel>> {
-        connect(&self.executor, "executor", self.timeout)
-            .await
-            .map(ExecutorClient::new)
+    async fn executor(&self) -> Result<ExecutorClient<TracedChannel>> {
+        let channel = connect(&self.executor, "executor", self.timeout).await?;
+        Ok(ExecutorClient::new(traced(
+            channel,
+            self.authorization.clone(),
+        )))
     }
 
     /// A unary request with the timeout as its deadline.

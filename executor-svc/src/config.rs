@@ -128,6 +128,9 @@ pub struct Config {
     /// Time limit of one registry call, in milliseconds.
     #[arg(long, env = "TASKFORCE_REGISTRY_TIMEOUT_MS", default_value_t = 5000)]
     pub registry_timeout_ms: u64,
+    /// API keys and the service token (see `taskforce_runtime::auth`).
+    #[command(flatten)]
+    pub auth: taskforce_runtime::auth::AuthArgs,
 }
 
 fn instance_name(text: &str) -> Result<String, String> {

@@ -80,10 +80,14 @@ pub struct Parts {
 
 impl Parts {
     /// The router from `config.llm_config` and the nine native tools (configured from the
-    /// environment, see [`tools::native::NativeToolsConfig::from_env`]).
+    /// environment, see [`tools::native::NativeToolsConfig::from_env`]); fails when the
+    /// subprocess tools' sandbox cannot be had as configured.
     pub fn from_config(config: &Config) -> Result<Self, ExecutorError> {
         let router = Arc::new(LlmRouter::from_file(&config.llm_config)?);
         let native = tools::native::NativeToolsConfig::from_env();
+        native
+            .check()
+            .map_err(|e| ExecutorError::Config(format!("tool sandbox: {e}")))?;
         Ok(Self {
             router,
             tools: tools::native::native_tools(&native),
@@ -110,6 +114,19 @@ pub async fn run_with(
     parts: Parts,
     shutdown: CancellationToken,
 ) -> Result<(), ExecutorError> {
+    let keys = config
+        .auth
+        .keys(
+            "executor-svc",
+            &[listener
+                .local_addr()
+                .map_err(|e| ExecutorError::Config(format!("listener: {e}")))?],
+        )
+        .map_err(|e| ExecutorError::Config(e.to_string()))?;
+    let service_token = config
+        .auth
+        .outgoing()
+        .map_err(|e| ExecutorError::Config(e.to_string()))?;
     let data_dir = config.data_dir.clone();
     let store =
         tokio::task::spawn_blocking(move || session::SessionStore::open(&data_dir)).await??;
@@ -132,6 +149,7 @@ pub async fn run_with(
         &config.registry_url,
         Duration::from_millis(config.registry_timeout_ms.max(1)),
         config.busy_lease_secs,
+        service_token,
     )?;
     let tasks = CancellationToken::new();
     let watch = tokio::spawn(registry.clone().watch(tasks.clone()));
@@ -191,6 +209,7 @@ pub async fn run_with(
         tonic::transport::Server::builder(),
         listener,
         ExecutorServer::new(grpc::ExecutorService::new(Arc::clone(&runner))),
+        keys,
         shutdown,
         async move {
             if !draining.drain(SHUTDOWN_GRACE).await {

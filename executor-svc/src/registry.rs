@@ -54,7 +54,12 @@ struct Inner {
 
 impl Registry {
     /// A client for `url`, connected on first use.
-    pub fn new(url: &str, timeout: Duration, lease_secs: u32) -> Result<Self, ExecutorError> {
+    pub fn new(
+        url: &str,
+        timeout: Duration,
+        lease_secs: u32,
+        authorization: Option<http::HeaderValue>,
+    ) -> Result<Self, ExecutorError> {
         let endpoint = Channel::from_shared(url.to_owned())
             .map_err(|e| ExecutorError::Config(format!("--registry-url {url}: {e}")))?
             .connect_timeout(timeout)
@@ -66,6 +71,7 @@ impl Registry {
                 url: url.to_owned(),
                 client: AgentRegistryClient::new(taskforce_runtime::telemetry::traced(
                     endpoint.connect_lazy(),
+                    authorization,
                 )),
                 timeout,
                 lease_secs: lease_secs.max(2),

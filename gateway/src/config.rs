@@ -89,6 +89,9 @@ pub struct Config {
     /// Most chat prompts per `threadId` per minute (0: no limit; seed 004 §9's optional limit).
     #[arg(long, env = "AGENT_RATE_LIMIT_PER_MINUTE", default_value_t = 0)]
     pub agent_rate_limit_per_minute: u32,
+    /// API keys and the service token (see `taskforce_runtime::auth`).
+    #[command(flatten)]
+    pub auth: taskforce_runtime::auth::AuthArgs,
 }
 
 impl Default for Config {
@@ -113,6 +116,7 @@ impl Default for Config {
             agent_rate_limit_per_minute: 0,
             ai_model_name: None,
             ai_destination_name: None,
+            auth: taskforce_runtime::auth::AuthArgs::default(),
         }
     }
 }

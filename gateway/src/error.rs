@@ -42,6 +42,9 @@ pub enum GatewayError {
     /// The HTTP server failed.
     #[error("server error: {0}")]
     Serve(#[from] std::io::Error),
+    /// The API keys are unusable, or none are configured for a non-loopback `--listen`.
+    #[error(transparent)]
+    Auth(#[from] taskforce_runtime::auth::AuthError),
 }
 
 /// A client-facing error as an HTTP response: status from the kind, body from
@@ -90,6 +93,17 @@ impl RestError {
         if status.code() == tonic::Code::ResourceExhausted && status.details().is_empty() {
             api.kind = ErrorKind::Unavailable;
         }
+        if matches!(
+            status.code(),
+            tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
+        ) {
+            // The caller was let in here; the service refused the gateway's own token.
+            error!(code = ?status.code(), error = %cause(&status), "the {service} refused the gateway's TASKFORCE_SERVICE_TOKEN");
+            return Self::new(
+                ErrorKind::Internal,
+                format!("the {service} refused the gateway's credentials; see the gateway log"),
+            );
+        }
         match api.kind {
             ErrorKind::Unavailable => {
                 warn!(code = ?status.code(), error = %cause(&status), "{service} unavailable");
@@ -105,7 +119,7 @@ impl RestError {
                     format!("the {service} did not answer in time"),
                 )
             }
-            ErrorKind::Internal => {
+            ErrorKind::Internal | ErrorKind::Unauthenticated | ErrorKind::PermissionDenied => {
                 error!(code = ?status.code(), error = %cause(&status), "{service} call failed");
                 Self::new(
                     ErrorKind::Internal,
@@ -145,6 +159,20 @@ impl IntoResponse for RestError {
     fn into_response(self) -> Response {
         json_response(self.status(), &self.0)
     }
+}
+
+/// A refused call as the usual JSON error body: 401 `unauthenticated` with `WWW-Authenticate`,
+/// or 403 `permission_denied`.
+pub fn auth_rejection(denied: &taskforce_runtime::auth::Denied) -> Response {
+    let kind = if denied.is_forbidden() {
+        ErrorKind::PermissionDenied
+    } else {
+        ErrorKind::Unauthenticated
+    };
+    let mut res = RestError::new(kind, denied.message()).into_response();
+    res.headers_mut()
+        .insert(header::WWW_AUTHENTICATE, denied.challenge());
+    res
 }
 
 /// `status` with the JSON body of `e`.

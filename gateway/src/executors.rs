@@ -51,7 +51,10 @@ pub struct Executors {
 impl Executors {
     /// Parses `--executor-url`: empty (no executor), one URL (optionally `NAME=URL`), or several
     /// comma-separated `NAME=URL` entries with distinct names. Connects lazily: no I/O here.
-    pub fn parse(spec: &str) -> Result<Self, GatewayError> {
+    pub fn parse(
+        spec: &str,
+        authorization: Option<http::HeaderValue>,
+    ) -> Result<Self, GatewayError> {
         let entries: Vec<&str> = spec
             .split(',')
             .map(str::trim)
@@ -86,7 +89,7 @@ impl Executors {
             replicas.push(Replica {
                 name: name.map(str::to_owned),
                 url: url.to_owned(),
-                client: ExecutorClient::new(traced(channel.clone()))
+                client: ExecutorClient::new(traced(channel.clone(), authorization.clone()))
                     .max_decoding_message_size(MAX_DECODING_BYTES),
                 health: HealthClient::new(channel),
             });
@@ -203,10 +206,10 @@ mod tests {
 
     #[tokio::test]
     async fn parses_none_one_and_several() {
-        assert!(Executors::parse("").is_ok_and(|e| e.all().is_empty()));
-        let one = Executors::parse("http://127.0.0.1:50052").expect("one");
+        assert!(Executors::parse("", None).is_ok_and(|e| e.all().is_empty()));
+        let one = Executors::parse("http://127.0.0.1:50052", None).expect("one");
         assert_eq!(names(&one), [None]);
-        let two = Executors::parse("a=http://a:1, b=http://b:1").expect("two");
+        let two = Executors::parse("a=http://a:1, b=http://b:1", None).expect("two");
         assert_eq!(names(&two), [Some("a"), Some("b")]);
         for bad in [
             "http://a:1,http://b:1",
@@ -214,13 +217,14 @@ mod tests {
             "A=http://a:1",
             "a=not a url",
         ] {
-            assert!(Executors::parse(bad).is_err(), "{bad}");
+            assert!(Executors::parse(bad, None).is_err(), "{bad}");
         }
     }
 
     #[tokio::test]
     async fn sessions_stay_with_their_owner_and_new_runs_take_turns() {
-        let e = Executors::parse("e0=http://e0:1,e1=http://e1:1,e2=http://e2:1").expect("three");
+        let e =
+            Executors::parse("e0=http://e0:1,e1=http://e1:1,e2=http://e2:1", None).expect("three");
         let mut owners = Vec::new();
         for _ in 0..3 {
             let mut req = ExecuteRequest::default();
@@ -245,7 +249,7 @@ mod tests {
             e.owner_index("thread-7").ok()
         );
         assert!(
-            Executors::parse("")
+            Executors::parse("", None)
                 .expect("none")
                 .for_session("x")
                 .is_err()

@@ -99,6 +99,8 @@ pub async fn run(
 /// body limit (the same `--max-body-bytes`).
 pub fn router(state: AppState, config: &Config) -> Router {
     let mcp = mcp::http_service(&state, config);
+    let auth =
+        taskforce_runtime::auth::AuthLayer::new(state.keys.clone(), access, error::auth_rejection);
     let api = Router::new()
         .route("/api/v1/tools", get(tools::list_tools))
         .route(
@@ -150,6 +152,9 @@ pub fn router(state: AppState, config: &Config) -> Router {
         .layer(map_response(error::json_errors))
         .with_state(state)
         .route_service("/mcp", mcp)
+        // API keys (when configured): before anything else runs, after metrics and tracing see
+        // the request, so refusals are counted and traced.
+        .layer(auth)
         // Requests by route template, method and status, `/mcp` included.
         .layer(axum::middleware::from_fn(
             taskforce_runtime::metrics::http_metrics,
@@ -180,6 +185,33 @@ pub fn router(state: AppState, config: &Config) -> Router {
     responses((status = 200, description = "Prometheus (OpenMetrics) text format", content_type = "application/openmetrics-text", body = String)))]
 pub async fn metrics() -> impl axum::response::IntoResponse {
     taskforce_runtime::metrics::scrape()
+}
+
+/// The scope each route needs (see `docs/security.md`): health, readiness, metrics and the
+/// OpenAPI document are public; runs, answers, cancels and the chat streams need `execute`;
+/// creating, updating and deleting agents needs `write`; every other route (reads, `:validate`,
+/// `/mcp`, unknown paths) needs `read`.
+pub fn access(method: &Method, path: &str) -> taskforce_runtime::auth::Access {
+    use taskforce_runtime::auth::{Access, Scope};
+    match path {
+        "/healthz" | "/readyz" | "/openapi.json" | "/metrics" => Access::Public,
+        "/api/v1/execute" | "/api/v1/execute/stream" | "/ai/agent/stream" | "/ai/stream" => {
+            Access::Needs(Scope::Execute)
+        }
+        "/api/v1/agents:validate" => Access::Needs(Scope::Read),
+        p if p.starts_with("/api/v1/sessions/")
+            && (p.ends_with("/answer") || p.ends_with("/cancel")) =>
+        {
+            Access::Needs(Scope::Execute)
+        }
+        p if p.starts_with("/api/v1/agents")
+            && !p.ends_with("/metadata")
+            && !matches!(*method, Method::GET | Method::HEAD) =>
+        {
+            Access::Needs(Scope::Write)
+        }
+        _ => Access::Needs(Scope::Read),
+    }
 }
 
 async fn not_found(method: Method, uri: Uri) -> RestError {

@@ -14,7 +14,8 @@ use crate::{agents, chat, execute, health, metadata, registry::AppState, tools};
 /// Every 4xx/5xx body. `error` is one of `invalid_argument`, `invalid_tools`,
 /// `invalid_mcp_tools`, `invalid_mcp_config`, `invalid_subagents`, `not_found`,
 /// `already_exists`, `version_conflict`, `read_only`, `session_conflict`, `payload_too_large`,
-/// `method_not_allowed`, `unavailable`, `timeout`, `internal`.
+/// `method_not_allowed`, `unavailable`, `timeout`, `resource_exhausted`, `unauthenticated`,
+/// `permission_denied`, `internal`.
 #[derive(Debug, ToSchema)]
 #[schema(example = json!({
     "error": "invalid_tools",
@@ -79,6 +80,7 @@ pub struct FieldViolation {
         openapi_json,
     ),
     components(schemas(ErrorBody, FieldViolation, agents::SourceParam)),
+    modifiers(&Security),
     tags(
         (name = "agents", description = "Custom agents (editable) and profile agents (read-only)"),
         (name = "execution", description = "Running agents: missions, event streams (SSE), answers, cancellation"),
@@ -88,6 +90,80 @@ pub struct FieldViolation {
     )
 )]
 pub struct ApiDoc;
+
+/// The `bearer` security scheme, and on every operation that is not public the scope it needs
+/// (from [`crate::access`], the policy the gateway enforces) with its 401 and 403 answers.
+struct Security;
+
+impl utoipa::Modify for Security {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        use taskforce_runtime::auth::Access;
+        use utoipa::openapi::{
+            ContentBuilder, Ref, ResponseBuilder,
+            security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme},
+        };
+        doc.components
+            .get_or_insert_with(Default::default)
+            .add_security_scheme(
+                "bearer",
+                SecurityScheme::Http(
+                    HttpBuilder::new()
+                        .scheme(HttpAuthScheme::Bearer)
+                        .description(Some(
+                            "An API key as `Authorization: Bearer <key>`, required when the \
+                             gateway has keys configured (`TASKFORCE_API_KEYS_FILE`). Each \
+                             operation lists the scope it needs: read, write or execute \
+                             (admin holds all three).",
+                        ))
+                        .build(),
+                ),
+            );
+        let refusal = |description: &str| {
+            ResponseBuilder::new()
+                .description(description)
+                .content(
+                    "application/json",
+                    ContentBuilder::new()
+                        .schema(Some(Ref::from_schema_name("ErrorBody")))
+                        .build(),
+                )
+                .build()
+        };
+        for (path, item) in &mut doc.paths.paths {
+            let operations = [
+                (axum::http::Method::GET, &mut item.get),
+                (axum::http::Method::PUT, &mut item.put),
+                (axum::http::Method::POST, &mut item.post),
+                (axum::http::Method::DELETE, &mut item.delete),
+                (axum::http::Method::PATCH, &mut item.patch),
+            ];
+            for (method, operation) in operations {
+                let Some(op) = operation else { continue };
+                let scope = match crate::access(&method, path) {
+                    Access::Public => continue,
+                    Access::AnyKey => "",
+                    Access::Needs(scope) => scope.as_str(),
+                };
+                let scopes: &[&str] = if scope.is_empty() { &[] } else { &[scope] };
+                op.security = Some(vec![SecurityRequirement::new(
+                    "bearer",
+                    scopes.iter().copied(),
+                )]);
+                op.responses.responses.insert(
+                    "401".to_owned(),
+                    refusal("`unauthenticated`: no API key, or not a valid one (with `WWW-Authenticate`)").into(),
+                );
+                op.responses.responses.insert(
+                    "403".to_owned(),
+                    refusal(&format!(
+                        "`permission_denied`: the API key lacks the `{scope}` scope"
+                    ))
+                    .into(),
+                );
+            }
+        }
+    }
+}
 
 /// The OpenAPI 3 document of the gateway (pre-rendered at start-up).
 #[utoipa::path(get, path = "/openapi.json", tag = "ops",
@@ -117,6 +193,42 @@ pub fn render() -> Bytes {
 mod tests {
     use super::*;
     use serde_json::Value;
+
+    #[test]
+    fn every_operation_but_the_public_ones_states_its_scope_and_refusals() {
+        let doc: Value = serde_json::from_slice(&render()).expect("JSON");
+        assert_eq!(
+            doc["components"]["securitySchemes"]["bearer"]["scheme"],
+            "bearer"
+        );
+        let paths = doc["paths"].as_object().expect("paths");
+        for (path, item) in paths {
+            for (method, op) in item.as_object().expect("operations") {
+                let public =
+                    ["/healthz", "/readyz", "/openapi.json", "/metrics"].contains(&path.as_str());
+                assert_eq!(op["security"].is_array(), !public, "{method} {path}");
+                assert_eq!(
+                    op["responses"]["401"].is_object(),
+                    !public,
+                    "{method} {path}"
+                );
+            }
+        }
+        let scope =
+            |path: &str, method: &str| paths[path][method]["security"][0]["bearer"][0].clone();
+        assert_eq!(scope("/api/v1/agents", "get"), "read");
+        assert_eq!(scope("/api/v1/agents", "post"), "write");
+        assert_eq!(scope("/api/v1/agents/{agent_id}", "delete"), "write");
+        assert_eq!(scope("/api/v1/agents:validate", "post"), "read");
+        assert_eq!(scope("/api/v1/agents/{agent_id}/metadata", "get"), "read");
+        assert_eq!(scope("/api/v1/execute/stream", "post"), "execute");
+        assert_eq!(
+            scope("/api/v1/sessions/{session_id}/answer", "post"),
+            "execute"
+        );
+        assert_eq!(scope("/api/v1/sessions/{session_id}", "get"), "read");
+        assert_eq!(scope("/ai/agent/stream", "post"), "execute");
+    }
 
     #[test]
     fn every_route_is_documented_with_errors() {

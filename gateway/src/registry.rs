@@ -41,26 +41,38 @@ pub struct AppState {
     pub openapi: Bytes,
     /// How `/ai/agent/stream` runs.
     pub chat: crate::chat::ChatSettings,
+    /// The API keys every route but the public ones checks (`None`: authentication is off).
+    pub keys: Option<taskforce_runtime::auth::Keys>,
 }
 
 impl AppState {
-    /// The state for `config`, with a lazily connected channel: no I/O happens here.
+    /// The state for `config`, with a lazily connected channel: no I/O happens here but reading
+    /// the API keys file. Without keys, a `--listen` address off loopback is refused (see
+    /// [`taskforce_runtime::auth`]); `--mcp-stdio` has no listener.
     pub fn new(config: &Config, shutdown: CancellationToken) -> Result<Self, GatewayError> {
+        let listeners = if config.mcp_stdio {
+            Vec::new()
+        } else {
+            vec![config.listen]
+        };
+        let keys = config.auth.keys("gateway", &listeners)?;
+        let token = config.auth.outgoing()?;
         let channel =
             lazy_channel(&config.registry_url).map_err(|source| GatewayError::RegistryUrl {
                 url: config.registry_url.clone(),
                 source,
             })?;
         Ok(Self {
-            registry: AgentRegistryClient::new(traced(channel.clone()))
+            registry: AgentRegistryClient::new(traced(channel.clone(), token.clone()))
                 .max_decoding_message_size(MAX_DECODING_BYTES),
-            executors: crate::executors::Executors::parse(&config.executor_url)?,
+            executors: crate::executors::Executors::parse(&config.executor_url, token)?,
             health: HealthClient::new(channel),
             max_body_bytes: config.max_body_bytes,
             grpc_timeout: config.request_timeout(),
             shutdown,
             openapi: crate::openapi::render(),
             chat: crate::chat::ChatSettings::from_config(config),
+            keys,
         })
     }
 

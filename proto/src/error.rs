@@ -46,13 +46,17 @@ pub enum ErrorKind {
     Timeout,
     /// The service is at a limit (e.g. its most live runs); retry later (`retry-after`).
     ResourceExhausted,
+    /// No valid API key came with the request.
+    Unauthenticated,
+    /// The API key lacks the scope the request needs.
+    PermissionDenied,
     /// A bug or an I/O failure on the server.
     Internal,
 }
 
 impl ErrorKind {
     /// Every kind, for exhaustive tests.
-    pub const ALL: [Self; 16] = [
+    pub const ALL: [Self; 18] = [
         Self::InvalidArgument,
         Self::InvalidTools,
         Self::InvalidMcpTools,
@@ -68,6 +72,8 @@ impl ErrorKind {
         Self::Unavailable,
         Self::Timeout,
         Self::ResourceExhausted,
+        Self::Unauthenticated,
+        Self::PermissionDenied,
         Self::Internal,
     ];
 
@@ -89,6 +95,8 @@ impl ErrorKind {
             Self::Unavailable => "UNAVAILABLE",
             Self::Timeout => "TIMEOUT",
             Self::ResourceExhausted => "RESOURCE_EXHAUSTED",
+            Self::Unauthenticated => "UNAUTHENTICATED",
+            Self::PermissionDenied => "PERMISSION_DENIED",
             Self::Internal => "INTERNAL",
         }
     }
@@ -114,6 +122,8 @@ impl ErrorKind {
             Self::MethodNotAllowed => Code::Unimplemented,
             Self::Unavailable => Code::Unavailable,
             Self::Timeout => Code::DeadlineExceeded,
+            Self::Unauthenticated => Code::Unauthenticated,
+            Self::PermissionDenied => Code::PermissionDenied,
             Self::Internal => Code::Internal,
         }
     }
@@ -136,6 +146,8 @@ impl ErrorKind {
             Self::Unavailable => 503,
             Self::Timeout => 504,
             Self::ResourceExhausted => 429,
+            Self::Unauthenticated => 401,
+            Self::PermissionDenied => 403,
             Self::Internal => 500,
         }
     }

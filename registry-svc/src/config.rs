@@ -62,6 +62,9 @@ pub struct Config {
         default_value = "127.0.0.1:9465"
     )]
     pub metrics_listen: String,
+    /// API keys and the service token (see `taskforce_runtime::auth`).
+    #[command(flatten)]
+    pub auth: taskforce_runtime::auth::AuthArgs,
 }
 
 impl Config {

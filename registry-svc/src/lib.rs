@@ -52,6 +52,15 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), RegistryError> {
     let started = std::time::Instant::now();
+    let keys = config
+        .auth
+        .keys(
+            "registry-svc",
+            &[listener
+                .local_addr()
+                .map_err(|e| RegistryError::Config(format!("listener: {e}")))?],
+        )
+        .map_err(|e| RegistryError::Config(e.to_string()))?;
     let (root, data) = (config.config_dir.clone(), config.data_dir.clone());
     let store =
         Arc::new(tokio::task::spawn_blocking(move || store::Store::open(&root, &data)).await??);
@@ -103,6 +112,7 @@ pub async fn run(
         tonic::transport::Server::builder().timeout(Duration::from_secs(60)),
         listener,
         AgentRegistryServer::new(service),
+        keys,
         shutdown,
         async move { stop_tasks.cancel() },
         SHUTDOWN_GRACE,

@@ -20,8 +20,9 @@ pub enum GrpcError {
 }
 
 /// Serves `service` on `listener` with `grpc.health.v1` (SERVING for the service and the
-/// server), reflection, request metrics ([`crate::metrics::GrpcMetricsLayer`]) and a span per
-/// call continuing the caller's trace ([`crate::telemetry::server_span`]), until
+/// server), reflection, request metrics ([`crate::metrics::GrpcMetricsLayer`]), a span per
+/// call continuing the caller's trace ([`crate::telemetry::server_span`]) and, with `keys`,
+/// API-key checks ([`crate::auth::grpc_access`]; health stays public), until
 /// `shutdown` fires. Then both health entries turn NOT_SERVING,
 /// `drain` runs (a service lets its streams finish), and connections still open `grace` after
 /// the shutdown (idle HTTP/2 clients, watch streams) are dropped: a stop never waits on clients.
@@ -29,6 +30,7 @@ pub async fn serve_grpc<S, D>(
     builder: Server,
     listener: TcpListener,
     service: S,
+    keys: Option<crate::auth::Keys>,
     shutdown: CancellationToken,
     drain: D,
     grace: Duration,
@@ -61,7 +63,8 @@ where
         .on_failure(());
     let mut builder = builder
         .layer(tracing)
-        .layer(crate::metrics::GrpcMetricsLayer);
+        .layer(crate::metrics::GrpcMetricsLayer)
+        .layer(crate::auth::AuthLayer::grpc(keys));
     let server = builder
         .add_service(health_service)
         .add_service(reflection_v1)

@@ -3,6 +3,7 @@
 //! server wiring the registry and the executor both use ([`serve_grpc`]: health, reflection,
 //! accepted connections with `TCP_NODELAY`, a graceful stop with a grace period).
 
+pub mod auth;
 mod grpc;
 #[cfg(feature = "mcp-client")]
 pub mod mcp_client;

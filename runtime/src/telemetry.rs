@@ -174,23 +174,46 @@ pub fn server_span(kind: &str, name: &str, headers: &http::HeaderMap) -> Span {
     span
 }
 
-/// A gRPC channel that sends the current span's trace context (`traceparent`) with every call.
-pub type TracedChannel = tower::util::MapRequest<
-    Channel,
-    fn(http::Request<tonic::body::Body>) -> http::Request<tonic::body::Body>,
->;
-
-/// Wraps `channel` so its calls carry the current trace context (nothing when not tracing).
-pub fn traced(channel: Channel) -> TracedChannel {
-    tower::util::MapRequest::new(channel, inject)
+/// A gRPC channel to another Taskforce service: every call carries the current span's trace
+/// context (`traceparent`) and, when the service has one, its token (`authorization`).
+#[derive(Debug, Clone)]
+pub struct TracedChannel {
+    inner: Channel,
+    authorization: Option<http::HeaderValue>,
 }
 
-fn inject(mut req: http::Request<tonic::body::Body>) -> http::Request<tonic::body::Body> {
-    let cx = Span::current().context();
-    if cx.span().span_context().is_valid() {
-        opentelemetry::global::get_text_map_propagator(|p| {
-            p.inject_context(&cx, &mut HeaderInjector(req.headers_mut()));
-        });
+/// Wraps `channel` so its calls carry the current trace context (nothing when not tracing) and
+/// `authorization` (see [`crate::auth::AuthArgs::outgoing`]).
+pub fn traced(channel: Channel, authorization: Option<http::HeaderValue>) -> TracedChannel {
+    TracedChannel {
+        inner: channel,
+        authorization,
     }
-    req
+}
+
+impl tower::Service<http::Request<tonic::body::Body>> for TracedChannel {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = tonic::transport::Error;
+    type Future = <Channel as tower::Service<http::Request<tonic::body::Body>>>::Future;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        tower::Service::poll_ready(&mut self.inner, cx)
+    }
+
+    fn call(&mut self, mut req: http::Request<tonic::body::Body>) -> Self::Future {
+        if let Some(value) = &self.authorization {
+            req.headers_mut()
+                .insert(http::header::AUTHORIZATION, value.clone());
+        }
+        let cx = Span::current().context();
+        if cx.span().span_context().is_valid() {
+            opentelemetry::global::get_text_map_propagator(|p| {
+                p.inject_context(&cx, &mut HeaderInjector(req.headers_mut()));
+            });
+        }
+        self.inner.call(req)
+    }
 }

@@ -23,10 +23,10 @@ const CLI_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// What a CLI invocation did.
 #[derive(Debug)]
-struct Out {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
+pub(crate) struct Out {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
 }
 
 impl Out {
@@ -78,7 +78,7 @@ async fn cli(stack: &Stack, args: &[&str]) -> Out {
 }
 
 /// Runs the CLI with exactly these `TASKFORCE_*` variables.
-async fn run_cli(env: &[(&str, String)], args: &[&str]) -> Out {
+pub(crate) async fn run_cli(env: &[(&str, String)], args: &[&str]) -> Out {
     let bin = paths::cli().expect("the taskforce CLI is built");
     let mut cmd = tokio::process::Command::new(bin);
     cmd.args(args)

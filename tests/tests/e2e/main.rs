@@ -10,6 +10,8 @@
 //! - `listing`: the sample profile and custom agents over gRPC and REST.
 //! - `grpcurl`: the real grpcurl against reflection and health, no proto files.
 //! - `rest_crud`: create/get/update/delete over REST and the YAML files they produce.
+//! - `auth`: API keys and scopes on REST, `/mcp`, both gRPC services and the CLI; the start-up
+//!   rule for non-loopback listeners.
 //! - `bad_input`: invalid ids, fields, bodies and versions over REST.
 //! - `bad_input_grpc`: the core bad-input cases over gRPC.
 //! - `chat_stream`: seed 004's `/ai/agent/stream` and `/ai/stream`, byte for byte, thread memory.
@@ -40,6 +42,7 @@
 //!   protocols, and faults (LLM 500s, malformed tool JSON, broken definitions, huge and hanging
 //!   tools).
 
+mod auth;
 mod bad_input;
 mod bad_input_grpc;
 mod chat_stream;

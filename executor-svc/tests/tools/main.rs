@@ -4,6 +4,7 @@
 //! - `files`: `file_read` / `file_write` and workspace confinement.
 //! - `process`: `python`, `git`, `powershell` (timeouts, cancellation, output caps).
 //! - `git`: the git allowlist (everyday commands work, hostile options are refused).
+//! - `sandbox`: what confines `python` and `git` (writes, resource limits, environment).
 //! - `web`: `web_search` and `web_fetch` against a local axum server.
 //! - `github`: `github` against a local server that checks the token.
 
@@ -11,6 +12,7 @@ mod files;
 mod git;
 mod github;
 mod process;
+mod sandbox;
 mod web;
 
 use std::{path::Path, sync::Arc, time::Duration};
@@ -51,9 +53,16 @@ pub fn tool_with(config: &NativeToolsConfig, name: &str) -> Arc<dyn Tool> {
         .unwrap_or_else(|| panic!("no native tool {name}"))
 }
 
+/// The default configuration, with the launcher cargo built for these tests.
+pub fn config() -> NativeToolsConfig {
+    let mut c = NativeToolsConfig::default();
+    c.sandbox.launcher = Some(env!("CARGO_BIN_EXE_taskforce-sandbox").into());
+    c
+}
+
 /// The native tool `name` with the default configuration.
 pub fn tool(name: &str) -> Arc<dyn Tool> {
-    tool_with(&NativeToolsConfig::default(), name)
+    tool_with(&config(), name)
 }
 
 /// The text of an output, and whether it is an error; panics on anything else.

@@ -7,6 +7,8 @@
 //! - `files`: `file_read` and `file_write`.
 //! - `process`: running a subprocess in the workspace (own process group, minimal environment,
 //!   timeout, cancellation, output cap), shared by `python`, `powershell` and `git`.
+//! - [`sandbox`]: the resource limits and Landlock/bubblewrap confinement those three run in,
+//!   and [`sandbox::launcher`], the `taskforce-sandbox` program that applies them.
 //! - `python`: `python` and `powershell`; `git`: `git` (`git::args` checks its arguments
 //!   against the allowlist of subcommands and options in `git::allowlist`).
 //! - `html`: a small HTML tokenizer, entity decoding and HTML → text, for the web tools.
@@ -30,6 +32,7 @@ mod http;
 pub mod ledger;
 mod process;
 mod python;
+pub mod sandbox;
 mod search;
 mod workspace;
 
@@ -49,6 +52,9 @@ pub use github::GitHub;
 pub use guard::NetGuard;
 pub use html::html_to_text;
 pub use python::{Powershell, Python, powershell_available};
+pub use sandbox::{
+    LandlockState, ResourceLimits, Sandbox, SandboxConfig, SandboxError, SandboxMode,
+};
 pub use search::WebSearch;
 
 /// Default search endpoint: DuckDuckGo's HTML results page; the URL-encoded query is appended.
@@ -105,6 +111,12 @@ pub struct NativeToolsConfig {
     /// Address ranges the web tools may reach although they are not public (loopback,
     /// private, link-local, ...): `TASKFORCE_WEB_ALLOW_NETS`, comma-separated CIDRs or addresses.
     pub web_allow_nets: Vec<ipnet::IpNet>,
+    /// How `python`, `git` and `powershell` are confined (`TASKFORCE_TOOL_*`, see
+    /// [`SandboxConfig::from_lookup`]).
+    pub sandbox: SandboxConfig,
+    /// A `TASKFORCE_TOOL_*` setting that did not parse: [`Self::check`] refuses to start with it
+    /// (the defaults stand in meanwhile).
+    pub sandbox_invalid: Option<SandboxError>,
 }
 
 impl Default for NativeToolsConfig {
@@ -121,6 +133,8 @@ impl Default for NativeToolsConfig {
             http_timeout: Duration::from_secs(30),
             user_agent: concat!("taskforce-executor/", env!("CARGO_PKG_VERSION")).to_owned(),
             web_allow_nets: Vec::new(),
+            sandbox: SandboxConfig::default(),
+            sandbox_invalid: None,
         }
     }
 }
@@ -128,7 +142,7 @@ impl Default for NativeToolsConfig {
 impl NativeToolsConfig {
     /// Defaults overridden by the process environment: `GITHUB_TOKEN` (or `GH_TOKEN`),
     /// `GITHUB_API_URL`, `TASKFORCE_WEB_SEARCH_URL`, `TASKFORCE_PYTHON`, `TASKFORCE_PWSH`,
-    /// `TASKFORCE_WEB_ALLOW_NETS`.
+    /// `TASKFORCE_WEB_ALLOW_NETS`, and the sandbox's `TASKFORCE_TOOL_*`.
     pub fn from_env() -> Self {
         Self::from_lookup(|k| std::env::var(k).ok())
     }
@@ -152,6 +166,10 @@ impl NativeToolsConfig {
         if let Some(v) = get("TASKFORCE_PWSH") {
             c.pwsh_bin = PathBuf::from(v);
         }
+        match SandboxConfig::from_lookup(get) {
+            Ok(s) => c.sandbox = s,
+            Err(e) => c.sandbox_invalid = Some(e),
+        }
         if let Some(v) = get("TASKFORCE_WEB_ALLOW_NETS") {
             for entry in v.split(',').map(str::trim).filter(|e| !e.is_empty()) {
                 match parse_net(entry) {
@@ -164,6 +182,14 @@ impl NativeToolsConfig {
             }
         }
         c
+    }
+
+    /// Start-up checks of the subprocess sandbox (see [`Sandbox::check`]); blocking, briefly.
+    pub fn check(&self) -> Result<(), SandboxError> {
+        if let Some(e) = &self.sandbox_invalid {
+            return Err(e.clone());
+        }
+        Sandbox::new(self.sandbox.clone()).check()
     }
 }
 
@@ -181,15 +207,16 @@ fn parse_net(entry: &str) -> Option<ipnet::IpNet> {
 pub fn native_tools(config: &NativeToolsConfig) -> Vec<Arc<dyn Tool>> {
     let config = Arc::new(config.clone());
     let client = http_client(&config);
+    let sandbox = Arc::new(Sandbox::new(config.sandbox.clone()));
     vec![
         Arc::new(WebSearch::new(config.clone(), client.clone())),
         Arc::new(WebFetch::new(config.clone(), client.clone())),
         Arc::new(FileRead::new()),
         Arc::new(FileWrite::new(config.max_write_bytes)),
-        Arc::new(Python::new(config.python_bin.clone())),
-        Arc::new(Git::new(config.git_bin.clone())),
+        Arc::new(Python::new(config.python_bin.clone(), sandbox.clone())),
+        Arc::new(Git::new(config.git_bin.clone(), sandbox.clone())),
         Arc::new(GitHub::new(config.clone(), client)),
-        Arc::new(Powershell::new(config.pwsh_bin.clone())),
+        Arc::new(Powershell::new(config.pwsh_bin.clone(), sandbox)),
         Arc::new(AskUser::new()),
     ]
 }

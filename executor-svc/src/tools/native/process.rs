@@ -1,5 +1,7 @@
 //! Running one subprocess for a tool: in the workspace, in its own process group, with a minimal
-//! environment, a timeout, the run's cancellation and an output cap.
+//! environment, a timeout, the run's cancellation and an output cap, started through the
+//! [`super::sandbox`] launcher (resource limits, writes confined to the workspace and a per-call
+//! temp dir).
 //!
 //! The whole process group is killed (SIGKILL) and reaped when the call times out, is cancelled,
 //! or its future is dropped, so nothing the program started outlives the call; the group is in
@@ -10,6 +12,7 @@ use std::{
     ffi::OsString,
     path::{Path, PathBuf},
     process::Stdio,
+    sync::Arc,
     time::Duration,
 };
 
@@ -17,7 +20,7 @@ use process_wrap::tokio::{ChildWrapper, CommandWrap, KillOnDrop, ProcessGroup};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tracing::{debug, warn};
 
-use super::{cap_text, failed};
+use super::{cap_text, failed, sandbox::Sandbox};
 use crate::tools::{ToolContext, ToolError, ToolOutcome};
 
 /// Variables passed through from the executor's environment; everything else (API keys, tokens)
@@ -43,6 +46,8 @@ pub(crate) struct Spawn<'a> {
     pub cwd: PathBuf,
     /// Wall-clock limit.
     pub timeout: Duration,
+    /// The sandbox the program starts in.
+    pub sandbox: Arc<Sandbox>,
 }
 
 /// What a finished program left.
@@ -100,8 +105,20 @@ pub(crate) async fn run(
     cap: usize,
 ) -> Result<Finished, ToolError> {
     let tool = spec.tool;
-    let mut cmd = tokio::process::Command::new(spec.program);
-    cmd.args(&spec.args)
+    let (sandbox, cwd, program) = (
+        spec.sandbox.clone(),
+        spec.cwd.clone(),
+        spec.program.to_path_buf(),
+    );
+    let args = spec.args;
+    // Kept until the end of the call: dropping it removes the call's temp dir.
+    let wrapped = super::blocking(tool, {
+        let tool = tool.to_owned();
+        move || sandbox.wrap(&tool, &cwd, &program, args)
+    })
+    .await?;
+    let mut cmd = tokio::process::Command::new(&wrapped.program);
+    cmd.args(&wrapped.args)
         .current_dir(&spec.cwd)
         .env_clear()
         .envs(
@@ -109,7 +126,7 @@ pub(crate) async fn run(
                 .iter()
                 .filter_map(|k| std::env::var_os(k).map(|v| (*k, v))),
         )
-        .envs(spec.env.iter().map(|(k, v)| (*k, v)))
+        .envs(spec.env.iter().chain(&wrapped.env).map(|(k, v)| (*k, v)))
         .stdin(if spec.stdin.is_some() {
             Stdio::piped()
         } else {
@@ -122,7 +139,7 @@ pub(crate) async fn run(
     let child = wrap.spawn().map_err(|e| {
         failed(
             tool,
-            format!("could not start {}: {e}", spec.program.display()),
+            format!("could not start {}: {e}", wrapped.program.display()),
         )
     })?;
     let recorded = super::ledger::record(child.id());

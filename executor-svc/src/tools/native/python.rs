@@ -3,7 +3,7 @@
 //! Python reads the program from stdin (`python3 -`), so its size is not bound by the argument
 //! length limit; PowerShell gets it as `-Command`. Both run through [`process::run`].
 
-use std::{ffi::OsString, path::PathBuf};
+use std::{ffi::OsString, path::PathBuf, sync::Arc};
 
 use futures::{FutureExt, future::BoxFuture};
 use serde::Deserialize;
@@ -12,6 +12,7 @@ use serde_json::Value;
 use super::{
     catalog_definition, parse_args,
     process::{self, Spawn},
+    sandbox::Sandbox,
     workspace,
 };
 use crate::{
@@ -24,14 +25,16 @@ use crate::{
 pub struct Python {
     definition: ToolDefinition,
     bin: PathBuf,
+    sandbox: Arc<Sandbox>,
 }
 
 impl Python {
-    /// The tool, running `bin` (e.g. `python3`).
-    pub fn new(bin: PathBuf) -> Self {
+    /// The tool, running `bin` (e.g. `python3`) in `sandbox`.
+    pub fn new(bin: PathBuf, sandbox: Arc<Sandbox>) -> Self {
         Self {
             definition: catalog_definition("python"),
             bin,
+            sandbox,
         }
     }
 }
@@ -67,6 +70,7 @@ impl Tool for Python {
                 stdin: Some(args.code.into_bytes()),
                 cwd,
                 timeout: process::timeout(ctx, args.timeout_seconds),
+                sandbox: self.sandbox.clone(),
             };
             let cap = ctx.limits.max_output_bytes;
             Ok(process::run(ctx, spec, cap).await?.into_outcome(cap))
@@ -85,14 +89,16 @@ pub fn powershell_available() -> bool {
 pub struct Powershell {
     definition: ToolDefinition,
     bin: PathBuf,
+    sandbox: Arc<Sandbox>,
 }
 
 impl Powershell {
-    /// The tool, running `bin` (e.g. `pwsh`).
-    pub fn new(bin: PathBuf) -> Self {
+    /// The tool, running `bin` (e.g. `pwsh`) in `sandbox`.
+    pub fn new(bin: PathBuf, sandbox: Arc<Sandbox>) -> Self {
         Self {
             definition: catalog_definition("powershell"),
             bin,
+            sandbox,
         }
     }
 
@@ -143,6 +149,7 @@ impl Tool for Powershell {
                 stdin: None,
                 cwd,
                 timeout: process::timeout(ctx, args.timeout_seconds),
+                sandbox: self.sandbox.clone(),
             };
             let cap = ctx.limits.max_output_bytes;
             Ok(process::run(ctx, spec, cap).await?.into_outcome(cap))

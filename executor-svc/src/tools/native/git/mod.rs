@@ -13,6 +13,7 @@ mod args;
 use std::{
     ffi::OsString,
     path::{Path, PathBuf},
+    sync::Arc,
 };
 
 use futures::{FutureExt, future::BoxFuture};
@@ -22,6 +23,7 @@ use serde_json::Value;
 use super::{
     catalog_definition, parse_args,
     process::{self, Spawn},
+    sandbox::Sandbox,
     workspace,
 };
 use crate::{
@@ -46,14 +48,16 @@ const FORCED_CONFIG: [(&str, &str); 5] = [
 pub struct Git {
     definition: ToolDefinition,
     bin: PathBuf,
+    sandbox: Arc<Sandbox>,
 }
 
 impl Git {
-    /// The tool, running `bin` (e.g. `git`).
-    pub fn new(bin: PathBuf) -> Self {
+    /// The tool, running `bin` (e.g. `git`) in `sandbox`.
+    pub fn new(bin: PathBuf, sandbox: Arc<Sandbox>) -> Self {
         Self {
             definition: catalog_definition("git"),
             bin,
+            sandbox,
         }
     }
 }
@@ -93,6 +97,7 @@ impl Tool for Git {
                 stdin: None,
                 cwd,
                 timeout: ctx.limits.timeout,
+                sandbox: self.sandbox.clone(),
             };
             let cap = ctx.limits.max_output_bytes;
             Ok(process::run(ctx, spec, cap).await?.into_outcome(cap))

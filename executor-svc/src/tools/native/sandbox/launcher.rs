@@ -1,0 +1,350 @@
+//! `taskforce-sandbox`, the launcher every `python`, `git` and `powershell` subprocess starts
+//! through: it confines itself (resource limits; Landlock, or bubblewrap) with safe APIs, then
+//! `exec`s the real program, which inherits the confinement. The workspace forbids `unsafe`, so
+//! a `pre_exec` hook in the executor is not an option; a separate program is.
+//!
+//! Exit codes follow the shell's: 126 when the sandbox could not be set up, 127 when the program
+//! was not found; the reason goes to stderr, where the tool output shows it.
+
+use std::{
+    ffi::OsString,
+    os::unix::process::CommandExt,
+    path::{Path, PathBuf},
+    process::{Command, ExitCode},
+};
+
+use clap::{Parser, ValueEnum};
+use landlock::{
+    ABI, Access, AccessFs, CompatLevel, Compatible, Ruleset, RulesetAttr, RulesetCreatedAttr,
+    RulesetError, RulesetStatus, Scope, path_beneath_rules,
+};
+use nix::sys::resource::{Resource, getrlimit, setrlimit};
+
+use super::ResourceLimits;
+
+/// Exit code when the sandbox cannot be set up (the shell's "cannot execute").
+pub const EXIT_SETUP: u8 = 126;
+/// Exit code when the program is not found (the shell's "command not found").
+pub const EXIT_NOT_FOUND: u8 = 127;
+
+/// The Landlock ABI the ruleset is written for: write rights of V5 (device ioctls included)
+/// and V6's scopes (no signals to, no abstract sockets of, processes outside the sandbox).
+const TARGET_ABI: ABI = ABI::V6;
+
+/// Devices a program may write to although they are outside the workspace.
+const WRITABLE_DEVICES: [&str; 5] = [
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/tty",
+    "/dev/random",
+];
+
+/// How the launcher confines the program after the resource limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Confine {
+    /// Landlock; without kernel support the program runs with the limits only.
+    Landlock,
+    /// Landlock, and refuse to run the program without it.
+    LandlockRequired,
+    /// bubblewrap: a read-only root with the workspace and the temp dir bound writable.
+    Bwrap,
+}
+
+/// The launcher's command line; [`LauncherArgs::to_args`] writes it, the binary parses it.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "taskforce-sandbox",
+    about = "Runs a tool program confined to its workspace"
+)]
+pub struct LauncherArgs {
+    /// The directory the program may write under (its working directory).
+    #[arg(long)]
+    pub workspace: PathBuf,
+    /// More directories the program may write under (the per-call temp dir).
+    #[arg(long)]
+    pub writable: Vec<PathBuf>,
+    /// CPU seconds per process (0: unchanged).
+    #[arg(long, default_value_t = 0)]
+    pub cpu_seconds: u64,
+    /// Address space per process in bytes (0: unchanged).
+    #[arg(long, default_value_t = 0)]
+    pub address_space: u64,
+    /// Open files per process (0: unchanged).
+    #[arg(long, default_value_t = 0)]
+    pub open_files: u64,
+    /// Processes of the user, this one's children included (0: unchanged).
+    #[arg(long, default_value_t = 0)]
+    pub processes: u64,
+    /// How to confine the file system.
+    #[arg(long, value_enum, default_value_t = Confine::Landlock)]
+    pub confine: Confine,
+    /// The bubblewrap binary, for `--confine bwrap`.
+    #[arg(long, default_value = "bwrap")]
+    pub bwrap: PathBuf,
+    /// Apply the confinement, print how much of Landlock is enforced, and exit.
+    #[arg(long)]
+    pub probe: bool,
+    /// The program and its arguments.
+    #[arg(last = true)]
+    pub command: Vec<OsString>,
+}
+
+impl LauncherArgs {
+    /// The arguments to start the launcher with (the program and its arguments come after).
+    pub fn new(
+        workspace: &Path,
+        writable: Vec<PathBuf>,
+        limits: &ResourceLimits,
+        confine: Confine,
+        bwrap: &Path,
+    ) -> Self {
+        Self {
+            workspace: workspace.to_path_buf(),
+            writable,
+            cpu_seconds: limits.cpu_seconds,
+            address_space: limits.address_space_bytes,
+            open_files: limits.open_files,
+            processes: limits.processes,
+            confine,
+            bwrap: bwrap.to_path_buf(),
+            probe: false,
+            command: Vec::new(),
+        }
+    }
+
+    /// The command line, `--` and the program included.
+    pub fn to_args(&self) -> Vec<OsString> {
+        let mut out: Vec<OsString> = vec!["--workspace".into(), self.workspace.clone().into()];
+        for w in &self.writable {
+            out.extend(["--writable".into(), w.clone().into()]);
+        }
+        for (flag, v) in [
+            ("--cpu-seconds", self.cpu_seconds),
+            ("--address-space", self.address_space),
+            ("--open-files", self.open_files),
+            ("--processes", self.processes),
+        ] {
+            out.extend([flag.into(), v.to_string().into()]);
+        }
+        let confine = match self.confine {
+            Confine::Landlock => "landlock",
+            Confine::LandlockRequired => "landlock-required",
+            Confine::Bwrap => "bwrap",
+        };
+        out.extend([
+            "--confine".into(),
+            confine.into(),
+            "--bwrap".into(),
+            self.bwrap.clone().into(),
+        ]);
+        if self.probe {
+            out.push("--probe".into());
+        }
+        out.push("--".into());
+        out.extend(self.command.iter().cloned());
+        out
+    }
+}
+
+/// What [`run`] prints for `--probe`: how much of the Landlock ruleset the kernel enforces.
+pub fn status_word(status: &RulesetStatus) -> &'static str {
+    match status {
+        RulesetStatus::FullyEnforced => "fully-enforced",
+        RulesetStatus::PartiallyEnforced => "partially-enforced",
+        RulesetStatus::NotEnforced => "not-enforced",
+    }
+}
+
+/// The launcher: parses `args`, confines itself, and `exec`s the program (returning only on
+/// failure, or after `--probe`).
+pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
+    let args = match LauncherArgs::try_parse_from(args) {
+        Ok(a) => a,
+        Err(e) => return fail(EXIT_SETUP, &e.to_string()),
+    };
+    if let Err(e) = apply_limits(&args) {
+        return fail(EXIT_SETUP, &format!("cannot set resource limits: {e}"));
+    }
+    let mut program = args.command.first().cloned();
+    let mut rest: Vec<OsString> = args.command.iter().skip(1).cloned().collect();
+    match args.confine {
+        Confine::Landlock | Confine::LandlockRequired => {
+            let status = match landlock(&args) {
+                Ok(s) => s,
+                Err(e) => return fail(EXIT_SETUP, &format!("cannot set up Landlock: {e}")),
+            };
+            if args.probe {
+                println!("landlock: {}", status_word(&status));
+                return ExitCode::SUCCESS;
+            }
+            if status == RulesetStatus::NotEnforced && args.confine == Confine::LandlockRequired {
+                return fail(
+                    EXIT_SETUP,
+                    "this kernel does not enforce Landlock and the executor requires it \
+                     (TASKFORCE_TOOL_SANDBOX_REQUIRE); the program was not run",
+                );
+            }
+        }
+        Confine::Bwrap => {
+            if args.probe {
+                println!("bwrap");
+                return ExitCode::SUCCESS;
+            }
+            let Some(p) = program.take() else {
+                return fail(EXIT_SETUP, "no program to run");
+            };
+            let mut wrapped = bwrap_args(&args);
+            wrapped.push(p);
+            wrapped.append(&mut rest);
+            rest = wrapped;
+            program = Some(args.bwrap.into());
+        }
+    }
+    let Some(program) = program else {
+        return fail(EXIT_SETUP, "no program to run");
+    };
+    let e = Command::new(&program).args(&rest).exec();
+    let code = if e.kind() == std::io::ErrorKind::NotFound {
+        EXIT_NOT_FOUND
+    } else {
+        EXIT_SETUP
+    };
+    fail(
+        code,
+        &format!("cannot run {}: {e}", Path::new(&program).display()),
+    )
+}
+
+fn fail(code: u8, message: &str) -> ExitCode {
+    eprintln!("taskforce-sandbox: {message}");
+    ExitCode::from(code)
+}
+
+/// Lowers each configured limit (soft and hard, so the program cannot raise it again), never
+/// above the current hard limit; no core dumps.
+fn apply_limits(args: &LauncherArgs) -> nix::Result<()> {
+    for (resource, value) in [
+        (Resource::RLIMIT_CPU, args.cpu_seconds),
+        (Resource::RLIMIT_AS, args.address_space),
+        (Resource::RLIMIT_NOFILE, args.open_files),
+        (Resource::RLIMIT_NPROC, args.processes),
+        (Resource::RLIMIT_CORE, 0),
+    ] {
+        if value == 0 && resource != Resource::RLIMIT_CORE {
+            continue;
+        }
+        let (_, hard) = getrlimit(resource)?;
+        let soft = value.min(hard);
+        // Past the CPU soft limit comes SIGXCPU; a second later the hard limit's SIGKILL.
+        let hard = if resource == Resource::RLIMIT_CPU {
+            value.saturating_add(1).min(hard)
+        } else {
+            soft
+        };
+        setrlimit(resource, soft, hard)?;
+    }
+    Ok(())
+}
+
+/// Restricts this process (and what it `exec`s) to writing under the workspace, the writable
+/// directories and a few devices; reads stay allowed everywhere. Best effort: on a kernel
+/// without Landlock the status says `NotEnforced`.
+fn landlock(args: &LauncherArgs) -> Result<RulesetStatus, RulesetError> {
+    let abi = TARGET_ABI;
+    let write = AccessFs::from_write(abi);
+    let dirs = std::iter::once(&args.workspace).chain(&args.writable);
+    let status = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(write)?
+        .scope(Scope::from_all(abi))?
+        .create()?
+        .add_rules(path_beneath_rules(dirs, write))?
+        .add_rules(path_beneath_rules(
+            WRITABLE_DEVICES,
+            AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev,
+        ))?
+        .restrict_self()?;
+    Ok(status.ruleset)
+}
+
+/// bubblewrap's arguments before the program: the whole file system read-only, fresh `/dev`,
+/// `/proc` and `/tmp`, the workspace and writable directories bound read-write, new PID, IPC and
+/// UTS namespaces, and the sandbox dies with the launcher's process group.
+fn bwrap_args(args: &LauncherArgs) -> Vec<OsString> {
+    let mut out: Vec<OsString> = [
+        "--die-with-parent",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--tmpfs",
+        "/tmp",
+    ]
+    .into_iter()
+    .map(OsString::from)
+    .collect();
+    for dir in std::iter::once(&args.workspace).chain(&args.writable) {
+        out.extend(["--bind".into(), dir.clone().into(), dir.clone().into()]);
+    }
+    out.extend(["--chdir".into(), args.workspace.clone().into(), "--".into()]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_round_trips() {
+        let limits = ResourceLimits::default();
+        let mut a = LauncherArgs::new(
+            Path::new("/ws"),
+            vec![PathBuf::from("/tmp/t")],
+            &limits,
+            Confine::LandlockRequired,
+            Path::new("bwrap"),
+        );
+        a.command = vec!["python3".into(), "-".into(), "--probe".into()];
+        let mut argv: Vec<OsString> = vec!["taskforce-sandbox".into()];
+        argv.extend(a.to_args());
+        let parsed = LauncherArgs::try_parse_from(argv).expect("parse");
+        assert_eq!(parsed.workspace, Path::new("/ws"));
+        assert_eq!(parsed.writable, vec![PathBuf::from("/tmp/t")]);
+        assert_eq!(parsed.open_files, limits.open_files);
+        assert_eq!(parsed.confine, Confine::LandlockRequired);
+        assert!(
+            !parsed.probe,
+            "a program's own --probe is not the launcher's"
+        );
+        assert_eq!(parsed.command, a.command);
+    }
+
+    #[test]
+    fn bwrap_binds_the_workspace_writable_over_a_read_only_root() {
+        let a = LauncherArgs::new(
+            Path::new("/ws"),
+            vec![],
+            &ResourceLimits::default(),
+            Confine::Bwrap,
+            Path::new("bwrap"),
+        );
+        let got: Vec<String> = bwrap_args(&a)
+            .iter()
+            .map(|s| s.to_string_lossy().into_owned())
+            .collect();
+        let s = got.join(" ");
+        assert!(
+            s.contains("--ro-bind / /")
+                && s.contains("--bind /ws /ws")
+                && s.ends_with("--chdir /ws --"),
+            "{s}"
+        );
+    }
+}

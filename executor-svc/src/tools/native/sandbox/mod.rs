@@ -1,0 +1,491 @@
+//! Confining the subprocess tools (`python`, `git`, `powershell`): every program starts through
+//! the [`launcher`] (`taskforce-sandbox`, installed next to the executor), which lowers its
+//! resource limits and confines its writes to the workspace and a per-call temp dir, then
+//! `exec`s it.
+//!
+//! The mode comes from `TASKFORCE_TOOL_SANDBOX`: `landlock` (the default; best effort on a
+//! kernel without Landlock, which is logged once, unless `TASKFORCE_TOOL_SANDBOX_REQUIRE=1`),
+//! `bwrap` (bubblewrap must be installed, or the executor does not start), or `none` (the
+//! program runs directly, as before: own process group, minimal environment, timeout only).
+
+pub mod launcher;
+
+use std::{
+    ffi::OsString,
+    fmt,
+    path::{Path, PathBuf},
+    str::FromStr,
+    sync::OnceLock,
+};
+
+use tracing::{info, warn};
+
+use super::failed;
+use crate::tools::ToolError;
+use launcher::{Confine, LauncherArgs};
+
+/// The launcher's file name, looked up next to the executor's binary.
+pub const LAUNCHER_NAME: &str = "taskforce-sandbox";
+
+/// How subprocess tools are confined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SandboxMode {
+    /// Resource limits and Landlock (writes only under the workspace and the call's temp dir).
+    Landlock,
+    /// Resource limits and bubblewrap (a read-only root, the workspace bound writable).
+    Bwrap,
+    /// No launcher: the program runs directly.
+    None,
+}
+
+impl FromStr for SandboxMode {
+    type Err = SandboxError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "landlock" => Ok(Self::Landlock),
+            "bwrap" | "bubblewrap" => Ok(Self::Bwrap),
+            "none" | "off" => Ok(Self::None),
+            _ => Err(SandboxError::Setting {
+                name: "TASKFORCE_TOOL_SANDBOX",
+                value: s.to_owned(),
+                expected: "landlock, bwrap or none",
+            }),
+        }
+    }
+}
+
+/// Per-process resource limits of a tool's programs (setrlimit); 0 leaves one unchanged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceLimits {
+    /// CPU seconds per process (`RLIMIT_CPU`): `TASKFORCE_TOOL_CPU_SECONDS`, default 60.
+    pub cpu_seconds: u64,
+    /// Address space per process (`RLIMIT_AS`): `TASKFORCE_TOOL_MEMORY_MB`, default 2048 MiB.
+    pub address_space_bytes: u64,
+    /// Open files per process (`RLIMIT_NOFILE`): `TASKFORCE_TOOL_OPEN_FILES`, default 256.
+    pub open_files: u64,
+    /// Processes and threads of the executor's user (`RLIMIT_NPROC`, counted per user, the
+    /// executor's own threads included, and not enforced for root): `TASKFORCE_TOOL_PROCESSES`,
+    /// default 512, which stops a fork bomb well before it hurts the host while leaving the
+    /// executor's few dozen threads and several concurrent tool calls room.
+    pub processes: u64,
+}
+
+impl Default for ResourceLimits {
+    fn default() -> Self {
+        Self {
+            cpu_seconds: 60,
+            address_space_bytes: 2048 * 1024 * 1024,
+            open_files: 256,
+            processes: 512,
+        }
+    }
+}
+
+/// The sandbox settings of [`super::NativeToolsConfig`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxConfig {
+    /// `TASKFORCE_TOOL_SANDBOX`.
+    pub mode: SandboxMode,
+    /// `TASKFORCE_TOOL_SANDBOX_REQUIRE`: in `landlock` mode, refuse to run tools (and to start)
+    /// on a kernel without Landlock instead of running them with the limits only.
+    pub require: bool,
+    /// `TASKFORCE_TOOL_LAUNCHER`: the launcher binary; `None` looks next to the executor's.
+    pub launcher: Option<PathBuf>,
+    /// `TASKFORCE_TOOL_BWRAP`: the bubblewrap binary for `bwrap` mode.
+    pub bwrap_bin: PathBuf,
+    /// The resource limits.
+    pub limits: ResourceLimits,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        Self {
+            mode: SandboxMode::Landlock,
+            require: false,
+            launcher: None,
+            bwrap_bin: PathBuf::from("bwrap"),
+            limits: ResourceLimits::default(),
+        }
+    }
+}
+
+impl SandboxConfig {
+    /// The settings from `TASKFORCE_TOOL_*` variables (see the fields), defaults for the rest.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, SandboxError> {
+        let mut c = Self::default();
+        if let Some(v) = get("TASKFORCE_TOOL_SANDBOX") {
+            c.mode = v.parse()?;
+        }
+        if let Some(v) = get("TASKFORCE_TOOL_SANDBOX_REQUIRE") {
+            c.require = matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes");
+        }
+        c.launcher = get("TASKFORCE_TOOL_LAUNCHER").map(PathBuf::from);
+        if let Some(v) = get("TASKFORCE_TOOL_BWRAP") {
+            c.bwrap_bin = PathBuf::from(v);
+        }
+        let number = |name: &'static str, default: u64| -> Result<u64, SandboxError> {
+            get(name).map_or(Ok(default), |v| {
+                v.trim().parse().map_err(|_| SandboxError::Setting {
+                    name,
+                    value: v,
+                    expected: "a whole number (0: no limit)",
+                })
+            })
+        };
+        let l = &mut c.limits;
+        l.cpu_seconds = number("TASKFORCE_TOOL_CPU_SECONDS", l.cpu_seconds)?;
+        l.address_space_bytes = number("TASKFORCE_TOOL_MEMORY_MB", l.address_space_bytes >> 20)?
+            .saturating_mul(1 << 20);
+        l.open_files = number("TASKFORCE_TOOL_OPEN_FILES", l.open_files)?;
+        l.processes = number("TASKFORCE_TOOL_PROCESSES", l.processes)?;
+        Ok(c)
+    }
+}
+
+/// A sandbox setting the executor cannot start with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SandboxError {
+    /// A variable with a value that does not parse.
+    #[error("{name}={value:?}: expected {expected}")]
+    Setting {
+        /// The variable.
+        name: &'static str,
+        /// Its value.
+        value: String,
+        /// What it may be.
+        expected: &'static str,
+    },
+    /// The launcher binary is missing.
+    #[error(
+        "the tool sandbox launcher {path} does not exist: install `{LAUNCHER_NAME}` next to the \
+         executor, point TASKFORCE_TOOL_LAUNCHER at it, or set TASKFORCE_TOOL_SANDBOX=none"
+    )]
+    NoLauncher {
+        /// Where it was looked for.
+        path: String,
+    },
+    /// `bwrap` mode without bubblewrap.
+    #[error(
+        "TASKFORCE_TOOL_SANDBOX=bwrap but bubblewrap ({bin}) is not installed: install it \
+         (Debian: `apt-get install bubblewrap`) or choose landlock"
+    )]
+    NoBwrap {
+        /// The binary looked for.
+        bin: String,
+    },
+    /// Landlock is required but the kernel does not enforce it (or the probe failed).
+    #[error("TASKFORCE_TOOL_SANDBOX_REQUIRE is set but Landlock is not available: {reason}")]
+    LandlockMissing {
+        /// What the probe found.
+        reason: String,
+    },
+}
+
+/// What the first probe found about Landlock on this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LandlockState {
+    /// The ruleset is enforced (fully, or partially on an older kernel).
+    Enforced(String),
+    /// The kernel does not enforce Landlock: tools run with the resource limits only.
+    BestEffort(String),
+}
+
+/// The tools' shared sandbox: settings, the launcher's path, what the Landlock probe found.
+pub struct Sandbox {
+    config: SandboxConfig,
+    launcher: PathBuf,
+}
+
+/// What the Landlock probe found: a property of the host's kernel, probed (and logged) once per
+/// process.
+static LANDLOCK: OnceLock<LandlockState> = OnceLock::new();
+
+impl fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sandbox")
+            .field("mode", &self.config.mode)
+            .field("launcher", &self.launcher)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A program wrapped for its sandbox, and the per-call temp dir it may write (removed on drop).
+#[derive(Debug)]
+pub(crate) struct Wrapped {
+    /// What to start: the launcher, or the program itself in `none` mode.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+    /// `TMPDIR` and friends, pointing at the temp dir.
+    pub env: Vec<(&'static str, OsString)>,
+    /// The temp dir, held for the call (dropping it removes the dir).
+    pub _temp: Option<TempDir>,
+}
+
+impl Sandbox {
+    /// The sandbox for `config`; the launcher defaults to the executor binary's directory (or
+    /// its parent when that is cargo's `deps/`, where test binaries live).
+    pub fn new(config: SandboxConfig) -> Self {
+        let launcher = config.launcher.clone().unwrap_or_else(default_launcher);
+        Self { config, launcher }
+    }
+
+    /// The mode.
+    pub fn mode(&self) -> SandboxMode {
+        self.config.mode
+    }
+
+    /// Start-up checks: the launcher exists, bubblewrap is installed for `bwrap`, and in
+    /// `landlock` mode a probe (logged once) finds Landlock, which must be enforced when required.
+    /// Blocking (the probe runs the launcher once).
+    pub fn check(&self) -> Result<(), SandboxError> {
+        if self.config.mode == SandboxMode::None {
+            warn!(
+                "TASKFORCE_TOOL_SANDBOX=none: python, git and powershell run without resource limits or file-system confinement"
+            );
+            return Ok(());
+        }
+        if !self.launcher.is_file() {
+            return Err(SandboxError::NoLauncher {
+                path: self.launcher.display().to_string(),
+            });
+        }
+        if self.config.mode == SandboxMode::Bwrap {
+            if !super::process::on_path(&self.config.bwrap_bin) {
+                return Err(SandboxError::NoBwrap {
+                    bin: self.config.bwrap_bin.display().to_string(),
+                });
+            }
+            return Ok(());
+        }
+        match self.landlock_state() {
+            LandlockState::BestEffort(reason) if self.config.require => {
+                Err(SandboxError::LandlockMissing { reason })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// What the Landlock probe found (probing once, blocking, on first use).
+    pub fn landlock_state(&self) -> LandlockState {
+        LANDLOCK.get_or_init(|| self.probe()).clone()
+    }
+
+    /// Runs the launcher with `--probe` and logs the outcome once.
+    fn probe(&self) -> LandlockState {
+        let dir = std::env::temp_dir();
+        let mut args = self.launcher_args(&dir, Vec::new());
+        args.probe = true;
+        let out = std::process::Command::new(&self.launcher)
+            .args(args.to_args())
+            .env_clear()
+            .output();
+        let state = match out {
+            Ok(o) if o.status.success() => {
+                let said = String::from_utf8_lossy(&o.stdout).trim().to_owned();
+                if said.ends_with("not-enforced") {
+                    LandlockState::BestEffort("the kernel does not enforce Landlock".to_owned())
+                } else {
+                    LandlockState::Enforced(said)
+                }
+            }
+            Ok(o) => LandlockState::BestEffort(format!(
+                "the probe failed ({}): {}",
+                o.status,
+                String::from_utf8_lossy(&o.stderr).trim()
+            )),
+            Err(e) => LandlockState::BestEffort(format!("the probe could not run: {e}")),
+        };
+        match &state {
+            LandlockState::Enforced(status) => info!(status = %status, "tool sandbox: landlock"),
+            LandlockState::BestEffort(reason) => warn!(
+                reason = %reason,
+                required = self.config.require,
+                "tool sandbox: Landlock is not enforced; python, git and powershell run with resource limits only (best-effort mode)"
+            ),
+        }
+        state
+    }
+
+    fn launcher_args(&self, workspace: &Path, writable: Vec<PathBuf>) -> LauncherArgs {
+        let confine = match (self.config.mode, self.config.require) {
+            (SandboxMode::Bwrap, _) => Confine::Bwrap,
+            (_, true) => Confine::LandlockRequired,
+            (_, false) => Confine::Landlock,
+        };
+        LauncherArgs::new(
+            workspace,
+            writable,
+            &self.config.limits,
+            confine,
+            &self.config.bwrap_bin,
+        )
+    }
+
+    /// `program args` wrapped for the sandbox, with a fresh temp dir; blocking (creates the dir,
+    /// and probes Landlock on first use).
+    pub(crate) fn wrap(
+        &self,
+        tool: &str,
+        workspace: &Path,
+        program: &Path,
+        args: Vec<OsString>,
+    ) -> Result<Wrapped, ToolError> {
+        if self.config.mode == SandboxMode::None {
+            return Ok(Wrapped {
+                program: program.to_path_buf(),
+                args,
+                env: Vec::new(),
+                _temp: None,
+            });
+        }
+        if !self.launcher.is_file() {
+            return Err(ToolError::Unavailable {
+                tool: tool.to_owned(),
+                reason: SandboxError::NoLauncher {
+                    path: self.launcher.display().to_string(),
+                }
+                .to_string(),
+            });
+        }
+        if self.config.mode == SandboxMode::Landlock {
+            // Logs once whether Landlock is enforced; the launcher itself refuses when required.
+            self.landlock_state();
+        }
+        let temp =
+            TempDir::new().map_err(|e| failed(tool, format!("cannot create a temp dir: {e}")))?;
+        let mut launcher = self.launcher_args(workspace, vec![temp.path.clone()]);
+        launcher.command = std::iter::once(program.as_os_str().to_owned())
+            .chain(args)
+            .collect();
+        let dir: OsString = temp.path.clone().into();
+        Ok(Wrapped {
+            program: self.launcher.clone(),
+            args: launcher.to_args(),
+            env: vec![("TMPDIR", dir.clone()), ("TMP", dir.clone()), ("TEMP", dir)],
+            _temp: Some(temp),
+        })
+    }
+}
+
+/// `taskforce-sandbox` next to the running executable (leaving cargo's `deps/`).
+fn default_launcher() -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_default();
+    let mut dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    if !dir.join(LAUNCHER_NAME).is_file() && dir.file_name().is_some_and(|n| n == "deps") {
+        dir.pop();
+    }
+    dir.join(LAUNCHER_NAME)
+}
+
+/// A per-call temp dir (mode 0700) under the system's, removed with everything in it on drop
+/// (on the blocking pool when a runtime is there).
+#[derive(Debug)]
+pub(crate) struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    fn new() -> std::io::Result<Self> {
+        use std::os::unix::fs::DirBuilderExt;
+        let path =
+            std::env::temp_dir().join(format!("taskforce-tool-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::DirBuilder::new().mode(0o700).create(&path)?;
+        Ok(Self { path })
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let path = std::mem::take(&mut self.path);
+        let remove = move || {
+            if let Err(e) = std::fs::remove_dir_all(&path) {
+                warn!(path = %path.display(), error = %e, "could not remove a tool's temp dir");
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) => drop(h.spawn_blocking(remove)),
+            Err(_) => remove(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lookup(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    }
+
+    #[test]
+    fn defaults_are_landlock_with_limits() {
+        let c = SandboxConfig::from_lookup(|_| None).expect("defaults");
+        assert_eq!(c.mode, SandboxMode::Landlock);
+        assert!(!c.require);
+        assert_eq!(c.limits, ResourceLimits::default());
+        assert_eq!(c.limits.address_space_bytes, 2 << 30);
+    }
+
+    #[test]
+    fn settings_are_read_and_bad_values_refused() {
+        let c = SandboxConfig::from_lookup(lookup(&[
+            ("TASKFORCE_TOOL_SANDBOX", "bwrap"),
+            ("TASKFORCE_TOOL_SANDBOX_REQUIRE", "1"),
+            ("TASKFORCE_TOOL_MEMORY_MB", "512"),
+            ("TASKFORCE_TOOL_OPEN_FILES", "64"),
+            ("TASKFORCE_TOOL_PROCESSES", "0"),
+        ]))
+        .expect("parse");
+        assert_eq!(c.mode, SandboxMode::Bwrap);
+        assert!(c.require);
+        assert_eq!(c.limits.address_space_bytes, 512 << 20);
+        assert_eq!((c.limits.open_files, c.limits.processes), (64, 0));
+        for bad in [
+            &[("TASKFORCE_TOOL_SANDBOX", "firejail")][..],
+            &[("TASKFORCE_TOOL_CPU_SECONDS", "lots")],
+        ] {
+            let pairs: &'static [(&str, &str)] = bad;
+            assert!(
+                SandboxConfig::from_lookup(lookup(pairs)).is_err(),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn bwrap_mode_without_bubblewrap_refuses_to_start() {
+        let sandbox = Sandbox::new(SandboxConfig {
+            mode: SandboxMode::Bwrap,
+            launcher: Some(std::env::current_exe().expect("exe")),
+            bwrap_bin: PathBuf::from("/nonexistent/bwrap"),
+            ..SandboxConfig::default()
+        });
+        let err = sandbox.check().expect_err("must refuse");
+        assert!(matches!(err, SandboxError::NoBwrap { .. }), "{err}");
+        assert!(err.to_string().contains("not installed"), "{err}");
+    }
+
+    #[test]
+    fn a_missing_launcher_refuses_to_start_unless_the_sandbox_is_off() {
+        let missing = SandboxConfig {
+            launcher: Some(PathBuf::from("/nonexistent/taskforce-sandbox")),
+            ..SandboxConfig::default()
+        };
+        let err = Sandbox::new(missing.clone())
+            .check()
+            .expect_err("must refuse");
+        assert!(err.to_string().contains("TASKFORCE_TOOL_LAUNCHER"), "{err}");
+        let off = SandboxConfig {
+            mode: SandboxMode::None,
+            ..missing
+        };
+        assert_eq!(Sandbox::new(off).check(), Ok(()));
+    }
+}

@@ -1,0 +1,269 @@
+//! The subprocess tools' sandbox: writes only inside the workspace and the call's temp dir,
+//! resource limits in effect, no service secrets in the environment, and what a hostile repository
+//! configuration makes git run is confined too.
+
+use std::{path::Path, process::Command, time::Duration};
+
+use executor_svc::tools::{
+    ToolError,
+    native::{LandlockState, NativeToolsConfig, Sandbox, SandboxMode},
+};
+use serde_json::json;
+
+use super::{config, ctx, ctx_with, ok_text, output, tool_with};
+
+/// Python that writes `inside.txt` in the workspace, a file in its temp dir, and tries a file in
+/// `outside`; prints what happened to each.
+fn writer(outside: &Path) -> String {
+    format!(
+        r#"
+import os, tempfile
+open("inside.txt", "w").write("in")
+fd, tmp = tempfile.mkstemp()
+os.write(fd, b"t"); os.close(fd)
+print("tmp", tmp, os.environ.get("TMPDIR"))
+try:
+    open({outside:?} + "/escaped.txt", "w").write("out")
+    print("outside: written")
+except OSError as e:
+    print("outside: refused", e.errno)
+"#,
+        outside = outside.display().to_string()
+    )
+}
+
+/// True when this host's kernel enforces Landlock (it does where the project's tests run; the
+/// confinement tests say so and pass vacuously elsewhere).
+fn landlock_enforced() -> bool {
+    let enforced = matches!(
+        Sandbox::new(config().sandbox).landlock_state(),
+        LandlockState::Enforced(_)
+    );
+    if !enforced {
+        eprintln!("this kernel does not enforce Landlock: the write confinement is not tested");
+    }
+    enforced
+}
+
+#[tokio::test]
+async fn python_writes_inside_the_workspace_and_its_temp_dir_but_not_outside() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let outside = tempfile::tempdir().expect("outside");
+    let text = ok_text(
+        tool_with(&config(), "python")
+            .call(&ctx(dir.path()), json!({ "code": writer(outside.path()) }))
+            .await,
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("inside.txt")).expect("inside"),
+        "in"
+    );
+    // The temp dir is the call's own (not the shared /tmp), and is gone after the call.
+    let tmp_line = text
+        .lines()
+        .find(|l| l.starts_with("tmp "))
+        .expect("tmp line");
+    let tmpdir = tmp_line.split_whitespace().nth(2).expect("TMPDIR");
+    assert!(tmpdir.contains("taskforce-tool-"), "{text}");
+    for _ in 0..50 {
+        if !Path::new(tmpdir).exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!Path::new(tmpdir).exists(), "{tmpdir} was left behind");
+    if landlock_enforced() {
+        assert!(text.contains("outside: refused 13"), "{text}");
+        assert!(!outside.path().join("escaped.txt").exists());
+    }
+}
+
+#[tokio::test]
+async fn without_the_sandbox_the_same_write_lands_outside() {
+    // The control for the test above: the refusal comes from the sandbox, not from the host.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let outside = tempfile::tempdir().expect("outside");
+    let mut c = config();
+    c.sandbox.mode = SandboxMode::None;
+    let text = ok_text(
+        tool_with(&c, "python")
+            .call(&ctx(dir.path()), json!({ "code": writer(outside.path()) }))
+            .await,
+    );
+    assert!(text.contains("outside: written"), "{text}");
+}
+
+#[tokio::test]
+async fn resource_limits_are_in_effect() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut c = config();
+    c.sandbox.limits.open_files = 100;
+    c.sandbox.limits.address_space_bytes = 1024 << 20;
+    let code = r#"
+import resource
+print("nofile", resource.getrlimit(resource.RLIMIT_NOFILE))
+print("as", resource.getrlimit(resource.RLIMIT_AS))
+print("cpu", resource.getrlimit(resource.RLIMIT_CPU))
+try:
+    b = bytearray(1536 << 20)
+    print("allocated")
+except MemoryError:
+    print("allocation refused")
+"#;
+    let text = ok_text(
+        tool_with(&c, "python")
+            .call(&ctx(dir.path()), json!({ "code": code }))
+            .await,
+    );
+    assert!(text.contains("nofile (100, 100)"), "{text}");
+    assert!(
+        text.contains(&format!("as ({0}, {0})", 1024u64 << 20)),
+        "{text}"
+    );
+    assert!(text.contains("cpu (60, 61)"), "{text}");
+    assert!(text.contains("allocation refused"), "{text}");
+}
+
+#[tokio::test]
+async fn the_cpu_limit_ends_a_busy_loop_long_before_the_timeout() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut c = config();
+    c.sandbox.limits.cpu_seconds = 1;
+    let started = std::time::Instant::now();
+    let (text, is_error) = output(
+        tool_with(&c, "python")
+            .call(
+                &ctx_with(dir.path(), Duration::from_secs(30), 64 * 1024),
+                json!({ "code": "while True: pass" }),
+            )
+            .await,
+    );
+    assert!(is_error, "{text}");
+    assert!(text.contains("killed by a signal"), "{text}");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// Run by [`python_sees_no_service_secrets`] in a child test process whose environment holds
+/// the secrets (this process cannot set variables without `unsafe`); a no-op otherwise.
+#[tokio::test]
+async fn child_python_environment_probe() {
+    let Ok(secret) = std::env::var("TASKFORCE_TEST_SECRET") else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = ok_text(
+        tool_with(&config(), "python")
+            .call(
+                &ctx(dir.path()),
+                json!({ "code": "import os\nfor k, v in sorted(os.environ.items()): print(k, v)" }),
+            )
+            .await,
+    );
+    for leaked in [
+        secret.as_str(),
+        "OPENAI_API_KEY",
+        "GITHUB_TOKEN",
+        "TASKFORCE_TEST_SECRET",
+    ] {
+        assert!(!text.contains(leaked), "{leaked} reached python:\n{text}");
+    }
+    assert!(text.contains("PATH "), "{text}");
+}
+
+#[test]
+fn python_sees_no_service_secrets() {
+    let exe = std::env::current_exe().expect("current exe");
+    let out = Command::new(exe)
+        .args([
+            "--exact",
+            "sandbox::child_python_environment_probe",
+            "--test-threads=1",
+        ])
+        .env("TASKFORCE_TEST_SECRET", "s3cr3t-value-42")
+        .env("OPENAI_API_KEY", "sk-test-should-not-leak")
+        .env("GITHUB_TOKEN", "ghp_shouldnotleak")
+        .output()
+        .expect("run the child test");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn what_a_hostile_repository_config_makes_git_run_is_confined() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let outside = tempfile::tempdir().expect("outside");
+    let c = ctx(dir.path());
+    let git = tool_with(&config(), "git");
+    ok_text(
+        git.call(&c, json!({ "args": ["init", "-q", "-b", "main"] }))
+            .await,
+    );
+    std::fs::write(dir.path().join("a.txt"), "a\n").expect("a");
+    // A hook and an external diff driver, as another tool could write them into `.git/`.
+    let marker = outside.path().join("pwned");
+    let script = format!(
+        "#!/bin/sh\ntouch {}\ntouch ran-in-workspace\n",
+        marker.display()
+    );
+    for path in [".git/hooks/pre-commit", "ext-diff.sh"] {
+        let p = dir.path().join(path);
+        std::fs::write(&p, &script).expect("script");
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+    }
+    let cfg = dir.path().join(".git/config");
+    let mut text = std::fs::read_to_string(&cfg).expect("config");
+    text.push_str(&format!(
+        "[diff]\n\texternal = {}\n",
+        dir.path().join("ext-diff.sh").display()
+    ));
+    std::fs::write(&cfg, text).expect("write config");
+
+    ok_text(git.call(&c, json!({ "args": ["add", "a.txt"] })).await);
+    ok_text(
+        git.call(&c, json!({ "args": ["commit", "-qm", "a"] }))
+            .await,
+    );
+    assert!(
+        !dir.path().join("ran-in-workspace").exists(),
+        "the pre-commit hook ran"
+    );
+    std::fs::write(dir.path().join("a.txt"), "b\n").expect("a");
+    let _ = git.call(&c, json!({ "args": ["diff"] })).await;
+    assert!(
+        dir.path().join("ran-in-workspace").exists(),
+        "the external diff driver did not run: this test proves nothing"
+    );
+    if landlock_enforced() {
+        // The driver ran (git's `diff.external` is not forced off) but could not write outside.
+        assert!(
+            !marker.exists(),
+            "the external diff wrote outside the workspace"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_missing_launcher_makes_the_tools_unavailable() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut c = NativeToolsConfig::default();
+    c.sandbox.launcher = Some("/nonexistent/taskforce-sandbox".into());
+    let r = tool_with(&c, "python")
+        .call(&ctx(dir.path()), json!({ "code": "print(1)" }))
+        .await;
+    match r {
+        Err(ToolError::Unavailable { reason, .. }) => {
+            assert!(reason.contains("TASKFORCE_TOOL_LAUNCHER"), "{reason}")
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    assert!(c.check().is_err());
+}

@@ -3,21 +3,26 @@
 //! exactly the way the files start them.
 //!
 //! - Compose: the real docker-compose (1.29, PyPI) validates and renders `deploy/compose.yaml`
-//!   for the default profile and for `observability` (by flag and by env file).
+//!   for the default profile and for `observability` (by flag and by env file), with the two
+//!   variables of API keys the user sets (and refuses to render without them).
 //! - Dockerfiles: the real hadolint; what they build (`cargo build --release --locked -p <pkg>`
 //!   with the CLI, BuildKit cache mounts) and run (base image, non-root user, ports, health check).
 //! - Kubernetes: the real `kubectl kustomize` renders both overlays and `kubernetes-validate
 //!   --strict` checks them against the API schemas; workloads, replicas, probes, security context,
-//!   resources, NetworkPolicy; the manifests' copy of `configs/` is the repository's.
+//!   resources, NetworkPolicy, API keys from the Secret `taskforce-auth`; the manifests' copy
+//!   of `configs/` is the repository's.
 //! - One machine: the three binaries started with exactly the command, environment, image content
 //!   (the Dockerfile's COPY, ENV, ENTRYPOINT, CMD, WORKDIR) and volumes that the compose file
 //!   gives them, then those of the dev overlay's pods (ConfigMaps, PVCs, the seed initContainer,
-//!   `fieldRef` and `envFrom` environment, readiness probes). Only what one machine cannot do is
-//!   mapped: host names of containers and Services to 127.0.0.1, container ports to free local
-//!   ports, paths inside a container to a directory per container (and per volume). The services
-//!   must find each other: health checks pass, the gateway is ready, the seeded agents are
-//!   listed, runs go through the executors, every `/metrics` answers, and an agent created over
-//!   REST lands in the registry's config volume.
+//!   `fieldRef`, `envFrom` and Secret environment, readiness probes). Only what one machine
+//!   cannot do is mapped: host names of containers and Services to 127.0.0.1, container ports
+//!   to free local ports, paths inside a container to a directory per container (and per
+//!   volume). Since `0.0.0.0` becomes 127.0.0.1, where a service without keys would start, the
+//!   test refuses to start a container that listens on every interface without API keys. The
+//!   services must find each other: health checks pass, the gateway is ready, the API refuses a
+//!   caller without a key, the seeded agents are listed with the operator's key, runs go through
+//!   the executors, every `/metrics` answers, and an agent created over REST lands in the
+//!   registry's config volume.
 
 use std::{
     collections::{BTreeSet, HashMap},
@@ -28,8 +33,10 @@ use std::{
 };
 
 use anyhow::{Context, bail};
+use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue, WWW_AUTHENTICATE};
 use serde_json::json;
 use serde_yaml::Value;
+use taskforce_runtime::auth::{Keys, Scope};
 use taskforce_tests::{mcp::free_port, paths, process::ChildProcess, stack::STARTUP_TIMEOUT};
 use tokio::time::Instant;
 use tonic_health::pb::{
@@ -46,13 +53,26 @@ const BINARIES: [&str; 4] = ["registry-svc", "executor-svc", "gateway", "taskfor
 /// support (native gRPC probes are GA since 1.27) and the newest the validator knows.
 const K8S_VERSIONS: [&str; 2] = ["1.30.0", "1.37.0"];
 
+/// The key the services call each other with, and the operator's key: what the user exports
+/// for compose and puts in the Secret `taskforce-auth` for Kubernetes (docs/deploy.md).
+const SERVICE_TOKEN: &str = "deploy-test-services-0123456789abcdef";
+const OPERATOR_KEY: &str = "deploy-test-operator-0123456789abcdef";
+/// The compose variables of the two keys, as the user exported them.
+const USER_ENV: [(&str, &str); 2] = [
+    ("TASKFORCE_SERVICE_TOKEN", SERVICE_TOKEN),
+    ("TASKFORCE_API_KEY", OPERATOR_KEY),
+];
+/// The Secret of API keys the manifests read, as docs/deploy.md has the user create it.
+const AUTH_SECRET: &str = "taskforce-auth";
+
 // ---- tools ------------------------------------------------------------------------------------
 
-/// Runs a tool in the workspace with a clean environment (a developer's `COMPOSE_*`, `OTEL_*`
-/// or `KUBECONFIG` must not change what it renders) plus `env`; returns its stdout.
-fn run_tool(program: &Path, args: &[&str], env: &[(&str, &str)]) -> String {
+/// Runs a tool in the workspace with a clean environment (a developer's `COMPOSE_*`, `OTEL_*`,
+/// `TASKFORCE_*` or `KUBECONFIG` must not change what it renders) plus `env`; returns its
+/// output, whatever its exit status.
+fn tool_output(program: &Path, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     let home = tempfile::tempdir().expect("a temp HOME");
-    let out = Command::new(program)
+    Command::new(program)
         .args(args)
         .current_dir(paths::workspace_root())
         .env_clear()
@@ -61,7 +81,12 @@ fn run_tool(program: &Path, args: &[&str], env: &[(&str, &str)]) -> String {
         .env("LANG", "C.UTF-8")
         .envs(env.iter().copied())
         .output()
-        .unwrap_or_else(|e| panic!("running {}: {e}", program.display()));
+        .unwrap_or_else(|e| panic!("running {}: {e}", program.display()))
+}
+
+/// [`tool_output`] of a run that must succeed: its stdout.
+fn run_tool(program: &Path, args: &[&str], env: &[(&str, &str)]) -> String {
+    let out = tool_output(program, args, env);
     assert!(
         out.status.success(),
         "{} {args:?} failed ({}):\n{}\n{}",
@@ -73,13 +98,22 @@ fn run_tool(program: &Path, args: &[&str], env: &[(&str, &str)]) -> String {
     String::from_utf8(out.stdout).expect("UTF-8 output")
 }
 
-/// `docker-compose -f deploy/compose.yaml ARGS`.
+/// `docker-compose -f deploy/compose.yaml ARGS` with `env` set, which must succeed: its stdout.
 fn compose(args: &[&str], env: &[(&str, &str)]) -> String {
+    compose_with(run_tool, args, env)
+}
+
+/// `docker-compose -f deploy/compose.yaml ARGS` run by `run` ([`run_tool`], [`tool_output`]).
+fn compose_with<T>(
+    run: impl FnOnce(&Path, &[&str], &[(&str, &str)]) -> T,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> T {
     let file = paths::deploy_dir().join("compose.yaml");
     let file = file.to_str().expect("a UTF-8 path");
     let mut all = vec!["-f", file];
     all.extend_from_slice(args);
-    run_tool(&paths::docker_compose().expect("docker-compose"), &all, env)
+    run(&paths::docker_compose().expect("docker-compose"), &all, env)
 }
 
 /// The services `up` starts with the profiles `active` (docker-compose 1.x renders every service
@@ -147,8 +181,8 @@ fn flag<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {
 
 #[test]
 fn compose_renders_the_stack_and_the_observability_profile() {
-    let config: Value =
-        serde_yaml::from_str(&compose(&["config"], &[])).expect("the rendered config is YAML");
+    let config: Value = serde_yaml::from_str(&compose(&["config"], &USER_ENV))
+        .expect("the rendered config is YAML");
     // The default profile: the three services, nothing else.
     assert_eq!(started_by_up(&config, &[]), SERVICES);
     let services = &config["services"];
@@ -188,6 +222,21 @@ fn compose_renders_the_stack_and_the_observability_profile() {
             s["environment"]["OTEL_SERVICE_NAME"],
             format!("taskforce-{svc}").as_str()
         );
+        // Every service has both keys, the services' and the operator's (admins both), and
+        // calls the others with the services' key.
+        assert_eq!(
+            s["environment"]["TASKFORCE_SERVICE_TOKEN"], SERVICE_TOKEN,
+            "{svc}"
+        );
+        let keys = Keys::parse(str_of(&s["environment"], "TASKFORCE_API_KEYS"), svc)
+            .unwrap_or_else(|e| panic!("{svc}: {e}"));
+        for (token, name) in [(SERVICE_TOKEN, "services"), (OPERATOR_KEY, "operator")] {
+            let key = keys
+                .verify(token)
+                .unwrap_or_else(|| panic!("{svc}: no {name} key"));
+            assert_eq!(&*key.name, name, "{svc}");
+            assert!(key.has(Scope::Admin), "{svc}: {name} is an admin key");
+        }
         if svc != "gateway" {
             assert_eq!(
                 flag(&args, "--metrics-listen"),
@@ -198,6 +247,23 @@ fn compose_renders_the_stack_and_the_observability_profile() {
     }
     assert_eq!(metrics_port("registry"), "9465");
     assert_eq!(metrics_port("executor"), "9464");
+
+    // Without either key variable (or with one empty), compose refuses to render and says
+    // which one to set.
+    for (missing, env) in [
+        ("TASKFORCE_SERVICE_TOKEN", [USER_ENV[1]].as_slice()),
+        (
+            "TASKFORCE_API_KEY",
+            &[USER_ENV[0], ("TASKFORCE_API_KEY", "")],
+        ),
+    ] {
+        let out = compose_with(tool_output, &["config"], env);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(&format!("set {missing},")),
+            "compose without {missing}: {stderr}"
+        );
+    }
 
     // Start order gated by health.
     let healthy = |svc: &str, on: &str| services[svc]["depends_on"][on]["condition"].clone();
@@ -261,6 +327,7 @@ fn compose_renders_the_stack_and_the_observability_profile() {
         ),
         (vec!["--env-file", env_file, "config"], vec![]),
     ] {
+        let env = [env, USER_ENV.to_vec()].concat();
         let config: Value = serde_yaml::from_str(&compose(&args, &env)).expect("YAML");
         for svc in SERVICES {
             assert_eq!(
@@ -515,13 +582,17 @@ fn named<'d>(docs: &'d [Value], kind: &str, name: &str) -> &'d Value {
         .unwrap_or_else(|| panic!("no {kind} {name}"))
 }
 
-/// The value of the environment variable `name` of a container (`value` entries only).
-fn env_value<'c>(container: &'c Value, name: &str) -> Option<&'c str> {
+/// The `env` entry `name` of a container.
+fn env_entry<'c>(container: &'c Value, name: &str) -> Option<&'c Value> {
     container["env"]
         .as_sequence()?
         .iter()
         .find(|e| e["name"] == name)
-        .and_then(|e| e["value"].as_str())
+}
+
+/// The value of the environment variable `name` of a container (`value` entries only).
+fn env_value<'c>(container: &'c Value, name: &str) -> Option<&'c str> {
+    env_entry(container, name).and_then(|e| e["value"].as_str())
 }
 
 #[test]
@@ -616,12 +687,7 @@ fn kustomize_overlays_render_valid_manifests() {
             "{overlay}"
         );
         let executor_container = &executor["spec"]["template"]["spec"]["containers"][0];
-        let instance = executor_container["env"]
-            .as_sequence()
-            .and_then(|e| {
-                e.iter()
-                    .find(|e| e["name"] == "TASKFORCE_EXECUTOR_INSTANCE")
-            })
+        let instance = env_entry(executor_container, "TASKFORCE_EXECUTOR_INSTANCE")
             .expect("the executor's instance name");
         assert_eq!(
             instance["valueFrom"]["fieldRef"]["fieldPath"],
@@ -685,6 +751,22 @@ fn kustomize_overlays_render_valid_manifests() {
                 flag(&args, "--listen").is_some_and(|l| l.starts_with("0.0.0.0:")),
                 "{name}: {args:?}"
             );
+            // ... so its API keys, and the key it calls the others with, come from the Secret
+            // the user creates; without it the pod waits rather than starts unprotected.
+            for (var, key) in [
+                ("TASKFORCE_API_KEYS", "api-keys.yaml"),
+                ("TASKFORCE_SERVICE_TOKEN", "service-token"),
+            ] {
+                let entry = env_entry(&pod["containers"][0], var)
+                    .unwrap_or_else(|| panic!("{overlay}: {name} has no {var}"));
+                let secret = &entry["valueFrom"]["secretKeyRef"];
+                assert_eq!(secret["name"], AUTH_SECRET, "{overlay}: {name} {var}");
+                assert_eq!(secret["key"], key, "{overlay}: {name} {var}");
+                assert!(
+                    secret["optional"].is_null() || secret["optional"] == false,
+                    "{overlay}: {name} {var} is not optional"
+                );
+            }
         }
 
         // Ingress: only the gateway reaches the executors; the gateway and the executors reach
@@ -924,6 +1006,41 @@ fn loopback(host: &str) -> bool {
     matches!(host, "127.0.0.1" | "localhost" | "[::1]")
 }
 
+/// Why a container with this command line and environment would serve without
+/// authentication beyond itself, if it would: it listens on `0.0.0.0` without API keys, or
+/// with authentication switched off. Here `0.0.0.0` becomes 127.0.0.1, where the services'
+/// own rule (no keys off loopback, no start) lets them start, so the test applies it instead,
+/// and refuses `--insecure-no-auth` too.
+fn unauthenticated(argv: &[String], env: &[(String, String)]) -> Option<String> {
+    let values = argv.iter().chain(env.iter().map(|(_, v)| v));
+    let ports: Vec<u16> = values.flat_map(|v| listens(v)).collect();
+    if ports.is_empty() {
+        return None;
+    }
+    // The last entry of a variable wins, as in a container.
+    let vars: HashMap<&str, &str> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let has_flag = |name: &str| {
+        argv.iter()
+            .any(|a| a == name || a.starts_with(&format!("{name}=")))
+    };
+    if has_flag("--insecure-no-auth") || vars.contains_key("TASKFORCE_INSECURE_NO_AUTH") {
+        return Some(format!(
+            "listens on 0.0.0.0 ({ports:?}) with authentication switched off"
+        ));
+    }
+    let keys = ["TASKFORCE_API_KEYS", "TASKFORCE_API_KEYS_FILE"]
+        .iter()
+        .any(|k| vars.get(k).is_some_and(|v| !v.trim().is_empty()))
+        || has_flag("--api-keys")
+        || has_flag("--api-keys-file");
+    (!keys).then(|| {
+        format!(
+            "listens on 0.0.0.0 ({ports:?}) without API keys (TASKFORCE_API_KEYS or \
+             TASKFORCE_API_KEYS_FILE): it would refuse to start"
+        )
+    })
+}
+
 /// One argument or environment value of the container `me`, mapped to this machine: URLs of
 /// containers and `0.0.0.0:PORT` to 127.0.0.1 and local ports, absolute paths into its [`Fs`].
 fn map_value(net: &Net, me: &str, fs: &Fs, value: &str) -> anyhow::Result<String> {
@@ -1008,6 +1125,9 @@ impl Spec {
 
     /// Starts the container's process, its output in `logs/<name>.log`.
     fn start(&self, net: &Net, logs: &Path) -> anyhow::Result<ChildProcess> {
+        if let Some(why) = unauthenticated(&self.argv, &self.env) {
+            bail!("{}: {why}", self.name);
+        }
         let argv = self
             .argv
             .iter()
@@ -1132,9 +1252,10 @@ fn dotenv(path: &Path) -> HashMap<String, String> {
         .collect()
 }
 
-/// Compose interpolation (`${VAR}`, `${VAR:-default}`, `${VAR-default}`, `$$`) with `vars` and
-/// nothing else set (the shell of this test sets none).
-fn interpolate(text: &str, vars: &HashMap<String, String>) -> String {
+/// Compose interpolation with `vars` and nothing else set: `$$`, `${VAR}`, `${VAR:-default}`
+/// (unset or empty), `${VAR-default}` (unset), and `${VAR:?message}` (unset or empty) and
+/// `${VAR?message}` (unset), which are errors carrying the message.
+fn interpolate(text: &str, vars: &HashMap<String, String>) -> anyhow::Result<String> {
     let mut out = String::new();
     let mut rest = text;
     while let Some(i) = rest.find('$') {
@@ -1144,14 +1265,33 @@ fn interpolate(text: &str, vars: &HashMap<String, String>) -> String {
             out.push('$');
             rest = after;
         } else if let Some(body) = after.strip_prefix('{') {
-            let end = body.find('}').expect("a closed ${...}");
+            let end = body.find('}').context("an unclosed ${...}")?;
             let expr = &body[..end];
-            let (name, default) = expr
-                .split_once(":-")
-                .or_else(|| expr.split_once('-'))
-                .unwrap_or((expr, ""));
-            let value = vars.get(name).filter(|v| !v.is_empty());
-            out.push_str(value.map_or(default, String::as_str));
+            let name_end = expr
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(expr.len());
+            let (name, operator) = expr.split_at(name_end);
+            let set = vars.get(name);
+            let non_empty = set.filter(|v| !v.is_empty());
+            let required = |value: Option<&String>, message: &str| match value {
+                Some(v) => Ok(v.clone()),
+                None if message.is_empty() => bail!("{name} is not set"),
+                None => bail!("{name}: {message}"),
+            };
+            let value = if operator.is_empty() {
+                set.cloned().unwrap_or_default()
+            } else if let Some(default) = operator.strip_prefix(":-") {
+                non_empty.map_or(default, String::as_str).to_owned()
+            } else if let Some(message) = operator.strip_prefix(":?") {
+                required(non_empty, message)?
+            } else if let Some(default) = operator.strip_prefix('-') {
+                set.map_or(default, String::as_str).to_owned()
+            } else if let Some(message) = operator.strip_prefix('?') {
+                required(set, message)?
+            } else {
+                bail!("not a compose substitution: ${{{expr}}}");
+            };
+            out.push_str(&value);
             rest = &body[end + 1..];
         } else {
             out.push('$');
@@ -1159,12 +1299,74 @@ fn interpolate(text: &str, vars: &HashMap<String, String>) -> String {
         }
     }
     out.push_str(rest);
-    out
+    Ok(out)
+}
+
+#[test]
+fn interpolation_follows_compose() {
+    let vars: HashMap<String, String> = [("SET", "value"), ("EMPTY", "")]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .into();
+    let ok = |text: &str| interpolate(text, &vars).expect(text);
+    let err = |text: &str| interpolate(text, &vars).expect_err(text).to_string();
+    assert_eq!(ok("a ${SET} $$b ${UNSET}."), "a value $b .");
+    assert_eq!(
+        ok("${EMPTY:-d} ${EMPTY-d} ${UNSET-d} ${SET:-d}"),
+        "d  d value"
+    );
+    assert_eq!(ok("${SET:?why} ${SET?why} ${EMPTY?why}"), "value value ");
+    assert_eq!(
+        err("${UNSET:?set UNSET, please}"),
+        "UNSET: set UNSET, please"
+    );
+    assert_eq!(err("${EMPTY:?set EMPTY}"), "EMPTY: set EMPTY");
+    assert_eq!(err("${UNSET?}"), "UNSET is not set");
+}
+
+#[test]
+fn a_container_listening_on_every_interface_needs_api_keys() {
+    let argv = |a: &[&str]| -> Vec<String> { a.iter().map(|s| (*s).to_owned()).collect() };
+    let env = |e: &[(&str, &str)]| -> Vec<(String, String)> {
+        e.iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    };
+    let exposed = argv(&["registry-svc", "--listen", "0.0.0.0:50051"]);
+    let keys = env(&[("TASKFORCE_API_KEYS", "{keys: [...]}")]);
+    assert!(unauthenticated(&exposed, &keys).is_none());
+    assert!(unauthenticated(&exposed, &env(&[("TASKFORCE_API_KEYS_FILE", "/k.yaml")])).is_none());
+    assert!(
+        unauthenticated(&argv(&["gateway", "--listen", "127.0.0.1:8080"]), &[]).is_none(),
+        "loopback needs no keys"
+    );
+    for (argv, env) in [
+        (exposed.clone(), vec![]),
+        (exposed.clone(), env(&[("TASKFORCE_API_KEYS", " ")])),
+        (
+            argv(&["gateway", "--metrics-listen", "0.0.0.0:9464"]),
+            env(&[("TASKFORCE_API_KEYS", "")]),
+        ),
+        (
+            argv(&["gateway"]),
+            env(&[("TASKFORCE_LISTEN", "0.0.0.0:8080")]),
+        ),
+        (
+            [exposed.clone(), argv(&["--insecure-no-auth"])].concat(),
+            vec![],
+        ),
+        (
+            exposed,
+            [keys, env(&[("TASKFORCE_INSECURE_NO_AUTH", "true")])].concat(),
+        ),
+    ] {
+        assert!(unauthenticated(&argv, &env).is_some(), "{argv:?} {env:?}");
+    }
 }
 
 /// The compose file's services that are built here (the observability profile's images are
 /// third-party), each with the Dockerfile it is built from and the image name it gets.
 struct ComposeFile {
+    /// Compose's variables: `deploy/.env`, then what the user exported ([`USER_ENV`]).
     vars: HashMap<String, String>,
     services: Vec<(String, Value, PathBuf, String)>,
 }
@@ -1172,7 +1374,10 @@ struct ComposeFile {
 impl ComposeFile {
     fn read() -> Self {
         let deploy = paths::deploy_dir();
-        let vars = dotenv(&deploy.join(".env"));
+        let mut vars = dotenv(&deploy.join(".env"));
+        vars.extend(USER_ENV.map(|(k, v)| (k.to_owned(), v.to_owned())));
+        let interp =
+            |s: &str| interpolate(s, &vars).unwrap_or_else(|e| panic!("deploy/compose.yaml: {e}"));
         let file: Value = serde_yaml::from_str(
             &fs::read_to_string(deploy.join("compose.yaml")).expect("deploy/compose.yaml"),
         )
@@ -1183,9 +1388,9 @@ impl ComposeFile {
             if svc["build"].is_null() {
                 continue;
             }
-            let context = deploy.join(interpolate(str_of(&svc["build"], "context"), &vars));
-            let dockerfile = context.join(interpolate(str_of(&svc["build"], "dockerfile"), &vars));
-            let image = interpolate(str_of(svc, "image"), &vars);
+            let context = deploy.join(interp(str_of(&svc["build"], "context")));
+            let dockerfile = context.join(interp(str_of(&svc["build"], "dockerfile")));
+            let image = interp(str_of(svc, "image"));
             services.push((name, svc.clone(), dockerfile, image));
         }
         Self { vars, services }
@@ -1226,11 +1431,15 @@ fn compose_specs(root: &Path) -> anyhow::Result<Vec<(Spec, Vec<String>)>> {
     let mut specs = Vec::new();
     for (name, svc, dockerfile, _) in &compose.services {
         let image = Image::read(dockerfile);
-        let interp = |s: &str| interpolate(s, &compose.vars);
+        let interp =
+            |s: &str| interpolate(s, &compose.vars).with_context(|| format!("service {name}"));
         // argv: the image's ENTRYPOINT, then `command` (else the image's CMD).
         let mut argv = image.entrypoint.clone();
         argv.extend(words(&svc["command"]).unwrap_or_else(|| image.cmd.clone()));
-        let argv: Vec<String> = argv.iter().map(|a| interp(a)).collect();
+        let argv = argv
+            .iter()
+            .map(|a| interp(a))
+            .collect::<anyhow::Result<Vec<_>>>()?;
         // env: the image's ENV, then `environment` (a key without a value comes from the shell
         // running compose, which sets none here).
         let mut env = image.env.clone();
@@ -1240,7 +1449,7 @@ fn compose_specs(root: &Path) -> anyhow::Result<Vec<(Spec, Vec<String>)>> {
                     let key = k.as_str().context("a variable name")?.to_owned();
                     let value = match v {
                         Value::Null => continue,
-                        Value::String(s) => interp(s),
+                        Value::String(s) => interp(s)?,
                         other => serde_yaml::to_string(other)?.trim().to_owned(),
                     };
                     env.push((key, value));
@@ -1249,7 +1458,7 @@ fn compose_specs(root: &Path) -> anyhow::Result<Vec<(Spec, Vec<String>)>> {
             Value::Sequence(list) => {
                 for item in list.iter().filter_map(Value::as_str) {
                     if let Some((k, v)) = item.split_once('=') {
-                        env.push((k.to_owned(), interp(v)));
+                        env.push((k.to_owned(), interp(v)?));
                     }
                 }
             }
@@ -1259,7 +1468,7 @@ fn compose_specs(root: &Path) -> anyhow::Result<Vec<(Spec, Vec<String>)>> {
         let mut mounts = Vec::new();
         let mut binds = Vec::new();
         for volume in words(&svc["volumes"]).unwrap_or_default() {
-            let volume = interp(&volume);
+            let volume = interp(&volume)?;
             let mut fields = volume.split(':');
             let (Some(source), Some(target)) = (fields.next(), fields.next()) else {
                 bail!("{name}: volume {volume:?} is not SOURCE:TARGET");
@@ -1278,9 +1487,11 @@ fn compose_specs(root: &Path) -> anyhow::Result<Vec<(Spec, Vec<String>)>> {
         })?;
         let test = words(&svc["healthcheck"]["test"]).unwrap_or_default();
         let probe = match test.split_first() {
-            Some((kind, argv)) if kind == "CMD" => {
-                Probe::Exec(argv.iter().map(|a| interp(a)).collect())
-            }
+            Some((kind, argv)) if kind == "CMD" => Probe::Exec(
+                argv.iter()
+                    .map(|a| interp(a))
+                    .collect::<anyhow::Result<_>>()?,
+            ),
             None => Probe::Exec(image.healthcheck.clone()),
             Some(_) => bail!("{name}: only exec-form (CMD) health checks run without a shell"),
         };
@@ -1307,9 +1518,11 @@ fn compose_specs(root: &Path) -> anyhow::Result<Vec<(Spec, Vec<String>)>> {
     Ok(specs)
 }
 
-/// What a running deployment must do: the gateway is ready and lists the seeded agents, `runs`
-/// runs complete through the executors, every metrics endpoint answers, and a created agent is
-/// written to the registry's config dir. Returns the session ids of the runs.
+/// What a running deployment must do: the gateway is ready, refuses callers without a key and
+/// lists the seeded agents to the operator, `runs` runs complete through the executors, every
+/// metrics endpoint answers without a key, and a created agent is written to the registry's
+/// config dir. `http` sends no key (as probes and scrapers); the API calls send the operator's.
+/// Returns the session ids of the runs.
 async fn check_stack(
     http: &reqwest::Client,
     gateway: &str,
@@ -1322,9 +1535,37 @@ async fn check_stack(
         .send()
         .await
         .expect("readyz");
-    assert_eq!(ready.status(), 200, "the gateway is ready");
+    assert_eq!(
+        ready.status(),
+        200,
+        "the gateway is ready, to a probe without a key"
+    );
 
-    let r = send(http.get(format!("{gateway}/api/v1/agents"))).await;
+    // Authentication is on as deployed: no key, or one the deployment does not know, is 401.
+    let agents = format!("{gateway}/api/v1/agents");
+    for (caller, request) in [
+        ("no key", http.get(&agents)),
+        (
+            "an unknown key",
+            http.get(&agents)
+                .bearer_auth("not-a-key-of-this-deployment"),
+        ),
+    ] {
+        let r = send(request).await;
+        assert_eq!(r.status, 401, "{caller}: {}", r.text);
+        assert_eq!(r.body["error"], "unauthenticated", "{caller}: {}", r.text);
+        assert!(
+            r.headers
+                .get(WWW_AUTHENTICATE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.starts_with("Bearer ")),
+            "{caller}: {:?}",
+            r.headers
+        );
+    }
+
+    let operator = http_client(Some(OPERATOR_KEY));
+    let r = send(operator.get(&agents)).await;
     assert_eq!(r.status, 200, "{}", r.text);
     let ids: Vec<&str> = r.body["agents"]
         .as_array()
@@ -1337,11 +1578,7 @@ async fn check_stack(
         "the agents of configs/ seeded the registry: {ids:?}"
     );
 
-    let r = send(
-        http.post(format!("{gateway}/api/v1/agents"))
-            .json(&agent_json("deploy-check")),
-    )
-    .await;
+    let r = send(operator.post(&agents).json(&agent_json("deploy-check"))).await;
     assert_eq!(r.status, 201, "{}", r.text);
     assert!(
         config_dir.join("custom/deploy-check.yaml").is_file(),
@@ -1351,7 +1588,8 @@ async fn check_stack(
     let mut sessions = Vec::new();
     for _ in 0..runs {
         let r = send(
-            http.post(format!("{gateway}/api/v1/execute"))
+            operator
+                .post(format!("{gateway}/api/v1/execute"))
                 .json(&json!({"mission": "Say hello", "agent_id": "invoice-extractor"})),
         )
         .await;
@@ -1374,10 +1612,18 @@ async fn check_stack(
     sessions
 }
 
-fn http_client() -> reqwest::Client {
+/// An HTTP client that sends `Authorization: Bearer KEY` with every request, when given one.
+fn http_client(key: Option<&str>) -> reqwest::Client {
+    let mut headers = HeaderMap::new();
+    if let Some(key) = key {
+        let mut value = HeaderValue::from_str(&format!("Bearer {key}")).expect("a header value");
+        value.set_sensitive(true);
+        headers.insert(AUTHORIZATION, value);
+    }
     reqwest::Client::builder()
         .no_proxy()
         .timeout(Duration::from_secs(60))
+        .default_headers(headers)
         .build()
         .expect("an HTTP client")
 }
@@ -1397,7 +1643,7 @@ async fn the_compose_stack_runs_as_the_compose_file_says() {
         spec.listen(&mut net);
     }
     // Start in dependency order, each once its dependencies are healthy (service_healthy).
-    let http = http_client();
+    let http = http_client(None);
     let mut running = Running::default();
     let mut started: Vec<String> = Vec::new();
     while started.len() < specs.len() {
@@ -1565,13 +1811,34 @@ fn container_fs(
     )
 }
 
+/// Secrets the user created in the namespace before applying the manifests: name → key →
+/// value.
+type Secrets = HashMap<&'static str, HashMap<&'static str, String>>;
+
+/// The Secret `taskforce-auth` as docs/deploy.md has the user create it: a keys file with the
+/// services' key and the operator's, and the services' key again, for them to send.
+fn user_secrets() -> Secrets {
+    let keys = format!(
+        "keys:\n  - name: services\n    token: \"{SERVICE_TOKEN}\"\n    scopes: [admin]\n  \
+         - name: operator\n    token: \"{OPERATOR_KEY}\"\n    scopes: [admin]\n"
+    );
+    HashMap::from([(
+        AUTH_SECRET,
+        HashMap::from([
+            ("api-keys.yaml", keys),
+            ("service-token", SERVICE_TOKEN.to_owned()),
+        ]),
+    )])
+}
+
 /// A container's environment: the image's, then `envFrom` ConfigMaps, then `env` (values,
-/// `fieldRef: metadata.name`, optional Secrets that do not exist here).
+/// `fieldRef: metadata.name`, keys of `secrets`, optional Secrets that do not exist here).
 fn container_env(
     docs: &[Value],
     c: &Value,
     pod: &Pod<'_>,
     image: &Image,
+    secrets: &Secrets,
 ) -> anyhow::Result<Vec<(String, String)>> {
     let mut env = image.env.clone();
     for from in c["envFrom"].as_sequence().into_iter().flatten() {
@@ -1589,8 +1856,20 @@ fn container_env(
             env.push((name, value.to_owned()));
         } else if e["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name" {
             env.push((name, pod.name.clone()));
-        } else if e["valueFrom"]["secretKeyRef"]["optional"] == true {
-            // No Secret here: the variable stays unset, as in a cluster without it.
+        } else if !e["valueFrom"]["secretKeyRef"].is_null() {
+            let r = &e["valueFrom"]["secretKeyRef"];
+            let (secret, key) = (str_of(r, "name"), str_of(r, "key"));
+            match secrets.get(secret).and_then(|s| s.get(key)) {
+                Some(value) => env.push((name, value.clone())),
+                // The variable stays unset, as in a cluster without the Secret.
+                None if r["optional"] == true => {}
+                // A cluster would not start the pod.
+                None => bail!(
+                    "{}: env {name} needs key {key} of the Secret {secret}, which the user \
+                     was not told to create",
+                    pod.name
+                ),
+            }
         } else {
             bail!("{}: env {name} is not emulated: {e:?}", pod.name);
         }
@@ -1652,9 +1931,14 @@ fn run_init(c: &Value, fs: &Fs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The dev overlay's pods as containers of this machine (initContainers already run), and the
-/// Service routes added to `net`.
-fn k8s_specs(docs: &[Value], root: &Path, net: &mut Net) -> anyhow::Result<Vec<Spec>> {
+/// An overlay's pods as containers of this machine (initContainers already run), with the
+/// user's `secrets`, and the Service routes added to `net`.
+fn k8s_specs(
+    docs: &[Value],
+    secrets: &Secrets,
+    root: &Path,
+    net: &mut Net,
+) -> anyhow::Result<Vec<Spec>> {
     let images = ComposeFile::read().images();
     let pods = pods(docs);
     let mut specs = Vec::new();
@@ -1701,7 +1985,7 @@ fn k8s_specs(docs: &[Value], root: &Path, net: &mut Net) -> anyhow::Result<Vec<S
             specs.push(Spec {
                 name: pod.name.clone(),
                 argv,
-                env: container_env(docs, c, pod, image)?,
+                env: container_env(docs, c, pod, image, secrets)?,
                 probe,
                 fs,
                 workdir: c["workingDir"]
@@ -1754,7 +2038,8 @@ async fn overlay_runs(overlay: &str, executors: usize, gateways: usize) {
         .tempdir()
         .expect("temp dir");
     let mut net = Net::default();
-    let specs = k8s_specs(&docs, dir.path(), &mut net).expect("the overlay's pods");
+    let specs =
+        k8s_specs(&docs, &user_secrets(), dir.path(), &mut net).expect("the overlay's pods");
     let mut names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
     names.sort_unstable();
     let executor_names: Vec<String> = (0..executors).map(|i| format!("executor-{i}")).collect();
@@ -1765,7 +2050,7 @@ async fn overlay_runs(overlay: &str, executors: usize, gateways: usize) {
     assert_eq!(names, expected, "{overlay}");
 
     // Kubernetes starts every pod at once; each must become ready.
-    let http = http_client();
+    let http = http_client(None);
     let mut running = Running::default();
     for spec in &specs {
         running.0.push(

@@ -25,7 +25,8 @@ RUN --mount=type=cache,id=taskforce-cargo-registry,target=/usr/local/cargo/regis
     --mount=type=cache,id=taskforce-cargo-git,target=/usr/local/cargo/git,sharing=locked \
     --mount=type=cache,id=taskforce-target,target=/src/target,sharing=locked \
     cargo build --release --locked -p executor-svc -p taskforce-cli \
-    && install -D -m 0755 -t /out/bin target/release/executor-svc target/release/taskforce
+    && install -D -m 0755 -t /out/bin target/release/executor-svc target/release/taskforce-sandbox \
+       target/release/taskforce
 
 # ---- runtime -----------------------------------------------------------------------------------
 FROM ${RUNTIME_IMAGE}
@@ -42,6 +43,8 @@ RUN groupadd --gid 65532 taskforce \
     && useradd --uid 65532 --gid 65532 --create-home --home-dir /home/taskforce \
        --shell /usr/sbin/nologin taskforce \
     && install -d -m 0750 -o 65532 -g 65532 /var/lib/taskforce /var/lib/taskforce/executor
+# taskforce-sandbox sits next to executor-svc, which starts python and git through it (resource
+# limits, Landlock): README "How subprocess tools are confined".
 COPY --from=build /out/bin/ /usr/local/bin/
 # LLM providers and the global MCP servers file: the repository's, read-only. Mount another file
 # over either to change it (compose: a bind mount; Kubernetes: the `executor-config` ConfigMap).

@@ -267,3 +267,40 @@ async fn a_missing_launcher_makes_the_tools_unavailable() {
     }
     assert!(c.check().is_err());
 }
+
+#[tokio::test]
+async fn bwrap_mode_binds_only_the_workspace_writable() {
+    if !Path::new("/usr/bin/bwrap").exists() && !Path::new("/usr/local/bin/bwrap").exists() {
+        eprintln!("bubblewrap is not installed: bwrap mode is not tested");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let outside = tempfile::tempdir().expect("outside");
+    let mut c = config();
+    c.sandbox.mode = SandboxMode::Bwrap;
+    c.sandbox.limits.open_files = 90;
+    c.check()
+        .expect("bwrap mode starts where bubblewrap is installed");
+    let code = format!(
+        "{}\nimport resource\nprint('nofile', resource.getrlimit(resource.RLIMIT_NOFILE))\n",
+        writer(outside.path())
+    );
+    let (text, is_error) = output(
+        tool_with(&c, "python")
+            .call(&ctx(dir.path()), json!({ "code": code }))
+            .await,
+    );
+    if text.contains("taskforce-sandbox") || text.contains("bwrap:") {
+        // bubblewrap is installed but cannot make namespaces here (a container without them).
+        eprintln!("bubblewrap cannot run on this host: {text}");
+        return;
+    }
+    assert!(!is_error, "{text}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("inside.txt")).expect("inside"),
+        "in"
+    );
+    // `/tmp` is the sandbox's own tmpfs: whatever was written there never reaches the host.
+    assert!(!outside.path().join("escaped.txt").exists(), "{text}");
+    assert!(text.contains("nofile (90, 90)"), "{text}");
+}

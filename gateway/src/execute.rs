@@ -260,6 +260,15 @@ fn execute_request(body: ExecuteBody) -> Result<v1::ExecuteRequest, RestError> {
         return Err(ApiError::field("mission", "must not be empty").into());
     }
     let non_empty = |v: Option<String>| v.filter(|s| !s.is_empty());
+    // Both ids are checked, also the `profile` that `agent_id` overrides: a malformed one is a
+    // mistake to report, not to ignore.
+    for (field, id) in [("agent_id", &body.agent_id), ("profile", &body.profile)] {
+        if let Some(id) = id.as_deref().filter(|s| !s.is_empty())
+            && let Err(e) = taskforce_proto::ids::validate_agent_id(id)
+        {
+            return Err(ApiError::field(field, e.to_string()).into());
+        }
+    }
     Ok(v1::ExecuteRequest {
         mission: body.mission,
         agent_id: non_empty(body.agent_id),
@@ -354,7 +363,7 @@ pub async fn execute(
 /// Run a mission and stream its events (Server-Sent Events).
 #[utoipa::path(post, path = "/api/v1/execute/stream", tag = "execution", request_body = ExecuteBody,
     responses(
-        (status = 200, description = "`text/event-stream`: one event per run event (`event: run_started|token|tool_start|tool_end|tool_error|warning|question|final_answer|error|done|delegation_start|delegation_end|patch_applied|patch_rejected|plan_updated`, `data:` the event as JSON with the envelope `type`, `session_id`, `seq`, `agent_path`, `frame_id`, `time_unix_ms`), ending after the top agent's `done` (`frame_id` empty); a sub-agent's events, its `delegation_start`/`delegation_end` included, carry its `agent_path` and `frame_id`", content_type = "text/event-stream", body = String),
+        (status = 200, description = "`text/event-stream`: one event per run event (`event: run_started|token|tool_start|tool_end|tool_error|warning|question|final_answer|error|done|delegation_start|delegation_end|patch_applied|patch_rejected|plan_updated`, `data:` the event as JSON with the envelope `type`, `session_id`, `seq`, `agent_path`, `frame_id`, `time_unix_ms`), ending after the top agent's `done` (`frame_id` empty); a sub-agent's events, its `delegation_start`/`delegation_end` included, carry its `agent_path` and `frame_id`", content_type = "text/event-stream", body = crate::openapi::SseEvent),
         (status = 400, description = "Invalid body (e.g. empty mission)", body = ErrorBody),
         (status = 404, description = "`not_found`: unknown agent or profile", body = ErrorBody),
         (status = 409, description = "`session_conflict`: the session has a live run or waits for an answer", body = ErrorBody),
@@ -385,7 +394,7 @@ pub async fn execute_stream(
     request_body = AnswerBody,
     params(("session_id" = String, Path, description = "The session")),
     responses(
-        (status = 200, description = "`text/event-stream` like `/api/v1/execute/stream`", content_type = "text/event-stream", body = String),
+        (status = 200, description = "`text/event-stream` like `/api/v1/execute/stream`", content_type = "text/event-stream", body = crate::openapi::SseEvent),
         (status = 400, description = "Invalid body (e.g. neither `answer` nor `answers`)", body = ErrorBody),
         (status = 404, description = "`not_found`: unknown session", body = ErrorBody),
         (status = 409, description = "`session_conflict`: no question waiting, another question (`call_id`), or a live run", body = ErrorBody),
@@ -418,6 +427,7 @@ pub async fn answer(
     responses(
         (status = 200, description = "`cancelled` is false when no run was live", body = CancelJson),
         (status = 400, description = "Invalid session id", body = ErrorBody),
+        (status = 404, description = "`not_found`: unknown session", body = ErrorBody),
         (status = 503, description = "`unavailable`: the executor is down", body = ErrorBody),
         (status = 504, description = "`timeout`", body = ErrorBody)))]
 #[instrument(level = "debug", skip_all, fields(session_id = %session_id))]

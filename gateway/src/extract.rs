@@ -17,7 +17,8 @@ use taskforce_proto::{
 
 use crate::{error::RestError, registry::AppState};
 
-/// A JSON request body; any rejection is a JSON 400 (or 413).
+/// A JSON object request body; any rejection is a JSON 400 (or 413). Other JSON values are
+/// refused even where every field has a default (serde would read a struct from an array).
 #[derive(Debug)]
 pub struct JsonBody<T>(pub T);
 
@@ -25,10 +26,30 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
     type Rejection = RestError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
-        match Json::<T>::from_request(req, state).await {
-            Ok(Json(v)) => Ok(Self(v)),
+        match Json::<ObjectOnly<T>>::from_request(req, state).await {
+            Ok(Json(ObjectOnly(v))) => Ok(Self(v)),
             Err(r) => Err(json_rejection(&r, state.max_body_bytes)),
         }
+    }
+}
+
+/// `T` read from a JSON object only.
+struct ObjectOnly<T>(T);
+
+impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for ObjectOnly<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Object<T>(std::marker::PhantomData<T>);
+        impl<'de, T: serde::Deserialize<'de>> serde::de::Visitor<'de> for Object<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+            }
+        }
+        d.deserialize_map(Object(std::marker::PhantomData))
+            .map(ObjectOnly)
     }
 }
 

@@ -40,6 +40,21 @@ pub struct ErrorBody {
     pub available_agents: Option<Vec<String>>,
 }
 
+/// One Server-Sent Event as a client's parser sees it (the items of every `text/event-stream`
+/// answer): its `event` name when it has one, its `data`, and an `id` when it has one.
+#[derive(Debug, ToSchema)]
+pub struct SseEvent {
+    /// The event name (`run_started`, `token`, ... on `/api/v1/execute/stream`; `end` on the
+    /// chat streams); absent for unnamed `message` events.
+    pub event: Option<String>,
+    /// The data: a run event as JSON text, a chat token, or `[DONE]`.
+    pub data: String,
+    /// The event id, when the stream sets one.
+    pub id: Option<String>,
+    /// A reconnection delay in milliseconds, when the stream sets one.
+    pub retry: Option<u64>,
+}
+
 /// One bad field.
 #[derive(Debug, ToSchema)]
 pub struct FieldViolation {
@@ -79,7 +94,7 @@ pub struct FieldViolation {
         crate::metrics,
         openapi_json,
     ),
-    components(schemas(ErrorBody, FieldViolation, agents::SourceParam)),
+    components(schemas(ErrorBody, FieldViolation, SseEvent, agents::SourceParam)),
     modifiers(&Security),
     tags(
         (name = "agents", description = "Custom agents (editable) and profile agents (read-only)"),
@@ -182,11 +197,157 @@ pub async fn openapi_json(State(state): State<AppState>) -> Response {
 /// The document as JSON bytes.
 pub fn render() -> Bytes {
     // Serialising the generated document cannot fail; an empty object is the fallback.
-    Bytes::from(
-        ApiDoc::openapi()
-            .to_json()
-            .unwrap_or_else(|_| "{}".to_owned()),
-    )
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
+    constraints(&mut doc);
+    Bytes::from(serde_json::to_vec(&doc).unwrap_or_else(|_| b"{}".to_vec()))
+}
+
+/// An agent id: `taskforce_proto::ids::validate_agent_id`.
+const AGENT_ID: &str = "^[a-z0-9][a-z0-9_-]{2,63}$";
+/// One `If-Match` value `extract::parse_if_match` takes: `*`, or one strong entity tag, quoted
+/// or bare (visible ASCII without `"` and `,`).
+const IF_MATCH: &str = "^[ \\t]*(?!W/)(\\*|\"[!#-+\\--~]+\"|[!#-+\\--~]+)[ \\t]*$";
+/// An agent id, or empty for "not set".
+const AGENT_ID_OR_EMPTY: &str = "^([a-z0-9][a-z0-9_-]{2,63})?$";
+
+/// The rules the gateway and the services enforce that the generated schemas cannot state
+/// from the Rust types, so a client (or a contract tester) knows every 400 in advance. Each
+/// names where the rule is enforced.
+fn constraints(doc: &mut serde_json::Value) {
+    use serde_json::json;
+    let merge = |target: &mut serde_json::Value, extra: serde_json::Value| {
+        if let (Some(t), serde_json::Value::Object(e)) = (target.as_object_mut(), extra) {
+            t.extend(e);
+        }
+    };
+    // Path and query parameters: `extract::agent_id` (agent ids), the registry's page tokens
+    // (`p:` or `c:` and the id to list after).
+    if let Some(paths) = doc["paths"].as_object_mut() {
+        for item in paths.values_mut() {
+            for op in item
+                .as_object_mut()
+                .into_iter()
+                .flat_map(|o| o.values_mut())
+            {
+                let params = op.get_mut("parameters").and_then(|p| p.as_array_mut());
+                for param in params.into_iter().flatten() {
+                    match (param["name"].as_str(), param["in"].as_str()) {
+                        (Some("agent_id"), Some("path")) => {
+                            param["schema"] = json!({"type": "string", "pattern": AGENT_ID});
+                        }
+                        (Some("session_id"), Some("path")) => {
+                            param["schema"] =
+                                json!({"type": "string", "pattern": "^[A-Za-z0-9_-]{1,128}$"});
+                        }
+                        (Some("If-Match"), Some("header")) => {
+                            // `extract::parse_if_match`: `*`, or one strong tag, quoted or bare.
+                            param["schema"] = json!({"type": "string", "pattern": IF_MATCH});
+                        }
+                        (Some("page_token"), Some("query")) => {
+                            param["schema"] =
+                                json!({"type": "string", "pattern": "^([pc]:[\\s\\S]*)?$"});
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+    // Create and validate name the agent in the body (`AgentCreateRequest`); an update takes it
+    // from the path.
+    for path in ["/api/v1/agents", "/api/v1/agents:validate"] {
+        if let Some(body) = doc["paths"][path]["post"]
+            .get_mut("requestBody")
+            .and_then(|b| b.get_mut("content"))
+            .and_then(|c| c.get_mut("application/json"))
+        {
+            body["schema"] = json!({"$ref": "#/components/schemas/AgentCreateRequest"});
+        }
+    }
+    let schemas = &mut doc["components"]["schemas"];
+    // Agent bodies: `registry-svc` `definition::validate` (lengths, non-blank text, modes, model
+    // aliases, sub-agent ids) and `extract` (the id).
+    let text = |max: usize| json!({"minLength": 1, "maxLength": max, "pattern": "\\S"});
+    let props = &mut schemas["AgentRequest"]["properties"];
+    merge(
+        &mut props["agent_id"],
+        json!({"pattern": AGENT_ID_OR_EMPTY}),
+    );
+    merge(&mut props["name"], text(100));
+    merge(&mut props["description"], text(500));
+    merge(&mut props["system_prompt"], text(256 * 1024));
+    merge(&mut props["tool_allowlist"], json!({"minItems": 1}));
+    merge(
+        &mut props["subagents"],
+        json!({"uniqueItems": true, "items": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{2,57}$"}}),
+    );
+    merge(
+        &mut props["model"],
+        json!({"pattern": "^[^\\s\\u0000-\\u001f\\u007f-\\u009f]{0,128}$"}),
+    );
+    for label in ["role", "project"] {
+        merge(&mut props[label], json!({"maxLength": 100}));
+    }
+    merge(
+        &mut props["workspace"],
+        json!({"maxLength": 4096, "pattern": "^[^\\u0000]*$"}),
+    );
+    merge(
+        &mut schemas["AgentRequest"],
+        json!({"required": ["name", "description", "system_prompt", "tool_allowlist"]}),
+    );
+    let mut create = schemas["AgentRequest"].clone();
+    merge(
+        &mut create,
+        json!({"required": ["agent_id", "name", "description", "system_prompt", "tool_allowlist"]}),
+    );
+    merge(
+        &mut create["properties"]["agent_id"],
+        json!({"pattern": AGENT_ID}),
+    );
+    schemas["AgentCreateRequest"] = create;
+    // MCP servers: `taskforce_proto::mcp_config::validate`, one branch per type.
+    let none = json!({"maxLength": 0});
+    let no_list = json!({"maxItems": 0});
+    let no_map = json!({"maxProperties": 0});
+    merge(
+        &mut schemas["McpServerJson"],
+        json!({"required": ["type"], "oneOf": [
+            {"properties": {"type": {"const": "stdio"}, "command": {"pattern": "\\S"},
+                "name": none, "url": none, "headers": no_map}, "required": ["command"]},
+            {"properties": {"type": {"enum": ["http", "sse"]}, "url": {"pattern": "^https?://"},
+                "name": none, "command": none, "args": no_list, "env": no_map}, "required": ["url"]},
+            {"properties": {"type": {"const": "global"}, "name": {"pattern": "^[A-Za-z0-9_-]{1,64}$"},
+                "command": none, "url": none, "args": no_list, "env": no_map, "headers": no_map},
+                "required": ["name"]}
+        ]}),
+    );
+    // Runs: `execute::execute_request` (a mission with text; empty ids mean "not set") and the
+    // executor (session ids, confirmation ids).
+    let props = &mut schemas["ExecuteBody"]["properties"];
+    merge(
+        &mut props["mission"],
+        json!({"minLength": 1, "pattern": "\\S"}),
+    );
+    for id in ["agent_id", "profile"] {
+        merge(&mut props[id], json!({"pattern": AGENT_ID_OR_EMPTY}));
+    }
+    merge(
+        &mut props["session_id"],
+        json!({"pattern": "^[A-Za-z0-9_-]{0,128}$"}),
+    );
+    merge(
+        &mut props["confirmations"],
+        json!({"items": {"type": "string", "pattern": "^c-[0-9a-f]{12}$"}}),
+    );
+    // Answers: `execute::answer_request` (an answer with text, or at least one keyed answer).
+    merge(
+        &mut schemas["AnswerBody"],
+        json!({"anyOf": [
+            {"required": ["answer"], "properties": {"answer": {"pattern": "\\S"}}},
+            {"required": ["answers"], "properties": {"answers": {"type": "object", "minProperties": 1}}}
+        ]}),
+    );
 }
 
 #[cfg(test)]

@@ -93,6 +93,19 @@ pub fn m365_mcp_server() -> anyhow::Result<PathBuf> {
     tool("node/node_modules/.bin/cli-microsoft365-mcp-server")
 }
 
+/// The real `schemathesis` (PyPI), in a virtualenv of its own.
+pub fn schemathesis() -> anyhow::Result<PathBuf> {
+    tool("schema-venv/bin/schemathesis")
+}
+
+/// The contract test's schemathesis settings.
+pub fn schemathesis_config() -> PathBuf {
+    workspace_root()
+        .join("tests")
+        .join("contract")
+        .join("schemathesis.toml")
+}
+
 /// The Python of the test tools' virtualenv (it has the MCP SDK).
 pub fn python() -> anyhow::Result<PathBuf> {
     tool("venv/bin/python")

@@ -24,6 +24,7 @@
 //! - `crash_safety`: SIGKILL in the middle of a write burst, restart, cache rebuild.
 //! - `deploy`: `deploy/` offline: docker-compose config, hadolint, kustomize + kubernetes-validate,
 //!   and the binaries started as the compose file and the dev overlay start them.
+//! - `contract`: schemathesis against the OpenAPI document with keys on: 0 failures.
 //! - `concurrency`: optimistic concurrency under contention.
 //! - `external_edits`: hand edits of the YAML directory while the registry runs.
 //! - `execute`: runs through the executor: `/api/v1/execute`, its SSE stream, errors.
@@ -48,6 +49,7 @@ mod bad_input_grpc;
 mod chat_stream;
 mod cli;
 mod concurrency;
+mod contract;
 mod crash_safety;
 mod deploy;
 mod execute;

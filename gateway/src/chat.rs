@@ -426,7 +426,8 @@ async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
 #[utoipa::path(post, path = "/ai/agent/stream", tag = "chat", request_body = ChatBody,
     responses(
         (status = 200, description = "`text/event-stream` in seed 004's framing: tokens as `data: <text>`, tool events as `data: {\"text\",\"event\",\"tool\"}`, failures as a `data: ⚠️ …` text, then `event: end` + `data: [DONE]`; header `x-thread-id`", content_type = "text/event-stream", body = crate::openapi::SseEvent),
-        (status = 400, description = "The body is not a JSON object, or not `application/json`", body = crate::openapi::ErrorBody)))]
+        (status = 400, description = "The body is not a JSON object, or not `application/json`", body = crate::openapi::ErrorBody),
+        (status = 429, description = "`resource_exhausted`: the API key has its most runs open (`--max-runs-per-key`); header `retry-after`", body = crate::openapi::ErrorBody)))]
 #[instrument(level = "debug", skip_all)]
 pub async fn agent_stream(
     State(state): State<AppState>,
@@ -439,7 +440,8 @@ pub async fn agent_stream(
 #[utoipa::path(post, path = "/ai/stream", tag = "chat", request_body = ChatBody,
     responses(
         (status = 200, description = "`text/event-stream` like `/ai/agent/stream`, without tool events", content_type = "text/event-stream", body = crate::openapi::SseEvent),
-        (status = 400, description = "The body is not a JSON object, or not `application/json`", body = crate::openapi::ErrorBody)))]
+        (status = 400, description = "The body is not a JSON object, or not `application/json`", body = crate::openapi::ErrorBody),
+        (status = 429, description = "`resource_exhausted`: the API key has its most runs open (`--max-runs-per-key`); header `retry-after`", body = crate::openapi::ErrorBody)))]
 #[instrument(level = "debug", skip_all)]
 pub async fn plain_stream(
     State(state): State<AppState>,

@@ -89,6 +89,11 @@ pub struct Config {
     /// Most chat prompts per `threadId` per minute (0: no limit; seed 004 §9's optional limit).
     #[arg(long, env = "AGENT_RATE_LIMIT_PER_MINUTE", default_value_t = 0)]
     pub agent_rate_limit_per_minute: u32,
+    /// Most runs and streams one API key may have open through this gateway at once (runs,
+    /// answers, chat prompts); more get 429 `resource_exhausted` with `retry-after`. 0: no
+    /// limit. Counted only when API keys are configured.
+    #[arg(long, env = "TASKFORCE_MAX_RUNS_PER_KEY", default_value_t = crate::limits::DEFAULT_MAX_RUNS_PER_KEY)]
+    pub max_runs_per_key: usize,
     /// API keys and the service token (see `taskforce_runtime::auth`).
     #[command(flatten)]
     pub auth: taskforce_runtime::auth::AuthArgs,
@@ -117,6 +122,7 @@ impl Default for Config {
             ai_model_name: None,
             ai_destination_name: None,
             auth: taskforce_runtime::auth::AuthArgs::default(),
+            max_runs_per_key: crate::limits::DEFAULT_MAX_RUNS_PER_KEY,
         }
     }
 }

@@ -288,7 +288,7 @@ fn execute_request(body: ExecuteBody) -> Result<v1::ExecuteRequest, RestError> {
         (status = 400, description = "Invalid body (e.g. empty mission)", body = ErrorBody),
         (status = 404, description = "`not_found`: unknown agent or profile", body = ErrorBody),
         (status = 409, description = "`session_conflict`: the session has a live run or waits for an answer", body = ErrorBody),
-        (status = 429, description = "`resource_exhausted`: the executor runs its most runs at once (`--max-live-runs`); header `retry-after`", body = ErrorBody),
+        (status = 429, description = "`resource_exhausted`: the executor runs its most runs at once (`--max-live-runs`), or the API key has its most runs open (`--max-runs-per-key`); header `retry-after`", body = ErrorBody),
         (status = 503, description = "`unavailable`: the executor is down", body = ErrorBody)))]
 #[instrument(level = "debug", skip_all, fields(agent_id = ?body.agent_id))]
 pub async fn execute(
@@ -367,7 +367,7 @@ pub async fn execute(
         (status = 400, description = "Invalid body (e.g. empty mission)", body = ErrorBody),
         (status = 404, description = "`not_found`: unknown agent or profile", body = ErrorBody),
         (status = 409, description = "`session_conflict`: the session has a live run or waits for an answer", body = ErrorBody),
-        (status = 429, description = "`resource_exhausted`: the executor runs its most runs at once (`--max-live-runs`); header `retry-after`", body = ErrorBody),
+        (status = 429, description = "`resource_exhausted`: the executor runs its most runs at once (`--max-live-runs`), or the API key has its most runs open (`--max-runs-per-key`); header `retry-after`", body = ErrorBody),
         (status = 503, description = "`unavailable`: the executor is down", body = ErrorBody)))]
 #[instrument(level = "debug", skip_all, fields(agent_id = ?body.agent_id))]
 pub async fn execute_stream(
@@ -398,7 +398,7 @@ pub async fn execute_stream(
         (status = 400, description = "Invalid body (e.g. neither `answer` nor `answers`)", body = ErrorBody),
         (status = 404, description = "`not_found`: unknown session", body = ErrorBody),
         (status = 409, description = "`session_conflict`: no question waiting, another question (`call_id`), or a live run", body = ErrorBody),
-        (status = 429, description = "`resource_exhausted`: the executor runs its most runs at once; header `retry-after`", body = ErrorBody),
+        (status = 429, description = "`resource_exhausted`: the executor runs its most runs at once, or the API key has its most runs open; header `retry-after`", body = ErrorBody),
         (status = 503, description = "`unavailable`: the executor is down", body = ErrorBody)))]
 #[instrument(level = "debug", skip_all, fields(session_id = %session_id))]
 pub async fn answer(

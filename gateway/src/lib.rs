@@ -32,6 +32,7 @@ pub mod execute;
 pub mod executors;
 pub mod extract;
 pub mod health;
+pub mod limits;
 pub mod mcp;
 pub mod metadata;
 pub mod model;
@@ -138,7 +139,11 @@ pub fn router(state: AppState, config: &Config) -> Router {
             post(execute::answer),
         )
         .route("/ai/agent/stream", post(chat::agent_stream))
-        .route("/ai/stream", post(chat::plain_stream));
+        .route("/ai/stream", post(chat::plain_stream))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            limits::per_key,
+        ));
     let ops = Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))

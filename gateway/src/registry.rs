@@ -43,6 +43,8 @@ pub struct AppState {
     pub chat: crate::chat::ChatSettings,
     /// The API keys every route but the public ones checks (`None`: authentication is off).
     pub keys: Option<taskforce_runtime::auth::Keys>,
+    /// Open runs per API key (`--max-runs-per-key`).
+    pub runs_per_key: std::sync::Arc<crate::limits::RunsPerKey>,
 }
 
 impl AppState {
@@ -73,6 +75,9 @@ impl AppState {
             openapi: crate::openapi::render(),
             chat: crate::chat::ChatSettings::from_config(config),
             keys,
+            runs_per_key: std::sync::Arc::new(crate::limits::RunsPerKey::new(
+                config.max_runs_per_key,
+            )),
         })
     }
 

@@ -8,7 +8,7 @@ use std::{process::Stdio, time::Duration};
 use serde_json::{Value, json};
 use taskforce_tests::{Stack, StackOptions, paths};
 
-use crate::helpers::{Reply, agent_json, send};
+use crate::helpers::{RUN_TIMEOUT, Reply, SLOW_SCRIPT, SseReader, agent_json, send};
 
 const ADMIN: &str = "admin-token-3f9c1d2e7a8b4c5d";
 const READER: &str = "reader-token-9a8b7c6d5e4f3a2b";
@@ -458,4 +458,53 @@ async fn without_keys_a_non_loopback_listener_refuses_to_start_unless_told_it_is
             "{binary}: {stderr}"
         );
     }
+}
+
+#[tokio::test]
+async fn each_key_has_its_own_cap_on_open_runs() {
+    const OTHER: &str = "runner2-token-8b7a6c5d4e3f2a1b";
+    let keys = format!(
+        "{}- {{name: runner2, token: {OTHER}, scopes: [execute]}}\n",
+        keys_yaml()
+    );
+    let stack = StackOptions::full()
+        .with_executor()
+        .env_all("TASKFORCE_API_KEYS", keys)
+        .env_all("TASKFORCE_SERVICE_TOKEN", ADMIN)
+        .gateway_args(["--max-runs-per-key", "1"])
+        .llm_script(SLOW_SCRIPT)
+        .spawn()
+        .await
+        .expect("stack starts");
+    let body = |mission: &str| json!({"mission": mission, "agent_id": "invoice-extractor"});
+    // The runner's only slot is taken by a slow stream...
+    let path = "/api/v1/execute/stream";
+    let request = stack
+        .http()
+        .post(stack.url(path))
+        .header("authorization", bearer(RUNNER))
+        .json(&body("Answer slowly"));
+    let mut first = SseReader::open_request(&stack, path, request).await;
+    first.until("run_started", RUN_TIMEOUT).await;
+    // ... so its next run gets 429 naming the key, with retry-after, and starts nothing...
+    let r = post(&stack, "/api/v1/execute", Some(RUNNER), &body("hi")).await;
+    r.assert_error(429, "resource_exhausted")
+        .assert_names("\"runner\"");
+    assert_eq!(r.header("retry-after").as_deref(), Some("1"), "{}", r.text);
+    // ... while another key runs.
+    let r = post(&stack, "/api/v1/execute", Some(OTHER), &body("hi")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    // When the stream has ended, the slot is free again.
+    let events = first.rest(RUN_TIMEOUT).await;
+    assert!(events.iter().any(|(n, _)| n == "done"), "{events:?}");
+    let mut status = 0;
+    for _ in 0..50 {
+        let r = post(&stack, "/api/v1/execute", Some(RUNNER), &body("hi")).await;
+        status = r.status.as_u16();
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(status, 200, "the slot came back");
 }

@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 use taskforce_tests::{Stack, StackOptions};
 
-use crate::helpers::{RUN_TIMEOUT, SseReader, parse_sse, send};
+use crate::helpers::{RUN_TIMEOUT, SLOW_SCRIPT, SseReader, parse_sse, send};
 
 async fn stack() -> Stack {
     StackOptions::full()
@@ -248,15 +248,7 @@ async fn runs_past_the_executors_limit_get_429_with_retry_after_and_change_nothi
     let stack = StackOptions::full()
         .with_executor()
         .executor_args(["--max-live-runs", "1"])
-        .llm_script(
-            r#"
-turns:
-  - match: "slowly"
-    delay_ms: 1500
-    text: "done slowly"
-  - text: "quick"
-"#,
-        )
+        .llm_script(SLOW_SCRIPT)
         .spawn()
         .await
         .expect("stack starts");
@@ -307,4 +299,64 @@ turns:
         "no run got in after the first ended\n{}",
         stack.logs()
     );
+}
+
+/// Resident memory of `pid` in MiB (Linux `/proc`).
+fn rss_mib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(0, |kib| kib / 1024)
+}
+
+#[tokio::test]
+async fn a_thousand_runs_at_once_against_a_cap_of_100_get_429_and_the_executor_stays_up() {
+    let stack = StackOptions::full()
+        .with_executor()
+        .executor_args(["--max-live-runs", "100"])
+        .llm_script("turns:\n  - delay_ms: 8000\n    text: \"done slowly\"\n")
+        .spawn()
+        .await
+        .expect("stack starts");
+    let pid = stack.executor_pid().expect("the executor runs");
+    let before = rss_mib(pid);
+    let url = stack.url("/api/v1/execute");
+    let body = json!({"mission": "hi", "agent_id": "invoice-extractor"});
+    let calls = (0..1000).map(|_| send(stack.http().post(&url).json(&body)));
+    let replies = futures::future::join_all(calls).await;
+    let ok = replies.iter().filter(|r| r.status == 200).count();
+    let refused: Vec<_> = replies.iter().filter(|r| r.status == 429).collect();
+    assert_eq!(
+        ok + refused.len(),
+        1000,
+        "only 200 and 429: {:?}",
+        replies
+            .iter()
+            .filter(|r| r.status != 200 && r.status != 429)
+            .map(|r| &r.text)
+            .take(3)
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        (1..=100).contains(&ok),
+        "{ok} runs got in past a cap of 100"
+    );
+    assert!(
+        refused
+            .iter()
+            .all(|r| r.body["error"] == "resource_exhausted"
+                && r.header("retry-after").as_deref() == Some("1")),
+        "{}",
+        refused[0].text
+    );
+    // Still up, and memory did not follow the flood.
+    let after = rss_mib(pid);
+    assert!(
+        after < before + 150,
+        "executor RSS grew from {before} MiB to {after} MiB"
+    );
+    let r = send(stack.http().get(stack.url("/readyz"))).await;
+    assert_eq!(r.status, 200, "{}", r.text);
 }

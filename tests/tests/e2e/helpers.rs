@@ -31,6 +31,16 @@ pub const NATIVE_TOOLS: [&str; 9] = [
 pub const ORCHESTRATION_TOOLS: [&str; 2] = ["delegate_to_agent", "update_todolist"];
 
 /// Every tool an allowlist may name: the native tools, then the orchestration tools.
+/// A scripted model that takes 1.5 s to answer a mission with "slowly" in it, and answers
+/// anything else at once: one run holds a slot while others come and go.
+pub const SLOW_SCRIPT: &str = r#"
+turns:
+  - match: "slowly"
+    delay_ms: 1500
+    text: "done slowly"
+  - text: "quick"
+"#;
+
 pub fn catalog_tools() -> Vec<&'static str> {
     NATIVE_TOOLS
         .into_iter()
@@ -323,13 +333,15 @@ impl SseReader {
     /// POSTs `body` to the gateway's `path` and opens its event stream; asserts 200 and
     /// `text/event-stream`.
     pub async fn open(stack: &Stack, path: &str, body: &Value) -> Self {
-        let resp = tokio::time::timeout(
-            RUN_TIMEOUT,
-            stack.http().post(stack.url(path)).json(body).send(),
-        )
-        .await
-        .expect("the stream opens in time")
-        .expect("the stream request is answered");
+        Self::open_request(stack, path, stack.http().post(stack.url(path)).json(body)).await
+    }
+
+    /// Sends `request` (a POST to `path`) and opens its event stream, as [`SseReader::open`].
+    pub async fn open_request(stack: &Stack, path: &str, request: reqwest::RequestBuilder) -> Self {
+        let resp = tokio::time::timeout(RUN_TIMEOUT, request.send())
+            .await
+            .expect("the stream opens in time")
+            .expect("the stream request is answered");
         let status = resp.status();
         let content_type = resp
             .headers()

@@ -1,0 +1,120 @@
+//! Runs per API key: each key may have at most `--max-runs-per-key` runs and streams open
+//! through this gateway at once (runs, answers, chat prompts). Past it the call gets 429
+//! `resource_exhausted` with `retry-after`, before anything reaches the executor. A slot is
+//! held until the response's body ends or is dropped (a closed stream frees it). Without API
+//! keys there is no key to count by, and the executors' own `--max-live-runs` is the limit.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
+
+use axum::{
+    body::Body,
+    extract::{Request, State},
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
+use futures::StreamExt;
+use taskforce_proto::error::ErrorKind;
+use taskforce_runtime::auth::Principal;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::{error::RestError, registry::AppState};
+
+/// Default `--max-runs-per-key`.
+pub const DEFAULT_MAX_RUNS_PER_KEY: usize = 256;
+
+/// The slots of every key.
+#[derive(Debug)]
+pub struct RunsPerKey {
+    max: usize,
+    keys: Mutex<HashMap<Arc<str>, Arc<Semaphore>>>,
+}
+
+impl RunsPerKey {
+    /// At most `max` runs per key (0: no limit).
+    pub fn new(max: usize) -> Self {
+        Self {
+            max,
+            keys: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A slot for `key`, or the 429 that says why there is none.
+    pub fn try_acquire(&self, key: &Arc<str>) -> Result<Option<OwnedSemaphorePermit>, RestError> {
+        if self.max == 0 {
+            return Ok(None);
+        }
+        let semaphore = {
+            let Ok(mut keys) = self.keys.lock() else {
+                return Ok(None);
+            };
+            Arc::clone(
+                keys.entry(Arc::clone(key))
+                    .or_insert_with(|| Arc::new(Semaphore::new(self.max))),
+            )
+        };
+        semaphore.try_acquire_owned().map(Some).map_err(|_| {
+            RestError::new(
+                ErrorKind::ResourceExhausted,
+                format!(
+                    "the API key {key:?} has its most runs open at once ({}, --max-runs-per-key); retry when one has ended",
+                    self.max
+                ),
+            )
+        })
+    }
+}
+
+/// The middleware of the run routes: takes the caller's slot, and keeps it in the response
+/// body until the body ends.
+pub async fn per_key(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let Some(key) = req
+        .extensions()
+        .get::<Principal>()
+        .map(|p| Arc::clone(&p.name))
+    else {
+        return next.run(req).await;
+    };
+    let permit = match state.runs_per_key.try_acquire(&key) {
+        Ok(Some(permit)) => permit,
+        Ok(None) => return next.run(req).await,
+        Err(refused) => return refused.into_response(),
+    };
+    next.run(req).await.map(|body| {
+        Body::from_stream(body.into_data_stream().map(move |chunk| {
+            // The slot lives as long as the body: dropped with it, when it ends or the client
+            // goes away.
+            let _slot = &permit;
+            chunk
+        }))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_key_has_its_own_slots_and_a_dropped_slot_frees_one() {
+        let runs = RunsPerKey::new(2);
+        let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
+        let first = runs.try_acquire(&a).expect("slot 1");
+        let _second = runs.try_acquire(&a).expect("slot 2");
+        let refused = runs.try_acquire(&a).expect_err("no third slot");
+        assert_eq!(refused.0.kind, ErrorKind::ResourceExhausted);
+        assert!(refused.0.message.contains("\"a\""), "{}", refused.0.message);
+        assert!(
+            runs.try_acquire(&b).is_ok_and(|p| p.is_some()),
+            "another key"
+        );
+        drop(first);
+        assert!(runs.try_acquire(&a).is_ok_and(|p| p.is_some()), "freed");
+        assert!(
+            RunsPerKey::new(0)
+                .try_acquire(&a)
+                .is_ok_and(|p| p.is_none())
+        );
+    }
+}

@@ -1,6 +1,11 @@
 //! The link to the registry: definitions (cached while a watch stream says they are current),
 //! and BUSY/IDLE status reports with a lease.
 //!
+//! Reports follow transitions, not runs: BUSY when an agent's first run starts (or when a run
+//! starts and the last BUSY report is older than half the lease, which also refreshes its last
+//! task), IDLE when its last run ends. Under load on one agent that is one report per half
+//! lease instead of one per run.
+//!
 //! The cache is only trusted while a `WatchAgents` stream is connected: every change evicts its
 //! agent, and losing the stream clears the cache and reconnects with backoff. A generation
 //! counter keeps a fetch that raced with an eviction from re-inserting the stale definition.
@@ -11,7 +16,7 @@ use std::{
         Arc, Mutex,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use taskforce_proto::v1::{
@@ -23,6 +28,13 @@ use tonic::{Code, transport::Channel};
 use tracing::{debug, info, warn};
 
 use crate::{agent::AgentDef, error::ExecutorError};
+
+/// An agent's live runs and its last BUSY report.
+#[derive(Debug)]
+struct Running {
+    live: usize,
+    reported: Option<Instant>,
+}
 
 /// What a run asks for: a registry agent or a profile.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,8 +60,9 @@ struct Inner {
     cache: Mutex<HashMap<String, Arc<AgentDef>>>,
     watching: AtomicBool,
     generation: AtomicU64,
-    /// Live runs per agent: IDLE is only reported when the last one ends.
-    running: Mutex<HashMap<String, usize>>,
+    /// Live runs per agent and when BUSY was last reported for it: IDLE is only reported
+    /// when the last one ends, BUSY when the first starts or the report is getting old.
+    running: Mutex<HashMap<String, Running>>,
 }
 
 impl Registry {
@@ -215,33 +228,51 @@ impl Registry {
     /// length), then IDLE unless another run of the agent is still going. A dead executor stops
     /// renewing, so the registry's lease ends BUSY.
     pub async fn hold_busy(&self, agent_id: &str, task: &str, done: CancellationToken) {
-        self.count_run(agent_id, true);
         let lease = self.inner.lease_secs;
-        self.report(agent_id, AgentStatus::Busy, task).await;
         let renew = Duration::from_secs(u64::from(lease / 2));
+        if self.start_run(agent_id, renew) {
+            self.report(agent_id, AgentStatus::Busy, task).await;
+        }
         loop {
             tokio::select! {
                 () = done.cancelled() => break,
                 () = tokio::time::sleep(renew) => self.report(agent_id, AgentStatus::Busy, "").await,
             }
         }
-        if self.count_run(agent_id, false) == 0 {
+        if self.end_run(agent_id) == 0 {
             self.report(agent_id, AgentStatus::Idle, "").await;
         }
     }
 
-    /// Counts a run of `agent_id` in or out; returns how many are left.
-    fn count_run(&self, agent_id: &str, starting: bool) -> usize {
+    /// Counts a run of `agent_id` in; true when BUSY is to be reported: its first run, or the
+    /// last report is `renew` old.
+    fn start_run(&self, agent_id: &str, renew: Duration) -> bool {
+        let Ok(mut running) = self.inner.running.lock() else {
+            return true;
+        };
+        let now = Instant::now();
+        let entry = running.entry(agent_id.to_owned()).or_insert(Running {
+            live: 0,
+            reported: None,
+        });
+        entry.live += 1;
+        let due = entry.reported.is_none_or(|at| now.duration_since(at) >= renew);
+        if due {
+            entry.reported = Some(now);
+        }
+        due
+    }
+
+    /// Counts a run of `agent_id` out; returns how many are left.
+    fn end_run(&self, agent_id: &str) -> usize {
         let Ok(mut running) = self.inner.running.lock() else {
             return 0;
         };
-        let count = running.entry(agent_id.to_owned()).or_insert(0);
-        if starting {
-            *count += 1;
-        } else {
-            *count = count.saturating_sub(1);
-        }
-        let left = *count;
+        let Some(entry) = running.get_mut(agent_id) else {
+            return 0;
+        };
+        entry.live = entry.live.saturating_sub(1);
+        let left = entry.live;
         if left == 0 {
             running.remove(agent_id);
         }
@@ -261,5 +292,29 @@ impl Registry {
             Ok(Err(e)) => warn!(agent_id, ?status, error = %e.message(), "status report failed"),
             Err(_) => warn!(agent_id, ?status, "status report timed out"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn busy_is_reported_on_transitions_and_when_the_report_gets_old() {
+        let registry = Registry::new("http://127.0.0.1:9", Duration::from_secs(1), 120, None)
+            .expect("a valid URL");
+        let renew = Duration::from_secs(60);
+        assert!(registry.start_run("a", renew), "the first run reports BUSY");
+        assert!(!registry.start_run("a", renew), "a second, overlapping run does not");
+        assert!(registry.start_run("b", renew), "another agent has its own");
+        assert_eq!(registry.end_run("a"), 1);
+        assert!(!registry.start_run("a", renew));
+        // A report as old as the renewal interval is repeated (with the newest task).
+        assert!(registry.start_run("a", Duration::ZERO));
+        assert_eq!(registry.end_run("a"), 2);
+        assert_eq!(registry.end_run("a"), 1);
+        assert_eq!(registry.end_run("a"), 0, "IDLE when the last run ends");
+        assert!(registry.start_run("a", renew), "and BUSY again on the next");
+        assert_eq!(registry.end_run("nobody"), 0);
     }
 }

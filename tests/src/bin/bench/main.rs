@@ -10,6 +10,8 @@
 //! cargo run --release -p taskforce-tests --bin bench -- --orchestration
 //! # streamed runs with OpenTelemetry export off and on (issue #12)
 //! cargo run --release -p taskforce-tests --bin bench -- --telemetry
+//! # what API keys cost a request (issue #13)
+//! cargo run --release -p taskforce-tests --bin bench -- --auth
 //! # the chat endpoint and the policy engine (issue #11), scripted provider
 //! cargo run --release -p taskforce-tests --bin bench -- --chat
 //! # the LangGraph peer's streamed-run workload, against ../shared/peers/fake_llm.py
@@ -106,6 +108,15 @@ struct Args {
     /// Rounds of each side of `--telemetry` (alternating off, on).
     #[arg(long, default_value_t = 3)]
     telemetry_rounds: usize,
+    /// Compares REST reads without and with API keys (issue #13).
+    #[arg(long)]
+    auth: bool,
+    /// Keys configured for `--auth` (every key is compared, in constant time).
+    #[arg(long, default_value_t = 10)]
+    auth_keys: usize,
+    /// Rounds of each side of `--auth` (alternating without, with keys).
+    #[arg(long, default_value_t = 3)]
+    auth_rounds: usize,
     /// Benchmarks multi-agent orchestration instead of the registry.
     #[arg(long)]
     orchestration: bool,
@@ -120,6 +131,7 @@ struct Args {
     orchestration_hold_ms: u64,
 }
 
+mod auth;
 mod chat;
 mod mcp_call;
 mod metadata;
@@ -142,6 +154,16 @@ async fn main() -> anyhow::Result<()> {
             .context("telemetry benchmark")?;
         println!(
             "\n### streamed runs, telemetry off vs on (concurrency 50)\n\n| measurement | result |\n|---|---|"
+        );
+        print_rows(rows);
+        return Ok(());
+    }
+    if args.auth {
+        let rows = auth::run(args.samples, args.auth_rounds.max(1), args.auth_keys)
+            .await
+            .context("auth benchmark")?;
+        println!(
+            "\n### API keys: REST reads without and with keys\n\n| measurement | result |\n|---|---|"
         );
         print_rows(rows);
         return Ok(());

@@ -2,7 +2,7 @@
 
 use std::{
     fs::{self, File},
-    io::{self, Write},
+    io::{self, Read, Write},
     path::{Path, PathBuf},
     sync::atomic::{AtomicU64, Ordering},
 };
@@ -13,6 +13,18 @@ use sha2::{Digest, Sha256};
 pub const EXT: &str = "yaml";
 /// Prefix of temporary files; such files are never read as definitions.
 const TMP_PREFIX: &str = ".tmp-";
+/// Largest definition file read (a system prompt of 256 Ki characters is at most 1 MiB of
+/// UTF-8); a larger file is skipped with a diagnostic, without reading it all into memory.
+pub const MAX_DEFINITION_BYTES: u64 = 2 * 1024 * 1024;
+
+/// The bytes of `path`, or `Ok(None)` when it holds more than `max` (only `max + 1` are read).
+pub fn read_at_most(path: &Path, max: u64) -> io::Result<Option<Vec<u8>>> {
+    let mut bytes = Vec::new();
+    File::open(path)?
+        .take(max.saturating_add(1))
+        .read_to_end(&mut bytes)?;
+    Ok((u64::try_from(bytes.len()).unwrap_or(u64::MAX) <= max).then_some(bytes))
+}
 
 /// The version of a definition: the first 16 hex digits of the SHA-256 of its file's bytes, so
 /// any change, also by hand, gives a new version, and a rebuilt cache gives the same one.
@@ -119,6 +131,16 @@ mod tests {
         assert_eq!(fs::read(&p)?, b"two");
         assert_eq!(yaml_files(dir.path())?, vec![p]);
         assert_eq!(remove_stale_temp_files(dir.path())?, 0);
+        Ok(())
+    }
+
+    #[test]
+    fn reads_stop_past_the_cap() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let p = dir.path().join("a.yaml");
+        fs::write(&p, vec![b'x'; 11])?;
+        assert_eq!(read_at_most(&p, 11)?.map(|b| b.len()), Some(11));
+        assert_eq!(read_at_most(&p, 10)?, None);
         Ok(())
     }
 

@@ -508,8 +508,15 @@ impl Store {
             return Ok(());
         };
         let tree = self.tree(source);
-        let bytes = match fs::read(path) {
-            Ok(b) => b,
+        let bytes = match files::read_at_most(path, files::MAX_DEFINITION_BYTES) {
+            Ok(Some(b)) => b,
+            Ok(None) => {
+                let reason = format!(
+                    "the file is larger than {} bytes, the most a definition may have",
+                    files::MAX_DEFINITION_BYTES
+                );
+                return self.skip_invalid(source, &id, path, reason, stats);
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 self.forget_diagnostic(path);
                 if tree.remove(id.as_bytes())?.is_some() {
@@ -533,15 +540,26 @@ impl Store {
                 stats.updated += 1;
                 self.notify(ChangeKind::Upserted, &id, source, version);
             }
-            Err(reason) => {
-                warn!(path = %path.display(), error = %reason, "skipping invalid definition");
-                stats.invalid += 1;
-                self.remember_diagnostic(path, reason);
-                if tree.remove(id.as_bytes())?.is_some() {
-                    stats.removed += 1;
-                    self.notify(ChangeKind::Deleted, &id, source, String::new());
-                }
-            }
+            Err(reason) => return self.skip_invalid(source, &id, path, reason, stats),
+        }
+        Ok(())
+    }
+
+    /// Leaves an invalid file out of the cache (dropping what it held), with a diagnostic.
+    fn skip_invalid(
+        &self,
+        source: AgentSource,
+        id: &str,
+        path: &Path,
+        reason: String,
+        stats: &mut ReconcileStats,
+    ) -> Result<()> {
+        warn!(path = %path.display(), error = %reason, "skipping invalid definition");
+        stats.invalid += 1;
+        self.remember_diagnostic(path, reason);
+        if self.tree(source).remove(id.as_bytes())?.is_some() {
+            stats.removed += 1;
+            self.notify(ChangeKind::Deleted, id, source, String::new());
         }
         Ok(())
     }

@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 use taskforce_tests::{Stack, StackOptions};
 
-use crate::helpers::{RUN_TIMEOUT, SLOW_SCRIPT, SseReader, parse_sse, send};
+use crate::helpers::{RUN_TIMEOUT, SLOW_SCRIPT, SseReader, parse_sse, rss_mib, send};
 
 async fn stack() -> Stack {
     StackOptions::full()
@@ -299,16 +299,6 @@ async fn runs_past_the_executors_limit_get_429_with_retry_after_and_change_nothi
         "no run got in after the first ended\n{}",
         stack.logs()
     );
-}
-
-/// Resident memory of `pid` in MiB (Linux `/proc`).
-fn rss_mib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        .map_or(0, |kib| kib / 1024)
 }
 
 #[tokio::test]

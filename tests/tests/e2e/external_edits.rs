@@ -11,7 +11,7 @@ use tonic::Code;
 
 use crate::helpers::{
     EDIT_VISIBLE_WITHIN, SAMPLE_IDS, STEP, agent_json, create, custom_spec, grpc_list_all,
-    hand_written_yaml, send,
+    hand_written_yaml, rss_mib, send,
 };
 
 /// Calls `probe` every [`STEP`] until `check` accepts its answer; panics with the last answer
@@ -348,4 +348,51 @@ async fn changes_made_while_the_registry_is_down_are_reconciled_on_start() {
     );
     let r = json!(custom_spec(&after["offline-made"]).description);
     assert_eq!(r, "Made offline.");
+}
+
+#[tokio::test]
+async fn an_alias_bomb_and_a_huge_file_are_skipped_with_diagnostics_and_memory_stays_flat() {
+    let stack = spawn_stack().await.expect("stack starts");
+    let pid = stack.registry_pid().expect("the registry runs");
+    let before = rss_mib(pid);
+    let custom = stack.custom_dir();
+    // "Billion laughs": nine levels of nine aliases each, 9^9 strings if expanded.
+    let mut bomb = String::from(
+        "a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n",
+    );
+    let names = ["a", "b", "c", "d", "e", "f", "g", "h", "i"];
+    for pair in names.windows(2) {
+        let (prev, next) = (pair[0], pair[1]);
+        let refs = vec![format!("*{prev}"); 9].join(",");
+        bomb.push_str(&format!("{next}: &{next} [{refs}]\n"));
+    }
+    bomb.push_str("name: *i\ndescription: boom\n");
+    std::fs::write(custom.join("alias-bomb.yaml"), bomb).expect("write");
+    // 64 MiB of a valid-looking definition.
+    let mut huge = hand_written_yaml("huge-file", "Too big to read.");
+    huge.push_str("# ");
+    huge.push_str(&"x".repeat(64 * 1024 * 1024));
+    huge.push('\n');
+    std::fs::write(custom.join("huge-file.yaml"), huge).expect("write");
+
+    let found = until(
+        EDIT_VISIBLE_WITHIN,
+        "diagnostics of the bomb and the huge file",
+        || diagnostics(&stack),
+        |d| d.contains_key("custom/alias-bomb.yaml") && d.contains_key("custom/huge-file.yaml"),
+    )
+    .await;
+    assert!(
+        found["custom/huge-file.yaml"].contains("larger than"),
+        "{found:?}"
+    );
+    assert!(is_not_found(&get_agent(&stack, "alias-bomb").await));
+    assert!(is_not_found(&get_agent(&stack, "huge-file").await));
+    // The rest keeps serving, and the registry did not swallow either file.
+    assert!(get_agent(&stack, SAMPLE_IDS[0]).await.is_ok());
+    let after = rss_mib(pid);
+    assert!(
+        after < before + 32,
+        "registry RSS grew from {before} MiB to {after} MiB"
+    );
 }

@@ -41,6 +41,16 @@ turns:
   - text: "quick"
 "#;
 
+/// Resident memory of `pid` in MiB (Linux `/proc`).
+pub fn rss_mib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(0, |kib| kib / 1024)
+}
+
 pub fn catalog_tools() -> Vec<&'static str> {
     NATIVE_TOOLS
         .into_iter()

@@ -124,6 +124,10 @@ pub struct Config {
     #[arg(long, env = "TASKFORCE_MAX_LIVE_RUNS", default_value_t = 2048,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub max_live_runs: u32,
+    /// Most events per second one run's stream sends, after a burst of as many (a model or
+    /// tool flooding its client is slowed down to this pace, not cut off); 0: no limit.
+    #[arg(long, env = "TASKFORCE_MAX_EVENTS_PER_SECOND", default_value_t = 2000)]
+    pub max_events_per_second: u32,
 
     /// Time limit of one registry call, in milliseconds.
     #[arg(long, env = "TASKFORCE_REGISTRY_TIMEOUT_MS", default_value_t = 5000)]

@@ -179,6 +179,7 @@ pub async fn run_with(
         workspaces: config.data_dir.join("workspaces"),
         instance: config.instance.clone(),
         max_live_runs: config.max_live_runs as usize,
+        max_events_per_second: config.max_events_per_second,
         delegation: config.delegation_limits(),
         policy: policy::Policy::new(&policy::PolicyConfig::from_env()),
         memory_messages: config.memory_messages,

@@ -3,7 +3,7 @@
 //! reserved on disk in blocks before they are used, so a session continued after a crash never
 //! repeats a `seq` its clients saw.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use taskforce_proto::v1::{self, run_event::Event};
 use tokio::sync::{Mutex, mpsc};
@@ -25,11 +25,41 @@ pub const CHANNEL_CAPACITY: usize = 64;
 /// How many `seq`s one durable reservation covers.
 pub const SEQ_BLOCK: u64 = 256;
 
-/// The next `seq`, and the reservation on disk it must stay below.
+/// The next `seq`, the reservation on disk it must stay below, and the stream's pace.
 #[derive(Debug)]
 struct Numbering {
     next: u64,
     reserved: u64,
+    pace: Pace,
+}
+
+/// A token bucket: `rate` events per second after a burst of as many (`rate` 0: no limit).
+#[derive(Debug)]
+struct Pace {
+    rate: f64,
+    tokens: f64,
+    at: Instant,
+}
+
+impl Pace {
+    fn new(rate: u32) -> Self {
+        Self {
+            rate: f64::from(rate),
+            tokens: f64::from(rate),
+            at: Instant::now(),
+        }
+    }
+
+    /// Takes one event's token; how long to wait first when the bucket is empty.
+    fn take(&mut self, now: Instant) -> Option<Duration> {
+        if self.rate <= 0.0 {
+            return None;
+        }
+        let refill = now.saturating_duration_since(self.at).as_secs_f64() * self.rate;
+        self.tokens = (self.tokens + refill).min(self.rate) - 1.0;
+        self.at = now;
+        (self.tokens < 0.0).then(|| Duration::from_secs_f64(-self.tokens / self.rate))
+    }
 }
 
 /// Where a run's events go: the stream shared by the run's frames, and the frame's place in it.
@@ -55,14 +85,16 @@ struct Stream {
 
 impl Sink {
     /// A sink for `session_id`, numbering from `next_seq` while below `reserved` (already on
-    /// disk through [`SessionStore::reserve_seqs`]), reserving further blocks in `store`, and
-    /// cancelling `cancel` when the client is gone.
+    /// disk through [`SessionStore::reserve_seqs`]), reserving further blocks in `store`,
+    /// sending at most `per_second` events a second after a burst of as many (0: no limit),
+    /// and cancelling `cancel` when the client is gone.
     pub fn new(
         tx: mpsc::Sender<StreamItem>,
         session_id: String,
         (next_seq, reserved): (u64, u64),
         cancel: CancellationToken,
         store: SessionStore,
+        per_second: u32,
     ) -> Self {
         Self {
             stream: std::sync::Arc::new(Stream {
@@ -71,6 +103,7 @@ impl Sink {
                 seq: Mutex::new(Numbering {
                     next: next_seq,
                     reserved,
+                    pace: Pace::new(per_second),
                 }),
                 cancel,
                 store,
@@ -100,6 +133,13 @@ impl Sink {
     pub async fn emit(&self, event: Event) -> bool {
         let stream = &*self.stream;
         let mut seq = stream.seq.lock().await;
+        // A flood is slowed to the stream's pace (the lock keeps the order while it waits).
+        if let Some(wait) = seq.pace.take(Instant::now()) {
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = stream.cancel.cancelled() => {}
+            }
+        }
         if seq.next >= seq.reserved {
             let upto = seq.next + SEQ_BLOCK;
             if let Err(e) = stream.store.reserve_seqs(&stream.session_id, upto).await {
@@ -162,4 +202,28 @@ pub fn tool_error(call_id: &str, tool: &str, message: String) -> Event {
         tool: tool.to_owned(),
         message,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pace_allows_a_burst_then_spaces_events_out() {
+        let start = Instant::now();
+        let mut pace = Pace::new(10);
+        for _ in 0..10 {
+            assert_eq!(pace.take(start), None, "the burst passes");
+        }
+        let wait = pace.take(start).expect("the 11th waits");
+        assert!((wait.as_secs_f64() - 0.1).abs() < 1e-9, "{wait:?}");
+        // A second later the bucket is full again (never fuller than the burst).
+        let later = start + Duration::from_secs(5);
+        for _ in 0..10 {
+            assert_eq!(pace.take(later), None);
+        }
+        assert!(pace.take(later).is_some());
+        let mut free = Pace::new(0);
+        assert!((0..10_000).all(|_| free.take(start).is_none()));
+    }
 }

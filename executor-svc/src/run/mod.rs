@@ -54,6 +54,8 @@ pub struct Budgets {
     pub instance: Option<String>,
     /// Most runs live at once; more are refused with `RESOURCE_EXHAUSTED`.
     pub max_live_runs: usize,
+    /// Most events per second one run's stream sends (bursts up to as many); 0: no limit.
+    pub max_events_per_second: u32,
     /// Sub-agent delegations.
     pub delegation: DelegationLimits,
     /// The policy every tool call passes (what a run's mode allows).

@@ -301,6 +301,7 @@ impl Runner {
             (session.next_seq, reserved),
             cancel.clone(),
             self.store.clone(),
+            self.budgets.max_events_per_second,
         );
         // The run's span: a child of the calling RPC's, so the run, its model calls and its
         // tool calls belong to the caller's trace.

@@ -350,3 +350,41 @@ async fn a_thousand_runs_at_once_against_a_cap_of_100_get_429_and_the_executor_s
     let r = send(stack.http().get(stack.url("/readyz"))).await;
     assert_eq!(r.status, 200, "{}", r.text);
 }
+
+#[tokio::test]
+async fn a_flood_of_events_is_slowed_to_the_streams_pace_and_nothing_is_lost() {
+    let words = vec!["word"; 300].join(" ");
+    let stack = StackOptions::full()
+        .with_executor()
+        .executor_args(["--max-events-per-second", "100"])
+        .llm_script(format!("turns:\n  - text: \"{words}\"\n"))
+        .spawn()
+        .await
+        .expect("stack starts");
+    let mut stream = SseReader::open(
+        &stack,
+        "/api/v1/execute/stream",
+        &json!({"mission": "flood", "agent_id": "invoice-extractor"}),
+    )
+    .await;
+    let events = stream.rest(RUN_TIMEOUT).await;
+    let tokens = events.iter().filter(|(n, _)| n == "token").count();
+    assert!(tokens >= 300, "{tokens} tokens: none is dropped");
+    assert!(events.iter().any(|(n, _)| n == "done"), "{events:?}");
+    // A burst of 100, then 100 a second: the rest of 300+ events take at least 2 s (the
+    // events' own timestamps, so a slow machine only makes it longer).
+    let times: Vec<i64> = events
+        .iter()
+        .filter_map(|(_, e)| e["time_unix_ms"].as_i64())
+        .collect();
+    let span = times
+        .iter()
+        .max()
+        .zip(times.iter().min())
+        .map(|(a, b)| a - b);
+    assert!(
+        span.is_some_and(|ms| ms >= (i64::try_from(events.len()).unwrap_or(0) - 100) * 10 - 50),
+        "{} events in {span:?} ms",
+        events.len()
+    );
+}

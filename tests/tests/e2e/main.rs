@@ -33,6 +33,7 @@
 //! - `orchestration`: sub-agents, plan patches, bubbled-up questions across a SIGKILL (seed 003).
 //! - `scale_out`: two executors behind one gateway, readiness over executors, workspaces the
 //!   registry resolves for the executor.
+//! - `ssrf`: `web_fetch` against loopback in every spelling, by name, by redirect, metadata.
 //! - `traces`: one run as one OpenTelemetry trace over the three services (an OTLP receiver in
 //!   the test), trace ids in the logs, nothing exported without an endpoint.
 //! - `policy_modes`: `readOnly`, `default`, `safeWrite` over native and real MCP tools.
@@ -76,5 +77,6 @@ mod run_providers;
 mod run_resume;
 mod run_shutdown;
 mod scale_out;
+mod ssrf;
 mod tool_catalog;
 mod traces;

@@ -256,7 +256,9 @@ impl Registry {
             reported: None,
         });
         entry.live += 1;
-        let due = entry.reported.is_none_or(|at| now.duration_since(at) >= renew);
+        let due = entry
+            .reported
+            .is_none_or(|at| now.duration_since(at) >= renew);
         if due {
             entry.reported = Some(now);
         }
@@ -305,7 +307,10 @@ mod tests {
             .expect("a valid URL");
         let renew = Duration::from_secs(60);
         assert!(registry.start_run("a", renew), "the first run reports BUSY");
-        assert!(!registry.start_run("a", renew), "a second, overlapping run does not");
+        assert!(
+            !registry.start_run("a", renew),
+            "a second, overlapping run does not"
+        );
         assert!(registry.start_run("b", renew), "another agent has its own");
         assert_eq!(registry.end_run("a"), 1);
         assert!(!registry.start_run("a", renew));

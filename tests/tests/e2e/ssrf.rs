@@ -95,20 +95,19 @@ async fn web_fetch_never_reaches_loopback_link_local_or_a_redirect_into_them() {
     .await;
     let events = sse.rest(RUN_TIMEOUT).await;
     assert!(events.iter().any(|(n, _)| n == "done"), "{events:?}");
-    for i in 0..urls.len() {
+    for (i, url) in urls.iter().enumerate() {
         let call = format!("f{i}");
         let (name, event) = events
             .iter()
             .find(|(n, e)| e["call_id"] == call.as_str() && (n == "tool_end" || n == "tool_error"))
-            .unwrap_or_else(|| panic!("no outcome for {}: {events:?}", urls[i]));
+            .unwrap_or_else(|| panic!("no outcome for {url}: {events:?}"));
         let text = event.to_string();
-        assert!(name == "tool_error", "{} was fetched: {text}", urls[i]);
+        assert!(name == "tool_error", "{url} was fetched: {text}");
         assert!(
             text.contains("refused") || text.contains("only reach public addresses"),
-            "{}: the refusal says why: {text}",
-            urls[i]
+            "{url}: the refusal says why: {text}"
         );
-        assert!(!text.contains("internal-secret"), "{}: {text}", urls[i]);
+        assert!(!text.contains("internal-secret"), "{url}: {text}");
     }
     assert_eq!(
         secret_hits.load(Ordering::SeqCst),

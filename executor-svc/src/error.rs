@@ -92,7 +92,12 @@ impl ExecutorError {
                     .push(("session_status".to_owned(), serde_json::json!("paused")));
                 api
             }
-            other => ApiError::new(other.kind(), other.to_string()),
+            Self::NotFound(_)
+            | Self::FailedPrecondition(_)
+            | Self::Busy(_)
+            | Self::Unavailable(_)
+            | Self::Llm(_)
+            | Self::Config(_) => ApiError::new(self.kind(), self.to_string()),
         };
         api.to_status()
     }

@@ -67,6 +67,10 @@ pub struct Config {
     /// (0: keep them); paused sessions are kept until answered.
     #[arg(long, env = "TASKFORCE_SESSION_TTL_HOURS", default_value_t = 168)]
     pub session_ttl_hours: u64,
+    /// Most sessions stored: past it the oldest completed, failed and cancelled ones are deleted
+    /// (down to nine tenths of it); running and paused ones are kept. 0: no limit.
+    #[arg(long, env = "TASKFORCE_MAX_STORED_SESSIONS", default_value_t = 50_000)]
+    pub max_stored_sessions: usize,
     /// Close an MCP connection unused for this many seconds (0: keep until shutdown).
     #[arg(long, env = "TASKFORCE_MCP_IDLE_SECS", default_value_t = 600)]
     pub mcp_idle_secs: u64,

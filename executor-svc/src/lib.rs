@@ -168,8 +168,10 @@ pub async fn run_with(
     info!(servers = ?mcp.global().names(), "global MCP servers");
     let reaper = tokio::spawn(Arc::clone(&mcp).reap_until(tasks.clone()));
     let supervisor = tokio::spawn(Arc::clone(mcp.global()).supervise(tasks.clone()));
-    let expiry = (config.session_ttl_hours > 0).then(|| {
-        let ttl = Duration::from_secs(config.session_ttl_hours.saturating_mul(3600));
+    store.set_max_sessions(config.max_stored_sessions);
+    let expiry = (config.session_ttl_hours > 0 || config.max_stored_sessions > 0).then(|| {
+        let ttl = (config.session_ttl_hours > 0)
+            .then(|| Duration::from_secs(config.session_ttl_hours.saturating_mul(3600)));
         tokio::spawn(store.clone().expire_until(ttl, tasks.clone()))
     });
     let budgets = run::Budgets {

@@ -10,7 +10,7 @@ use std::{
     path::Path,
     sync::{
         Arc,
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicU64, AtomicUsize, Ordering},
     },
     time::Duration,
 };
@@ -363,6 +363,17 @@ pub struct SessionStore {
     durability: Arc<GroupCommit>,
     /// Signs the state tokens naming the sub-agent frames stored here.
     tokens: crate::token::TokenKey,
+    /// Sessions stored, and the most to keep (0: no limit); past it the oldest ended ones go.
+    stored: Arc<Stored>,
+}
+
+/// The count of stored sessions against its limit.
+#[derive(Debug, Default)]
+struct Stored {
+    count: AtomicUsize,
+    max: AtomicUsize,
+    /// Woken when the count passes the limit.
+    over: tokio::sync::Notify,
 }
 
 /// Group commit: writers that need their write on disk count themselves in, and one flush at a
@@ -396,10 +407,13 @@ impl SessionStore {
             seqs,
             durability: Arc::default(),
             tokens: crate::token::TokenKey::load_or_create(dir)?,
+            stored: Arc::default(),
         };
         let mut orphaned = 0usize;
+        let mut count = 0usize;
         for entry in store.sessions.iter() {
             let (_, value) = entry?;
+            count += 1;
             let Ok(mut session) = serde_json::from_slice::<Session>(&value) else {
                 continue;
             };
@@ -414,6 +428,7 @@ impl SessionStore {
                 orphaned += 1;
             }
         }
+        store.stored.count.store(count, Ordering::Relaxed);
         // No run is live yet: every reservation is spent.
         store.seqs.clear()?;
         if orphaned > 0 {
@@ -442,7 +457,17 @@ impl SessionStore {
     pub async fn save(&self, session: &mut Session, durable: bool) -> Result<(), ExecutorError> {
         session.updated_at = now();
         let value = serde_json::to_vec(session)?;
-        self.sessions.insert(session.id.as_bytes(), value)?;
+        if self
+            .sessions
+            .insert(session.id.as_bytes(), value)?
+            .is_none()
+        {
+            let count = self.stored.count.fetch_add(1, Ordering::Relaxed) + 1;
+            let max = self.stored.max.load(Ordering::Relaxed);
+            if max > 0 && count > max {
+                self.stored.over.notify_one();
+            }
+        }
         if durable {
             self.make_durable(&session.id).await?;
         }
@@ -500,27 +525,97 @@ impl SessionStore {
                 removed += 1;
             }
         }
+        self.forget(removed);
         Ok(removed)
     }
 
-    /// Deletes ended sessions older than `ttl` now and then, until `stop` fires.
-    pub async fn expire_until(self, ttl: Duration, stop: CancellationToken) {
-        let every = (ttl / 4).clamp(Duration::from_secs(1), Duration::from_secs(3600));
-        loop {
-            tokio::select! {
-                () = stop.cancelled() => return,
-                () = tokio::time::sleep(every) => {}
-            }
-            let Ok(ttl) = chrono::Duration::from_std(ttl) else {
-                return;
+    fn forget(&self, removed: usize) {
+        // Saturating: the count is approximate only if the store changed under a scan.
+        let _ = self
+            .stored
+            .count
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
+                Some(c.saturating_sub(removed))
+            });
+    }
+
+    /// Keeps at most `max` sessions (0: no limit): past it, the oldest ended sessions are
+    /// deleted down to nine tenths of `max`, so the scan this needs runs rarely.
+    pub fn set_max_sessions(&self, max: usize) {
+        self.stored.max.store(max, Ordering::Relaxed);
+    }
+
+    /// How many sessions are stored.
+    pub fn stored(&self) -> usize {
+        self.stored.count.load(Ordering::Relaxed)
+    }
+
+    /// Deletes the oldest ended sessions while more than `max` are stored, down to nine tenths
+    /// of it; running and paused ones stay. Returns how many went. Blocking.
+    pub fn trim(&self, max: usize) -> Result<usize, ExecutorError> {
+        if max == 0 || self.stored() <= max {
+            return Ok(0);
+        }
+        let mut ended = Vec::new();
+        let mut total = 0usize;
+        for entry in self.sessions.iter() {
+            let (key, value) = entry?;
+            total += 1;
+            let Ok(session) = serde_json::from_slice::<Session>(&value) else {
+                continue;
             };
-            let cutoff = chrono::Utc::now() - ttl;
+            if !matches!(session.status, Status::Running | Status::Paused) {
+                ended.push((session.updated_at, key, value));
+            }
+        }
+        self.stored.count.store(total, Ordering::Relaxed);
+        let keep = max - max / 10;
+        let excess = total.saturating_sub(keep);
+        // RFC 3339 times of one format sort as text.
+        ended.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut removed = 0;
+        for (_, key, value) in ended.into_iter().take(excess) {
+            if self
+                .sessions
+                .compare_and_swap(&key, Some(&value), None as Option<&[u8]>)?
+                .is_ok()
+            {
+                removed += 1;
+            }
+        }
+        self.forget(removed);
+        Ok(removed)
+    }
+
+    /// Deletes ended sessions older than `ttl` (`None`: never) now and then, and the oldest
+    /// ended ones whenever more than the most to keep are stored, until `stop` fires.
+    pub async fn expire_until(self, ttl: Option<Duration>, stop: CancellationToken) {
+        let every = ttl.map_or(Duration::from_secs(3600), |t| {
+            (t / 4).clamp(Duration::from_secs(1), Duration::from_secs(3600))
+        });
+        loop {
+            let by_age = tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(every) => true,
+                () = self.stored.over.notified() => false,
+            };
+            let cutoff = ttl
+                .filter(|_| by_age)
+                .and_then(|t| chrono::Duration::from_std(t).ok())
+                .map(|t| chrono::Utc::now() - t);
+            let max = self.stored.max.load(Ordering::Relaxed);
             let store = self.clone();
-            match tokio::task::spawn_blocking(move || store.expire(cutoff)).await {
-                Ok(Ok(0)) => {}
-                Ok(Ok(removed)) => info!(removed, "expired ended sessions"),
-                Ok(Err(e)) => warn!(error = %e, "expiring sessions failed"),
-                Err(e) => warn!(error = %e, "expiring sessions failed"),
+            let work = move || -> Result<(usize, usize), ExecutorError> {
+                let expired = cutoff.map_or(Ok(0), |c| store.expire(c))?;
+                Ok((expired, store.trim(max)?))
+            };
+            match tokio::task::spawn_blocking(work).await {
+                Ok(Ok((0, 0))) => {}
+                Ok(Ok((expired, trimmed))) => {
+                    info!(expired, trimmed, "deleted ended sessions");
+                }
+                Ok(Err(e)) => warn!(error = %e, "deleting ended sessions failed"),
+                Err(e) => warn!(error = %e, "deleting ended sessions failed"),
             }
         }
     }
@@ -587,6 +682,40 @@ mod tests {
             ("old-cancelled", false),
             ("old-paused", true),
             ("new-done", true),
+        ] {
+            assert_eq!(store.get(id).expect("get").is_some(), kept, "{id}");
+        }
+    }
+
+    #[test]
+    fn past_the_most_to_keep_the_oldest_ended_sessions_go() {
+        let dir = tempfile::TempDir::new().expect("tmp");
+        {
+            let store = SessionStore::open(dir.path()).expect("open");
+            for i in 0..12 {
+                let at = format!("2026-01-01T00:00:{i:02}.000Z");
+                stored(&store, &format!("done-{i:02}"), Status::Completed, &at);
+            }
+            stored(
+                &store,
+                "paused-old",
+                Status::Paused,
+                "2020-01-01T00:00:00.000Z",
+            );
+        }
+        let store = SessionStore::open(dir.path()).expect("reopen");
+        assert_eq!(store.stored(), 13);
+        assert_eq!(store.trim(0).expect("no limit"), 0);
+        assert_eq!(store.trim(20).expect("under the limit"), 0);
+        // 13 stored, at most 10: down to 9, the oldest ended first, the paused one kept.
+        assert_eq!(store.trim(10).expect("trim"), 4);
+        assert_eq!(store.stored(), 9);
+        for (id, kept) in [
+            ("paused-old", true),
+            ("done-00", false),
+            ("done-03", false),
+            ("done-04", true),
+            ("done-11", true),
         ] {
             assert_eq!(store.get(id).expect("get").is_some(), kept, "{id}");
         }

@@ -388,3 +388,57 @@ async fn a_flood_of_events_is_slowed_to_the_streams_pace_and_nothing_is_lost() {
         events.len()
     );
 }
+
+#[tokio::test]
+async fn past_the_most_stored_sessions_the_oldest_ended_ones_are_deleted() {
+    let stack = StackOptions::full()
+        .with_executor()
+        .executor_args(["--max-stored-sessions", "5"])
+        .spawn()
+        .await
+        .expect("stack starts");
+    let mut sessions = Vec::new();
+    for i in 0..12 {
+        let r = send(
+            stack
+                .http()
+                .post(stack.url("/api/v1/execute"))
+                .json(&json!({"mission": format!("run {i}"), "agent_id": "invoice-extractor"})),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        sessions.push(r.body["session_id"].as_str().unwrap_or_default().to_owned());
+    }
+    let http = stack.http().clone();
+    let url = |id: &str| stack.url(&format!("/api/v1/sessions/{id}"));
+    let (first, last) = (url(&sessions[0]), url(&sessions[11]));
+    let trimmed = taskforce_tests::eventually(
+        std::time::Duration::from_secs(10),
+        std::time::Duration::from_millis(100),
+        || {
+            let (http, first) = (http.clone(), first.clone());
+            async move {
+                let r = send(http.get(first)).await;
+                (r.status == 404).then_some(())
+            }
+        },
+    )
+    .await;
+    assert!(
+        trimmed.is_some(),
+        "the oldest session is still stored\n{}",
+        stack.logs()
+    );
+    let r = send(stack.http().get(last)).await;
+    assert_eq!(r.status, 200, "the newest is kept: {}", r.text);
+    let mut stored = 0;
+    for id in &sessions {
+        if send(stack.http().get(url(id))).await.status == 200 {
+            stored += 1;
+        }
+    }
+    assert!(
+        stored <= 5,
+        "{stored} of 12 sessions stored with a limit of 5"
+    );
+}

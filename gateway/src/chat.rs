@@ -198,7 +198,9 @@ fn short(text: &str, max: usize) -> String {
 }
 
 fn text_frame(text: &str) -> Event {
-    Event::default().data(text)
+    // axum starts a new `data:` line after each CR and each LF, so a CRLF would reach the client
+    // as two line breaks; SSE cannot carry a CR anyway, so a line end is sent as one LF.
+    Event::default().data(text.replace("\r\n", "\n"))
 }
 
 fn end_frame() -> Event {
@@ -464,6 +466,17 @@ mod tests {
             Some("@openai/gpt-4.1")
         );
         assert_eq!(chat_model(Some(" "), Some("")), None);
+    }
+
+    #[tokio::test]
+    async fn chat_text_keeps_its_line_breaks_on_the_wire() {
+        // Found by the `sse_roundtrip` fuzz target: "a\r\nb" arrived as "a\n\nb".
+        let frames = futures::stream::iter([text_frame("line one\r\nline two\r")]);
+        let body = crate::sse::sse_response(frames, false).into_body();
+        let wire = axum::body::to_bytes(body, usize::MAX)
+            .await
+            .unwrap_or_default();
+        assert_eq!(&wire[..], b"data: line one\ndata: line two\rdata: \n\n");
     }
 
     #[test]

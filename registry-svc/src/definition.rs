@@ -159,11 +159,16 @@ impl CustomAgentFile {
 pub fn to_yaml(def: &CustomAgentFile) -> Result<String, serde_yaml::Error> {
     let yaml = serde_yaml::to_string(def)?;
     let mut out = String::with_capacity(yaml.len() + 8);
+    // Only a plain value of timestamp characters is wrapped: quotes in it would need escapes, and
+    // anything else (a hand-written `created_at` may hold any text) serde_yaml already wrote in
+    // the form that reads back.
+    let timestamp_like = |v: &str| {
+        v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b':' | b'.' | b'+' | b' '))
+    };
     for line in yaml.lines() {
         match line.split_once(": ") {
-            Some((key @ ("created_at" | "updated_at"), value))
-                if !value.starts_with(['\'', '"']) =>
-            {
+            Some((key @ ("created_at" | "updated_at"), value)) if timestamp_like(value) => {
                 out.push_str(&format!("{key}: \"{value}\""));
             }
             _ => out.push_str(line),
@@ -521,6 +526,29 @@ mod tests {
         );
         let back: CustomAgentFile = serde_yaml::from_str(&yaml).unwrap_or_default();
         assert_eq!(back, d);
+    }
+
+    #[test]
+    fn timestamps_with_any_text_survive_to_yaml() {
+        // Found by the `agent_definition` fuzz target: a hand-written `created_at` with a quote
+        // was wrapped in quotes again, and the file written on the next update did not load.
+        for odd in [
+            "612-06\"1-22T09:00:00Z\"",
+            "C:\\time\\now",
+            "two\nlines",
+            "|-",
+            " padded ",
+            "",
+            "'single'",
+            "2026-11-22 09:00:00",
+        ] {
+            let mut d = good();
+            d.created_at = Some(odd.into());
+            d.updated_at = Some(format!("{odd}x"));
+            let yaml = to_yaml(&d).unwrap_or_default();
+            let back: Result<CustomAgentFile, _> = serde_yaml::from_str(&yaml);
+            assert_eq!(back.ok().as_ref(), Some(&d), "{odd:?} gave\n{yaml}");
+        }
     }
 
     fn fields_of(e: Option<ApiError>) -> Vec<(String, String)> {

@@ -139,7 +139,7 @@ impl Collector {
                 return None;
             }
         };
-        let file: Taskfile = match serde_yaml::from_slice(&bytes) {
+        let fields = match field_tasks(&bytes) {
             Ok(f) => f,
             Err(e) => {
                 warn!(path = %path.display(), error = %e, "Taskfile cannot be loaded; no metadata");
@@ -149,12 +149,7 @@ impl Collector {
         if !self.task_available() {
             return None;
         }
-        Some(
-            file.tasks
-                .into_iter()
-                .filter(|(_, t)| !t.desc.trim().is_empty())
-                .collect(),
-        )
+        Some(fields)
     }
 
     fn task_available(&self) -> bool {
@@ -290,6 +285,36 @@ fn humanize(d: Duration) -> String {
     } else {
         format!("{}ms", d.as_millis())
     }
+}
+
+/// The tasks of a Taskfile's text that are fields: those with a `desc`.
+fn field_tasks(bytes: &[u8]) -> Result<BTreeMap<String, TaskDecl>, serde_yaml::Error> {
+    let file: Taskfile = serde_yaml::from_slice(bytes)?;
+    Ok(file
+        .tasks
+        .into_iter()
+        .filter(|(_, t)| !t.desc.trim().is_empty())
+        .collect())
+}
+
+/// Reads a Taskfile's text as a collection does: each field, by name, with its description and
+/// `include_in_list` (no value yet), and the command its errors name. The entry point of the
+/// fuzz targets in `fuzz/`; not part of the API.
+#[doc(hidden)]
+pub fn read_taskfile(bytes: &[u8]) -> Result<BTreeMap<String, (Field, String)>, serde_yaml::Error> {
+    Ok(field_tasks(bytes)?
+        .into_iter()
+        .map(|(name, decl)| {
+            let command = decl.command_label(&name);
+            let field = Field {
+                description: decl.desc,
+                include_in_list: decl.meta.include_in_list,
+                value: None,
+                error: None,
+            };
+            (name, (field, command))
+        })
+        .collect())
 }
 
 /// The parts of a `Taskfile.yml` that matter here.

@@ -64,16 +64,12 @@ pub(crate) fn sse_stream<D: Decode>(
 struct Reader<D> {
     endpoint: Arc<Endpoint>,
     response: Response,
-    sse: SseDecoder,
-    decoder: D,
-    events: Vec<SseEvent>,
-    pending: VecDeque<Result<LlmEvent, LlmError>>,
-    finished: bool,
+    body: Body<D>,
 }
 
 impl<D: Decode> Reader<D> {
     async fn start(endpoint: Arc<Endpoint>, mut response: Response, decoder: D) -> Self {
-        let mut pending = VecDeque::new();
+        let mut body = Body::new(endpoint.provider.clone(), decoder);
         let content_type = response
             .headers()
             .get(header::CONTENT_TYPE)
@@ -82,75 +78,108 @@ impl<D: Decode> Reader<D> {
         if let Some(content_type) = content_type.filter(|ct| !ct.contains("event-stream")) {
             let content_type = content_type.to_owned();
             let status = response.status();
-            let body = endpoint.error_message(&mut response).await;
+            let text = endpoint.error_message(&mut response).await;
             let message =
-                format!("expected an event stream, got HTTP {status} with {content_type}: {body}");
-            pending.push_back(Err(LlmError::Stream {
+                format!("expected an event stream, got HTTP {status} with {content_type}: {text}");
+            body.fail(LlmError::Stream {
                 provider: endpoint.provider.clone(),
                 message,
-            }));
+            });
         }
-        let finished = !pending.is_empty();
         Self {
             endpoint,
             response,
-            sse: SseDecoder::default(),
-            decoder,
-            events: Vec::new(),
-            pending,
-            finished,
+            body,
         }
     }
 
     async fn next(&mut self) -> Option<Result<LlmEvent, LlmError>> {
         loop {
-            if let Some(item) = self.pending.pop_front() {
+            if let Some(item) = self.body.pending.pop_front() {
                 return Some(item);
             }
-            if self.finished {
+            if self.body.finished {
                 return None;
             }
             let idle = self.endpoint.settings.idle_timeout;
-            let step = match tokio::time::timeout(idle, self.response.chunk()).await {
-                Err(_) => Err(LlmError::Timeout {
+            match tokio::time::timeout(idle, self.response.chunk()).await {
+                Err(_) => self.body.fail(LlmError::Timeout {
                     provider: self.endpoint.provider.clone(),
                     after: idle,
                     waiting_for: "the next chunk",
                     attempts: 1,
                 }),
-                Ok(Err(e)) => Err(LlmError::Stream {
+                Ok(Err(e)) => self.body.fail(LlmError::Stream {
                     provider: self.endpoint.provider.clone(),
                     message: self.endpoint.scrub(&error_chain(&e.without_url())),
                 }),
-                Ok(Ok(Some(chunk))) => self.feed(&chunk),
-                Ok(Ok(None)) => self.end(),
-            };
-            if let Err(e) = step {
-                self.finished = true;
-                self.pending.push_back(Err(e));
+                Ok(Ok(Some(chunk))) => self.body.feed(&chunk),
+                Ok(Ok(None)) => self.body.end(),
             }
         }
     }
+}
 
-    fn feed(&mut self, chunk: &[u8]) -> Result<(), LlmError> {
-        let provider = &self.endpoint.provider;
-        self.sse
-            .feed(chunk, &mut self.events)
-            .map_err(|message| LlmError::Stream {
-                provider: provider.clone(),
-                message,
-            })?;
-        self.dispatch()
+/// The I/O-free half of a [`Reader`]: body bytes in, [`LlmEvent`]s out (in `pending`).
+struct Body<D> {
+    provider: String,
+    sse: SseDecoder,
+    decoder: D,
+    events: Vec<SseEvent>,
+    pending: VecDeque<Result<LlmEvent, LlmError>>,
+    /// Nothing more is decoded: the response is complete, or failed.
+    finished: bool,
+}
+
+impl<D: Decode> Body<D> {
+    fn new(provider: String, decoder: D) -> Self {
+        Self {
+            provider,
+            sse: SseDecoder::default(),
+            decoder,
+            events: Vec::new(),
+            pending: VecDeque::new(),
+            finished: false,
+        }
     }
 
-    fn end(&mut self) -> Result<(), LlmError> {
-        self.sse.finish(&mut self.events);
-        self.dispatch()?;
-        if !self.finished {
-            self.finished = true;
-            self.decoder.eof(&mut self.pending)?;
+    /// Ends the stream with `error`.
+    fn fail(&mut self, error: LlmError) {
+        self.finished = true;
+        self.pending.push_back(Err(error));
+    }
+
+    fn feed(&mut self, chunk: &[u8]) {
+        if self.finished {
+            return;
         }
-        Ok(())
+        let step = match self.sse.feed(chunk, &mut self.events) {
+            Ok(()) => self.dispatch(),
+            Err(message) => Err(LlmError::Stream {
+                provider: self.provider.clone(),
+                message,
+            }),
+        };
+        if let Err(e) = step {
+            self.fail(e);
+        }
+    }
+
+    fn end(&mut self) {
+        if self.finished {
+            return;
+        }
+        self.sse.finish(&mut self.events);
+        let step = self.dispatch().and_then(|()| {
+            if self.finished {
+                return Ok(());
+            }
+            self.finished = true;
+            self.decoder.eof(&mut self.pending)
+        });
+        if let Err(e) = step {
+            self.fail(e);
+        }
     }
 
     fn dispatch(&mut self) -> Result<(), LlmError> {
@@ -165,4 +194,22 @@ impl<D: Decode> Reader<D> {
         self.events.clear();
         Ok(())
     }
+}
+
+/// Decodes a recorded body, delivered in `chunks`, exactly as a live call would but without a
+/// connection or timeouts: the way in for the fuzz targets (`fuzz/`) and for tests.
+pub(crate) fn decode_chunks<D: Decode>(
+    provider: &str,
+    decoder: D,
+    chunks: &[&[u8]],
+) -> Vec<Result<LlmEvent, LlmError>> {
+    let mut body = Body::new(provider.to_owned(), decoder);
+    let mut out = Vec::new();
+    for chunk in chunks {
+        body.feed(chunk);
+        out.extend(body.pending.drain(..));
+    }
+    body.end();
+    out.extend(body.pending.drain(..));
+    out
 }

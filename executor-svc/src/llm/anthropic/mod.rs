@@ -11,11 +11,11 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::{
-    LlmError, LlmProvider, LlmRequest, LlmStream, Message,
+    LlmError, LlmEvent, LlmProvider, LlmRequest, LlmStream, Message,
     config::ProviderConfig,
     env::Env,
     http::{Endpoint, parse_url},
-    stream::sse_stream,
+    stream::{decode_chunks, sse_stream},
 };
 use decode::EventDecoder;
 
@@ -64,6 +64,14 @@ impl LlmProvider for AnthropicProvider {
         let decoder = EventDecoder::new(self.endpoint.provider.clone());
         sse_stream(Arc::clone(&self.endpoint), request_body(request), decoder)
     }
+}
+
+/// Decodes a recorded Messages event-stream body, delivered in `chunks`, exactly as a live call
+/// does (without a connection or timeouts). The entry point of the fuzz targets in `fuzz/`; not
+/// part of the API.
+#[doc(hidden)]
+pub fn decode_body(chunks: &[&[u8]]) -> Vec<Result<LlmEvent, LlmError>> {
+    decode_chunks("fuzz", EventDecoder::new("fuzz".to_owned()), chunks)
 }
 
 fn request_body(request: &LlmRequest<'_>) -> Vec<u8> {

@@ -12,11 +12,11 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::{
-    LlmError, LlmProvider, LlmRequest, LlmStream, Message,
+    LlmError, LlmEvent, LlmProvider, LlmRequest, LlmStream, Message,
     config::ProviderConfig,
     env::Env,
     http::{Endpoint, parse_url},
-    stream::sse_stream,
+    stream::{decode_chunks, sse_stream},
 };
 use decode::ChunkDecoder;
 
@@ -77,6 +77,14 @@ impl LlmProvider for OpenAiProvider {
         let decoder = ChunkDecoder::new(self.endpoint.provider.clone());
         sse_stream(Arc::clone(&self.endpoint), body, decoder)
     }
+}
+
+/// Decodes a recorded chat-completions event-stream body, delivered in `chunks`, exactly as a live call
+/// does (without a connection or timeouts). The entry point of the fuzz targets in `fuzz/`; not
+/// part of the API.
+#[doc(hidden)]
+pub fn decode_body(chunks: &[&[u8]]) -> Vec<Result<LlmEvent, LlmError>> {
+    decode_chunks("fuzz", ChunkDecoder::new("fuzz".to_owned()), chunks)
 }
 
 /// The JSON body of a streamed chat completion.

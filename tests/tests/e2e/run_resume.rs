@@ -263,3 +263,55 @@ async fn answers_that_do_not_fit_the_session_are_refused_over_rest_with_clear_er
     assert_eq!(again.body["error"], "session_conflict", "{}", again.text);
     assert!(again.text.contains("no question waiting"), "{}", again.text);
 }
+
+#[tokio::test]
+async fn ten_simultaneous_answers_to_one_question_continue_the_run_once_and_the_rest_get_409() {
+    let stack = stack().await;
+    let r = send(
+        stack
+            .http()
+            .post(stack.url("/api/v1/execute"))
+            .json(&json!({"mission": "Total invoice 7", "agent_id": AGENT})),
+    )
+    .await;
+    assert_eq!(r.body["status"], "paused", "{}", r.text);
+    let session = r.body["session_id"]
+        .as_str()
+        .expect("session id")
+        .to_owned();
+    let url = stack.url(&format!("/api/v1/sessions/{session}/answer"));
+    let answers = (0..10).map(|i| {
+        send(
+            stack
+                .http()
+                .post(url.clone())
+                .json(&json!({"answer": format!("CUR{i}")})),
+        )
+    });
+    let replies = futures::future::join_all(answers).await;
+    let continued: Vec<_> = replies.iter().filter(|r| r.status == 200).collect();
+    let refused = replies.iter().filter(|r| r.status == 409).count();
+    assert_eq!(
+        (continued.len(), refused),
+        (1, 9),
+        "{:?}",
+        replies
+            .iter()
+            .map(|r| (r.status, &r.text))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        replies
+            .iter()
+            .filter(|r| r.status == 409)
+            .all(|r| r.body["error"] == "session_conflict"),
+        "every refusal is a session_conflict"
+    );
+    // The one that got in finished the run, with its own answer, once.
+    let text = &continued[0].text;
+    assert_eq!(text.matches("event: final_answer").count(), 1, "{text}");
+    assert_eq!(
+        get_session(&stack, &session).await.status(),
+        v1::RunStatus::Completed
+    );
+}

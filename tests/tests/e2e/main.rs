@@ -25,6 +25,7 @@
 //! - `deploy`: `deploy/` offline: docker-compose config, hadolint, kustomize + kubernetes-validate,
 //!   and the binaries started as the compose file and the dev overlay start them.
 //! - `contract`: schemathesis against the OpenAPI document with keys on: 0 failures.
+//! - `confinement`: a model's `python` call: no secrets in its environment, no writes outside.
 //! - `concurrency`: optimistic concurrency under contention.
 //! - `external_edits`: hand edits of the YAML directory while the registry runs.
 //! - `execute`: runs through the executor: `/api/v1/execute`, its SSE stream, errors.
@@ -50,6 +51,7 @@ mod bad_input_grpc;
 mod chat_stream;
 mod cli;
 mod concurrency;
+mod confinement;
 mod contract;
 mod crash_safety;
 mod deploy;

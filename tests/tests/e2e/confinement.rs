@@ -59,3 +59,78 @@ async fn python_sees_no_secrets_and_writes_only_in_its_workspace() {
     assert!(output.contains("REFUSED"), "{output}");
     assert!(!outside.exists(), "python wrote {}", outside.display());
 }
+
+#[tokio::test]
+async fn hostile_git_options_are_refused_and_write_nothing_outside() {
+    let outside_dir = tempfile::tempdir().expect("temp dir");
+    let out = |name: &str| outside_dir.path().join(name).display().to_string();
+    let calls = [
+        json!(["init"]),
+        json!(["diff", format!("--output={}", out("diff.txt"))]),
+        json!([
+            "clone",
+            format!("--upload-pack=touch {}", out("pwned")),
+            "ext::sh -c touch% /tmp/x",
+            "repo"
+        ]),
+        json!([
+            "-c",
+            format!("core.sshCommand=touch {}", out("ssh")),
+            "status"
+        ]),
+        json!(["-C", "/", "status"]),
+        json!(["archive", "-o", out("archive.tar"), "HEAD"]),
+        json!(["format-patch", "-o", out("patches"), "HEAD~1"]),
+        json!(["status"]),
+    ];
+    let lines: Vec<String> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, args)| format!("      - {{name: git, id: g{i}, arguments: {{args: {args}}}}}"))
+        .collect();
+    let script = format!(
+        "turns:\n  - tool_calls:\n{}\n  - text: \"done\"\n",
+        lines.join("\n")
+    );
+    let stack = StackOptions::full()
+        .with_executor()
+        .llm_script(script)
+        .spawn()
+        .await
+        .expect("stack starts");
+    create_agent_with_tools(&stack, "gitter", &["git"]).await;
+    let mut sse = SseReader::open(
+        &stack,
+        "/api/v1/execute/stream",
+        &json!({"mission": "use git", "agent_id": "gitter"}),
+    )
+    .await;
+    let events = sse.rest(RUN_TIMEOUT).await;
+    let outcome = |id: &str| {
+        events
+            .iter()
+            .find(|(n, e)| (n == "tool_end" || n == "tool_error") && e["call_id"] == id)
+            .map(|(n, e)| (n.clone(), e.to_string()))
+            .unwrap_or_else(|| panic!("no outcome for {id}: {events:?}"))
+    };
+    // Everyday git works in the workspace...
+    for id in ["g0", "g7"] {
+        let (name, text) = outcome(id);
+        assert_eq!(name, "tool_end", "{id}: {text}");
+    }
+    // ... the hostile calls are refused, saying why.
+    for id in ["g1", "g2", "g3", "g4", "g5", "g6"] {
+        let (name, text) = outcome(id);
+        assert_eq!(name, "tool_error", "{id} ran: {text}");
+        assert!(
+            text.contains("refused") || text.contains("not allowed"),
+            "{id}: {text}"
+        );
+    }
+    let left: Vec<_> = std::fs::read_dir(outside_dir.path())
+        .expect("read dir")
+        .filter_map(Result::ok)
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "git wrote outside its workspace: {left:?}");
+}

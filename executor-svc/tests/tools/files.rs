@@ -244,3 +244,63 @@ async fn fifos_are_refused_instead_of_blocking_the_call() {
         "{w:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_swapped_for_a_symlink_between_check_and_open_never_leaks_or_writes_outside() {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    };
+    let d = dirs();
+    let c = ctx(&d.ws);
+    std::fs::write(d.outside.join("f.txt"), "SECRET-OUTSIDE").expect("outside file");
+    let real = d.ws.join("real");
+    std::fs::create_dir(&real).expect("real dir");
+    std::fs::write(real.join("f.txt"), "inside").expect("inside file");
+    // Another process in the workspace (the agent's own python, say) keeps turning `real`
+    // into a symlink to the outside and back.
+    let stop = Arc::new(AtomicBool::new(false));
+    let swapper = {
+        let (stop, ws, outside) = (Arc::clone(&stop), d.ws.clone(), d.outside.clone());
+        std::thread::spawn(move || {
+            let (real, stash) = (ws.join("real"), ws.join("stash"));
+            while !stop.load(Ordering::Relaxed) {
+                let _ = std::fs::rename(&real, &stash);
+                let _ = symlink(&outside, &real);
+                let _ = std::fs::remove_file(&real);
+                let _ = std::fs::rename(&stash, &real);
+                std::thread::yield_now();
+            }
+        })
+    };
+    let mut read_ok = 0;
+    for _ in 0..300 {
+        if let Ok(executor_svc::tools::ToolOutcome::Output {
+            content,
+            is_error: false,
+        }) = tool("file_read")
+            .call(&c, json!({ "path": "real/f.txt" }))
+            .await
+        {
+            assert_eq!(content, "inside", "read through the swapped link");
+            read_ok += 1;
+        }
+        let _ = tool("file_write")
+            .call(&c, json!({ "path": "real/w.txt", "content": "x" }))
+            .await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let _ = swapper.join();
+    assert!(
+        read_ok > 0,
+        "no read got through at all: the race was not exercised"
+    );
+    assert!(
+        !d.outside.join("w.txt").exists(),
+        "a write went through the swapped link"
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.outside.join("f.txt")).expect("outside file"),
+        "SECRET-OUTSIDE"
+    );
+}

@@ -79,7 +79,18 @@ fn read(workspace: &Path, given: &str, cap: usize) -> Result<ToolOutcome, ToolEr
     let root = workspace::root_blocking(TOOL, workspace)?;
     let candidate = workspace::lexical(TOOL, workspace, &root, given)?;
     let real = workspace::resolve_existing(TOOL, &root, &candidate, given)?;
-    let meta = std::fs::metadata(&real).map_err(|e| failed(TOOL, format!("{given}: {e}")))?;
+    // Opened beneath the workspace, then checked through the open file: what was checked is
+    // what is read. Non-blocking, so opening a FIFO does not wait for a writer.
+    let file = workspace::open_beneath(
+        TOOL,
+        &root,
+        &real,
+        given,
+        nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_NONBLOCK,
+    )?;
+    let meta = file
+        .metadata()
+        .map_err(|e| failed(TOOL, format!("{given}: {e}")))?;
     if meta.is_dir() {
         return Ok(ToolOutcome::failed(format!(
             "{given} is a directory; file_read reads files"
@@ -91,7 +102,6 @@ fn read(workspace: &Path, given: &str, cap: usize) -> Result<ToolOutcome, ToolEr
             "{given} is not a regular file; file_read reads files"
         )));
     }
-    let file = std::fs::File::open(&real).map_err(|e| failed(TOOL, format!("{given}: {e}")))?;
     // Read one byte past the cap to know whether the file is longer, never the whole file.
     let mut buf = Vec::with_capacity(cap.min(1 << 20) + 1);
     file.take(cap as u64 + 1)
@@ -195,13 +205,19 @@ fn write(workspace: &Path, args: &WriteArgs) -> Result<ToolOutcome, ToolError> {
     let root = workspace::root_blocking(TOOL, workspace)?;
     let candidate = workspace::lexical(TOOL, workspace, &root, given)?;
     let real = workspace::resolve_for_write(TOOL, &root, &candidate, given)?;
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .write(true)
-        .append(args.append)
-        .truncate(!args.append)
-        .open(&real)
-        .map_err(|e| failed(TOOL, format!("{given}: {e}")))?;
+    use nix::fcntl::OFlag;
+    let mode = if args.append {
+        OFlag::O_APPEND
+    } else {
+        OFlag::O_TRUNC
+    };
+    let mut file = workspace::open_beneath(
+        TOOL,
+        &root,
+        &real,
+        given,
+        OFlag::O_WRONLY | OFlag::O_CREAT | mode,
+    )?;
     file.write_all(args.content.as_bytes())
         .map_err(|e| failed(TOOL, format!("{given}: {e}")))?;
     file.flush()

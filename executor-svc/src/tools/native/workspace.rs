@@ -3,9 +3,11 @@
 //! A path from the model is taken relative to the workspace (an absolute path must already lie
 //! inside it), normalised lexically with no step above the root, then resolved on disk: the
 //! nearest existing ancestor is canonicalised (following symlinks) and must still be inside the
-//! canonical workspace. Writes never follow a symlink that leaves it. A concurrent process that
-//! swaps a directory for a symlink between the check and the open is outside this model; the
-//! workspace belongs to the agent.
+//! canonical workspace. Writes never follow a symlink that leaves it. The open itself is then
+//! made relative to the workspace with `openat2(RESOLVE_BENEATH)` ([`open_beneath`]), so a
+//! concurrent process (say, the agent's own `python`) that swaps a directory for a symlink
+//! between the check and the open cannot redirect it: the kernel refuses a path that leaves
+//! the workspace at the moment of the open.
 
 use std::{
     io,
@@ -71,6 +73,55 @@ pub(crate) fn lexical(
         }
     }
     Ok(parts.iter().fold(root.to_path_buf(), |acc, s| acc.join(s)))
+}
+
+/// Opens `real` (already resolved inside `root`) relative to `root`, the kernel refusing any
+/// path that leaves `root` at the moment of the open (`openat2` with `RESOLVE_BENEATH`; on a
+/// kernel older than 5.6 without it, a plain open). Blocking.
+pub(crate) fn open_beneath(
+    tool: &str,
+    root: &Path,
+    real: &Path,
+    given: &str,
+    flags: nix::fcntl::OFlag,
+) -> Result<std::fs::File, ToolError> {
+    use nix::{
+        errno::Errno,
+        fcntl::{OFlag, OpenHow, ResolveFlag, openat2},
+        sys::stat::Mode,
+    };
+    let outside = || ToolError::OutsideWorkspace {
+        tool: tool.to_owned(),
+        path: given.to_owned(),
+    };
+    let relative = real.strip_prefix(root).map_err(|_| outside())?;
+    let relative = if relative.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        relative
+    };
+    let dir = std::fs::File::open(root).map_err(|e| failed(tool, format!("{given}: {e}")))?;
+    let mut how = OpenHow::new()
+        .flags(flags | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    if flags.contains(OFlag::O_CREAT) {
+        // openat2 refuses a mode without O_CREAT.
+        how = how.mode(Mode::from_bits_truncate(0o644));
+    }
+    match openat2(&dir, relative, how) {
+        Ok(fd) => Ok(std::fs::File::from(fd)),
+        Err(Errno::EXDEV) => Err(outside()),
+        Err(Errno::ENOSYS) => {
+            let mut options = std::fs::OpenOptions::new();
+            std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, flags.bits());
+            options
+                .read(!flags.contains(OFlag::O_WRONLY))
+                .write(flags.contains(OFlag::O_WRONLY))
+                .open(real)
+                .map_err(|e| failed(tool, format!("{given}: {e}")))
+        }
+        Err(e) => Err(failed(tool, format!("{given}: {}", io::Error::from(e)))),
+    }
 }
 
 /// A path to read: it must exist and resolve (through any symlinks) inside `root`. Blocking.

@@ -34,6 +34,11 @@ use tracing_subscriber::{EnvFilter, Layer, layer::SubscriberExt, util::Subscribe
 /// span's parent is its nearest traced ancestor).
 const TRACED_SPANS: [&str; 4] = ["request", "run", "llm", "tool"];
 
+/// Whether spans of this callsite reach the OpenTelemetry layer.
+fn traced_callsite(meta: &tracing::Metadata<'_>) -> bool {
+    meta.is_span() && TRACED_SPANS.contains(&meta.name())
+}
+
 /// How long flushing the last spans at exit may take.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -103,9 +108,18 @@ pub fn init(service: &'static str) -> Telemetry {
             // Entering a span (each poll of a run or a stream) would attach its context to the
             // thread: nothing here reads it (`traced` asks the current span), so skip the cost.
             .with_context_activation(false)
-            .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
-                meta.is_span() && TRACED_SPANS.contains(&meta.name())
-            }))
+            // Decided once per callsite (the answer depends on the callsite alone), so spans
+            // and events the layer never sees cost no per-span check.
+            .with_filter(
+                tracing_subscriber::filter::DynFilterFn::new(|meta, _| traced_callsite(meta))
+                    .with_callsite_filter(|meta| {
+                        if traced_callsite(meta) {
+                            tracing::subscriber::Interest::always()
+                        } else {
+                            tracing::subscriber::Interest::never()
+                        }
+                    }),
+            )
     });
     tracing_subscriber::registry()
         .with(filter)

@@ -74,21 +74,10 @@ pub struct Connection {
 impl Connection {
     /// The `authorization` header value of `--token`, if one is given.
     pub fn authorization(&self) -> crate::error::Result<Option<http::HeaderValue>> {
-        self.token
-            .as_deref()
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .map(|t| {
-                let mut value =
-                    http::HeaderValue::from_str(&format!("Bearer {t}")).map_err(|_| {
-                        crate::error::Error::Input(
-                            "--token must be visible ASCII (an API key)".to_owned(),
-                        )
-                    })?;
-                value.set_sensitive(true);
-                Ok(value)
+        taskforce_runtime::auth::authorization_value(self.token.as_deref().unwrap_or_default())
+            .map_err(|_| {
+                crate::error::Error::Input("--token must be visible ASCII (an API key)".to_owned())
             })
-            .transpose()
     }
 
     /// The wait for one request.

@@ -515,18 +515,20 @@ impl SessionStore {
             }
             let old =
                 chrono::DateTime::parse_from_rfc3339(&session.updated_at).is_ok_and(|t| t < cutoff);
-            // Only if unchanged since it was read: a run may have just continued it.
-            if old
-                && self
-                    .sessions
-                    .compare_and_swap(&key, Some(&value), None as Option<&[u8]>)?
-                    .is_ok()
-            {
+            if old && self.delete_unchanged(&key, &value)? {
                 removed += 1;
             }
         }
         self.forget(removed);
         Ok(removed)
+    }
+
+    /// Deletes a session only if it is still `value` (a run may have just continued it).
+    fn delete_unchanged(&self, key: &[u8], value: &[u8]) -> Result<bool, ExecutorError> {
+        Ok(self
+            .sessions
+            .compare_and_swap(key, Some(value), None as Option<&[u8]>)?
+            .is_ok())
     }
 
     fn forget(&self, removed: usize) {
@@ -575,11 +577,7 @@ impl SessionStore {
         ended.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let mut removed = 0;
         for (_, key, value) in ended.into_iter().take(excess) {
-            if self
-                .sessions
-                .compare_and_swap(&key, Some(&value), None as Option<&[u8]>)?
-                .is_ok()
-            {
+            if self.delete_unchanged(&key, &value)? {
                 removed += 1;
             }
         }

@@ -93,18 +93,15 @@ impl RestError {
         if status.code() == tonic::Code::ResourceExhausted && status.details().is_empty() {
             api.kind = ErrorKind::Unavailable;
         }
-        if matches!(
-            status.code(),
-            tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
-        ) {
-            // The caller was let in here; the service refused the gateway's own token.
-            error!(code = ?status.code(), error = %cause(&status), "the {service} refused the gateway's TASKFORCE_SERVICE_TOKEN");
-            return Self::new(
-                ErrorKind::Internal,
-                format!("the {service} refused the gateway's credentials; see the gateway log"),
-            );
-        }
         match api.kind {
+            ErrorKind::Unauthenticated | ErrorKind::PermissionDenied => {
+                // The caller was let in here; the service refused the gateway's own token.
+                error!(code = ?status.code(), error = %cause(&status), "the {service} refused the gateway's TASKFORCE_SERVICE_TOKEN");
+                Self::new(
+                    ErrorKind::Internal,
+                    format!("the {service} refused the gateway's credentials; see the gateway log"),
+                )
+            }
             ErrorKind::Unavailable => {
                 warn!(code = ?status.code(), error = %cause(&status), "{service} unavailable");
                 Self::new(
@@ -119,7 +116,7 @@ impl RestError {
                     format!("the {service} did not answer in time"),
                 )
             }
-            ErrorKind::Internal | ErrorKind::Unauthenticated | ErrorKind::PermissionDenied => {
+            ErrorKind::Internal => {
                 error!(code = ?status.code(), error = %cause(&status), "{service} call failed");
                 Self::new(
                     ErrorKind::Internal,

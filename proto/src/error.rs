@@ -169,12 +169,9 @@ impl ErrorKind {
             Code::Unavailable | Code::Cancelled => Self::Unavailable,
             Code::DeadlineExceeded => Self::Timeout,
             Code::Unimplemented => Self::MethodNotAllowed,
-            Code::Ok
-            | Code::Unknown
-            | Code::PermissionDenied
-            | Code::Internal
-            | Code::DataLoss
-            | Code::Unauthenticated => Self::Internal,
+            Code::Unauthenticated => Self::Unauthenticated,
+            Code::PermissionDenied => Self::PermissionDenied,
+            Code::Ok | Code::Unknown | Code::Internal | Code::DataLoss => Self::Internal,
         }
     }
 }

@@ -360,17 +360,23 @@ impl AuthArgs {
 
     /// The `authorization` value for calls to the other services.
     pub fn outgoing(&self) -> Result<Option<HeaderValue>, AuthError> {
-        self.service_token
-            .as_deref()
-            .filter(|t| !t.trim().is_empty())
-            .map(|t| {
-                let mut v = HeaderValue::from_str(&format!("Bearer {}", t.trim()))
-                    .map_err(|_| AuthError::ServiceToken)?;
-                v.set_sensitive(true);
-                Ok(v)
-            })
-            .transpose()
+        authorization_value(self.service_token.as_deref().unwrap_or_default())
+            .map_err(|_| AuthError::ServiceToken)
     }
+}
+
+/// `Bearer <token>` as a sensitive header value (kept out of debug output); `None` for a blank
+/// token, an error for one that is not visible ASCII.
+pub fn authorization_value(
+    token: &str,
+) -> Result<Option<HeaderValue>, http::header::InvalidHeaderValue> {
+    let token = token.trim();
+    if token.is_empty() {
+        return Ok(None);
+    }
+    let mut value = HeaderValue::from_str(&format!("Bearer {token}"))?;
+    value.set_sensitive(true);
+    Ok(Some(value))
 }
 
 /// What a request needs.

@@ -32,9 +32,14 @@
 //!   - `llm::scripted`: deterministic replay of a YAML script.
 //! - [`tools`]: the [`tools::Tool`] trait every native and MCP tool implements;
 //!   `tools::native`: the nine native tools (files, python, git, web, GitHub, PowerShell, ask_user);
+//!   `tools::mcp`: the tools of an agent's `mcp_servers`, over one pooled connection per server;
+//!   `tools::global`: the executor's global MCP servers (connected at start, health-checked);
 //!   `tools::orchestration`: sub-agents as tools (`agent_<id>`), `delegate_to_agent`,
 //!   `update_todolist`, reaching the run through the `Orchestrate` handle.
 //! - [`error`]: the crate's error type and its gRPC mapping.
+//!
+//! Binaries: `main.rs` (`executor-svc`) and `bin/taskforce-sandbox.rs`, the launcher that
+//! confines the `python`, `git` and `powershell` subprocesses before it `exec`s them.
 
 pub mod agent;
 pub mod audit;

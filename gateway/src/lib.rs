@@ -1,24 +1,35 @@
-//! gateway: the stateless REST and MCP front door over the registry's gRPC API.
+//! gateway: the REST, SSE and MCP front door over the registry's and the executors' gRPC APIs.
 //!
-//! Every request is translated to one `taskforce.v1.AgentRegistry` call (listing without
-//! `page_size` pages through all agents) over one lazily connected, shared gRPC channel; JSON is
-//! mapped to protobuf and back, and registry errors (`google.rpc.Status` with details) become the
-//! JSON error bodies of `docs/rest-api.md`. The MCP server (`/mcp`, or stdio with `--mcp-stdio`)
-//! offers `list_agents` and `show_agent` over the same channel. The gateway holds no state, so
-//! any number can run.
+//! Agent routes become `taskforce.v1.AgentRegistry` calls (listing without `page_size` pages
+//! through all agents) over one lazily connected, shared gRPC channel; JSON is mapped to
+//! protobuf and back, and gRPC errors (`google.rpc.Status` with details) become the JSON error
+//! bodies of `docs/rest-api.md`. Run routes (`/api/v1/execute`, `/api/v1/execute/stream`,
+//! session answer, cancel and plan, and seed 004's `/ai/agent/stream` and `/ai/stream`) go to
+//! the executors of `--executor-url`: one, or several by name, where a new run goes to the next
+//! one in turn and a session id names the executor that owns it, so later calls about it reach
+//! that executor. A run's gRPC event stream is relayed as SSE, and a client that goes away
+//! cancels it. The MCP server (`/mcp`, or stdio with `--mcp-stdio`) offers `list_agents` and
+//! `show_agent` over the registry channel. API keys (when configured) are checked on every
+//! route but the public ones. Definitions, sessions and run state live in the registry and the
+//! executors; the gateway owns none of them, so any number can run side by side.
 //!
 //! # Layout
-//! - [`config`]: flags and environment.
-//! - [`registry`]: the gRPC channel and the state shared by handlers.
+//! - [`config`]: flags and environment, validated at start.
+//! - [`registry`]: the registry channel and [`AppState`], the state every handler shares (the
+//!   registry client, the executors, API keys, limits).
+//! - [`executors`]: the executors behind the gateway and which one owns a session.
 //! - [`model`]: the agent JSON shapes and their protobuf conversions.
 //! - [`agents`]: `/api/v1/agents` handlers (CRUD and `:validate`).
-//! - [`execute`]: `/api/v1/execute` (to the end, or as SSE) and session answer/cancel/plan,
-//!   over the executor's gRPC API (`--executor-url`).
+//! - [`execute`]: `/api/v1/execute` (to the end, or as SSE) and session read, answer, cancel
+//!   and plan, over the executor's gRPC API.
+//! - [`chat`]: seed 004's `/ai/agent/stream` and `/ai/stream`.
+//! - [`sse`]: a run's event stream as Server-Sent Events, in our dialect or seed 004's.
 //! - [`events`]: the JSON of run events (SSE) and of a session's todo plan.
+//! - [`limits`]: open runs per API key (`--max-runs-per-key`).
 //! - [`metadata`]: `/api/v1/agents/{agent_id}/metadata` (workspace metadata, seed 001).
 //! - [`mcp`]: the MCP server (tools, streamable HTTP at `/mcp`, stdio).
 //! - [`tools`]: `/api/v1/tools` and `/api/v1/diagnostics`.
-//! - [`health`]: `/healthz` and `/readyz`.
+//! - [`health`]: `/healthz` and `/readyz`; this file also serves `/metrics`.
 //! - [`openapi`]: the OpenAPI 3 document at `/openapi.json`.
 //! - [`extract`]: extractors with JSON rejections, id and `If-Match` checks.
 //! - [`error`]: the crate's error, the REST error response, and the JSON safety net.

@@ -1,6 +1,7 @@
-//! Harness for the end-to-end tests and benchmarks: it starts the real `registry-svc` and
-//! `gateway` binaries as child processes on loopback ports chosen by the kernel, each stack in
-//! its own temporary directory, and hands back typed clients.
+//! Harness for the end-to-end tests and benchmarks: it starts the real `registry-svc`,
+//! `executor-svc` and `gateway` binaries as child processes on loopback ports chosen by the
+//! kernel (the registry alone, with the gateway, or all three, with one executor or several),
+//! each stack in its own temporary directory, and hands back typed clients.
 //!
 //! Environment:
 //! - `TASKFORCE_BIN_DIR`: where the built binaries are (default: derived from the running
@@ -15,10 +16,13 @@
 //! - [`paths`]: the workspace, the built binaries, the test tools, the sample configs.
 //! - [`process`]: a child process with its log, killed on drop.
 //! - [`wait`]: polling with a deadline instead of sleeping.
-//! - [`stack`]: [`Stack`] and [`spawn_stack`]: registry (and gateway, and executor) over one temp
-//!   dir; `stack::executor` holds the executor's options and its restart.
+//! - [`stack`]: [`Stack`] and [`spawn_stack`]: registry, gateway and executors over one temp
+//!   dir; `stack::executor` holds the executor's options, its client and its restart.
 //! - [`scripts`]: scripted models, one provider and alias per script.
 //! - [`mcp`]: real MCP servers for tests (streamable HTTP server-everything, mcp-server-time).
+//! - [`otlp`]: an OTLP trace receiver, for the tracing test and the telemetry benchmark.
+//!
+//! The tests themselves are one binary, `tests/e2e/`; the benchmark is `src/bin/bench/`.
 
 pub mod mcp;
 pub mod otlp;

@@ -16,6 +16,9 @@
 //! - `bad_input_grpc`: the core bad-input cases over gRPC.
 //! - `chat_stream`: seed 004's `/ai/agent/stream` and `/ai/stream`, byte for byte, thread memory.
 //! - `tool_catalog`: native tools, global MCP tools, no secrets in responses.
+//! - `global_mcp`: the executor's global MCP servers: connected at start, in `/readyz` and
+//!   `/metrics`, reconnected after the server is killed.
+//! - `metrics`: `/metrics` of every service after a run, parsed with the reference parser.
 //! - `cli`: the `taskforce` CLI binary: agents, tools, runs, answers, sessions, health, errors.
 //! - `mcp_server`: the MCP tools through the Python MCP SDK, seed 001's scenarios and filters.
 //! - `mcp_transport`: `/mcp`'s Origin/Host/protocol rules, the initialize handshake, stdio mode.

@@ -13,6 +13,7 @@
 //!   against the allowlist of subcommands and options in `git::allowlist`).
 //! - `html`: a small HTML tokenizer, entity decoding and HTML → text, for the web tools.
 //! - `http`: the capped, cancellable HTTP request the web and GitHub tools share.
+//! - `guard`: where the web tools may connect (no loopback, private or metadata addresses).
 //! - `search`: `web_search` (DuckDuckGo's HTML page by default); `fetch`: `web_fetch`.
 //! - `github`: `github`, the GitHub REST API with a token from the environment.
 //! - `ask_user`: `ask_user`, which pauses the run with a question.

@@ -1,9 +1,11 @@
 //! Process plumbing every Taskforce binary shares, kept out of the contract crate
-//! (`taskforce-proto`): logging and trace set-up ([`telemetry`]), binding the listener, the shutdown signal, and the gRPC
+//! (`taskforce-proto`): logging and trace set-up ([`telemetry`]), `${VAR}` placeholders
+//! ([`env`]), binding the listener, the shutdown signal, and the gRPC
 //! server wiring the registry and the executor both use ([`serve_grpc`]: health, reflection,
 //! accepted connections with `TCP_NODELAY`, a graceful stop with a grace period).
 
 pub mod auth;
+pub mod env;
 mod grpc;
 #[cfg(feature = "mcp-client")]
 pub mod mcp_client;

@@ -3,7 +3,8 @@
 //!
 //! A stdio server runs in its own process group with a minimal environment and is killed when
 //! its client is dropped. `${VAR}` placeholders are expanded here, at launch, from this
-//! process's environment, and never logged.
+//! process's environment ([`crate::env`]), and never logged; an unset one is a
+//! [`ConnectError::Placeholder`] naming the field and the variable.
 
 use std::{collections::HashMap, process::Stdio, time::Duration};
 
@@ -19,6 +20,8 @@ use rmcp::{
 use serde_json::Value;
 
 use taskforce_proto::v1;
+
+use crate::env::{ExpandError, expand_from_process};
 
 /// Environment variables a stdio server inherits; everything else (API keys of this service,
 /// for one) stays out. Mirrors the MCP SDKs' default environment.
@@ -54,6 +57,14 @@ pub enum ConnectError {
         /// The cause.
         source: std::io::Error,
     },
+    /// A `${VAR}` placeholder of the configuration could not be expanded.
+    #[error("{field}: {source}")]
+    Placeholder {
+        /// Which part of the configuration holds it (`env LOCAL_TIMEZONE`, `args[1]`, ...).
+        field: String,
+        /// The cause, naming the variable (never a value).
+        source: ExpandError,
+    },
     /// The MCP handshake or `tools/list` failed.
     #[error("{0}")]
     Protocol(String),
@@ -74,7 +85,8 @@ pub async fn connect(server: &v1::McpServer) -> Result<McpClient, ConnectError> 
             let mut headers = HashMap::new();
             for (k, v) in &server.headers {
                 let name = http::HeaderName::try_from(k.as_str()).map_err(|e| protocol(&e))?;
-                let value = http::HeaderValue::try_from(expand(v)).map_err(|e| protocol(&e))?;
+                let value = expand(v, || format!("header {k}"))?;
+                let value = http::HeaderValue::try_from(value).map_err(|e| protocol(&e))?;
                 headers.insert(name, value);
             }
             let mut config = StreamableHttpClientTransportConfig::with_uri(server.url.as_str());
@@ -126,15 +138,21 @@ pub async fn connect_and_list(
 }
 
 fn spawn_stdio(server: &v1::McpServer) -> Result<TokioChildProcess, ConnectError> {
-    let mut cmd = tokio::process::Command::new(expand(&server.command));
-    cmd.args(server.args.iter().map(|a| expand(a)))
-        .env_clear()
+    let mut cmd = tokio::process::Command::new(expand(&server.command, || "command".to_owned())?);
+    for (i, arg) in server.args.iter().enumerate() {
+        cmd.arg(expand(arg, || format!("args[{i}]"))?);
+    }
+    let mut env = Vec::with_capacity(server.env.len());
+    for (k, v) in &server.env {
+        env.push((k, expand(v, || format!("env {k}"))?));
+    }
+    cmd.env_clear()
         .envs(
             INHERITED_ENV
                 .iter()
                 .filter_map(|k| std::env::var(k).ok().map(|v| (*k, v))),
         )
-        .envs(server.env.iter().map(|(k, v)| (k, expand(v))));
+        .envs(env);
     let mut wrap = CommandWrap::from(cmd);
     wrap.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
     let (transport, _) = TokioChildProcess::builder(wrap)
@@ -147,39 +165,57 @@ fn spawn_stdio(server: &v1::McpServer) -> Result<TokioChildProcess, ConnectError
     Ok(transport)
 }
 
-/// Replaces `${VAR}` with the variable's value (empty when unset).
-pub fn expand(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut rest = s;
-    while let Some(start) = rest.find("${") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 2..];
-        match after.find('}') {
-            Some(end) => {
-                out.push_str(&std::env::var(&after[..end]).unwrap_or_default());
-                rest = &after[end + 1..];
-            }
-            None => {
-                out.push_str(&rest[start..]);
-                rest = "";
-            }
-        }
-    }
-    out.push_str(rest);
-    out
+/// Expands the placeholders of one configuration value; `field` names it in the error.
+fn expand(value: &str, field: impl FnOnce() -> String) -> Result<String, ConnectError> {
+    expand_from_process(value).map_err(|source| ConnectError::Placeholder {
+        field: field(),
+        source,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn placeholders_expand_from_the_environment() {
-        // PATH is set in every test environment.
-        let path = std::env::var("PATH").unwrap_or_default();
-        assert_eq!(expand("a${PATH}b"), format!("a{path}b"));
-        assert_eq!(expand("${TASKFORCE_SURELY_UNSET_VAR}"), "");
-        assert_eq!(expand("no ${ end"), "no ${ end");
+    #[tokio::test]
+    async fn an_unset_placeholder_names_the_field_and_the_variable_and_starts_nothing() {
+        let mut s = v1::McpServer {
+            r#type: "stdio".into(),
+            command: "/nonexistent/mcp-server".into(),
+            ..Default::default()
+        };
+        s.env
+            .insert("TOKEN".into(), "${TASKFORCE_SURELY_UNSET_VAR}".into());
+        let r = connect_and_list(&s, Duration::from_secs(5)).await;
+        let Err(e @ ConnectError::Placeholder { .. }) = r else {
+            panic!("expected a placeholder error, got {r:?}");
+        };
+        assert_eq!(
+            e.to_string().split(" (").next(),
+            Some("env TOKEN: environment variable TASKFORCE_SURELY_UNSET_VAR is not set")
+        );
+        s.env
+            .insert("TOKEN".into(), "${TASKFORCE_SURELY_UNSET_VAR:-}".into());
+        let r = connect_and_list(&s, Duration::from_secs(5)).await;
+        assert!(matches!(r, Err(ConnectError::Spawn { .. })), "{r:?}");
+    }
+
+    #[tokio::test]
+    async fn an_unset_placeholder_in_a_header_is_an_error_too() {
+        let mut s = v1::McpServer {
+            r#type: "http".into(),
+            url: "http://127.0.0.1:9/mcp".into(),
+            ..Default::default()
+        };
+        s.headers.insert(
+            "Authorization".into(),
+            "Bearer ${TASKFORCE_SURELY_UNSET_VAR}".into(),
+        );
+        let r = connect_and_list(&s, Duration::from_secs(5)).await;
+        assert!(
+            matches!(&r, Err(ConnectError::Placeholder { field, .. }) if field == "header Authorization"),
+            "{r:?}"
+        );
     }
 
     #[tokio::test]

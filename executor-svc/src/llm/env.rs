@@ -64,23 +64,9 @@ impl fmt::Debug for Env {
     }
 }
 
-/// Expands `${VAR}` placeholders from `env`; an unset variable is an error.
+/// Expands `${VAR}` and `${VAR:-default}` placeholders from `env`, by the rule every
+/// Taskforce file follows ([`taskforce_runtime::env`]): an unset variable is an error naming it.
 pub fn expand(value: &str, env: &Env) -> Result<String, LlmError> {
-    let mut out = String::with_capacity(value.len());
-    let mut rest = value;
-    while let Some(start) = rest.find("${") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 2..];
-        let Some(end) = after.find('}') else {
-            return Err(LlmError::Config(format!("unclosed `${{` in {value:?}")));
-        };
-        let var = &after[..end];
-        let found = env
-            .get(var)
-            .ok_or_else(|| LlmError::Config(format!("environment variable {var} is not set")))?;
-        out.push_str(&found);
-        rest = &after[end + 1..];
-    }
-    out.push_str(rest);
-    Ok(out)
+    taskforce_runtime::env::expand(value, |name| env.get(name))
+        .map_err(|e| LlmError::Config(e.to_string()))
 }

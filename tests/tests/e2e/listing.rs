@@ -92,7 +92,7 @@ async fn sample_agents_are_listed_over_grpc_with_their_seed_fields() {
     assert_eq!(server.args, ["mcp-server-time"]);
     assert_eq!(
         server.env.get("LOCAL_TIMEZONE").map(String::as_str),
-        Some("${TZ}"),
+        Some("${TZ:-}"),
         "placeholders are returned as written"
     );
     assert_eq!(
@@ -232,7 +232,7 @@ async fn sample_agents_are_listed_over_rest_with_their_seed_fields() {
     let time = &agents[3];
     assert_eq!(
         time["mcp_servers"],
-        json!([{"type": "stdio", "command": "uvx", "args": ["mcp-server-time"], "env": {"LOCAL_TIMEZONE": "${TZ}"}}]),
+        json!([{"type": "stdio", "command": "uvx", "args": ["mcp-server-time"], "env": {"LOCAL_TIMEZONE": "${TZ:-}"}}]),
         "empty fields omitted, placeholders as written"
     );
     assert_eq!(

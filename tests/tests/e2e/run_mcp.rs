@@ -22,6 +22,9 @@ async fn an_agents_mcp_tools_run_through_the_gateway_within_its_allowlist() {
     let stack = StackOptions::full()
         .with_executor()
         .discovery_timeout_ms(30_000)
+        // The registry launches the server too (to validate the allowlist), and an unset
+        // placeholder fails there as well.
+        .registry_env("TASKFORCE_E2E_MCP_SECRET", SECRET)
         .executor_env("TASKFORCE_E2E_MCP_SECRET", SECRET)
         .llm_script(SCRIPT)
         .spawn()

@@ -194,11 +194,13 @@ cmd="bench/peers/run.sh"
 [ "$LG_MODE" != dev ] && cmd="LG_MODE=$LG_MODE $cmd"
 [ "$LG_JOBS" != 10 ] && cmd="LG_JOBS=$LG_JOBS $cmd"
 [ -n "${LOAD_ARGS:-}" ] && cmd="LOAD_ARGS=\"$LOAD_ARGS\" $cmd"
+[ -n "${TASKFORCE_BIN_DIR:-}" ] && cmd="TASKFORCE_BIN_DIR=${BIN#"$ROOT"/} $cmd"
 commit="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 [ -n "$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ] && commit="$commit + uncommitted changes"
 {
   echo "Run of $STAMP (UTC): $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at the end,"
-  echo "Taskforce binaries from \`${BIN#"$ROOT"/}\` (tree at $commit), LangGraph \`$LG_MODE\` with $LG_JOBS jobs."
+  echo "Taskforce release binaries in \`${BIN#"$ROOT"/}\` built $(date -u -r "$BIN/gateway" '+%Y-%m-%d %H:%M UTC')" \
+       "(working tree at $commit), LangGraph \`$LG_MODE\` with $LG_JOBS jobs."
   echo "Command: \`$cmd\`"
   echo
   "$PYBIN" "$HERE/load.py" table "${files[@]}"

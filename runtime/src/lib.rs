@@ -3,6 +3,17 @@
 //! ([`env`]), binding the listener, the shutdown signal, and the gRPC
 //! server wiring the registry and the executor both use ([`serve_grpc`]: health, reflection,
 //! accepted connections with `TCP_NODELAY`, a graceful stop with a grace period).
+//!
+//! # Layout
+//! - this file: [`bind`] (with `--addr-file`), the shutdown signal, [`serve_grpc`].
+//! - `grpc`: the gRPC server wiring behind [`serve_grpc`] (health, reflection, `TCP_NODELAY`,
+//!   graceful stop).
+//! - [`auth`]: API keys with scopes, one tower layer for REST, `/mcp` and gRPC.
+//! - [`env`]: `${VAR}` placeholders, the one expander every configuration uses.
+//! - [`metrics`]: the process-wide Prometheus registry, `/metrics`, HTTP and gRPC request metrics.
+//! - [`telemetry`]: logs and OpenTelemetry traces.
+//! - `mcp_client` (feature `mcp-client`): connecting to an MCP server through `rmcp`, shared by
+//!   the registry (discovery) and the executor (tool calls).
 
 pub mod auth;
 pub mod env;

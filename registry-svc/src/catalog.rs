@@ -73,7 +73,7 @@ pub struct ToolCatalog {
 impl ToolCatalog {
     /// A catalog with the native and orchestration tools and no MCP tools yet.
     pub fn new(discovery_timeout: Duration) -> Self {
-        let pwsh = which("pwsh");
+        let pwsh = which::which("pwsh").is_ok();
         let native = catalog::native_tools()
             .into_iter()
             .map(|t| (t, "native"))
@@ -179,11 +179,6 @@ fn mcp_tool(server_id: &str, t: mcp::DiscoveredTool) -> v1::Tool {
         mcp_server_id: server_id.to_owned(),
         available: true,
     }
-}
-
-fn which(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(program).is_file()))
 }
 
 /// What MCP validation found.

@@ -154,12 +154,7 @@ impl Collector {
 
     fn task_available(&self) -> bool {
         let bin = &self.settings.task_bin;
-        let found = if bin.components().count() > 1 {
-            bin.is_file()
-        } else {
-            std::env::var_os("PATH")
-                .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()))
-        };
+        let found = which::which(bin).is_ok();
         if !found {
             self.missing_task.call_once(|| {
                 warn!(task_bin = %bin.display(), "the `task` binary was not found; workspace metadata stays empty (install go-task, e.g. `pip install go-task-bin`)");

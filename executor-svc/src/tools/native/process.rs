@@ -260,16 +260,3 @@ pub(crate) fn timeout(ctx: &ToolContext, requested_seconds: Option<u64>) -> Dura
         .map(Duration::from_secs)
         .map_or(ctx.limits.timeout, |t| t.min(ctx.limits.timeout))
 }
-
-/// True when `program` names an executable file (a path, or a name found on `PATH`).
-pub(crate) fn on_path(program: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    let executable = |p: &Path| {
-        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    };
-    if program.components().count() > 1 {
-        return executable(program);
-    }
-    std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| executable(&d.join(program))))
-}

@@ -81,7 +81,7 @@ impl Tool for Python {
 
 /// True when PowerShell (`pwsh`) is on `PATH`.
 pub fn powershell_available() -> bool {
-    process::on_path(std::path::Path::new("pwsh"))
+    which::which("pwsh").is_ok()
 }
 
 /// `powershell`: runs a script through `pwsh` when it is installed.
@@ -104,7 +104,7 @@ impl Powershell {
 
     /// True when this tool's binary is installed.
     pub fn available(&self) -> bool {
-        process::on_path(&self.bin)
+        which::which(&self.bin).is_ok()
     }
 }
 

@@ -252,7 +252,7 @@ impl Sandbox {
             });
         }
         if self.config.mode == SandboxMode::Bwrap {
-            if !super::process::on_path(&self.config.bwrap_bin) {
+            if which::which(&self.config.bwrap_bin).is_err() {
                 return Err(SandboxError::NoBwrap {
                     bin: self.config.bwrap_bin.display().to_string(),
                 });

@@ -77,7 +77,7 @@ mod tests {
                 ..Default::default()
             })),
             status: v1::AgentStatus::Busy.into(),
-            last_task: String::new(),
+            ..Default::default()
         };
         let j = agent_json(&agent).expect("a custom agent");
         assert_eq!(j["source"], "custom");

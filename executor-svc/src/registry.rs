@@ -21,7 +21,7 @@ use std::{
 
 use taskforce_proto::v1::{
     AgentStatus, GetAgentRequest, ReportAgentStatusRequest, WatchAgentsRequest,
-    agent_registry_client::AgentRegistryClient,
+    agent_change::Kind as ChangeKind, agent_registry_client::AgentRegistryClient,
 };
 use tokio_util::sync::CancellationToken;
 use tonic::{Code, transport::Channel};
@@ -183,7 +183,7 @@ impl Registry {
             let mut client = self.inner.client.clone();
             let call = tokio::time::timeout(
                 self.inner.timeout,
-                client.watch_agents(WatchAgentsRequest {}),
+                client.watch_agents(WatchAgentsRequest { snapshot: false }),
             );
             let stream = tokio::select! {
                 () = shutdown.cancelled() => return,
@@ -201,6 +201,8 @@ impl Registry {
                             next = stream.message() => next,
                         };
                         match next {
+                            // A status change leaves the definition as it was.
+                            Ok(Some(change)) if change.kind() == ChangeKind::Status => {}
                             Ok(Some(change)) => self.evict(Some(&change.agent_id)),
                             Ok(None) => break,
                             Err(status) => {

@@ -7,7 +7,10 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use serde::Deserialize;
-use taskforce_proto::{error::ApiError, v1};
+use taskforce_proto::{
+    error::{ApiError, ErrorKind},
+    v1,
+};
 use tracing::{error, instrument};
 use utoipa::{IntoParams, ToSchema};
 
@@ -16,6 +19,7 @@ use crate::{
     extract::{AgentId, JsonBody, QueryParams, expected_version},
     model::{AgentJson, AgentListJson, AgentRequest, CustomAgentJson, ValidateJson},
     openapi::ErrorBody,
+    read_model::Lookup,
     registry::AppState,
 };
 
@@ -81,6 +85,22 @@ fn agent_response(
     Ok(res)
 }
 
+/// A 200 with JSON rendered by the read model, and the agent's version as the `ETag`.
+fn json_response(json: Vec<u8>, version: Option<&str>) -> Response {
+    let mut res = (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        json,
+    )
+        .into_response();
+    if let Some(v) = version.and_then(|v| HeaderValue::from_str(&format!("\"{v}\"")).ok()) {
+        res.headers_mut().insert(header::ETAG, v);
+    }
+    res
+}
+
 /// Create a custom agent.
 #[utoipa::path(post, path = "/api/v1/agents", tag = "agents", request_body = AgentRequest,
     responses(
@@ -106,6 +126,7 @@ pub async fn create_agent(
         .create_agent(state.request(req))
         .await?
         .into_inner();
+    state.agents.wait_for(agent.revision).await;
     agent_response(StatusCode::CREATED, agent, true)
 }
 
@@ -120,12 +141,12 @@ pub async fn create_agent(
 pub async fn list_agents(
     State(state): State<AppState>,
     QueryParams(q): QueryParams<ListQuery>,
-) -> Result<Json<AgentListJson>, RestError> {
+) -> Result<Response, RestError> {
     let source = match q.source {
         None => v1::AgentSource::Unspecified,
         Some(SourceParam::Custom) => v1::AgentSource::Custom,
         Some(SourceParam::Profile) => v1::AgentSource::Profile,
-    } as i32;
+    };
     if let Some(n) = q.page_size
         && !(1..=MAX_PAGE_SIZE).contains(&n)
     {
@@ -135,8 +156,14 @@ pub async fn list_agents(
         )
         .into());
     }
+    let token = q.page_token.unwrap_or_default();
+    let page_size = q.page_size.map(|n| n as usize);
+    if let Lookup::Found(body) = state.agents.list(source, page_size, &token) {
+        return Ok(json_response(body?, None));
+    }
+    let source = source as i32;
     let mut client = state.registry.clone();
-    let mut page_token = q.page_token.unwrap_or_default();
+    let mut page_token = token;
     let mut agents = Vec::new();
     loop {
         let req = v1::ListAgentsRequest {
@@ -159,7 +186,8 @@ pub async fn list_agents(
             return Ok(Json(AgentListJson {
                 agents,
                 next_page_token: page.next_page_token,
-            }));
+            })
+            .into_response());
         }
         if page.next_page_token == page_token {
             // A registry that hands back the token it was given would make this loop forever.
@@ -185,6 +213,16 @@ pub async fn get_agent(
     State(state): State<AppState>,
     AgentId(id): AgentId,
 ) -> Result<Response, RestError> {
+    match state.agents.get(&id) {
+        Lookup::Found(Some(agent)) => return Ok(json_response(agent.json, Some(&agent.version))),
+        Lookup::Found(None) => {
+            return Err(RestError::new(
+                ErrorKind::NotFound,
+                format!("agent {id:?} not found"),
+            ));
+        }
+        Lookup::NotSynced => {}
+    }
     let req = v1::GetAgentRequest { agent_id: id };
     let agent = state
         .registry
@@ -228,6 +266,7 @@ pub async fn update_agent(
         .update_agent(state.request(req))
         .await?
         .into_inner();
+    state.agents.wait_for(agent.revision).await;
     agent_response(StatusCode::OK, agent, false)
 }
 
@@ -256,11 +295,13 @@ pub async fn delete_agent(
         agent_id: id,
         expected_version: expected,
     };
-    state
+    let deleted = state
         .registry
         .clone()
         .delete_agent(state.request(req))
-        .await?;
+        .await?
+        .into_inner();
+    state.agents.wait_for(deleted.revision).await;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -31,6 +31,7 @@
 //! - [`tools`]: `/api/v1/tools` and `/api/v1/diagnostics`.
 //! - [`health`]: `/healthz` and `/readyz`; this file also serves `/metrics`.
 //! - [`openapi`]: the OpenAPI 3 document at `/openapi.json`.
+//! - [`read_model`]: every agent as JSON, kept current from the registry's change stream.
 //! - [`extract`]: extractors with JSON rejections, id and `If-Match` checks.
 //! - [`error`]: the crate's error, the REST error response, and the JSON safety net.
 
@@ -48,6 +49,7 @@ pub mod mcp;
 pub mod metadata;
 pub mod model;
 pub mod openapi;
+pub mod read_model;
 pub mod registry;
 pub mod sse;
 pub mod tools;
@@ -78,6 +80,11 @@ pub async fn run(
     config.validate()?;
     let state = AppState::new(&config, shutdown.clone())?;
     mcp::transport::warn_on_unreachable_hosts(&config);
+    let follower = tokio::spawn(state.agents.clone().follow(
+        state.registry.clone(),
+        config.request_timeout(),
+        shutdown.clone(),
+    ));
     let app = router(state, &config);
     info!(
         addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
@@ -96,10 +103,19 @@ pub async fn run(
         shutdown.cancelled().await;
         tokio::time::sleep(sse::STOP_GRACE * 2).await;
     };
-    tokio::select! {
-        r = served => r?,
-        () = grace => warn!("connections still open after the grace period; closing them"),
+    let served = tokio::select! {
+        r = served => r,
+        () = grace => {
+            warn!("connections still open after the grace period; closing them");
+            Ok(())
+        }
+    };
+    // Also when serving failed: the follower stops on `shutdown`.
+    shutdown.cancel();
+    if let Err(e) = follower.await {
+        warn!(error = %e, "the read model's follower ended abnormally");
     }
+    served?;
     info!("gateway stopped");
     Ok(())
 }

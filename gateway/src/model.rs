@@ -240,17 +240,18 @@ pub struct CustomAgentJson {
     pub workspace: String,
     /// A UUID, stable for the agent's lifetime.
     pub workspace_id: String,
-    /// `idle` or `busy` (reported by the executor).
-    #[schema(example = "idle")]
-    pub status: &'static str,
-    /// The task of the latest run, if any.
-    pub last_task: Option<String>,
     /// RFC 3339, set by the service.
     pub created_at: String,
     /// RFC 3339, set by the service.
     pub updated_at: String,
     /// Opaque (16 hex digits); also sent as the `ETag`.
     pub version: String,
+    // The runtime facts come last: the read model writes them after the stored JSON.
+    /// `idle` or `busy` (reported by the executor).
+    #[schema(example = "idle")]
+    pub status: &'static str,
+    /// The task of the latest run, if any.
+    pub last_task: Option<String>,
 }
 
 /// A native tool entry of a profile's `tools:` list.
@@ -284,13 +285,14 @@ pub struct ProfileAgentJson {
     pub mcp_servers: Vec<McpServerJson>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub llm: Option<LlmJson>,
+    /// Opaque; also sent as the `ETag`.
+    pub version: String,
+    // The runtime facts come last (see `CustomAgentJson`).
     /// `idle` or `busy` (reported by the executor).
     #[schema(example = "idle")]
     pub status: &'static str,
     /// The task of the latest run, if any.
     pub last_task: Option<String>,
-    /// Opaque; also sent as the `ETag`.
-    pub version: String,
 }
 
 /// Any agent, told apart by `source`.

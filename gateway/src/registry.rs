@@ -45,6 +45,8 @@ pub struct AppState {
     pub keys: Option<taskforce_runtime::auth::Keys>,
     /// Open runs per API key (`--max-runs-per-key`).
     pub runs_per_key: std::sync::Arc<crate::limits::RunsPerKey>,
+    /// Every agent, kept current from the registry's change stream while it is connected.
+    pub agents: crate::read_model::ReadModel,
 }
 
 impl AppState {
@@ -78,6 +80,7 @@ impl AppState {
             runs_per_key: std::sync::Arc::new(crate::limits::RunsPerKey::new(
                 config.max_runs_per_key,
             )),
+            agents: crate::read_model::ReadModel::new(),
         })
     }
 

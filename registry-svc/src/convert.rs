@@ -112,7 +112,7 @@ pub fn custom_to_proto(id: &str, version: String, f: &CustomAgentFile) -> v1::Ag
             workspace_path: String::new(),
         })),
         status: v1::AgentStatus::Idle.into(),
-        last_task: String::new(),
+        ..Default::default()
     }
 }
 
@@ -144,9 +144,12 @@ pub fn profile_to_proto(profile: &str, version: String, f: &ProfileFile) -> v1::
                 default_model: f.llm.default_model.clone(),
             }),
             description: f.description.clone(),
+            // Set from the file by the store.
+            created_at: String::new(),
+            updated_at: String::new(),
         })),
         status: v1::AgentStatus::Idle.into(),
-        last_task: String::new(),
+        ..Default::default()
     }
 }
 

@@ -33,6 +33,23 @@ pub fn version_of(bytes: &[u8]) -> String {
     hex::encode(&digest[..8])
 }
 
+/// When the file at `path` was created and last modified, RFC 3339 in UTC (the modification
+/// time where the file system keeps no creation time; empty strings when it cannot be read).
+pub fn times(path: &Path) -> (String, String) {
+    let Ok(meta) = std::fs::metadata(path) else {
+        return (String::new(), String::new());
+    };
+    let rfc3339 = |t: std::time::SystemTime| {
+        chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    };
+    let modified = meta.modified().map(rfc3339).unwrap_or_default();
+    let created = meta
+        .created()
+        .map(rfc3339)
+        .unwrap_or_else(|_| modified.clone());
+    (created, modified)
+}
+
 /// Writes `bytes` to `path` atomically and durably: temp file in the same directory, fsync,
 /// rename over the target, fsync the directory. A crash leaves either the old or the new file.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {

@@ -57,10 +57,9 @@ impl RegistryService {
             .map_err(RegistryError::from)??)
     }
 
-    /// Validates a definition completely: static rules, that its sub-agents exist, then its MCP
-    /// servers.
+    /// Checks what a definition that passed [`definition::validate`] refers to: that its
+    /// sub-agents exist, its workspace, then its MCP servers.
     async fn check(&self, id: &str, def: &CustomAgentFile) -> Result<catalog::McpCheck, Status> {
-        definition::validate(id, def).map_err(|e| e.to_status())?;
         if !def.subagents.is_empty() {
             let (id, subagents) = (id.to_owned(), def.subagents.clone());
             self.blocking(move |s| s.check_subagents(&id, &subagents))
@@ -189,10 +188,11 @@ impl AgentRegistry for RegistryService {
     ) -> Result<Response<v1::DeleteAgentResponse>, Status> {
         let r = req.into_inner();
         tracing::Span::current().record("agent_id", r.agent_id.as_str());
-        self.blocking(move |s| s.delete(&r.agent_id, &r.expected_version))
+        let revision = self
+            .blocking(move |s| s.delete(&r.agent_id, &r.expected_version))
             .await?;
         info!("agent deleted");
-        Ok(Response::new(v1::DeleteAgentResponse {}))
+        Ok(Response::new(v1::DeleteAgentResponse { revision }))
     }
 
     async fn list_tools(
@@ -210,7 +210,9 @@ impl AgentRegistry for RegistryService {
     ) -> Result<Response<v1::ValidateAgentResponse>, Status> {
         let spec = spec_of(req.into_inner().spec)?;
         let id = spec.agent_id.clone();
-        let check = self.check(&id, &convert::spec_to_file(spec)).await?;
+        let def = convert::spec_to_file(spec);
+        definition::validate(&id, &def).map_err(|e| e.to_status())?;
+        let check = self.check(&id, &def).await?;
         Ok(Response::new(v1::ValidateAgentResponse {
             discovered_mcp_tools: check.discovered,
             warnings: check.warnings,
@@ -221,12 +223,38 @@ impl AgentRegistry for RegistryService {
 
     async fn watch_agents(
         &self,
-        _req: Request<v1::WatchAgentsRequest>,
+        req: Request<v1::WatchAgentsRequest>,
     ) -> Result<Response<Self::WatchAgentsStream>, Status> {
-        let mut changes = self.store.subscribe();
+        let (snapshot, mut changes) = if req.into_inner().snapshot {
+            let s = self.blocking(Store::snapshot).await?;
+            (Some((s.agents, s.revision)), s.changes)
+        } else {
+            (None, self.store.subscribe())
+        };
         let (tx, rx) = mpsc::channel(256);
         let stop = self.shutdown.clone();
         tokio::spawn(async move {
+            if let Some((agents, revision)) = snapshot {
+                let upserts = agents.into_iter().map(|agent| v1::AgentChange {
+                    kind: v1::agent_change::Kind::Upserted.into(),
+                    agent_id: agent.agent_id.clone(),
+                    source: agent.source,
+                    version: agent.version.clone(),
+                    agent: Some(agent),
+                    revision,
+                });
+                let synced = v1::AgentChange {
+                    kind: v1::agent_change::Kind::Synced.into(),
+                    revision,
+                    ..Default::default()
+                };
+                for change in upserts.chain([synced]) {
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        sent = tx.send(Ok(change)) => if sent.is_err() { return },
+                    }
+                }
+            }
             loop {
                 let item = tokio::select! {
                     () = stop.cancelled() => Err(Status::unavailable("registry is shutting down")),

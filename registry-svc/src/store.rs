@@ -9,14 +9,17 @@ use std::{
     fs,
     ops::Bound,
     path::{Path, PathBuf},
-    sync::Mutex,
+    sync::{
+        Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
     time::Duration,
 };
 
 use prost::Message;
 use taskforce_proto::{
     error::{ApiError, ErrorKind},
-    ids,
+    ids, page_token,
     v1::{self, AgentSource, agent_change::Kind as ChangeKind},
 };
 use taskforce_runtime::now_ms;
@@ -64,6 +67,20 @@ pub struct Store {
     write_lock: Mutex<()>,
     diagnostics: Mutex<BTreeMap<String, String>>,
     changes: broadcast::Sender<v1::AgentChange>,
+    /// The revision of the latest change (see [`v1::AgentChange::revision`]); written under
+    /// the write lock.
+    revision: AtomicU64,
+}
+
+/// Everything a watcher that asked for a snapshot needs: the agents as they are, the revision
+/// they are at, and a receiver of exactly the changes made after them.
+pub struct Snapshot {
+    /// Every agent, profiles first, each source by id.
+    pub agents: Vec<v1::Agent>,
+    /// The revision of the latest change the agents include.
+    pub revision: u64,
+    /// The changes from then on.
+    pub changes: broadcast::Receiver<v1::AgentChange>,
 }
 
 impl Store {
@@ -96,6 +113,9 @@ impl Store {
             write_lock: Mutex::new(()),
             diagnostics: Mutex::new(BTreeMap::new()),
             changes,
+            // Microseconds since the epoch: a restarted registry goes on above the revisions
+            // its watchers saw from the one before.
+            revision: AtomicU64::new(now_ms().saturating_mul(1000)),
         };
         Ok(store)
     }
@@ -113,6 +133,24 @@ impl Store {
     /// A receiver of every change from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<v1::AgentChange> {
         self.changes.subscribe()
+    }
+
+    /// Every agent and a receiver of the changes after them, taken under the write lock so
+    /// that no change is both in the agents and in the receiver, or in neither.
+    pub fn snapshot(&self) -> Result<Snapshot> {
+        let _guard = self.lock();
+        let changes = self.changes.subscribe();
+        let mut agents = Vec::with_capacity(self.profile.len() + self.custom.len());
+        for tree in [&self.profile, &self.custom] {
+            for item in tree.iter().values() {
+                agents.push(self.with_runtime(v1::Agent::decode(item?.as_ref())?));
+            }
+        }
+        Ok(Snapshot {
+            agents,
+            revision: self.revision.load(Ordering::Acquire),
+            changes,
+        })
     }
 
     /// Flushes the cache to disk (on shutdown; the files are durable anyway).
@@ -157,7 +195,10 @@ impl Store {
             0 => DEFAULT_PAGE,
             n => n.min(MAX_PAGE),
         };
-        let (start_source, after) = parse_token(token)?;
+        let (start_source, after) = match page_token::parse(token)? {
+            Some((source, after)) => (Some(source), after),
+            None => (None, ""),
+        };
         let order: &[AgentSource] = match source {
             AgentSource::Unspecified => &[AgentSource::Profile, AgentSource::Custom],
             AgentSource::Profile => &[AgentSource::Profile],
@@ -182,8 +223,8 @@ impl Store {
                 if out.len() == page_size {
                     // There is more; the token points after the last agent of this page.
                     let token = match out.last() {
-                        Some(last) => make_token(&self.last_source(&out, src), &last.agent_id),
-                        None => make_token(&src, &String::from_utf8_lossy(&key)),
+                        Some(last) => page_token::make(self.last_source(&out, src), &last.agent_id),
+                        None => page_token::make(src, &String::from_utf8_lossy(&key)),
                     };
                     return Ok((out, token));
                 }
@@ -287,8 +328,8 @@ impl Store {
         self.write_custom(id, &path, &def)
     }
 
-    /// Deletes a custom agent.
-    pub fn delete(&self, id: &str, expected_version: &str) -> Result<()> {
+    /// Deletes a custom agent; returns the revision of the deletion.
+    pub fn delete(&self, id: &str, expected_version: &str) -> Result<u64> {
         let path = self.custom_path(id)?;
         let _guard = self.lock();
         self.read_current(id, &path, expected_version)?;
@@ -296,8 +337,7 @@ impl Store {
         self.custom.remove(id)?;
         self.forget_facts(id)?;
         self.forget_diagnostic(&path);
-        self.notify(ChangeKind::Deleted, id, AgentSource::Custom, String::new());
-        Ok(())
+        Ok(self.notify(ChangeKind::Deleted, id, AgentSource::Custom, None))
     }
 
     fn custom_path(&self, id: &str) -> Result<PathBuf> {
@@ -339,23 +379,44 @@ impl Store {
         let agent = convert::custom_to_proto(id, files::version_of(yaml.as_bytes()), def);
         self.custom.insert(id, agent.encode_to_vec())?;
         self.forget_diagnostic(path);
-        self.notify(
-            ChangeKind::Upserted,
-            id,
-            AgentSource::Custom,
-            agent.version.clone(),
-        );
+        let mut agent = self.with_runtime(agent);
+        agent.revision = self.notify_upserted(&agent);
         Ok(agent)
     }
 
-    fn notify(&self, kind: ChangeKind, id: &str, source: AgentSource, version: String) {
+    /// Tells watchers that `agent` was created or changed; returns the change's revision.
+    fn notify_upserted(&self, agent: &v1::Agent) -> u64 {
+        self.notify(
+            ChangeKind::Upserted,
+            &agent.agent_id,
+            AgentSource::try_from(agent.source).unwrap_or(AgentSource::Custom),
+            Some(agent.clone()),
+        )
+    }
+
+    /// Tells watchers of a change (the caller holds the write lock); returns its revision.
+    fn notify(
+        &self,
+        kind: ChangeKind,
+        id: &str,
+        source: AgentSource,
+        agent: Option<v1::Agent>,
+    ) -> u64 {
+        let revision = self.revision.fetch_add(1, Ordering::AcqRel) + 1;
+        let version = match (&agent, kind) {
+            (Some(a), ChangeKind::Upserted | ChangeKind::Status) => a.version.clone(),
+            _ => String::new(),
+        };
         // No receivers is fine: nobody is watching.
         let _ = self.changes.send(v1::AgentChange {
             kind: kind.into(),
             agent_id: id.to_owned(),
             source: source.into(),
             version,
+            agent,
+            revision,
         });
+        revision
     }
 
     // ---- runtime facts -----------------------------------------------------------------
@@ -368,12 +429,16 @@ impl Store {
         last_task: &str,
         lease: Duration,
     ) -> Result<()> {
-        if !self.custom.contains_key(id)? && !self.profile.contains_key(id)? {
+        let _guard = self.lock();
+        let (source, tree) = if self.custom.contains_key(id)? {
+            (AgentSource::Custom, &self.custom)
+        } else if self.profile.contains_key(id)? {
+            (AgentSource::Profile, &self.profile)
+        } else {
             return Err(
                 ApiError::new(ErrorKind::NotFound, format!("agent {id:?} not found")).into(),
             );
-        }
-        let _guard = self.lock();
+        };
         let mut facts = self.facts_of(id).unwrap_or_default();
         facts.busy_until_ms = match status {
             v1::AgentStatus::Busy => {
@@ -389,8 +454,19 @@ impl Store {
             serde_json::to_vec(&facts).map_err(|e| RegistryError::Config(e.to_string()))?,
         )?;
         if let Ok(mut all) = self.facts.write() {
-            all.insert(id.to_owned(), facts);
+            all.insert(id.to_owned(), facts.clone());
         }
+        let version = match tree.get(id)? {
+            Some(bytes) => v1::Agent::decode(bytes.as_ref())?.version,
+            None => String::new(),
+        };
+        let status = v1::Agent {
+            agent_id: id.to_owned(),
+            source: source.into(),
+            version,
+            ..Default::default()
+        };
+        self.notify(ChangeKind::Status, id, source, Some(facts.apply(status)));
         Ok(())
     }
 
@@ -417,17 +493,10 @@ impl Store {
                 .to_string_lossy()
                 .into_owned();
         }
-        if let Some(facts) = self.facts_of(&agent.agent_id) {
-            let busy = facts.busy_until_ms > now_ms();
-            agent.status = if busy {
-                v1::AgentStatus::Busy
-            } else {
-                v1::AgentStatus::Idle
-            }
-            .into();
-            agent.last_task = facts.last_task;
+        match self.facts_of(&agent.agent_id) {
+            Some(facts) => facts.apply(agent),
+            None => agent,
         }
-        agent
     }
 
     // ---- reconcile ---------------------------------------------------------------------
@@ -457,7 +526,7 @@ impl Store {
                 if !seen.contains(&id) {
                     tree.remove(&key)?;
                     stats.removed += 1;
-                    self.notify(ChangeKind::Deleted, &id, source, String::new());
+                    self.notify(ChangeKind::Deleted, &id, source, None);
                 }
             }
             self.retain_diagnostics(dir, &seen);
@@ -521,7 +590,7 @@ impl Store {
                 self.forget_diagnostic(path);
                 if tree.remove(id.as_bytes())?.is_some() {
                     stats.removed += 1;
-                    self.notify(ChangeKind::Deleted, &id, source, String::new());
+                    self.notify(ChangeKind::Deleted, &id, source, None);
                 }
                 return Ok(());
             }
@@ -529,16 +598,20 @@ impl Store {
         };
         let version = files::version_of(&bytes);
         if let Some(cached) = tree.get(id.as_bytes())?
-            && v1::Agent::decode(cached.as_ref()).is_ok_and(|a| a.version == version)
+            && v1::Agent::decode(cached.as_ref())
+                .is_ok_and(|a| a.version == version && has_times(&a))
         {
             return Ok(());
         }
-        match load(source, &id, version.clone(), &bytes) {
-            Ok(agent) => {
+        match load(source, &id, version, &bytes) {
+            Ok(mut agent) => {
+                if let Some(v1::agent::Kind::Profile(p)) = &mut agent.kind {
+                    (p.created_at, p.updated_at) = files::times(path);
+                }
                 tree.insert(id.as_bytes(), agent.encode_to_vec())?;
                 self.forget_diagnostic(path);
                 stats.updated += 1;
-                self.notify(ChangeKind::Upserted, &id, source, version);
+                self.notify_upserted(&self.with_runtime(agent));
             }
             Err(reason) => return self.skip_invalid(source, &id, path, reason, stats),
         }
@@ -559,7 +632,7 @@ impl Store {
         self.remember_diagnostic(path, reason);
         if self.tree(source).remove(id.as_bytes())?.is_some() {
             stats.removed += 1;
-            self.notify(ChangeKind::Deleted, id, source, String::new());
+            self.notify(ChangeKind::Deleted, id, source, None);
         }
         Ok(())
     }
@@ -621,6 +694,21 @@ struct RuntimeFacts {
     last_task: String,
 }
 
+impl RuntimeFacts {
+    /// `agent` with these facts: status (as of now), last task, and the lease's end.
+    fn apply(self, mut agent: v1::Agent) -> v1::Agent {
+        agent.status = if self.busy_until_ms > now_ms() {
+            v1::AgentStatus::Busy
+        } else {
+            v1::AgentStatus::Idle
+        }
+        .into();
+        agent.busy_until_ms = self.busy_until_ms;
+        agent.last_task = self.last_task;
+        agent
+    }
+}
+
 /// Parses and validates one file into an `Agent`, or says why it cannot be served.
 fn load(source: AgentSource, id: &str, version: String, bytes: &[u8]) -> Result<v1::Agent, String> {
     ids::validate_agent_id(id).map_err(|e| format!("file name is not a valid agent id: {e}"))?;
@@ -640,32 +728,19 @@ fn load(source: AgentSource, id: &str, version: String, bytes: &[u8]) -> Result<
     }
 }
 
+/// Whether a cached agent has what a cache written by an older registry may lack: a profile's
+/// file times.
+fn has_times(agent: &v1::Agent) -> bool {
+    match &agent.kind {
+        Some(v1::agent::Kind::Profile(p)) => !p.updated_at.is_empty(),
+        Some(v1::agent::Kind::Custom(_)) | None => true,
+    }
+}
+
 fn is_not_profile(path: &Path) -> bool {
     path.file_name()
         .and_then(|n| n.to_str())
         .is_some_and(|n| NOT_PROFILES.contains(&n))
-}
-
-fn make_token(source: &AgentSource, id: &str) -> String {
-    let tag = match source {
-        AgentSource::Profile => 'p',
-        AgentSource::Custom | AgentSource::Unspecified => 'c',
-    };
-    format!("{tag}:{id}")
-}
-
-fn parse_token(token: &str) -> Result<(Option<AgentSource>, String)> {
-    if token.is_empty() {
-        return Ok((None, String::new()));
-    }
-    let bad = || ApiError::field("page_token", "is not a token returned by a previous page");
-    let (tag, id) = token.split_once(':').ok_or_else(bad)?;
-    let source = match tag {
-        "p" => AgentSource::Profile,
-        "c" => AgentSource::Custom,
-        _ => return Err(bad().into()),
-    };
-    Ok((Some(source), id.to_owned()))
 }
 
 /// Opens sled at `dir`; a database that cannot be opened is moved aside and rebuilt (the files
@@ -710,8 +785,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn subagents_must_name_served_agents() -> Result<()> {
+    /// A reconciled store over a temporary config directory with one profile, `dev`.
+    fn store_with_dev_profile() -> Result<(tempfile::TempDir, Store)> {
         let dir = tempfile::tempdir().map_err(|e| RegistryError::io(Path::new("tmp"), e))?;
         let root = dir.path().join("configs");
         fs::create_dir_all(&root).map_err(|e| RegistryError::io(&root, e))?;
@@ -719,6 +794,12 @@ mod tests {
             .map_err(|e| RegistryError::io(&root, e))?;
         let store = Store::open(&root, &dir.path().join("data"))?;
         store.reconcile_all()?;
+        Ok((dir, store))
+    }
+
+    #[test]
+    fn subagents_must_name_served_agents() -> Result<()> {
+        let (_dir, store) = store_with_dev_profile()?;
         store.create("researcher", agent_file(), "2026-11-22T09:00:00Z")?;
         store.check_subagents("boss", &["researcher".into(), "dev".into()])?;
         let err = store.check_subagents("researcher", &["dev".into(), "nope".into()]);
@@ -835,6 +916,83 @@ mod tests {
         );
         let unknown = store.report_status("nobody", v1::AgentStatus::Busy, "", Duration::ZERO);
         assert!(matches!(unknown, Err(RegistryError::Api(e)) if e.kind == ErrorKind::NotFound));
+        Ok(())
+    }
+
+    #[test]
+    fn a_snapshot_and_its_changes_make_every_write_visible_once_in_revision_order() -> Result<()> {
+        let (_dir, store) = store_with_dev_profile()?;
+        let first = store.create("alpha", agent_file(), "2026-11-22T09:00:00Z")?;
+        let mut snap = store.snapshot()?;
+        let ids: Vec<_> = snap.agents.iter().map(|a| a.agent_id.as_str()).collect();
+        assert_eq!(ids, ["dev", "alpha"], "profiles first");
+        // A profile carries its file's times.
+        let Some(v1::agent::Kind::Profile(p)) = &snap.agents[0].kind else {
+            panic!("dev is a profile");
+        };
+        assert!(
+            p.created_at.ends_with('Z') && p.updated_at.ends_with('Z'),
+            "{p:?}"
+        );
+        assert_eq!(
+            snap.revision, first.revision,
+            "the snapshot is at the last write"
+        );
+        // Nothing from before the snapshot is in its receiver.
+        assert!(snap.changes.try_recv().is_err());
+
+        let second = store.create("beta", agent_file(), "2026-11-22T09:00:00Z")?;
+        store.report_status(
+            "beta",
+            v1::AgentStatus::Busy,
+            "sorting",
+            Duration::from_secs(60),
+        )?;
+        let deleted = store.delete("alpha", "")?;
+        let mut changes = Vec::new();
+        while let Ok(c) = snap.changes.try_recv() {
+            changes.push(c);
+        }
+        let seen: Vec<_> = changes
+            .iter()
+            .map(|c| (c.kind(), c.agent_id.as_str()))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (ChangeKind::Upserted, "beta"),
+                (ChangeKind::Status, "beta"),
+                (ChangeKind::Deleted, "alpha"),
+            ]
+        );
+        let revisions: Vec<_> = changes.iter().map(|c| c.revision).collect();
+        assert_eq!(revisions, [second.revision, second.revision + 1, deleted]);
+        // The upsert carries the agent as a read would answer it; the status change its facts.
+        let upserted = changes[0].agent.clone().unwrap_or_default();
+        assert_eq!(upserted.version, second.version);
+        assert!(upserted.kind.is_some());
+        let status = changes[1].agent.clone().unwrap_or_default();
+        assert_eq!(status.status, i32::from(v1::AgentStatus::Busy));
+        assert_eq!(status.last_task, "sorting");
+        assert!(status.busy_until_ms > now_ms() && status.kind.is_none());
+        Ok(())
+    }
+
+    #[test]
+    fn revisions_keep_growing_across_a_reopen() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(|e| RegistryError::io(Path::new("tmp"), e))?;
+        let (root, data) = (dir.path().join("configs"), dir.path().join("data"));
+        let store = Store::open(&root, &data)?;
+        let before = store.create("alpha", agent_file(), "2026-11-22T09:00:00Z")?;
+        drop(store);
+        let store = Store::open(&root, &data)?;
+        let after = store.create("beta", agent_file(), "2026-11-22T09:00:00Z")?;
+        assert!(
+            after.revision > before.revision,
+            "{} then {}",
+            before.revision,
+            after.revision
+        );
         Ok(())
     }
 }

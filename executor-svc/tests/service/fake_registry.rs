@@ -60,6 +60,7 @@ impl FakeRegistry {
             agent_id: "helper".into(),
             source: AgentSource::Custom as i32,
             version: "v2".into(),
+            ..Default::default()
         });
     }
 }

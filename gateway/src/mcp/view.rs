@@ -2,8 +2,8 @@
 //! becomes one. Field names are normative; `source` is ours (additive).
 //!
 //! Profile agents are listed too: they have no workspace, role or project, so `role`,
-//! `project`, `workspace_id`, `created_at` and `updated_at` are empty strings and `metadata` is
-//! empty.
+//! `project` and `workspace_id` are empty strings and `metadata` is empty; `created_at` and
+//! `updated_at` are their file's times.
 
 use std::collections::BTreeMap;
 
@@ -175,6 +175,8 @@ impl AgentFacts {
                 if facts.name.is_empty() {
                     facts.name = p.profile;
                 }
+                facts.created_at = p.created_at;
+                facts.updated_at = p.updated_at;
             }
         }
         Some(facts)

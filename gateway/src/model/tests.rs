@@ -94,6 +94,8 @@ fn profile_agents_have_the_documented_shape() {
                 config_path: "configs/llm_config.yaml".into(),
                 default_model: "main".into(),
             }),
+            created_at: String::new(),
+            updated_at: String::new(),
             description: "Development profile".into(),
         })),
         ..Default::default()

@@ -200,7 +200,7 @@ impl AgentRegistry for FakeRegistry {
             "delete {} expected={}",
             r.agent_id, r.expected_version
         ));
-        Ok(Response::new(v1::DeleteAgentResponse {}))
+        Ok(Response::new(v1::DeleteAgentResponse::default()))
     }
 
     async fn list_tools(

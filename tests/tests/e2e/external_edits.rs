@@ -1,41 +1,17 @@
 //! People edit the YAML directory by hand while the registry runs (and while it is down); the
 //! registry follows, skipping invalid files and saying why.
 
-use std::{collections::BTreeMap, future::Future, time::Duration};
+use std::collections::BTreeMap;
 
 use serde_json::json;
 use taskforce_proto::v1::{self, AgentSource, agent::Kind};
 use taskforce_tests::{Stack, spawn_registry, spawn_stack};
-use tokio::time::Instant;
 use tonic::Code;
 
 use crate::helpers::{
-    EDIT_VISIBLE_WITHIN, SAMPLE_IDS, STEP, agent_json, create, custom_spec, grpc_list_all,
-    hand_written_yaml, rss_mib, send,
+    EDIT_VISIBLE_WITHIN, SAMPLE_IDS, agent_json, create, custom_spec, grpc_list_all,
+    hand_written_yaml, rss_mib, send, until,
 };
-
-/// Calls `probe` every [`STEP`] until `check` accepts its answer; panics with the last answer
-/// after `within`.
-async fn until<T, P, Fut, C>(within: Duration, what: &str, mut probe: P, check: C) -> T
-where
-    T: std::fmt::Debug,
-    P: FnMut() -> Fut,
-    Fut: Future<Output = T>,
-    C: Fn(&T) -> bool,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        let answer = probe().await;
-        if check(&answer) {
-            return answer;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: not seen within {within:?}; last answer: {answer:?}"
-        );
-        tokio::time::sleep(STEP).await;
-    }
-}
 
 /// GetAgent as a plain result.
 async fn get_agent(stack: &Stack, id: &str) -> Result<v1::Agent, tonic::Status> {

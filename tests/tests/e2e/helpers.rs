@@ -2,6 +2,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
+    future::Future,
     path::Path,
     time::Duration,
 };
@@ -458,4 +459,27 @@ pub async fn get_session(stack: &Stack, session_id: &str) -> v1::Session {
         .await
         .unwrap_or_else(|e| panic!("GetSession {session_id}: {e}\n{}", stack.logs()))
         .into_inner()
+}
+
+/// Calls `probe` every [`STEP`] until `check` accepts its answer; panics with the last answer
+/// after `within`.
+pub async fn until<T, P, Fut, C>(within: Duration, what: &str, mut probe: P, check: C) -> T
+where
+    T: std::fmt::Debug,
+    P: FnMut() -> Fut,
+    Fut: Future<Output = T>,
+    C: Fn(&T) -> bool,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let answer = probe().await;
+        if check(&answer) {
+            return answer;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not seen within {within:?}; last answer: {answer:?}"
+        );
+        tokio::time::sleep(STEP).await;
+    }
 }

@@ -10,6 +10,8 @@
 //! - `listing`: the sample profile and custom agents over gRPC and REST.
 //! - `grpcurl`: the real grpcurl against reflection and health, no proto files.
 //! - `rest_crud`: create/get/update/delete over REST and the YAML files they produce.
+//! - `read_model`: the gateway's copy of the agents: own writes at once, changes made elsewhere,
+//!   a lost stream.
 //! - `auth`: API keys and scopes on REST, `/mcp`, both gRPC services and the CLI; the start-up
 //!   rule for non-loopback listeners.
 //! - `bad_input`: invalid ids, fields, bodies and versions over REST.
@@ -74,6 +76,7 @@ mod metadata;
 mod metrics;
 mod orchestration;
 mod policy_modes;
+mod read_model;
 mod rest_crud;
 mod run_cancel;
 mod run_faults;

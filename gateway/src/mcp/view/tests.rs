@@ -21,7 +21,7 @@ fn custom(project: &str, status: v1::AgentStatus, workspace: &str) -> v1::Agent 
             ..Default::default()
         })),
         status: status as i32,
-        last_task: String::new(),
+        ..Default::default()
     }
 }
 
@@ -87,12 +87,14 @@ fn list_view_counts_every_field_but_shows_only_listed_values() {
 }
 
 #[test]
-fn profile_agents_have_no_workspace_role_or_project() {
+fn profile_agents_have_no_workspace_role_or_project_and_their_file_times() {
     let agent = v1::Agent {
         agent_id: "dev".into(),
         source: v1::AgentSource::Profile as i32,
         kind: Some(v1::agent::Kind::Profile(v1::ProfileAgent {
             profile: "dev".into(),
+            created_at: "2026-11-20T08:00:00Z".into(),
+            updated_at: "2026-11-21T08:00:00Z".into(),
             ..Default::default()
         })),
         last_task: "triage".into(),
@@ -103,6 +105,7 @@ fn profile_agents_have_no_workspace_role_or_project() {
     assert_eq!(f.last_task.as_deref(), Some("triage"));
     let out = serde_json::to_value(f.into_summary(vec![])).expect("serialisable");
     assert_eq!(out["role"], "");
+    assert_eq!(out["created_at"], "2026-11-20T08:00:00Z");
     assert_eq!(out["metadata"], json!({}));
     assert_eq!(out["metadata_count"], 0);
 }

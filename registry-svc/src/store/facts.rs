@@ -1,0 +1,136 @@
+//! Runtime facts the executors report: BUSY for a lease, the last task. Not in YAML; kept in
+//! their own sled tree and in memory, so reads never touch the tree.
+
+use std::time::Duration;
+
+use prost::Message;
+use taskforce_proto::{
+    error::{ApiError, ErrorKind},
+    v1::{self, AgentSource, agent_change::Kind as ChangeKind},
+};
+use taskforce_runtime::now_ms;
+
+use super::Store;
+use crate::{
+    definition,
+    error::{RegistryError, Result},
+};
+
+impl Store {
+    /// Records an agent's status; BUSY holds for `lease` unless reported again.
+    pub fn report_status(
+        &self,
+        id: &str,
+        status: v1::AgentStatus,
+        last_task: &str,
+        lease: Duration,
+    ) -> Result<()> {
+        let _guard = self.lock();
+        let (source, tree) = if self.custom.contains_key(id)? {
+            (AgentSource::Custom, &self.custom)
+        } else if self.profile.contains_key(id)? {
+            (AgentSource::Profile, &self.profile)
+        } else {
+            return Err(
+                ApiError::new(ErrorKind::NotFound, format!("agent {id:?} not found")).into(),
+            );
+        };
+        let mut facts = self.facts_of(id).unwrap_or_default();
+        facts.busy_until_ms = match status {
+            v1::AgentStatus::Busy => {
+                now_ms().saturating_add(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX))
+            }
+            v1::AgentStatus::Idle | v1::AgentStatus::Unspecified => 0,
+        };
+        if !last_task.is_empty() {
+            facts.last_task = last_task.to_owned();
+        }
+        self.runtime.insert(
+            id,
+            serde_json::to_vec(&facts).map_err(|e| RegistryError::Config(e.to_string()))?,
+        )?;
+        if let Ok(mut all) = self.facts.write() {
+            all.insert(id.to_owned(), facts.clone());
+        }
+        let version = match tree.get(id)? {
+            Some(bytes) => v1::Agent::decode(bytes.as_ref())?.version,
+            None => String::new(),
+        };
+        let status = v1::Agent {
+            agent_id: id.to_owned(),
+            source: source.into(),
+            version,
+            ..Default::default()
+        };
+        self.notify(ChangeKind::Status, id, source, Some(facts.apply(status)));
+        Ok(())
+    }
+
+    pub(super) fn facts_of(&self, id: &str) -> Option<RuntimeFacts> {
+        self.facts.read().ok().and_then(|all| all.get(id).cloned())
+    }
+
+    pub(super) fn forget_facts(&self, id: &str) -> Result<()> {
+        self.runtime.remove(id)?;
+        if let Ok(mut all) = self.facts.write() {
+            all.remove(id);
+        }
+        Ok(())
+    }
+
+    /// Fills in what is not in the cache: status and last task from the runtime facts, and
+    /// the resolved workspace path (from the config directory this registry serves).
+    pub(super) fn with_runtime(&self, mut agent: v1::Agent) -> v1::Agent {
+        if let Some(v1::agent::Kind::Custom(custom)) = &mut agent.kind
+            && let Some(ws) = custom.spec.as_ref().map(|s| s.workspace.as_str())
+            && !ws.is_empty()
+        {
+            custom.workspace_path = definition::resolve_workspace(&self.root, ws)
+                .to_string_lossy()
+                .into_owned();
+        }
+        match self.facts_of(&agent.agent_id) {
+            Some(facts) => facts.apply(agent),
+            None => agent,
+        }
+    }
+}
+
+/// Reads every runtime fact; entries that do not decode are dropped (they are hints, not data).
+pub(super) fn load_facts(
+    tree: &sled::Tree,
+) -> Result<std::collections::HashMap<String, RuntimeFacts>> {
+    let mut out = std::collections::HashMap::new();
+    for item in tree.iter() {
+        let (k, v) = item?;
+        if let Ok(facts) = serde_json::from_slice(&v) {
+            out.insert(String::from_utf8_lossy(&k).into_owned(), facts);
+        }
+    }
+    Ok(out)
+}
+
+/// What the executor reported about an agent.
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
+pub(super) struct RuntimeFacts {
+    /// Unix milliseconds until which the agent counts as busy (0: idle).
+    #[serde(default)]
+    busy_until_ms: u64,
+    #[serde(default)]
+    last_task: String,
+}
+
+impl RuntimeFacts {
+    /// `agent` with these facts: status (as of now), last task, and the lease's end.
+    fn apply(self, mut agent: v1::Agent) -> v1::Agent {
+        agent.status = if self.busy_until_ms > now_ms() {
+            v1::AgentStatus::Busy
+        } else {
+            v1::AgentStatus::Idle
+        }
+        .into();
+        agent.busy_until_ms = self.busy_until_ms;
+        agent.last_task = self.last_task;
+        agent
+    }
+}

@@ -1,0 +1,188 @@
+//! The agent store: YAML files are the source of truth, sled is the cache and index.
+//!
+//! Every mutation (API writes, watcher events, periodic reconciles) runs under one write lock,
+//! so the cache always moves from one file state to the next. Methods are blocking: call them
+//! from `spawn_blocking` (reads are sub-millisecond sled lookups and may run inline).
+//!
+//! # Layout
+//! - this file: the store, opening (or rebuilding) sled, the trees.
+//! - [`read`]: one agent, pages of agents and their tokens, sub-agent checks.
+//! - [`write`]: create, update and delete custom agents, with version checks.
+//! - [`facts`]: what the executors report (BUSY with a lease, last task).
+//! - [`reconcile`]: bringing the cache in line with the files, and the diagnostics.
+//! - [`changes`]: revisions, the change broadcast and snapshots for watchers.
+
+mod changes;
+mod facts;
+mod read;
+mod reconcile;
+mod write;
+
+use std::{
+    collections::BTreeMap,
+    fs,
+    path::{Path, PathBuf},
+    sync::{Mutex, atomic::AtomicU64},
+};
+
+use taskforce_proto::v1::{self, AgentSource};
+use taskforce_runtime::now_ms;
+use tokio::sync::broadcast;
+use tracing::warn;
+
+use crate::{
+    error::{RegistryError, Result},
+    files,
+};
+
+pub use changes::Snapshot;
+use facts::{RuntimeFacts, load_facts};
+
+/// Default and largest page sizes of `list`.
+pub const DEFAULT_PAGE: usize = 100;
+/// Largest page size of `list`.
+pub const MAX_PAGE: usize = 1000;
+
+/// What a full reconcile did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ReconcileStats {
+    /// Files looked at.
+    pub files: usize,
+    /// Cache entries added or replaced.
+    pub updated: usize,
+    /// Cache entries dropped.
+    pub removed: usize,
+    /// Files skipped as invalid.
+    pub invalid: usize,
+}
+
+/// The store. Cheap to share behind an `Arc`.
+pub struct Store {
+    root: PathBuf,
+    custom_dir: PathBuf,
+    db: sled::Db,
+    custom: sled::Tree,
+    profile: sled::Tree,
+    /// Runtime facts by agent id (status, last task): not in YAML, survive restarts.
+    runtime: sled::Tree,
+    /// The runtime facts in memory, so reads never touch the runtime tree.
+    facts: std::sync::RwLock<std::collections::HashMap<String, RuntimeFacts>>,
+    write_lock: Mutex<()>,
+    diagnostics: Mutex<BTreeMap<String, String>>,
+    changes: broadcast::Sender<v1::AgentChange>,
+    /// The revision of the latest change (see [`v1::AgentChange::revision`]); written under
+    /// the write lock.
+    revision: AtomicU64,
+}
+
+impl Store {
+    /// Opens (or rebuilds) the cache at `data_dir` for the config directory `root`. The cache
+    /// may be stale until [`Store::reconcile_all`] runs; the caller starts the file watcher
+    /// first, so that no edit falls between the reconcile and the watch.
+    pub fn open(root: &Path, data_dir: &Path) -> Result<Self> {
+        let custom_dir = root.join("custom");
+        fs::create_dir_all(&custom_dir).map_err(|e| RegistryError::io(&custom_dir, e))?;
+        // Watcher events carry canonical paths; compare like with like.
+        let root = fs::canonicalize(root).map_err(|e| RegistryError::io(root, e))?;
+        let custom_dir = root.join("custom");
+        fs::create_dir_all(&custom_dir).map_err(|e| RegistryError::io(&custom_dir, e))?;
+        let removed = files::remove_stale_temp_files(&custom_dir)
+            .map_err(|e| RegistryError::io(&custom_dir, e))?;
+        if removed > 0 {
+            warn!(removed, dir = %custom_dir.display(), "removed temp files left by an interrupted write");
+        }
+        let db = open_or_rebuild(data_dir)?;
+        let (changes, _) = broadcast::channel(4096);
+        let runtime = db.open_tree("runtime")?;
+        let store = Self {
+            root,
+            custom: db.open_tree("custom")?,
+            profile: db.open_tree("profile")?,
+            facts: std::sync::RwLock::new(load_facts(&runtime)?),
+            runtime,
+            db,
+            custom_dir,
+            write_lock: Mutex::new(()),
+            diagnostics: Mutex::new(BTreeMap::new()),
+            changes,
+            // Microseconds since the epoch: a restarted registry goes on above the revisions
+            // its watchers saw from the one before.
+            revision: AtomicU64::new(now_ms().saturating_mul(1000)),
+        };
+        Ok(store)
+    }
+
+    /// The config directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The custom agents directory.
+    pub fn custom_dir(&self) -> &Path {
+        &self.custom_dir
+    }
+
+    /// Flushes the cache to disk (on shutdown; the files are durable anyway).
+    pub fn flush(&self) -> Result<()> {
+        self.db.flush()?;
+        Ok(())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.write_lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn tree(&self, source: AgentSource) -> &sled::Tree {
+        match source {
+            AgentSource::Profile => &self.profile,
+            AgentSource::Custom | AgentSource::Unspecified => &self.custom,
+        }
+    }
+
+    /// The sled cache's size on disk, in bytes. sled stats its files to answer, and one try
+    /// can fail while it rewrites them: it tries three times; `None` means it could not say.
+    pub fn size_on_disk(&self) -> Option<u64> {
+        (0..3).find_map(|_| self.db.size_on_disk().ok())
+    }
+
+    /// Number of cached agents by source (profile, custom).
+    pub fn counts(&self) -> (usize, usize) {
+        (self.profile.len(), self.custom.len())
+    }
+
+    fn dir_of(&self, source: AgentSource) -> &Path {
+        match source {
+            AgentSource::Profile => &self.root,
+            AgentSource::Custom | AgentSource::Unspecified => &self.custom_dir,
+        }
+    }
+}
+
+/// Opens sled at `dir`; a database that cannot be opened is moved aside and rebuilt (the files
+/// are the source of truth, so nothing is lost).
+fn open_or_rebuild(dir: &Path) -> Result<sled::Db> {
+    let config = |d: &Path| {
+        sled::Config::new()
+            .path(d)
+            .cache_capacity(8 * 1024 * 1024)
+            .mode(sled::Mode::LowSpace)
+            .flush_every_ms(Some(1000))
+    };
+    match config(dir).open() {
+        Ok(db) => Ok(db),
+        Err(e) => {
+            let aside = dir.with_extension(format!(
+                "broken-{}",
+                chrono::Utc::now().format("%Y%m%dT%H%M%S")
+            ));
+            warn!(dir = %dir.display(), aside = %aside.display(), error = %e, "cache cannot be opened; moving it aside and rebuilding from YAML");
+            fs::rename(dir, &aside).map_err(|e| RegistryError::io(dir, e))?;
+            Ok(config(dir).open()?)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

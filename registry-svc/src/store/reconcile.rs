@@ -1,0 +1,229 @@
+//! Reconciling the cache with the files (all of them at start and periodically, one per
+//! watcher event), and the diagnostics of files that cannot be served.
+
+use std::{collections::HashSet, path::Path};
+
+use prost::Message;
+use taskforce_proto::{
+    ids,
+    v1::{self, AgentSource, agent_change::Kind as ChangeKind},
+};
+use tracing::warn;
+
+use super::{ReconcileStats, Store};
+use crate::{
+    convert,
+    definition::{self, CustomAgentFile, ProfileFile},
+    error::{RegistryError, Result},
+    files,
+};
+
+/// Files in the config directory that are not profiles.
+const NOT_PROFILES: [&str; 1] = ["llm_config.yaml"];
+
+impl Store {
+    /// Files that could not be loaded, with the reason, by path relative to the config dir.
+    pub fn diagnostics(&self) -> Vec<(String, String)> {
+        self.diagnostics
+            .lock()
+            .map(|d| d.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default()
+    }
+
+    /// Brings the cache in line with every file in the config directory.
+    pub fn reconcile_all(&self) -> Result<ReconcileStats> {
+        let _guard = self.lock();
+        let mut stats = ReconcileStats::default();
+        for source in [AgentSource::Profile, AgentSource::Custom] {
+            let dir = self.dir_of(source);
+            let paths = files::yaml_files(dir).map_err(|e| RegistryError::io(dir, e))?;
+            let mut seen = HashSet::with_capacity(paths.len());
+            for path in paths {
+                if source == AgentSource::Profile && is_not_profile(&path) {
+                    continue;
+                }
+                stats.files += 1;
+                if let Some(id) = files::stem(&path) {
+                    seen.insert(id.to_owned());
+                }
+                self.reconcile_file(source, &path, &mut stats)?;
+            }
+            let tree = self.tree(source);
+            for key in tree.iter().keys() {
+                let key = key?;
+                let id = String::from_utf8_lossy(&key).into_owned();
+                if !seen.contains(&id) {
+                    tree.remove(&key)?;
+                    stats.removed += 1;
+                    self.notify(ChangeKind::Deleted, &id, source, None);
+                }
+            }
+            self.retain_diagnostics(dir, &seen);
+        }
+        Ok(stats)
+    }
+
+    /// Brings the cache in line with one file (created, changed or deleted).
+    pub fn reconcile_path(&self, path: &Path) -> Result<ReconcileStats> {
+        let mut stats = ReconcileStats::default();
+        let Some(source) = self.source_of(path) else {
+            return Ok(stats);
+        };
+        let _guard = self.lock();
+        stats.files = 1;
+        self.reconcile_file(source, path, &mut stats)?;
+        Ok(stats)
+    }
+
+    pub(super) fn source_of(&self, path: &Path) -> Option<AgentSource> {
+        if !files::is_definition_file(path) {
+            return None;
+        }
+        let dir = path.parent()?;
+        if dir == self.custom_dir {
+            Some(AgentSource::Custom)
+        } else if dir == self.root && !is_not_profile(path) {
+            Some(AgentSource::Profile)
+        } else {
+            None
+        }
+    }
+
+    pub(super) fn reconcile_file(
+        &self,
+        source: AgentSource,
+        path: &Path,
+        stats: &mut ReconcileStats,
+    ) -> Result<()> {
+        let Some(id) = files::stem(path).map(str::to_owned) else {
+            return Ok(());
+        };
+        let tree = self.tree(source);
+        let bytes = match files::read_at_most(path, files::MAX_DEFINITION_BYTES) {
+            Ok(Some(b)) => b,
+            Ok(None) => {
+                let reason = format!(
+                    "the file is larger than {} bytes, the most a definition may have",
+                    files::MAX_DEFINITION_BYTES
+                );
+                return self.skip_invalid(source, &id, path, reason, stats);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                self.forget_diagnostic(path);
+                if tree.remove(id.as_bytes())?.is_some() {
+                    stats.removed += 1;
+                    self.notify(ChangeKind::Deleted, &id, source, None);
+                }
+                return Ok(());
+            }
+            Err(e) => return Err(RegistryError::io(path, e)),
+        };
+        let version = files::version_of(&bytes);
+        if let Some(cached) = tree.get(id.as_bytes())?
+            && v1::Agent::decode(cached.as_ref())
+                .is_ok_and(|a| a.version == version && has_times(&a))
+        {
+            return Ok(());
+        }
+        match load(source, &id, version, &bytes) {
+            Ok(mut agent) => {
+                if let Some(v1::agent::Kind::Profile(p)) = &mut agent.kind {
+                    (p.created_at, p.updated_at) = files::times(path);
+                }
+                tree.insert(id.as_bytes(), agent.encode_to_vec())?;
+                self.forget_diagnostic(path);
+                stats.updated += 1;
+                self.notify_upserted(&self.with_runtime(agent));
+            }
+            Err(reason) => return self.skip_invalid(source, &id, path, reason, stats),
+        }
+        Ok(())
+    }
+
+    /// Leaves an invalid file out of the cache (dropping what it held), with a diagnostic.
+    pub(super) fn skip_invalid(
+        &self,
+        source: AgentSource,
+        id: &str,
+        path: &Path,
+        reason: String,
+        stats: &mut ReconcileStats,
+    ) -> Result<()> {
+        warn!(path = %path.display(), error = %reason, "skipping invalid definition");
+        stats.invalid += 1;
+        self.remember_diagnostic(path, reason);
+        if self.tree(source).remove(id.as_bytes())?.is_some() {
+            stats.removed += 1;
+            self.notify(ChangeKind::Deleted, id, source, None);
+        }
+        Ok(())
+    }
+
+    pub(super) fn rel(&self, path: &Path) -> String {
+        path.strip_prefix(&self.root)
+            .unwrap_or(path)
+            .display()
+            .to_string()
+    }
+
+    pub(super) fn remember_diagnostic(&self, path: &Path, reason: String) {
+        if let Ok(mut d) = self.diagnostics.lock() {
+            d.insert(self.rel(path), reason);
+        }
+    }
+
+    pub(super) fn forget_diagnostic(&self, path: &Path) {
+        if let Ok(mut d) = self.diagnostics.lock() {
+            d.remove(&self.rel(path));
+        }
+    }
+
+    /// Drops diagnostics of files in `dir` that are gone.
+    pub(super) fn retain_diagnostics(&self, dir: &Path, present: &HashSet<String>) {
+        let prefix = self.rel(dir);
+        if let Ok(mut d) = self.diagnostics.lock() {
+            d.retain(|rel, _| {
+                let p = Path::new(rel);
+                let parent = p
+                    .parent()
+                    .map(|x| x.display().to_string())
+                    .unwrap_or_default();
+                parent != prefix || files::stem(p).is_some_and(|s| present.contains(s))
+            });
+        }
+    }
+}
+
+/// Parses and validates one file into an `Agent`, or says why it cannot be served.
+fn load(source: AgentSource, id: &str, version: String, bytes: &[u8]) -> Result<v1::Agent, String> {
+    ids::validate_agent_id(id).map_err(|e| format!("file name is not a valid agent id: {e}"))?;
+    match source {
+        AgentSource::Profile => {
+            let f: ProfileFile =
+                serde_yaml::from_slice(bytes).map_err(|e| format!("invalid YAML: {e}"))?;
+            Ok(convert::profile_to_proto(id, version, &f))
+        }
+        AgentSource::Custom | AgentSource::Unspecified => {
+            let f: CustomAgentFile =
+                serde_yaml::from_slice(bytes).map_err(|e| format!("invalid YAML: {e}"))?;
+            definition::validate(id, &f)
+                .map_err(|e| format!("invalid definition: {}", e.message))?;
+            Ok(convert::custom_to_proto(id, version, &f))
+        }
+    }
+}
+
+/// Whether a cached agent has what a cache written by an older registry may lack: a profile's
+/// file times.
+fn has_times(agent: &v1::Agent) -> bool {
+    match &agent.kind {
+        Some(v1::agent::Kind::Profile(p)) => !p.updated_at.is_empty(),
+        Some(v1::agent::Kind::Custom(_)) | None => true,
+    }
+}
+
+fn is_not_profile(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| NOT_PROFILES.contains(&n))
+}

@@ -1,0 +1,388 @@
+//! The store in process: over temporary directories, no service around it.
+
+use std::{fs, path::Path, time::Duration};
+
+use taskforce_proto::{
+    error::ErrorKind,
+    v1::{self, agent_change::Kind as ChangeKind},
+};
+use taskforce_runtime::now_ms;
+
+use super::*;
+use crate::{
+    definition::{self, CustomAgentFile},
+    error::RegistryError,
+};
+
+fn agent_file() -> CustomAgentFile {
+    CustomAgentFile {
+        name: "Agent".into(),
+        description: "An agent".into(),
+        prompt: definition::Prompt {
+            system_prompt: "Be brief.".into(),
+        },
+        tools: definition::Allowlist {
+            allowlist: vec!["file_read".into()],
+        },
+        ..Default::default()
+    }
+}
+
+/// A reconciled store over a temporary config directory with one profile, `dev`.
+fn store_with_dev_profile() -> Result<(tempfile::TempDir, Store)> {
+    let dir = tempfile::tempdir().map_err(|e| RegistryError::io(Path::new("tmp"), e))?;
+    let root = dir.path().join("configs");
+    fs::create_dir_all(&root).map_err(|e| RegistryError::io(&root, e))?;
+    fs::write(root.join("dev.yaml"), "description: Dev\n")
+        .map_err(|e| RegistryError::io(&root, e))?;
+    let store = Store::open(&root, &dir.path().join("data"))?;
+    store.reconcile_all()?;
+    Ok((dir, store))
+}
+
+#[test]
+fn subagents_must_name_served_agents() -> Result<()> {
+    let (_dir, store) = store_with_dev_profile()?;
+    store.create("researcher", agent_file(), "2026-11-22T09:00:00Z")?;
+    store.check_subagents("boss", &["researcher".into(), "dev".into()])?;
+    let err = store.check_subagents("researcher", &["dev".into(), "nope".into()]);
+    let Err(RegistryError::Api(e)) = err else {
+        panic!("unknown sub-agents are refused: {err:?}");
+    };
+    assert_eq!(e.kind, ErrorKind::InvalidSubagents);
+    let body = e.to_json();
+    assert_eq!(body["invalid_subagents"], serde_json::json!(["nope"]));
+    // Sorted, both sources, without the agent itself.
+    assert_eq!(body["available_agents"], serde_json::json!(["dev"]));
+    Ok(())
+}
+
+#[test]
+fn a_hand_written_file_may_name_an_agent_that_is_not_there_yet() -> Result<()> {
+    let dir = tempfile::tempdir().map_err(|e| RegistryError::io(Path::new("tmp"), e))?;
+    let root = dir.path().join("configs");
+    let custom = root.join("custom");
+    fs::create_dir_all(&custom).map_err(|e| RegistryError::io(&custom, e))?;
+    let body = "name: Boss\ndescription: Delegates\nprompt: {system_prompt: p}\n\
+                tools: {allowlist: [delegate_to_agent]}\nsubagents: [zz-later]\nmodel: fast\n";
+    fs::write(custom.join("boss.yaml"), body).map_err(|e| RegistryError::io(&custom, e))?;
+    let selfish = body.replace("zz-later", "selfish");
+    fs::write(custom.join("selfish.yaml"), selfish).map_err(|e| RegistryError::io(&custom, e))?;
+    let store = Store::open(&root, &dir.path().join("data"))?;
+    let stats = store.reconcile_all()?;
+    assert_eq!((stats.updated, stats.invalid), (1, 1), "{stats:?}");
+    let Some(v1::agent::Kind::Custom(c)) = store.get("boss")?.kind else {
+        panic!("boss is a custom agent");
+    };
+    let spec = c.spec.unwrap_or_default();
+    assert_eq!(
+        (spec.subagents, spec.model),
+        (vec!["zz-later".into()], "fast".into())
+    );
+    let diagnostics = store.diagnostics();
+    assert_eq!(diagnostics.len(), 1);
+    assert!(
+        diagnostics[0].0.ends_with("selfish.yaml"),
+        "{diagnostics:?}"
+    );
+    assert!(diagnostics[0].1.contains("subagents"), "{diagnostics:?}");
+    Ok(())
+}
+
+#[test]
+fn a_hand_written_mode_is_served_canonically_and_an_unknown_one_is_skipped() -> Result<()> {
+    let dir = tempfile::tempdir().map_err(|e| RegistryError::io(Path::new("tmp"), e))?;
+    let root = dir.path().join("configs");
+    let custom = root.join("custom");
+    fs::create_dir_all(&custom).map_err(|e| RegistryError::io(&custom, e))?;
+    let body = "name: Reader\ndescription: Reads\nprompt: {system_prompt: p}\n\
+                tools: {allowlist: [file_read]}\nmode: read_only\n";
+    fs::write(custom.join("reader.yaml"), body).map_err(|e| RegistryError::io(&custom, e))?;
+    fs::write(
+        custom.join("reckless.yaml"),
+        body.replace("read_only", "yolo"),
+    )
+    .map_err(|e| RegistryError::io(&custom, e))?;
+    let store = Store::open(&root, &dir.path().join("data"))?;
+    let stats = store.reconcile_all()?;
+    assert_eq!((stats.updated, stats.invalid), (1, 1), "{stats:?}");
+    let Some(v1::agent::Kind::Custom(c)) = store.get("reader")?.kind else {
+        panic!("reader is a custom agent");
+    };
+    assert_eq!(c.spec.unwrap_or_default().mode, "readOnly");
+    assert!(store.get("reckless").is_err());
+    let diagnostics = store.diagnostics();
+    assert_eq!(diagnostics.len(), 1);
+    assert!(
+        diagnostics[0].0.ends_with("reckless.yaml"),
+        "{diagnostics:?}"
+    );
+    assert!(diagnostics[0].1.contains("mode"), "{diagnostics:?}");
+    Ok(())
+}
+
+#[test]
+fn busy_holds_for_its_lease_and_survives_a_reopen() -> Result<()> {
+    let dir = tempfile::tempdir().map_err(|e| RegistryError::io(Path::new("tmp"), e))?;
+    let (root, data) = (dir.path().join("configs"), dir.path().join("data"));
+    let store = Store::open(&root, &data)?;
+    store.reconcile_all()?;
+    store.create("worker", agent_file(), "2026-11-22T09:00:00Z")?;
+    let status = |s: &Store| s.get("worker").map(|a| (a.status, a.last_task));
+
+    store.report_status(
+        "worker",
+        v1::AgentStatus::Busy,
+        "sorting",
+        Duration::from_secs(60),
+    )?;
+    assert_eq!(
+        status(&store)?,
+        (v1::AgentStatus::Busy.into(), "sorting".into())
+    );
+    // An expired lease reads as idle: a crashed executor cannot leave an agent busy.
+    store.report_status("worker", v1::AgentStatus::Busy, "", Duration::ZERO)?;
+    assert_eq!(
+        status(&store)?,
+        (v1::AgentStatus::Idle.into(), "sorting".into())
+    );
+    store.report_status("worker", v1::AgentStatus::Idle, "sorted", Duration::ZERO)?;
+    store.flush()?;
+    drop(store);
+
+    let store = Store::open(&root, &data)?;
+    store.reconcile_all()?;
+    assert_eq!(
+        status(&store)?,
+        (v1::AgentStatus::Idle.into(), "sorted".into())
+    );
+    let unknown = store.report_status("nobody", v1::AgentStatus::Busy, "", Duration::ZERO);
+    assert!(matches!(unknown, Err(RegistryError::Api(e)) if e.kind == ErrorKind::NotFound));
+    Ok(())
+}
+
+#[test]
+fn a_snapshot_and_its_changes_make_every_write_visible_once_in_revision_order() -> Result<()> {
+    let (_dir, store) = store_with_dev_profile()?;
+    let first = store.create("alpha", agent_file(), "2026-11-22T09:00:00Z")?;
+    let mut snap = store.snapshot()?;
+    let ids: Vec<_> = snap.agents.iter().map(|a| a.agent_id.as_str()).collect();
+    assert_eq!(ids, ["dev", "alpha"], "profiles first");
+    // A profile carries its file's times.
+    let Some(v1::agent::Kind::Profile(p)) = &snap.agents[0].kind else {
+        panic!("dev is a profile");
+    };
+    assert!(
+        p.created_at.ends_with('Z') && p.updated_at.ends_with('Z'),
+        "{p:?}"
+    );
+    assert_eq!(
+        snap.revision, first.revision,
+        "the snapshot is at the last write"
+    );
+    // Nothing from before the snapshot is in its receiver.
+    assert!(snap.changes.try_recv().is_err());
+
+    let second = store.create("beta", agent_file(), "2026-11-22T09:00:00Z")?;
+    store.report_status(
+        "beta",
+        v1::AgentStatus::Busy,
+        "sorting",
+        Duration::from_secs(60),
+    )?;
+    let deleted = store.delete("alpha", "")?;
+    let mut changes = Vec::new();
+    while let Ok(c) = snap.changes.try_recv() {
+        changes.push(c);
+    }
+    let seen: Vec<_> = changes
+        .iter()
+        .map(|c| (c.kind(), c.agent_id.as_str()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (ChangeKind::Upserted, "beta"),
+            (ChangeKind::Status, "beta"),
+            (ChangeKind::Deleted, "alpha"),
+        ]
+    );
+    let revisions: Vec<_> = changes.iter().map(|c| c.revision).collect();
+    assert_eq!(revisions, [second.revision, second.revision + 1, deleted]);
+    // The upsert carries the agent as a read would answer it; the status change its facts.
+    let upserted = changes[0].agent.clone().unwrap_or_default();
+    assert_eq!(upserted.version, second.version);
+    assert!(upserted.kind.is_some());
+    let status = changes[1].agent.clone().unwrap_or_default();
+    assert_eq!(status.status, i32::from(v1::AgentStatus::Busy));
+    assert_eq!(status.last_task, "sorting");
+    assert!(status.busy_until_ms > now_ms() && status.kind.is_none());
+    Ok(())
+}
+
+#[test]
+fn revisions_keep_growing_across_a_reopen() -> Result<()> {
+    let dir = tempfile::tempdir().map_err(|e| RegistryError::io(Path::new("tmp"), e))?;
+    let (root, data) = (dir.path().join("configs"), dir.path().join("data"));
+    let store = Store::open(&root, &data)?;
+    let before = store.create("alpha", agent_file(), "2026-11-22T09:00:00Z")?;
+    drop(store);
+    let store = Store::open(&root, &data)?;
+    let after = store.create("beta", agent_file(), "2026-11-22T09:00:00Z")?;
+    assert!(
+        after.revision > before.revision,
+        "{} then {}",
+        before.revision,
+        after.revision
+    );
+    Ok(())
+}
+
+/// The kind of a store error, for asserting on refusals.
+fn kind_of<T: std::fmt::Debug>(r: Result<T>) -> ErrorKind {
+    match r {
+        Err(RegistryError::Api(e)) => e.kind,
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+#[test]
+fn writes_check_versions_and_sources_and_change_nothing_when_refused() -> Result<()> {
+    let (dir, store) = store_with_dev_profile()?;
+    let made = store.create("writer", agent_file(), "2026-11-22T09:00:00Z")?;
+    let file = dir.path().join("configs/custom/writer.yaml");
+    let yaml = fs::read(&file).map_err(|e| RegistryError::io(&file, e))?;
+    assert_eq!(
+        files::version_of(&yaml),
+        made.version,
+        "the version is the file's"
+    );
+    assert_eq!(
+        kind_of(store.create("writer", agent_file(), "later")),
+        ErrorKind::AlreadyExists
+    );
+    assert_eq!(
+        kind_of(store.create("dev", agent_file(), "later")),
+        ErrorKind::AlreadyExists,
+        "a profile's id is taken too"
+    );
+    let mut changed = agent_file();
+    changed.description = "Changed".into();
+    assert_eq!(
+        kind_of(store.update("writer", changed.clone(), "0000000000000000", "later")),
+        ErrorKind::VersionConflict
+    );
+    assert_eq!(
+        fs::read(&file).map_err(|e| RegistryError::io(&file, e))?,
+        yaml,
+        "a refused update leaves the file"
+    );
+    let updated = store.update("writer", changed, &made.version, "2026-11-22T10:00:00Z")?;
+    let Some(v1::agent::Kind::Custom(c)) = &updated.kind else {
+        panic!("a custom agent");
+    };
+    assert_eq!(
+        (c.created_at.as_str(), c.updated_at.as_str()),
+        ("2026-11-22T09:00:00Z", "2026-11-22T10:00:00Z")
+    );
+    assert_eq!(
+        kind_of(store.update("dev", agent_file(), "", "x")),
+        ErrorKind::ReadOnly
+    );
+    assert_eq!(kind_of(store.delete("dev", "")), ErrorKind::ReadOnly);
+    assert_eq!(kind_of(store.delete("nobody", "")), ErrorKind::NotFound);
+    assert_eq!(
+        kind_of(store.delete("writer", &made.version)),
+        ErrorKind::VersionConflict
+    );
+    store.delete("writer", &updated.version)?;
+    assert!(!file.exists());
+    assert_eq!(kind_of(store.get("writer")), ErrorKind::NotFound);
+    Ok(())
+}
+
+#[test]
+fn pages_walk_profiles_then_custom_agents_once_each() -> Result<()> {
+    let (_dir, store) = store_with_dev_profile()?;
+    for id in ["cc-3", "cc-1", "cc-2"] {
+        store.create(id, agent_file(), "2026-11-22T09:00:00Z")?;
+    }
+    let (mut token, mut seen) = (String::new(), Vec::new());
+    loop {
+        let (page, next) = store.list(2, &token, AgentSource::Unspecified)?;
+        assert!(page.len() <= 2);
+        seen.extend(page.into_iter().map(|a| a.agent_id));
+        if next.is_empty() {
+            break;
+        }
+        token = next;
+    }
+    assert_eq!(seen, ["dev", "cc-1", "cc-2", "cc-3"]);
+    let (custom, _) = store.list(0, "", AgentSource::Custom)?;
+    assert_eq!(custom.len(), 3);
+    assert_eq!(
+        kind_of(store.list(2, "garbage", AgentSource::Unspecified)),
+        ErrorKind::InvalidArgument
+    );
+    Ok(())
+}
+
+#[test]
+fn a_path_reconcile_follows_a_file_and_names_what_is_wrong_with_it() -> Result<()> {
+    let (dir, store) = store_with_dev_profile()?;
+    let mut changes = store.subscribe();
+    let path = store.custom_dir().join("hand.yaml");
+    let body = "name: Hand\ndescription: Made by hand\nprompt: {system_prompt: p}\n\
+                tools: {allowlist: [file_read]}\n";
+    fs::write(&path, body).map_err(|e| RegistryError::io(&path, e))?;
+    assert_eq!(store.reconcile_path(&path)?.updated, 1);
+    // The same content again changes nothing and tells nobody.
+    assert_eq!(store.reconcile_path(&path)?.updated, 0);
+    fs::write(&path, "name: [unclosed").map_err(|e| RegistryError::io(&path, e))?;
+    let stats = store.reconcile_path(&path)?;
+    assert_eq!((stats.invalid, stats.removed), (1, 1));
+    assert!(store.get("hand").is_err());
+    let diagnostics = store.diagnostics();
+    assert!(
+        diagnostics
+            .iter()
+            .any(|(p, e)| p.ends_with("hand.yaml") && e.contains("invalid YAML")),
+        "{diagnostics:?}"
+    );
+    fs::remove_file(&path).map_err(|e| RegistryError::io(&path, e))?;
+    store.reconcile_path(&path)?;
+    assert!(
+        store.diagnostics().is_empty(),
+        "a removed file has no diagnostic"
+    );
+    let kinds: Vec<_> = std::iter::from_fn(|| changes.try_recv().ok())
+        .map(|c| c.kind())
+        .collect();
+    assert_eq!(kinds, [ChangeKind::Upserted, ChangeKind::Deleted]);
+    // Files outside the two directories are not definitions.
+    let elsewhere = dir.path().join("hand.yaml");
+    fs::write(&elsewhere, body).map_err(|e| RegistryError::io(&elsewhere, e))?;
+    assert_eq!(store.reconcile_path(&elsewhere)?.files, 0);
+    Ok(())
+}
+
+#[test]
+fn a_cache_that_cannot_be_opened_is_moved_aside_and_rebuilt_from_the_files() -> Result<()> {
+    let dir = tempfile::tempdir().map_err(|e| RegistryError::io(Path::new("tmp"), e))?;
+    let (root, data) = (dir.path().join("configs"), dir.path().join("data"));
+    let store = Store::open(&root, &data)?;
+    store.create("survivor", agent_file(), "2026-11-22T09:00:00Z")?;
+    drop(store);
+    // Garbage where sled keeps its configuration.
+    fs::write(data.join("conf"), b"\xff\xfe not sled").map_err(|e| RegistryError::io(&data, e))?;
+    let store = Store::open(&root, &data)?;
+    store.reconcile_all()?;
+    assert_eq!(store.get("survivor")?.agent_id, "survivor");
+    let aside = fs::read_dir(dir.path())
+        .map_err(|e| RegistryError::io(dir.path(), e))?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("data.broken-"))
+        .count();
+    assert_eq!(aside, 1, "the broken cache is kept for inspection");
+    Ok(())
+}

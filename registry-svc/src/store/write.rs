@@ -1,0 +1,137 @@
+//! Writes through the API: create, update and delete custom agents, durably, with version
+//! checks, each under the write lock.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+};
+
+use prost::Message;
+use taskforce_proto::{
+    error::{ApiError, ErrorKind},
+    ids,
+    v1::{self, AgentSource, agent_change::Kind as ChangeKind},
+};
+
+use super::Store;
+use crate::{
+    convert,
+    definition::{self, CustomAgentFile},
+    error::{RegistryError, Result},
+    files,
+};
+
+impl Store {
+    /// Creates a custom agent from a validated definition.
+    pub fn create(&self, id: &str, mut def: CustomAgentFile, now: &str) -> Result<v1::Agent> {
+        let path = self.custom_path(id)?;
+        let _guard = self.lock();
+        if path.exists() || self.custom.contains_key(id)? || self.profile.contains_key(id)? {
+            return Err(ApiError::new(
+                ErrorKind::AlreadyExists,
+                format!("agent {id:?} already exists"),
+            )
+            .into());
+        }
+        def.agent_id = Some(id.to_owned());
+        def.workspace_id = Some(uuid::Uuid::new_v4().to_string());
+        def.created_at = Some(now.to_owned());
+        def.updated_at = Some(now.to_owned());
+        // A new agent starts with no runtime history, even if an old one had this id.
+        self.forget_facts(id)?;
+        self.write_custom(id, &path, &def)
+    }
+
+    /// Replaces a custom agent, keeping its `created_at`.
+    pub fn update(
+        &self,
+        id: &str,
+        mut def: CustomAgentFile,
+        expected_version: &str,
+        now: &str,
+    ) -> Result<v1::Agent> {
+        let path = self.custom_path(id)?;
+        let _guard = self.lock();
+        let current = self.read_current(id, &path, expected_version)?;
+        let old = serde_yaml::from_slice::<CustomAgentFile>(&current).ok();
+        let created = old
+            .as_ref()
+            .and_then(|f| f.created_at.clone())
+            .unwrap_or_else(|| now.to_owned());
+        def.agent_id = Some(id.to_owned());
+        // The workspace id stays what clients have seen, also for files written by hand.
+        def.workspace_id = Some(old.as_ref().map_or_else(
+            || definition::derived_workspace_id(id),
+            |f| f.workspace_id_or_derived(id),
+        ));
+        def.created_at = Some(created);
+        def.updated_at = Some(now.to_owned());
+        self.write_custom(id, &path, &def)
+    }
+
+    /// Deletes a custom agent; returns the revision of the deletion.
+    pub fn delete(&self, id: &str, expected_version: &str) -> Result<u64> {
+        let path = self.custom_path(id)?;
+        let _guard = self.lock();
+        self.read_current(id, &path, expected_version)?;
+        files::remove_durable(&path).map_err(|e| RegistryError::io(&path, e))?;
+        self.custom.remove(id)?;
+        self.forget_facts(id)?;
+        self.forget_diagnostic(&path);
+        Ok(self.notify(ChangeKind::Deleted, id, AgentSource::Custom, None))
+    }
+
+    pub(super) fn custom_path(&self, id: &str) -> Result<PathBuf> {
+        ids::validate_agent_id(id).map_err(|e| ApiError::field("agent_id", e.to_string()))?;
+        Ok(self.custom_dir.join(format!("{id}.{}", files::EXT)))
+    }
+
+    /// Reads the current file of `id` and checks the expected version against it.
+    pub(super) fn read_current(
+        &self,
+        id: &str,
+        path: &Path,
+        expected_version: &str,
+    ) -> Result<Vec<u8>> {
+        let bytes = match fs::read(path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let err = if self.profile.contains_key(id)? {
+                    ApiError::new(
+                        ErrorKind::ReadOnly,
+                        format!("agent {id:?} is a profile agent; edit configs/{id}.yaml instead"),
+                    )
+                } else {
+                    ApiError::new(ErrorKind::NotFound, format!("agent {id:?} not found"))
+                };
+                return Err(err.into());
+            }
+            Err(e) => return Err(RegistryError::io(path, e)),
+        };
+        let version = files::version_of(&bytes);
+        if !expected_version.is_empty() && expected_version != version {
+            return Err(ApiError::new(
+                ErrorKind::VersionConflict,
+                format!("agent {id:?} is at version {version}, not the expected {expected_version}; get it again and retry"),
+            )
+            .into());
+        }
+        Ok(bytes)
+    }
+
+    pub(super) fn write_custom(
+        &self,
+        id: &str,
+        path: &Path,
+        def: &CustomAgentFile,
+    ) -> Result<v1::Agent> {
+        let yaml = definition::to_yaml(def)?;
+        files::write_atomic(path, yaml.as_bytes()).map_err(|e| RegistryError::io(path, e))?;
+        let agent = convert::custom_to_proto(id, files::version_of(yaml.as_bytes()), def);
+        self.custom.insert(id, agent.encode_to_vec())?;
+        self.forget_diagnostic(path);
+        let mut agent = self.with_runtime(agent);
+        agent.revision = self.notify_upserted(&agent);
+        Ok(agent)
+    }
+}

@@ -17,6 +17,7 @@ use std::{
 use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
 use serde::Deserialize;
 use serde_json::Value;
+use taskforce_runtime::env::{TOOL_ENV, minimal_command};
 use tokio::{io::AsyncReadExt, sync::Semaphore};
 use tracing::{debug, warn};
 
@@ -24,8 +25,6 @@ use tracing::{debug, warn};
 pub const OUTPUT_CAP: usize = 64 * 1024;
 /// The Taskfile's name in a workspace.
 pub const TASKFILE: &str = "Taskfile.yml";
-/// Environment variables a task sees, taken from this process; nothing else is passed.
-const TASK_ENV: [&str; 4] = ["PATH", "HOME", "LANG", "TZ"];
 
 /// One metadata field.
 #[derive(Debug, Clone, PartialEq)]
@@ -176,18 +175,14 @@ impl Collector {
             .acquire()
             .await
             .map_err(|_| format!("Command '{shown}' was not run: the service is stopping"))?;
-        let mut cmd = tokio::process::Command::new(&self.settings.task_bin);
+        // A task sees only a few variables of this process (never its service token).
+        let mut cmd =
+            tokio::process::Command::from(minimal_command(&self.settings.task_bin, &TOOL_ENV));
         cmd.arg("--silent")
             .arg("--taskfile")
             .arg(TASKFILE)
             .arg(name)
             .current_dir(workspace)
-            .env_clear()
-            .envs(
-                TASK_ENV
-                    .iter()
-                    .filter_map(|k| std::env::var(k).ok().map(|v| (*k, v))),
-            )
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());

@@ -1,10 +1,36 @@
-//! The process environment as configuration sees it: `${VAR}` placeholders.
+//! The process environment: what configuration reads from it (`${VAR}` placeholders) and what a
+//! child process gets of it ([`minimal_command`]).
 //!
 //! One rule for every file that holds placeholders (`llm_config.yaml`, MCP server entries of
 //! agents and of the services' own files): `${VAR}` needs `VAR` set and not empty, and is an
 //! error naming `VAR` otherwise; `${VAR:-default}` is `default` when `VAR` is unset or empty (as
 //! in the shell), so an optional value says so where it is written. Errors name variables,
 //! never values.
+
+use std::ffi::OsStr;
+
+/// What a tool's or a task's process gets of this process's environment: the executor's native
+/// tools and the registry's metadata tasks.
+pub const TOOL_ENV: [&str; 4] = ["PATH", "HOME", "LANG", "TZ"];
+
+/// What a stdio MCP server gets of this process's environment; mirrors the MCP SDKs' default.
+pub const MCP_SERVER_ENV: [&str; 8] = [
+    "HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "TMPDIR",
+];
+
+/// `program` with a cleared environment plus those of `inherited` that this process has set: the
+/// one way every service starts a child, so its secrets (API keys, service tokens) never reach
+/// one. Callers add what the child needs on top; a Tokio caller converts with
+/// `tokio::process::Command::from`.
+pub fn minimal_command(program: impl AsRef<OsStr>, inherited: &[&str]) -> std::process::Command {
+    let mut cmd = std::process::Command::new(program);
+    cmd.env_clear().envs(
+        inherited
+            .iter()
+            .filter_map(|k| std::env::var_os(k).map(|v| (*k, v))),
+    );
+    cmd
+}
 
 /// Why a placeholder could not be expanded. Carries variable names only, never values.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -96,6 +122,19 @@ mod tests {
         assert_eq!(expand("${UNSET:-UTC}", vars), Ok("UTC".into()));
         assert_eq!(expand("${EMPTY:-d}", vars), Ok("d".into()));
         assert_eq!(expand("${SET:-d}", vars), Ok("value".into()));
+    }
+
+    #[test]
+    fn a_minimal_command_passes_only_the_named_variables() {
+        // `cargo test` sets CARGO_* in this process; PATH is set everywhere.
+        let out = minimal_command("env", &["PATH", "TASKFORCE_SURELY_UNSET_VAR"])
+            .output()
+            .expect("env runs");
+        let names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_once('=').map(|(k, _)| k.to_owned()))
+            .collect();
+        assert_eq!(names, ["PATH"]);
     }
 
     #[test]

@@ -21,13 +21,7 @@ use serde_json::Value;
 
 use taskforce_proto::v1;
 
-use crate::env::{ExpandError, expand_from_process};
-
-/// Environment variables a stdio server inherits; everything else (API keys of this service,
-/// for one) stays out. Mirrors the MCP SDKs' default environment.
-const INHERITED_ENV: [&str; 8] = [
-    "HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "TMPDIR",
-];
+use crate::env::{ExpandError, MCP_SERVER_ENV, expand_from_process, minimal_command};
 
 /// A live client session with one MCP server.
 pub type McpClient = RunningService<RoleClient, ()>;
@@ -138,21 +132,14 @@ pub async fn connect_and_list(
 }
 
 fn spawn_stdio(server: &v1::McpServer) -> Result<TokioChildProcess, ConnectError> {
-    let mut cmd = tokio::process::Command::new(expand(&server.command, || "command".to_owned())?);
+    let program = expand(&server.command, || "command".to_owned())?;
+    let mut cmd = tokio::process::Command::from(minimal_command(program, &MCP_SERVER_ENV));
     for (i, arg) in server.args.iter().enumerate() {
         cmd.arg(expand(arg, || format!("args[{i}]"))?);
     }
-    let mut env = Vec::with_capacity(server.env.len());
     for (k, v) in &server.env {
-        env.push((k, expand(v, || format!("env {k}"))?));
+        cmd.env(k, expand(v, || format!("env {k}"))?);
     }
-    cmd.env_clear()
-        .envs(
-            INHERITED_ENV
-                .iter()
-                .filter_map(|k| std::env::var(k).ok().map(|v| (*k, v))),
-        )
-        .envs(env);
     let mut wrap = CommandWrap::from(cmd);
     wrap.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
     let (transport, _) = TokioChildProcess::builder(wrap)

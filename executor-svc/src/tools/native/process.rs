@@ -17,15 +17,13 @@ use std::{
 };
 
 use process_wrap::tokio::{ChildWrapper, CommandWrap, KillOnDrop, ProcessGroup};
+use taskforce_runtime::env::{TOOL_ENV, minimal_command};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tracing::{debug, warn};
 
 use super::{cap_text, failed, sandbox::Sandbox};
 use crate::tools::{ToolContext, ToolError, ToolOutcome};
 
-/// Variables passed through from the executor's environment; everything else (API keys, tokens)
-/// stays out of the child.
-const PASSED_ENV: [&str; 4] = ["PATH", "HOME", "LANG", "TZ"];
 /// How long reaping a killed process group may take before it is left to `KillOnDrop`.
 const REAP_GRACE: Duration = Duration::from_secs(2);
 
@@ -38,7 +36,8 @@ pub(crate) struct Spawn<'a> {
     pub program: &'a Path,
     /// Its arguments, never through a shell.
     pub args: Vec<OsString>,
-    /// Extra environment on top of [`PASSED_ENV`].
+    /// Extra environment on top of [`TOOL_ENV`], the few variables passed through from the
+    /// executor's (everything else, API keys and tokens, stays out of the child).
     pub env: Vec<(&'static str, OsString)>,
     /// Written to stdin, which is then closed; `None` gives an empty stdin.
     pub stdin: Option<Vec<u8>>,
@@ -117,15 +116,9 @@ pub(crate) async fn run(
         move || sandbox.wrap(&tool, &cwd, &program, args)
     })
     .await?;
-    let mut cmd = tokio::process::Command::new(&wrapped.program);
+    let mut cmd = tokio::process::Command::from(minimal_command(&wrapped.program, &TOOL_ENV));
     cmd.args(&wrapped.args)
         .current_dir(&spec.cwd)
-        .env_clear()
-        .envs(
-            PASSED_ENV
-                .iter()
-                .filter_map(|k| std::env::var_os(k).map(|v| (*k, v))),
-        )
         .envs(spec.env.iter().chain(&wrapped.env).map(|(k, v)| (*k, v)))
         .stdin(if spec.stdin.is_some() {
             Stdio::piped()

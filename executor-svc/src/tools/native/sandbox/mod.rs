@@ -277,9 +277,8 @@ impl Sandbox {
         let dir = std::env::temp_dir();
         let mut args = self.launcher_args(&dir, Vec::new());
         args.probe = true;
-        let out = std::process::Command::new(&self.launcher)
+        let out = taskforce_runtime::env::minimal_command(&self.launcher, &[])
             .args(args.to_args())
-            .env_clear()
             .output();
         let state = match out {
             Ok(o) if o.status.success() => {

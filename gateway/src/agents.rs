@@ -15,16 +15,14 @@ use tracing::{error, instrument};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::{
+    error::ErrorBody,
     error::RestError,
     extract::{AgentId, JsonBody, QueryParams, expected_version},
     model::{AgentJson, AgentListJson, AgentRequest, CustomAgentJson, ValidateJson},
-    openapi::ErrorBody,
     read_model::Lookup,
-    registry::AppState,
+    state::AppState,
 };
 
-/// Page size used to collect every agent when the client asks for no `page_size`.
-const FULL_LIST_PAGE: u32 = 1000;
 /// Largest `page_size` a client may ask for.
 const MAX_PAGE_SIZE: u32 = 1000;
 
@@ -161,41 +159,23 @@ pub async fn list_agents(
     if let Lookup::Found(body) = state.agents.list(source, page_size, &token) {
         return Ok(json_response(body?, None));
     }
-    let source = source as i32;
-    let mut client = state.registry.clone();
-    let mut page_token = token;
-    let mut agents = Vec::new();
-    loop {
-        let req = v1::ListAgentsRequest {
-            page_size: q.page_size.unwrap_or(FULL_LIST_PAGE),
-            page_token: page_token.clone(),
-            source,
-        };
-        let page = client.list_agents(state.request(req)).await?.into_inner();
-        agents.reserve(page.agents.len());
-        agents.extend(page.agents.into_iter().filter_map(|a| {
+    let (agents, next_page_token) = state.list_agents(source, q.page_size, token).await?;
+    let agents = agents
+        .into_iter()
+        .filter_map(|a| {
             let id = (a.kind.is_none()).then(|| a.agent_id.clone());
             let json = AgentJson::from_proto(a);
             if let Some(id) = id {
                 error!(agent_id = %id, "registry listed an agent without a definition; skipped");
             }
             json
-        }));
-        // One page when the client pages itself; otherwise until the last page.
-        if q.page_size.is_some() || page.next_page_token.is_empty() {
-            return Ok(Json(AgentListJson {
-                agents,
-                next_page_token: page.next_page_token,
-            })
-            .into_response());
-        }
-        if page.next_page_token == page_token {
-            // A registry that hands back the token it was given would make this loop forever.
-            error!(page_token = %page_token, "registry repeated a page token while listing every agent");
-            return Err(RestError::internal());
-        }
-        page_token = page.next_page_token;
-    }
+        })
+        .collect();
+    Ok(Json(AgentListJson {
+        agents,
+        next_page_token,
+    })
+    .into_response())
 }
 
 /// Get one agent, custom or profile.

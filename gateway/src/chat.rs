@@ -34,8 +34,8 @@ use crate::{
     error::RestError,
     execute::executor_error,
     extract::JsonBody,
-    registry::AppState,
     sse::{Dialect, STOPPING, frames, respond, sse_response},
+    state::AppState,
 };
 
 /// The response header carrying the conversation's thread id.
@@ -427,9 +427,9 @@ async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
 /// 004's framing.
 #[utoipa::path(post, path = "/ai/agent/stream", tag = "chat", request_body = ChatBody,
     responses(
-        (status = 200, description = "`text/event-stream` in seed 004's framing: tokens as `data: <text>`, tool events as `data: {\"text\",\"event\",\"tool\"}`, failures as a `data: ⚠️ …` text, then `event: end` + `data: [DONE]`; header `x-thread-id`", content_type = "text/event-stream", body = crate::openapi::SseEvent),
-        (status = 400, description = "The body is not a JSON object, or not `application/json`", body = crate::openapi::ErrorBody),
-        (status = 429, description = "`resource_exhausted`: the API key has its most runs open (`--max-runs-per-key`); header `retry-after`", body = crate::openapi::ErrorBody)))]
+        (status = 200, description = "`text/event-stream` in seed 004's framing: tokens as `data: <text>`, tool events as `data: {\"text\",\"event\",\"tool\"}`, failures as a `data: ⚠️ …` text, then `event: end` + `data: [DONE]`; header `x-thread-id`", content_type = "text/event-stream", body = crate::sse::SseEvent),
+        (status = 400, description = "The body is not a JSON object, or not `application/json`", body = crate::error::ErrorBody),
+        (status = 429, description = "`resource_exhausted`: the API key has its most runs open (`--max-runs-per-key`); header `retry-after`", body = crate::error::ErrorBody)))]
 #[instrument(level = "debug", skip_all)]
 pub async fn agent_stream(
     State(state): State<AppState>,
@@ -441,9 +441,9 @@ pub async fn agent_stream(
 /// Stream the plain LLM's answer (no tools) in the same framing.
 #[utoipa::path(post, path = "/ai/stream", tag = "chat", request_body = ChatBody,
     responses(
-        (status = 200, description = "`text/event-stream` like `/ai/agent/stream`, without tool events", content_type = "text/event-stream", body = crate::openapi::SseEvent),
-        (status = 400, description = "The body is not a JSON object, or not `application/json`", body = crate::openapi::ErrorBody),
-        (status = 429, description = "`resource_exhausted`: the API key has its most runs open (`--max-runs-per-key`); header `retry-after`", body = crate::openapi::ErrorBody)))]
+        (status = 200, description = "`text/event-stream` like `/ai/agent/stream`, without tool events", content_type = "text/event-stream", body = crate::sse::SseEvent),
+        (status = 400, description = "The body is not a JSON object, or not `application/json`", body = crate::error::ErrorBody),
+        (status = 429, description = "`resource_exhausted`: the API key has its most runs open (`--max-runs-per-key`); header `retry-after`", body = crate::error::ErrorBody)))]
 #[instrument(level = "debug", skip_all)]
 pub async fn plain_stream(
     State(state): State<AppState>,

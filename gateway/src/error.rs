@@ -253,6 +253,44 @@ pub fn json_errors(res: Response) -> Ready<Response> {
     ready(Response::from_parts(parts, body))
 }
 
+/// Every 4xx/5xx body. `error` is one of `invalid_argument`, `invalid_tools`,
+/// `invalid_mcp_tools`, `invalid_mcp_config`, `invalid_subagents`, `not_found`,
+/// `already_exists`, `version_conflict`, `read_only`, `session_conflict`, `payload_too_large`,
+/// `method_not_allowed`, `unavailable`, `timeout`, `resource_exhausted`, `unauthenticated`,
+/// `permission_denied`, `internal`.
+#[derive(Debug, utoipa::ToSchema)]
+#[schema(example = json!({
+    "error": "invalid_tools",
+    "message": "Unknown tool(s) in tool_allowlist",
+    "invalid_tools": ["foo_tool"],
+    "available_tools": ["web_search", "web_fetch", "file_read"]
+}))]
+pub struct ErrorBody {
+    /// The error code.
+    pub error: String,
+    /// A sentence that names the problem.
+    pub message: String,
+    /// Field problems of a 400.
+    pub details: Option<Vec<FieldViolation>>,
+    /// `invalid_tools` / `invalid_mcp_tools`: the names that are not offered.
+    pub invalid_tools: Option<Vec<String>>,
+    /// `invalid_tools` / `invalid_mcp_tools`: the names that are.
+    pub available_tools: Option<Vec<String>>,
+    /// `invalid_subagents`: the `subagents` entries that name no known agent.
+    pub invalid_subagents: Option<Vec<String>>,
+    /// `invalid_subagents`: the agents that could be named (sorted; at most 100).
+    pub available_agents: Option<Vec<String>>,
+}
+
+/// One bad field.
+#[derive(Debug, utoipa::ToSchema)]
+pub struct FieldViolation {
+    /// The field, e.g. `name` or `mcp_servers[0]`.
+    pub field: String,
+    /// What is wrong with it.
+    pub description: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -27,11 +27,11 @@ use tracing::{error, instrument};
 use utoipa::ToSchema;
 
 use crate::{
+    error::ErrorBody,
     error::RestError,
     events::{PlanJson, QuestionItemJson, plan_json, question_items},
     extract::JsonBody,
-    openapi::ErrorBody,
-    registry::AppState,
+    state::AppState,
 };
 
 /// Body of `POST /api/v1/execute` and `POST /api/v1/execute/stream`.
@@ -363,7 +363,7 @@ pub async fn execute(
 /// Run a mission and stream its events (Server-Sent Events).
 #[utoipa::path(post, path = "/api/v1/execute/stream", tag = "execution", request_body = ExecuteBody,
     responses(
-        (status = 200, description = "`text/event-stream`: one event per run event (`event: run_started|token|tool_start|tool_end|tool_error|warning|question|final_answer|error|done|delegation_start|delegation_end|patch_applied|patch_rejected|plan_updated`, `data:` the event as JSON with the envelope `type`, `session_id`, `seq`, `agent_path`, `frame_id`, `time_unix_ms`), ending after the top agent's `done` (`frame_id` empty); a sub-agent's events, its `delegation_start`/`delegation_end` included, carry its `agent_path` and `frame_id`", content_type = "text/event-stream", body = crate::openapi::SseEvent),
+        (status = 200, description = "`text/event-stream`: one event per run event (`event: run_started|token|tool_start|tool_end|tool_error|warning|question|final_answer|error|done|delegation_start|delegation_end|patch_applied|patch_rejected|plan_updated`, `data:` the event as JSON with the envelope `type`, `session_id`, `seq`, `agent_path`, `frame_id`, `time_unix_ms`), ending after the top agent's `done` (`frame_id` empty); a sub-agent's events, its `delegation_start`/`delegation_end` included, carry its `agent_path` and `frame_id`", content_type = "text/event-stream", body = crate::sse::SseEvent),
         (status = 400, description = "Invalid body (e.g. empty mission)", body = ErrorBody),
         (status = 404, description = "`not_found`: unknown agent or profile", body = ErrorBody),
         (status = 409, description = "`session_conflict`: the session has a live run or waits for an answer", body = ErrorBody),
@@ -394,7 +394,7 @@ pub async fn execute_stream(
     request_body = AnswerBody,
     params(("session_id" = String, Path, description = "The session")),
     responses(
-        (status = 200, description = "`text/event-stream` like `/api/v1/execute/stream`", content_type = "text/event-stream", body = crate::openapi::SseEvent),
+        (status = 200, description = "`text/event-stream` like `/api/v1/execute/stream`", content_type = "text/event-stream", body = crate::sse::SseEvent),
         (status = 400, description = "Invalid body (e.g. neither `answer` nor `answers`)", body = ErrorBody),
         (status = 404, description = "`not_found`: unknown session", body = ErrorBody),
         (status = 409, description = "`session_conflict`: no question waiting, another question (`call_id`), or a live run", body = ErrorBody),

@@ -24,8 +24,8 @@ use tonic::transport::Channel;
 use tonic_health::pb::health_client::HealthClient;
 
 use crate::{
+    channel::{MAX_DECODING_BYTES, lazy_channel},
     error::{GatewayError, RestError},
-    registry::{MAX_DECODING_BYTES, lazy_channel},
 };
 
 /// One executor.

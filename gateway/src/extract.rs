@@ -15,7 +15,7 @@ use taskforce_proto::{
     ids,
 };
 
-use crate::{error::RestError, registry::AppState};
+use crate::{error::RestError, state::AppState};
 
 /// A JSON object request body; any rejection is a JSON 400 (or 413). Other JSON values are
 /// refused even where every field has a default (serde would read a struct from an array).

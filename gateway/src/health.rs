@@ -21,9 +21,9 @@ use tracing::warn;
 use utoipa::ToSchema;
 
 use crate::{
+    error::ErrorBody,
     error::{RestError, cause},
-    openapi::ErrorBody,
-    registry::AppState,
+    state::AppState,
 };
 
 /// How long `/readyz` waits for each health answer.

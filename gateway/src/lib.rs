@@ -15,8 +15,9 @@
 //!
 //! # Layout
 //! - [`config`]: flags and environment, validated at start.
-//! - [`registry`]: the registry channel and [`AppState`], the state every handler shares (the
-//!   registry client, the executors, API keys, limits).
+//! - [`channel`]: the lazily connected gRPC channels to the services.
+//! - [`state`]: [`AppState`], what every handler shares (the registry channel and clients,
+//!   the executors, the agents' read model, API keys, limits).
 //! - [`executors`]: the executors behind the gateway and which one owns a session.
 //! - [`model`]: the agent JSON shapes and their protobuf conversions.
 //! - [`agents`]: `/api/v1/agents` handlers (CRUD and `:validate`).
@@ -36,6 +37,7 @@
 //! - [`error`]: the crate's error, the REST error response, and the JSON safety net.
 
 pub mod agents;
+pub mod channel;
 pub mod chat;
 pub mod config;
 pub mod error;
@@ -50,8 +52,8 @@ pub mod metadata;
 pub mod model;
 pub mod openapi;
 pub mod read_model;
-pub mod registry;
 pub mod sse;
+pub mod state;
 pub mod tools;
 
 use axum::{
@@ -69,7 +71,7 @@ use tracing::{info, warn};
 
 pub use config::Config;
 pub use error::{GatewayError, RestError};
-pub use registry::AppState;
+pub use state::AppState;
 
 /// Serves the gateway on `listener` until `shutdown` fires, then lets in-flight requests finish.
 pub async fn run(

@@ -20,7 +20,7 @@ use taskforce_proto::error::ErrorKind;
 use taskforce_runtime::auth::Principal;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::{error::RestError, registry::AppState};
+use crate::{error::RestError, state::AppState};
 
 /// Default `--max-runs-per-key`.
 pub const DEFAULT_MAX_RUNS_PER_KEY: usize = 256;

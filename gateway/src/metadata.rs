@@ -16,10 +16,10 @@ use tracing::instrument;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::{
+    error::ErrorBody,
     error::RestError,
     extract::{AgentId, QueryParams},
-    openapi::ErrorBody,
-    registry::AppState,
+    state::AppState,
 };
 
 /// What a field is: the task's `desc` and whether list views show it.

@@ -1,68 +1,22 @@
 //! The OpenAPI 3 document of every route, generated with utoipa from the handlers' annotations
-//! and rendered once at start-up.
+//! and rendered once, on first use.
+
+use std::sync::LazyLock;
 
 use axum::{
     body::Bytes,
-    extract::State,
     http::{HeaderValue, header},
     response::{IntoResponse, Response},
 };
-use utoipa::{OpenApi, ToSchema};
+use utoipa::OpenApi;
 
-use crate::{agents, chat, execute, health, metadata, registry::AppState, tools};
-
-/// Every 4xx/5xx body. `error` is one of `invalid_argument`, `invalid_tools`,
-/// `invalid_mcp_tools`, `invalid_mcp_config`, `invalid_subagents`, `not_found`,
-/// `already_exists`, `version_conflict`, `read_only`, `session_conflict`, `payload_too_large`,
-/// `method_not_allowed`, `unavailable`, `timeout`, `resource_exhausted`, `unauthenticated`,
-/// `permission_denied`, `internal`.
-#[derive(Debug, ToSchema)]
-#[schema(example = json!({
-    "error": "invalid_tools",
-    "message": "Unknown tool(s) in tool_allowlist",
-    "invalid_tools": ["foo_tool"],
-    "available_tools": ["web_search", "web_fetch", "file_read"]
-}))]
-pub struct ErrorBody {
-    /// The error code.
-    pub error: String,
-    /// A sentence that names the problem.
-    pub message: String,
-    /// Field problems of a 400.
-    pub details: Option<Vec<FieldViolation>>,
-    /// `invalid_tools` / `invalid_mcp_tools`: the names that are not offered.
-    pub invalid_tools: Option<Vec<String>>,
-    /// `invalid_tools` / `invalid_mcp_tools`: the names that are.
-    pub available_tools: Option<Vec<String>>,
-    /// `invalid_subagents`: the `subagents` entries that name no known agent.
-    pub invalid_subagents: Option<Vec<String>>,
-    /// `invalid_subagents`: the agents that could be named (sorted; at most 100).
-    pub available_agents: Option<Vec<String>>,
-}
-
-/// One Server-Sent Event as a client's parser sees it (the items of every `text/event-stream`
-/// answer): its `event` name when it has one, its `data`, and an `id` when it has one.
-#[derive(Debug, ToSchema)]
-pub struct SseEvent {
-    /// The event name (`run_started`, `token`, ... on `/api/v1/execute/stream`; `end` on the
-    /// chat streams); absent for unnamed `message` events.
-    pub event: Option<String>,
-    /// The data: a run event as JSON text, a chat token, or `[DONE]`.
-    pub data: String,
-    /// The event id, when the stream sets one.
-    pub id: Option<String>,
-    /// A reconnection delay in milliseconds, when the stream sets one.
-    pub retry: Option<u64>,
-}
-
-/// One bad field.
-#[derive(Debug, ToSchema)]
-pub struct FieldViolation {
-    /// The field, e.g. `name` or `mcp_servers[0]`.
-    pub field: String,
-    /// What is wrong with it.
-    pub description: String,
-}
+use crate::{
+    agents, chat,
+    error::{ErrorBody, FieldViolation},
+    execute, health, metadata,
+    sse::SseEvent,
+    tools,
+};
 
 /// The document.
 #[derive(OpenApi)]
@@ -180,16 +134,19 @@ impl utoipa::Modify for Security {
     }
 }
 
-/// The OpenAPI 3 document of the gateway (pre-rendered at start-up).
+/// The document, rendered on first use.
+static DOCUMENT: LazyLock<Bytes> = LazyLock::new(render);
+
+/// The OpenAPI 3 document of the gateway (rendered once).
 #[utoipa::path(get, path = "/openapi.json", tag = "ops",
     responses((status = 200, description = "This document", content_type = "application/json")))]
-pub async fn openapi_json(State(state): State<AppState>) -> Response {
+pub async fn openapi_json() -> Response {
     (
         [(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         )],
-        state.openapi,
+        DOCUMENT.clone(),
     )
         .into_response()
 }

@@ -167,3 +167,18 @@ pub fn sse_response(
         sse.into_response()
     }
 }
+
+/// One Server-Sent Event as a client's parser sees it (the items of every `text/event-stream`
+/// answer): its `event` name when it has one, its `data`, and an `id` when it has one.
+#[derive(Debug, utoipa::ToSchema)]
+pub struct SseEvent {
+    /// The event name (`run_started`, `token`, ... on `/api/v1/execute/stream`; `end` on the
+    /// chat streams); absent for unnamed `message` events.
+    pub event: Option<String>,
+    /// The data: a run event as JSON text, a chat token, or `[DONE]`.
+    pub data: String,
+    /// The event id, when the stream sets one.
+    pub id: Option<String>,
+    /// A reconnection delay in milliseconds, when the stream sets one.
+    pub retry: Option<u64>,
+}

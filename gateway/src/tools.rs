@@ -7,7 +7,7 @@ use taskforce_proto::{json::from_struct, v1};
 use tracing::instrument;
 use utoipa::ToSchema;
 
-use crate::{error::RestError, openapi::ErrorBody, registry::AppState};
+use crate::{error::ErrorBody, error::RestError, state::AppState};
 
 /// One tool the service offers.
 #[derive(Debug, Serialize, ToSchema)]

@@ -24,7 +24,7 @@ use rmcp::{
 use taskforce_proto::{error::ErrorKind, ids, v1};
 use tracing::{error, instrument, warn};
 
-use crate::{error::RestError, registry::AppState};
+use crate::{error::RestError, state::AppState};
 use view::{
     AgentFacts, ListAgentsArgs, ListAgentsOutput, ShowAgentArgs, ShowAgentOutput,
     parse_status_filter,
@@ -34,8 +34,6 @@ pub use transport::{http_service, serve_stdio};
 
 /// How many `GetAgentMetadata` calls `list_agents` keeps in flight.
 pub const METADATA_CONCURRENCY: usize = 16;
-/// Agents per `ListAgents` page when collecting every agent.
-const LIST_PAGE: u32 = 1000;
 
 /// What the server tells clients about itself at initialisation.
 const INSTRUCTIONS: &str = "Taskforce agents. `list_agents` lists agents (filter by \
@@ -161,30 +159,11 @@ impl TaskforceMcp {
 impl TaskforceMcp {
     /// Every agent, page by page.
     async fn all_agents(&self) -> Result<Vec<v1::Agent>, String> {
-        let mut client = self.state.registry.clone();
-        let mut page_token = String::new();
-        let mut out = Vec::new();
-        loop {
-            let req = v1::ListAgentsRequest {
-                page_size: LIST_PAGE,
-                page_token: page_token.clone(),
-                source: v1::AgentSource::Unspecified as i32,
-            };
-            let page = client
-                .list_agents(self.state.request(req))
-                .await
-                .map_err(|s| RestError::from(s).0.message)?
-                .into_inner();
-            out.extend(page.agents);
-            if page.next_page_token.is_empty() {
-                return Ok(out);
-            }
-            if page.next_page_token == page_token {
-                error!(page_token = %page_token, "registry repeated a page token while listing agents");
-                return Err("internal error; see the gateway log".to_owned());
-            }
-            page_token = page.next_page_token;
-        }
+        self.state
+            .list_agents(v1::AgentSource::Unspecified, None, String::new())
+            .await
+            .map(|(agents, _)| agents)
+            .map_err(|e| e.0.message)
     }
 
     /// The metadata fields of one listed agent; empty without a workspace or on any error.

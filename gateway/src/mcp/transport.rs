@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::TaskforceMcp;
-use crate::{config::Config, error::GatewayError, registry::AppState};
+use crate::{config::Config, error::GatewayError, state::AppState};
 
 /// `Host` names always accepted on `/mcp`.
 pub const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];

@@ -1,25 +1,23 @@
-//! The one gRPC channel to the registry and the state every handler shares.
+//! What every handler shares: the registry's channel and clients, the executors, the agents'
+//! read model, the API keys and the run limits.
 
 use std::time::Duration;
 
-use axum::body::Bytes;
-use taskforce_proto::v1::agent_registry_client::AgentRegistryClient;
+use taskforce_proto::v1::{self, agent_registry_client::AgentRegistryClient};
 use taskforce_runtime::telemetry::{TracedChannel, traced};
 use tokio_util::sync::CancellationToken;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic_health::pb::health_client::HealthClient;
+use tracing::error;
 
-use crate::{config::Config, error::GatewayError};
+use crate::{
+    channel::{MAX_DECODING_BYTES, lazy_channel},
+    config::Config,
+    error::{GatewayError, RestError},
+};
 
-/// How long establishing the TCP connection to the registry may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// HTTP/2 PING interval, so a dead registry connection is noticed between requests.
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
-/// How long to wait for a PING answer before dropping the connection.
-const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Largest registry answer accepted (a full page of 1000 agents with long prompts is several MiB;
-/// tonic's default of 4 MiB is too tight).
-pub(crate) const MAX_DECODING_BYTES: usize = 64 * 1024 * 1024;
+/// Page size used to collect every agent.
+const FULL_LIST_PAGE: u32 = 1000;
 
 /// What every handler needs; cloning it clones a few reference counts.
 #[derive(Clone)]
@@ -37,8 +35,6 @@ pub struct AppState {
     pub grpc_timeout: Duration,
     /// Fired when the gateway shuts down; `/readyz` answers 503 from then on.
     pub shutdown: CancellationToken,
-    /// The OpenAPI document, rendered once.
-    pub openapi: Bytes,
     /// How `/ai/agent/stream` runs.
     pub chat: crate::chat::ChatSettings,
     /// The API keys every route but the public ones checks (`None`: authentication is off).
@@ -74,7 +70,6 @@ impl AppState {
             max_body_bytes: config.max_body_bytes,
             grpc_timeout: config.request_timeout(),
             shutdown,
-            openapi: crate::openapi::render(),
             chat: crate::chat::ChatSettings::from_config(config),
             keys,
             runs_per_key: std::sync::Arc::new(crate::limits::RunsPerKey::new(
@@ -84,23 +79,47 @@ impl AppState {
         })
     }
 
+    /// Agents from the registry, profiles first: with `page_size`, that one page after
+    /// `page_token` and the next page's token; without, every page from `page_token` on (and
+    /// an empty token).
+    pub async fn list_agents(
+        &self,
+        source: v1::AgentSource,
+        page_size: Option<u32>,
+        mut page_token: String,
+    ) -> Result<(Vec<v1::Agent>, String), RestError> {
+        let mut client = self.registry.clone();
+        let mut agents = Vec::new();
+        loop {
+            let req = v1::ListAgentsRequest {
+                page_size: page_size.unwrap_or(FULL_LIST_PAGE),
+                page_token: page_token.clone(),
+                source: source.into(),
+            };
+            let page = client.list_agents(self.request(req)).await?.into_inner();
+            if agents.is_empty() {
+                agents = page.agents;
+            } else {
+                agents.extend(page.agents);
+            }
+            if page_size.is_some() || page.next_page_token.is_empty() {
+                return Ok((agents, page.next_page_token));
+            }
+            if page.next_page_token == page_token {
+                // A registry that hands back the token it was given would make this loop forever.
+                error!(page_token = %page_token, "registry repeated a page token while listing every agent");
+                return Err(RestError::internal());
+            }
+            page_token = page.next_page_token;
+        }
+    }
+
     /// A registry request carrying the gateway's deadline.
     pub fn request<T>(&self, message: T) -> tonic::Request<T> {
         let mut req = tonic::Request::new(message);
         req.set_timeout(self.grpc_timeout);
         req
     }
-}
-
-/// One HTTP/2 channel to `url`, connected on first use and reconnected when it drops.
-pub fn lazy_channel(url: &str) -> Result<Channel, tonic::transport::Error> {
-    Ok(Endpoint::from_shared(url.to_owned())?
-        .connect_timeout(CONNECT_TIMEOUT)
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
-        .keep_alive_timeout(KEEPALIVE_TIMEOUT)
-        .keep_alive_while_idle(true)
-        .connect_lazy())
 }
 
 #[cfg(test)]

@@ -1,0 +1,26 @@
+//! The gRPC channels to the registry and the executors: lazily connected, kept alive.
+
+use std::time::Duration;
+
+use tonic::transport::{Channel, Endpoint};
+
+/// How long establishing the TCP connection to a service may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// HTTP/2 PING interval, so a dead connection is noticed between requests.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+/// How long to wait for a PING answer before dropping the connection.
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest answer accepted (a full page of 1000 agents with long prompts is several MiB;
+/// tonic's default of 4 MiB is too tight).
+pub(crate) const MAX_DECODING_BYTES: usize = 64 * 1024 * 1024;
+
+/// One HTTP/2 channel to `url`, connected on first use and reconnected when it drops.
+pub fn lazy_channel(url: &str) -> Result<Channel, tonic::transport::Error> {
+    Ok(Endpoint::from_shared(url.to_owned())?
+        .connect_timeout(CONNECT_TIMEOUT)
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+        .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+        .keep_alive_while_idle(true)
+        .connect_lazy())
+}

@@ -1,15 +1,16 @@
 //! `configs/llm_config.yaml`: model aliases, providers, and the environment that overrides them.
 //!
-//! Keys are read only from the environment (`api_key_env`), held in [`ApiKey`], which never prints
+//! Keys are read only from the environment (`api_key_env`), held in a [`SecretString`], which never prints
 //! its value.
 
 use std::{collections::BTreeMap, path::Path, time::Duration};
 
+use secrecy::SecretString;
 use serde::Deserialize;
 
 use super::{
     LlmError,
-    env::{ApiKey, Env, expand},
+    env::{Env, expand},
 };
 
 /// The whole `llm_config.yaml`.
@@ -180,12 +181,12 @@ impl ProviderConfig {
     }
 
     /// The API key from `api_key_env`, if one is configured. Unset or empty is an error.
-    pub fn api_key(&self, env: &Env) -> Result<Option<ApiKey>, LlmError> {
+    pub fn api_key(&self, env: &Env) -> Result<Option<SecretString>, LlmError> {
         let Some(var) = &self.api_key_env else {
             return Ok(None);
         };
         match env.get(var) {
-            Some(key) if !key.trim().is_empty() => Ok(Some(ApiKey::new(key.trim()))),
+            Some(key) if !key.trim().is_empty() => Ok(Some(SecretString::from(key.trim()))),
             _ => Err(LlmError::Config(format!(
                 "environment variable {var} is not set (api_key_env)"
             ))),

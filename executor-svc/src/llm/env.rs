@@ -1,4 +1,5 @@
-//! The environment, API keys, and `${VAR}` expansion.
+//! The environment and `${VAR}` expansion. Keys are held in [`secrecy::SecretString`], whose
+//! `Debug` prints `[REDACTED]`.
 //!
 //! The environment is passed around as an [`Env`] so tests never touch the process's own (and
 //! edition 2024 makes `set_var` unsafe for good reason).
@@ -6,28 +7,6 @@
 use std::{collections::BTreeMap, fmt, sync::Arc};
 
 use super::LlmError;
-
-/// An API key. Its `Debug` prints `ApiKey(***)`; it has no `Display`.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ApiKey(String);
-
-impl ApiKey {
-    /// Wraps a key.
-    pub fn new(key: impl Into<String>) -> Self {
-        Self(key.into())
-    }
-
-    /// The key itself, for the one header that carries it.
-    pub(crate) fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ApiKey(***)")
-    }
-}
 
 /// A view of environment variables: the process's, or a fixed map in tests.
 #[derive(Clone)]

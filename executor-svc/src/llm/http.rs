@@ -7,12 +7,13 @@ use reqwest::{
     Response, Url,
     header::{self, HeaderMap, HeaderName, HeaderValue},
 };
+use secrecy::{ExposeSecret, SecretString};
 use tracing::{debug, warn};
 
 use super::{
     LlmError,
     config::{HttpSettings, ProviderConfig},
-    env::{ApiKey, Env, expand},
+    env::{Env, expand},
     error::excerpt,
 };
 
@@ -33,7 +34,7 @@ pub(crate) struct Endpoint {
     /// Timeouts and retry policy.
     pub settings: HttpSettings,
     /// The key, only so it can be scrubbed from server messages.
-    pub secret: Option<ApiKey>,
+    pub secret: Option<SecretString>,
 }
 
 impl Endpoint {
@@ -45,7 +46,7 @@ impl Endpoint {
         env: &Env,
         mut url: Url,
         auth: Vec<(&'static str, String)>,
-        secret: Option<ApiKey>,
+        secret: Option<SecretString>,
     ) -> Result<Self, LlmError> {
         let settings = config.http_settings()?;
         if !config.query.is_empty() {
@@ -93,8 +94,8 @@ impl Endpoint {
     /// Replaces the API key, if it appears, in text that came from the server.
     pub fn scrub(&self, text: &str) -> String {
         match &self.secret {
-            Some(key) if key.expose().len() >= 8 && text.contains(key.expose()) => {
-                text.replace(key.expose(), "***")
+            Some(key) if key.expose_secret().len() >= 8 && text.contains(key.expose_secret()) => {
+                text.replace(key.expose_secret(), "***")
             }
             _ => text.to_owned(),
         }

@@ -29,7 +29,7 @@ use futures::{Stream, StreamExt, future::BoxFuture};
 
 pub use anthropic::AnthropicProvider;
 pub use config::{LlmConfig, ProviderConfig};
-pub use env::{ApiKey, Env};
+pub use env::Env;
 pub use error::LlmError;
 pub use openai::OpenAiProvider;
 pub use router::{LlmRouter, ResolvedModel};

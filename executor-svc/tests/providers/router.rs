@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use executor_svc::llm::{ApiKey, Env, LlmConfig, LlmRouter, Message};
+use executor_svc::llm::{Env, LlmConfig, LlmRouter, Message};
 
 use crate::support::{FakeServer, Reply, data};
 
@@ -184,8 +184,8 @@ fn scripts_load_relative_to_the_config_and_from_the_environment() {
 
 #[test]
 fn api_keys_never_print() {
-    let key = ApiKey::new("sk-secret-value");
-    assert_eq!(format!("{key:?}"), "ApiKey(***)");
+    let key = secrecy::SecretString::from("sk-secret-value");
+    assert!(!format!("{key:?}").contains("secret-value"), "{key:?}");
     let config = LlmConfig::from_yaml(CONFIG).expect("config");
     let router = LlmRouter::new(
         &config,

@@ -6,10 +6,7 @@ use axum::{
     response::IntoResponse,
     routing::get,
 };
-use executor_svc::tools::{
-    ToolError,
-    native::{NativeToolsConfig, Secret},
-};
+use executor_svc::tools::{ToolError, native::NativeToolsConfig};
 use serde_json::{Value, json};
 
 use super::{ctx, ok_text, output, tool_with};
@@ -95,7 +92,7 @@ async fn serve() -> String {
 fn config(base: &str, token: Option<&str>) -> NativeToolsConfig {
     NativeToolsConfig {
         github_api_url: base.to_owned(),
-        github_token: token.map(Secret::new),
+        github_token: token.map(secrecy::SecretString::from),
         ..NativeToolsConfig::default()
     }
 }

@@ -8,6 +8,7 @@ mod decode;
 
 use std::sync::Arc;
 
+use secrecy::ExposeSecret;
 use serde_json::{Value, json};
 
 use super::{
@@ -46,7 +47,7 @@ impl AnthropicProvider {
         let url = parse_url(name, &format!("{base}/v1/messages"))?;
         let mut auth = vec![("anthropic-version", API_VERSION.to_owned())];
         if let Some(key) = &key {
-            auth.push(("x-api-key", key.expose().to_owned()));
+            auth.push(("x-api-key", key.expose_secret().to_owned()));
         }
         let endpoint = Endpoint::new(name, config, env, url, auth, key)?;
         Ok(Self {

@@ -7,6 +7,7 @@
 
 mod decode;
 
+use secrecy::ExposeSecret;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -48,14 +49,16 @@ impl OpenAiProvider {
                 let mut url = parse_url(name, &url)?;
                 url.query_pairs_mut()
                     .append_pair("api-version", &azure.api_version);
-                let auth = key.as_ref().map(|k| ("api-key", k.expose().to_owned()));
+                let auth = key
+                    .as_ref()
+                    .map(|k| ("api-key", k.expose_secret().to_owned()));
                 (url, auth)
             }
             None => {
                 let url = parse_url(name, &format!("{base}/chat/completions"))?;
                 let auth = key
                     .as_ref()
-                    .map(|k| ("authorization", format!("Bearer {}", k.expose())));
+                    .map(|k| ("authorization", format!("Bearer {}", k.expose_secret())));
                 (url, auth)
             }
         };

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use futures::{FutureExt, future::BoxFuture};
 use reqwest::{Method, header};
+use secrecy::ExposeSecret;
 use serde::Deserialize;
 use serde_json::Value;
 use tracing::debug;
@@ -109,9 +110,10 @@ impl Tool for GitHub {
             let auth = match token {
                 Some(t) => {
                     let mut value =
-                        header::HeaderValue::from_str(&format!("Bearer {}", t.expose())).map_err(
-                            |_| failed(TOOL, "GITHUB_TOKEN holds characters a header cannot carry"),
-                        )?;
+                        header::HeaderValue::from_str(&format!("Bearer {}", t.expose_secret()))
+                            .map_err(|_| {
+                                failed(TOOL, "GITHUB_TOKEN holds characters a header cannot carry")
+                            })?;
                     value.set_sensitive(true);
                     Some(value)
                 }
@@ -140,9 +142,9 @@ impl Tool for GitHub {
             .await?;
             debug!(method = %method, path = %args.path, status = resp.status.as_u16(), "github");
             let mut text = String::from_utf8_lossy(&resp.body).into_owned();
-            if let Some(t) = token.filter(|t| !t.expose().is_empty()) {
+            if let Some(t) = token.filter(|t| !t.expose_secret().is_empty()) {
                 // An echoing server (or a mistake upstream) must not hand the token to the model.
-                text = text.replace(t.expose(), "***");
+                text = text.replace(t.expose_secret(), "***");
             }
             if resp.cut {
                 text.push_str("\n[response cut: it was larger than the download limit]");

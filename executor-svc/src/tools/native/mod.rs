@@ -39,6 +39,7 @@ mod workspace;
 
 use std::{fmt, path::PathBuf, sync::Arc, time::Duration};
 
+use secrecy::SecretString;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tracing::warn;
@@ -63,28 +64,6 @@ pub const DEFAULT_WEB_SEARCH_URL: &str = "https://html.duckduckgo.com/html/?q=";
 /// Default GitHub REST API base URL.
 pub const DEFAULT_GITHUB_API_URL: &str = "https://api.github.com";
 
-/// A secret string (an API token): never printed by `Debug` and never logged.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a secret.
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-
-    /// The secret itself, for the one place that sends it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(***)")
-    }
-}
-
 /// Configuration of the native tools: endpoints, binaries, caps.
 #[derive(Debug, Clone)]
 pub struct NativeToolsConfig {
@@ -93,7 +72,7 @@ pub struct NativeToolsConfig {
     /// GitHub REST API base URL (GitHub Enterprise: `https://HOST/api/v3`).
     pub github_api_url: String,
     /// GitHub token, sent as `Authorization: Bearer`; `None` makes unauthenticated reads only.
-    pub github_token: Option<Secret>,
+    pub github_token: Option<SecretString>,
     /// The Python interpreter (a name looked up on `PATH`, or a path).
     pub python_bin: PathBuf,
     /// The git binary.
@@ -152,7 +131,9 @@ impl NativeToolsConfig {
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Self {
         let get = |k: &str| lookup(k).filter(|v| !v.trim().is_empty());
         let mut c = Self {
-            github_token: get("GITHUB_TOKEN").or_else(|| get("GH_TOKEN")).map(Secret),
+            github_token: get("GITHUB_TOKEN")
+                .or_else(|| get("GH_TOKEN"))
+                .map(SecretString::from),
             ..Self::default()
         };
         if let Some(v) = get("GITHUB_API_URL") {
@@ -335,7 +316,12 @@ mod tests {
     #[test]
     fn secrets_do_not_print_and_env_lookup_reads_the_token() {
         let c = NativeToolsConfig::from_lookup(|k| (k == "GH_TOKEN").then(|| "t0k".to_owned()));
-        assert_eq!(c.github_token.as_ref().map(Secret::expose), Some("t0k"));
+        assert_eq!(
+            c.github_token
+                .as_ref()
+                .map(secrecy::ExposeSecret::expose_secret),
+            Some("t0k")
+        );
         assert!(!format!("{c:?}").contains("t0k"));
     }
 }

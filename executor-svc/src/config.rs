@@ -1,4 +1,5 @@
 //! Flags with environment fallbacks; the defaults work from the repository root on a laptop.
+//! Ranges are checked by clap, so a bad value stops the executor at start naming the flag.
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
@@ -38,30 +39,37 @@ pub struct Config {
     #[arg(long, env = "TASKFORCE_EXECUTOR_ADDR_FILE")]
     pub addr_file: Option<PathBuf>,
     /// Most model calls one run (one `Execute` or `Answer`) may make.
-    #[arg(long, env = "TASKFORCE_MAX_STEPS", default_value_t = 30)]
+    #[arg(long, env = "TASKFORCE_MAX_STEPS", default_value_t = 30,
+          value_parser = clap::value_parser!(u32).range(1..))]
     pub max_steps: u32,
     /// Wall-clock budget of one run, in seconds.
-    #[arg(long, env = "TASKFORCE_MAX_RUN_SECS", default_value_t = 600)]
+    #[arg(long, env = "TASKFORCE_MAX_RUN_SECS", default_value_t = 600,
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub max_run_secs: u64,
     /// Time limit of one tool call, in seconds.
-    #[arg(long, env = "TASKFORCE_TOOL_TIMEOUT_SECS", default_value_t = 120)]
+    #[arg(long, env = "TASKFORCE_TOOL_TIMEOUT_SECS", default_value_t = 120,
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub tool_timeout_secs: u64,
-    /// Largest tool output handed to the model, in bytes.
-    #[arg(long, env = "TASKFORCE_TOOL_MAX_OUTPUT_BYTES", default_value_t = 64 * 1024)]
+    /// Largest tool output handed to the model, in bytes (at least 1024).
+    #[arg(long, env = "TASKFORCE_TOOL_MAX_OUTPUT_BYTES", default_value_t = 64 * 1024,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1024..))]
     pub tool_max_output_bytes: usize,
     /// How long the registry keeps an agent BUSY without a renewal, in seconds (renewed at half).
-    #[arg(long, env = "TASKFORCE_BUSY_LEASE_SECS", default_value_t = 120)]
+    #[arg(long, env = "TASKFORCE_BUSY_LEASE_SECS", default_value_t = 120,
+          value_parser = clap::value_parser!(u32).range(2..))]
     pub busy_lease_secs: u32,
     /// Time limit of starting an MCP server (or connecting to it), its handshake and tool list,
     /// in milliseconds.
     #[arg(
         long,
         env = "TASKFORCE_MCP_CONNECT_TIMEOUT_MS",
-        default_value_t = 30_000
+        default_value_t = 30_000,
+        value_parser = clap::value_parser!(u64).range(1..)
     )]
     pub mcp_connect_timeout_ms: u64,
     /// Time limit of one MCP tool call, in milliseconds.
-    #[arg(long, env = "TASKFORCE_MCP_CALL_TIMEOUT_MS", default_value_t = 60_000)]
+    #[arg(long, env = "TASKFORCE_MCP_CALL_TIMEOUT_MS", default_value_t = 60_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub mcp_call_timeout_ms: u64,
     /// Delete completed, failed and cancelled sessions this many hours after their last change
     /// (0: keep them); paused sessions are kept until answered.
@@ -80,7 +88,8 @@ pub struct Config {
 
     /// Default wall-clock budget of one sub-agent delegation (a `budget.timeout_s` may ask for
     /// another; never more than the parent has left).
-    #[arg(long, env = "TASKFORCE_SUBAGENT_TIMEOUT_SECS", default_value_t = 120)]
+    #[arg(long, env = "TASKFORCE_SUBAGENT_TIMEOUT_SECS", default_value_t = 120,
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub subagent_timeout_secs: u64,
 
     /// Who may remove a dependency link from the plan: `dependent-owner` (the owner of the
@@ -134,11 +143,15 @@ pub struct Config {
     pub max_events_per_second: u32,
 
     /// Time limit of one registry call, in milliseconds.
-    #[arg(long, env = "TASKFORCE_REGISTRY_TIMEOUT_MS", default_value_t = 5000)]
+    #[arg(long, env = "TASKFORCE_REGISTRY_TIMEOUT_MS", default_value_t = 5000,
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub registry_timeout_ms: u64,
     /// API keys and the service token (see `taskforce_runtime::auth`).
     #[command(flatten)]
     pub auth: taskforce_runtime::auth::AuthArgs,
+    /// The native tools: endpoints, binaries, the GitHub token, the subprocess sandbox.
+    #[command(flatten)]
+    pub tools: crate::tools::native::NativeToolsArgs,
 }
 
 fn instance_name(text: &str) -> Result<String, String> {
@@ -167,14 +180,14 @@ impl Config {
 
     /// The wall-clock budget of one run.
     pub fn run_budget(&self) -> Duration {
-        Duration::from_secs(self.max_run_secs.max(1))
+        Duration::from_secs(self.max_run_secs)
     }
 
     /// Timeouts of MCP connections and calls.
     pub fn mcp_timeouts(&self) -> crate::tools::mcp::McpTimeouts {
         crate::tools::mcp::McpTimeouts {
-            connect: Duration::from_millis(self.mcp_connect_timeout_ms.max(1)),
-            call: Duration::from_millis(self.mcp_call_timeout_ms.max(1)),
+            connect: Duration::from_millis(self.mcp_connect_timeout_ms),
+            call: Duration::from_millis(self.mcp_call_timeout_ms),
             idle: (self.mcp_idle_secs > 0).then(|| Duration::from_secs(self.mcp_idle_secs)),
         }
     }
@@ -183,7 +196,7 @@ impl Config {
     pub fn delegation_limits(&self) -> crate::run::DelegationLimits {
         crate::run::DelegationLimits {
             max_hops: self.max_delegation_hops,
-            timeout: Duration::from_secs(self.subagent_timeout_secs.max(1)),
+            timeout: Duration::from_secs(self.subagent_timeout_secs),
             unlink: match self.plan_unlink_policy.as_str() {
                 "any-author" => crate::plan::UnlinkPolicy::AnyAuthor,
                 "orchestrator-only" => crate::plan::UnlinkPolicy::OrchestratorOnly,
@@ -195,8 +208,33 @@ impl Config {
     /// The limits every tool call runs under.
     pub fn tool_limits(&self) -> crate::tools::Limits {
         crate::tools::Limits {
-            timeout: Duration::from_secs(self.tool_timeout_secs.max(1)),
-            max_output_bytes: self.tool_max_output_bytes.max(1024),
+            timeout: Duration::from_secs(self.tool_timeout_secs),
+            max_output_bytes: self.tool_max_output_bytes,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::Config;
+
+    #[test]
+    fn out_of_range_values_are_refused_naming_the_flag() {
+        for (flag, value) in [
+            ("--max-steps", "0"),
+            ("--max-run-secs", "0"),
+            ("--tool-timeout-secs", "0"),
+            ("--tool-max-output-bytes", "1023"),
+            ("--busy-lease-secs", "1"),
+            ("--mcp-connect-timeout-ms", "0"),
+            ("--mcp-call-timeout-ms", "0"),
+            ("--subagent-timeout-secs", "0"),
+            ("--registry-timeout-ms", "0"),
+        ] {
+            let e = Config::try_parse_from(["executor-svc", flag, value]).expect_err(flag);
+            assert!(e.to_string().contains(flag), "{e}");
         }
     }
 }

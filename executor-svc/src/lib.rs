@@ -84,12 +84,12 @@ pub struct Parts {
 }
 
 impl Parts {
-    /// The router from `config.llm_config` and the nine native tools (configured from the
-    /// environment, see [`tools::native::NativeToolsConfig::from_env`]); fails when the
-    /// subprocess tools' sandbox cannot be had as configured.
+    /// The router from `config.llm_config` and the nine native tools (configured by
+    /// `config.tools`, see [`tools::native::NativeToolsArgs`]); fails when the subprocess
+    /// tools' sandbox cannot be had as configured.
     pub fn from_config(config: &Config) -> Result<Self, ExecutorError> {
         let router = Arc::new(LlmRouter::from_file(&config.llm_config)?);
-        let native = tools::native::NativeToolsConfig::from_env();
+        let native = config.tools.config();
         native
             .check()
             .map_err(|e| ExecutorError::Config(format!("tool sandbox: {e}")))?;
@@ -152,7 +152,7 @@ pub async fn run_with(
     }
     let registry = registry::Registry::new(
         &config.registry_url,
-        Duration::from_millis(config.registry_timeout_ms.max(1)),
+        Duration::from_millis(config.registry_timeout_ms),
         config.busy_lease_secs,
         service_token,
     )?;
@@ -180,7 +180,7 @@ pub async fn run_with(
         tokio::spawn(store.clone().expire_until(ttl, tasks.clone()))
     });
     let budgets = run::Budgets {
-        max_steps: config.max_steps.max(1),
+        max_steps: config.max_steps,
         max_duration: config.run_budget(),
         tool_limits: config.tool_limits(),
         workspaces: config.data_dir.join("workspaces"),

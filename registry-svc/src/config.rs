@@ -1,4 +1,5 @@
 //! Flags with environment fallbacks; the defaults work from the repository root on a laptop.
+//! Ranges are checked by clap, so a bad value stops the registry at start naming the flag.
 
 use std::{net::SocketAddr, path::PathBuf};
 
@@ -31,26 +32,31 @@ pub struct Config {
     #[arg(
         long,
         env = "TASKFORCE_MCP_DISCOVERY_TIMEOUT_MS",
-        default_value_t = 5000
+        default_value_t = 5000,
+        value_parser = clap::value_parser!(u64).range(1..)
     )]
     pub mcp_discovery_timeout_ms: u64,
     /// Seconds between full reconciles of the cache with the files (the watcher's backstop).
-    #[arg(long, env = "TASKFORCE_RECONCILE_INTERVAL_SECS", default_value_t = 30)]
+    #[arg(long, env = "TASKFORCE_RECONCILE_INTERVAL_SECS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub reconcile_interval_secs: u64,
     /// Seconds between rediscoveries of the global MCP servers.
-    #[arg(long, env = "TASKFORCE_CATALOG_REFRESH_SECS", default_value_t = 300)]
+    #[arg(long, env = "TASKFORCE_CATALOG_REFRESH_SECS", default_value_t = 300,
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub catalog_refresh_secs: u64,
     /// The `task` binary that collects workspace metadata (a name in `PATH`, or a path).
     #[arg(long, env = "TASKFORCE_TASK_BIN", default_value = "task")]
     pub task_bin: std::path::PathBuf,
     /// Timeout of one metadata field (one task), in milliseconds.
-    #[arg(long, env = "TASKFORCE_METADATA_TIMEOUT_MS", default_value_t = 5000)]
+    #[arg(long, env = "TASKFORCE_METADATA_TIMEOUT_MS", default_value_t = 5000,
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub metadata_timeout_ms: u64,
     /// Seconds a workspace's metadata is reused before it is collected again.
     #[arg(long, env = "TASKFORCE_METADATA_TTL_SECS", default_value_t = 60)]
     pub metadata_ttl_secs: u64,
     /// Metadata tasks that may run at once, across all workspaces.
-    #[arg(long, env = "TASKFORCE_METADATA_PARALLELISM", default_value_t = 32)]
+    #[arg(long, env = "TASKFORCE_METADATA_PARALLELISM", default_value_t = 32,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub metadata_parallelism: usize,
     /// Write the bound address to this file once listening (for tests and scripts using port 0).
     #[arg(long, env = "TASKFORCE_REGISTRY_ADDR_FILE")]
@@ -72,9 +78,9 @@ impl Config {
     pub fn metadata_settings(&self) -> crate::metadata::Settings {
         crate::metadata::Settings {
             task_bin: self.task_bin.clone(),
-            field_timeout: std::time::Duration::from_millis(self.metadata_timeout_ms.max(1)),
+            field_timeout: std::time::Duration::from_millis(self.metadata_timeout_ms),
             ttl: std::time::Duration::from_secs(self.metadata_ttl_secs),
-            max_parallel: self.metadata_parallelism.max(1),
+            max_parallel: self.metadata_parallelism,
         }
     }
 
@@ -83,5 +89,27 @@ impl Config {
         self.catalog_mcp_file
             .clone()
             .unwrap_or_else(|| self.config_dir.join("catalog").join("mcp_servers.yaml"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::Config;
+
+    #[test]
+    fn out_of_range_values_are_refused_naming_the_flag() {
+        for flag in [
+            "--metadata-timeout-ms",
+            "--metadata-parallelism",
+            "--reconcile-interval-secs",
+            "--catalog-refresh-secs",
+            "--mcp-discovery-timeout-ms",
+        ] {
+            let e = Config::try_parse_from(["registry-svc", flag, "0"]).expect_err(flag);
+            assert!(e.to_string().contains(flag), "{e}");
+        }
+        assert!(Config::try_parse_from(["registry-svc", "--metadata-parallelism", "1"]).is_ok());
     }
 }

@@ -342,9 +342,14 @@ async fn web_fetch_reaches_no_internal_address_in_any_spelling_nor_through_a_red
         "{why}"
     );
     // An operator can allow a range.
-    let allowed = NativeToolsConfig::from_lookup(|k| {
-        (k == "TASKFORCE_WEB_ALLOW_NETS").then(|| "127.0.0.0/8".to_owned())
-    });
+    let allowed = <executor_svc::Config as clap::Parser>::try_parse_from([
+        "executor-svc",
+        "--web-allow-nets",
+        "127.0.0.0/8",
+    ])
+    .expect("flags parse")
+    .tools
+    .config();
     let fetch = tool_with(&allowed, "web_fetch");
     let url = format!("http://127.0.0.1:{port}/article");
     assert!(

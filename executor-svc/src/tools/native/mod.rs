@@ -22,6 +22,7 @@
 //! Every tool takes its name, description and schema from the catalog, so what the registry
 //! lists and what the model sees never differ.
 
+mod args;
 mod ask_user;
 mod fetch;
 mod files;
@@ -46,6 +47,7 @@ use tracing::warn;
 
 use super::{Tool, ToolContext, ToolError};
 
+pub use args::NativeToolsArgs;
 pub use ask_user::AskUser;
 pub use fetch::WebFetch;
 pub use files::{FileRead, FileWrite};
@@ -89,14 +91,10 @@ pub struct NativeToolsConfig {
     /// `User-Agent` of the web and GitHub requests.
     pub user_agent: String,
     /// Address ranges the web tools may reach although they are not public (loopback,
-    /// private, link-local, ...): `TASKFORCE_WEB_ALLOW_NETS`, comma-separated CIDRs or addresses.
+    /// private, link-local, ...): `--web-allow-nets` / `TASKFORCE_WEB_ALLOW_NETS`.
     pub web_allow_nets: Vec<ipnet::IpNet>,
-    /// How `python`, `git` and `powershell` are confined (`TASKFORCE_TOOL_*`, see
-    /// [`SandboxConfig::from_lookup`]).
+    /// How `python`, `git` and `powershell` are confined (`--tool-*` / `TASKFORCE_TOOL_*`).
     pub sandbox: SandboxConfig,
-    /// A `TASKFORCE_TOOL_*` setting that did not parse: [`Self::check`] refuses to start with it
-    /// (the defaults stand in meanwhile).
-    pub sandbox_invalid: Option<SandboxError>,
 }
 
 impl Default for NativeToolsConfig {
@@ -114,75 +112,15 @@ impl Default for NativeToolsConfig {
             user_agent: concat!("taskforce-executor/", env!("CARGO_PKG_VERSION")).to_owned(),
             web_allow_nets: Vec::new(),
             sandbox: SandboxConfig::default(),
-            sandbox_invalid: None,
         }
     }
 }
 
 impl NativeToolsConfig {
-    /// Defaults overridden by the process environment: `GITHUB_TOKEN` (or `GH_TOKEN`),
-    /// `GITHUB_API_URL`, `TASKFORCE_WEB_SEARCH_URL`, `TASKFORCE_PYTHON`, `TASKFORCE_PWSH`,
-    /// `TASKFORCE_WEB_ALLOW_NETS`, and the sandbox's `TASKFORCE_TOOL_*`.
-    pub fn from_env() -> Self {
-        Self::from_lookup(|k| std::env::var(k).ok())
-    }
-
-    /// Like [`Self::from_env`] with any lookup (tests pass a map).
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Self {
-        let get = |k: &str| lookup(k).filter(|v| !v.trim().is_empty());
-        let mut c = Self {
-            github_token: get("GITHUB_TOKEN")
-                .or_else(|| get("GH_TOKEN"))
-                .map(SecretString::from),
-            ..Self::default()
-        };
-        if let Some(v) = get("GITHUB_API_URL") {
-            c.github_api_url = v;
-        }
-        if let Some(v) = get("TASKFORCE_WEB_SEARCH_URL") {
-            c.web_search_url = v;
-        }
-        if let Some(v) = get("TASKFORCE_PYTHON") {
-            c.python_bin = PathBuf::from(v);
-        }
-        if let Some(v) = get("TASKFORCE_PWSH") {
-            c.pwsh_bin = PathBuf::from(v);
-        }
-        match SandboxConfig::from_lookup(get) {
-            Ok(s) => c.sandbox = s,
-            Err(e) => c.sandbox_invalid = Some(e),
-        }
-        if let Some(v) = get("TASKFORCE_WEB_ALLOW_NETS") {
-            for entry in v.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-                match parse_net(entry) {
-                    Some(net) => c.web_allow_nets.push(net),
-                    None => warn!(
-                        entry,
-                        "TASKFORCE_WEB_ALLOW_NETS: not a CIDR or an address; ignored"
-                    ),
-                }
-            }
-        }
-        c
-    }
-
     /// Start-up checks of the subprocess sandbox (see [`Sandbox::check`]); blocking, briefly.
     pub fn check(&self) -> Result<(), SandboxError> {
-        if let Some(e) = &self.sandbox_invalid {
-            return Err(e.clone());
-        }
         Sandbox::new(self.sandbox.clone()).check()
     }
-}
-
-/// `10.0.0.0/8`, or one address (`127.0.0.1`, `::1`) as a one-address net.
-fn parse_net(entry: &str) -> Option<ipnet::IpNet> {
-    entry.parse::<ipnet::IpNet>().ok().or_else(|| {
-        entry
-            .parse::<std::net::IpAddr>()
-            .ok()
-            .map(ipnet::IpNet::from)
-    })
 }
 
 /// All nine native tools, in catalog order, sharing one HTTP client.
@@ -311,17 +249,5 @@ mod tests {
         assert!(out.starts_with('h'));
         assert!(out.contains("[output cut: showing the first 1 of 60 bytes]"));
         assert_eq!(cap_text("short".into(), 10), "short");
-    }
-
-    #[test]
-    fn secrets_do_not_print_and_env_lookup_reads_the_token() {
-        let c = NativeToolsConfig::from_lookup(|k| (k == "GH_TOKEN").then(|| "t0k".to_owned()));
-        assert_eq!(
-            c.github_token
-                .as_ref()
-                .map(secrecy::ExposeSecret::expose_secret),
-            Some("t0k")
-        );
-        assert!(!format!("{c:?}").contains("t0k"));
     }
 }

@@ -14,7 +14,6 @@ use std::{
     ffi::OsString,
     fmt,
     path::{Path, PathBuf},
-    str::FromStr,
     sync::OnceLock,
 };
 
@@ -28,31 +27,16 @@ use launcher::{Confine, LauncherArgs};
 pub const LAUNCHER_NAME: &str = "taskforce-sandbox";
 
 /// How subprocess tools are confined.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum SandboxMode {
     /// Resource limits and Landlock (writes only under the workspace and the call's temp dir).
     Landlock,
     /// Resource limits and bubblewrap (a read-only root, the workspace bound writable).
+    #[value(alias = "bubblewrap")]
     Bwrap,
     /// No launcher: the program runs directly.
+    #[value(alias = "off")]
     None,
-}
-
-impl FromStr for SandboxMode {
-    type Err = SandboxError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "landlock" => Ok(Self::Landlock),
-            "bwrap" | "bubblewrap" => Ok(Self::Bwrap),
-            "none" | "off" => Ok(Self::None),
-            _ => Err(SandboxError::Setting {
-                name: "TASKFORCE_TOOL_SANDBOX",
-                value: s.to_owned(),
-                expected: "landlock, bwrap or none",
-            }),
-        }
-    }
 }
 
 /// Per-process resource limits of a tool's programs (setrlimit); 0 leaves one unchanged.
@@ -110,52 +94,9 @@ impl Default for SandboxConfig {
     }
 }
 
-impl SandboxConfig {
-    /// The settings from `TASKFORCE_TOOL_*` variables (see the fields), defaults for the rest.
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, SandboxError> {
-        let mut c = Self::default();
-        if let Some(v) = get("TASKFORCE_TOOL_SANDBOX") {
-            c.mode = v.parse()?;
-        }
-        if let Some(v) = get("TASKFORCE_TOOL_SANDBOX_REQUIRE") {
-            c.require = matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes");
-        }
-        c.launcher = get("TASKFORCE_TOOL_LAUNCHER").map(PathBuf::from);
-        if let Some(v) = get("TASKFORCE_TOOL_BWRAP") {
-            c.bwrap_bin = PathBuf::from(v);
-        }
-        let number = |name: &'static str, default: u64| -> Result<u64, SandboxError> {
-            get(name).map_or(Ok(default), |v| {
-                v.trim().parse().map_err(|_| SandboxError::Setting {
-                    name,
-                    value: v,
-                    expected: "a whole number (0: no limit)",
-                })
-            })
-        };
-        let l = &mut c.limits;
-        l.cpu_seconds = number("TASKFORCE_TOOL_CPU_SECONDS", l.cpu_seconds)?;
-        l.address_space_bytes = number("TASKFORCE_TOOL_MEMORY_MB", l.address_space_bytes >> 20)?
-            .saturating_mul(1 << 20);
-        l.open_files = number("TASKFORCE_TOOL_OPEN_FILES", l.open_files)?;
-        l.processes = number("TASKFORCE_TOOL_PROCESSES", l.processes)?;
-        Ok(c)
-    }
-}
-
 /// A sandbox setting the executor cannot start with.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SandboxError {
-    /// A variable with a value that does not parse.
-    #[error("{name}={value:?}: expected {expected}")]
-    Setting {
-        /// The variable.
-        name: &'static str,
-        /// Its value.
-        value: String,
-        /// What it may be.
-        expected: &'static str,
-    },
     /// The launcher binary is missing.
     #[error(
         "the tool sandbox launcher {path} does not exist: install `{LAUNCHER_NAME}` next to the \
@@ -413,50 +354,6 @@ impl Drop for TempDir {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn lookup(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
-        |k| {
-            pairs
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| (*v).to_owned())
-        }
-    }
-
-    #[test]
-    fn defaults_are_landlock_with_limits() {
-        let c = SandboxConfig::from_lookup(|_| None).expect("defaults");
-        assert_eq!(c.mode, SandboxMode::Landlock);
-        assert!(!c.require);
-        assert_eq!(c.limits, ResourceLimits::default());
-        assert_eq!(c.limits.address_space_bytes, 2 << 30);
-    }
-
-    #[test]
-    fn settings_are_read_and_bad_values_refused() {
-        let c = SandboxConfig::from_lookup(lookup(&[
-            ("TASKFORCE_TOOL_SANDBOX", "bwrap"),
-            ("TASKFORCE_TOOL_SANDBOX_REQUIRE", "1"),
-            ("TASKFORCE_TOOL_MEMORY_MB", "512"),
-            ("TASKFORCE_TOOL_OPEN_FILES", "64"),
-            ("TASKFORCE_TOOL_PROCESSES", "0"),
-        ]))
-        .expect("parse");
-        assert_eq!(c.mode, SandboxMode::Bwrap);
-        assert!(c.require);
-        assert_eq!(c.limits.address_space_bytes, 512 << 20);
-        assert_eq!((c.limits.open_files, c.limits.processes), (64, 0));
-        for bad in [
-            &[("TASKFORCE_TOOL_SANDBOX", "firejail")][..],
-            &[("TASKFORCE_TOOL_CPU_SECONDS", "lots")],
-        ] {
-            let pairs: &'static [(&str, &str)] = bad;
-            assert!(
-                SandboxConfig::from_lookup(lookup(pairs)).is_err(),
-                "{bad:?}"
-            );
-        }
-    }
 
     #[test]
     fn bwrap_mode_without_bubblewrap_refuses_to_start() {

@@ -3,7 +3,10 @@
 
 use std::{collections::BTreeSet, path::PathBuf, sync::Arc, time::Duration};
 
-use notify::{RecursiveMode, Watcher};
+use notify::{
+    EventKind, RecursiveMode, Watcher,
+    event::{AccessKind, AccessMode},
+};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
@@ -107,6 +110,8 @@ fn watch(
     let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
         // Sending fails only once the watch loop has stopped; nothing to do then.
         match res {
+            // Reading a file (ours included: reconciling opens it) is no change.
+            Ok(ev) if !changes_content(&ev.kind) => {}
             Ok(ev) if ev.need_rescan() || ev.paths.is_empty() => {
                 let _ = tx.send(None);
             }
@@ -123,4 +128,44 @@ fn watch(
     watcher.watch(store.root(), RecursiveMode::NonRecursive)?;
     watcher.watch(store.custom_dir(), RecursiveMode::NonRecursive)?;
     Ok(watcher)
+}
+
+/// Whether an event can mean a file's content or presence changed. Opening, reading and
+/// closing a file unchanged cannot; without this filter, reconciling a file (which opens it)
+/// would report itself and reconcile it again, forever.
+fn changes_content(kind: &EventKind) -> bool {
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        EventKind::Any | EventKind::Create(_) | EventKind::Modify(_) | EventKind::Remove(_) => true,
+        EventKind::Other => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use notify::event::{CreateKind, ModifyKind, RemoveKind};
+
+    use super::*;
+
+    #[test]
+    fn reading_a_file_is_not_a_change_and_writing_one_is() {
+        for quiet in [
+            AccessKind::Open(AccessMode::Any),
+            AccessKind::Read,
+            AccessKind::Close(AccessMode::Read),
+            AccessKind::Any,
+        ] {
+            assert!(!changes_content(&EventKind::Access(quiet)), "{quiet:?}");
+        }
+        for change in [
+            EventKind::Access(AccessKind::Close(AccessMode::Write)),
+            EventKind::Create(CreateKind::File),
+            EventKind::Modify(ModifyKind::Any),
+            EventKind::Remove(RemoveKind::File),
+            EventKind::Any,
+        ] {
+            assert!(changes_content(&change), "{change:?}");
+        }
+    }
 }

@@ -200,6 +200,19 @@ pub fn processes_with_args(argv: &[&str]) -> Vec<u32> {
         .collect()
 }
 
+/// User plus system CPU clock ticks (1/100 s) of process `pid` so far, all threads (0 when
+/// unknown).
+pub fn cpu_ticks(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let (_, rest) = s.rsplit_once(')')?;
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+        })
+        .unwrap_or(0)
+}
+
 /// True while `/proc` has an entry for `pid` (a running process, or a zombie not yet reaped).
 pub fn pid_exists(pid: u32) -> bool {
     Path::new("/proc").join(pid.to_string()).exists()

@@ -1,7 +1,7 @@
 //! People edit the YAML directory by hand while the registry runs (and while it is down); the
 //! registry follows, skipping invalid files and saying why.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, time::Duration};
 
 use serde_json::json;
 use taskforce_proto::v1::{self, AgentSource, agent::Kind};
@@ -370,5 +370,37 @@ async fn an_alias_bomb_and_a_huge_file_are_skipped_with_diagnostics_and_memory_s
     assert!(
         after < before + 32,
         "registry RSS grew from {before} MiB to {after} MiB"
+    );
+}
+
+#[tokio::test]
+async fn an_idle_registry_does_not_keep_reading_its_files() {
+    let stack = spawn_registry().await.expect("stack starts");
+    for i in 0..300 {
+        let id = format!("idle-{i:03}");
+        std::fs::write(
+            stack.custom_dir().join(format!("{id}.yaml")),
+            hand_written_yaml(&id, "Left alone."),
+        )
+        .expect("write by hand");
+    }
+    until(
+        EDIT_VISIBLE_WITHIN * 4,
+        "300 hand-written agents",
+        || async { grpc_list_all(&stack, AgentSource::Custom).await.len() },
+        |&n| n >= 300,
+    )
+    .await;
+    // Reading a file raises a watcher event too; reacting to those would reconcile every file
+    // again and again (it once kept a core busy with 10,000 agents). Idle means idle.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let pid = stack.registry_pid().expect("registry runs");
+    let before = taskforce_tests::process::cpu_ticks(pid);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let used = taskforce_tests::process::cpu_ticks(pid) - before;
+    assert!(
+        used < 30,
+        "an idle registry used {used} ticks (1/100 s) of CPU in 3 s\n{}",
+        stack.logs()
     );
 }

@@ -464,18 +464,7 @@ impl Cpu {
     }
 }
 
-/// utime + stime of a process (all threads), in clock ticks.
-/// User plus system CPU clock ticks of process `pid` so far (0 when unknown).
-pub fn cpu_ticks(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            let (_, rest) = s.rsplit_once(')')?;
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
-        })
-        .unwrap_or(0)
-}
+pub use taskforce_tests::process::cpu_ticks;
 
 #[allow(clippy::cast_precision_loss)]
 fn mb(bytes: u64) -> f64 {

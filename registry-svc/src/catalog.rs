@@ -211,12 +211,20 @@ pub async fn check_agent_mcp(
         .collect();
     let results = join_all(reachable.iter().map(|(_, s)| mcp::discover(s, timeout))).await;
     let mut names = BTreeSet::new();
-    let mut any_ok = false;
+    let (mut any_ok, mut deferred) = (false, false);
     for ((i, _), r) in reachable.iter().zip(results) {
         match r {
             Ok(tools) => {
                 any_ok = true;
                 names.extend(tools.into_iter().map(|t| t.name));
+            }
+            // Secrets are the executor's: a server whose `${VAR}` the registry cannot expand
+            // is checked, like a global one, when the executor runs the agent.
+            Err(e @ mcp::DiscoveryError::Placeholder { .. }) => {
+                deferred = true;
+                check.warnings.push(format!(
+                    "mcp_servers[{i}]: not discovered here ({e}); its tools are checked when the executor runs the agent"
+                ));
             }
             Err(e) => {
                 warn!(server = i, error = %e, "MCP discovery failed for an agent's server");
@@ -228,7 +236,7 @@ pub async fn check_agent_mcp(
     }
     check.discovered = names.iter().cloned().collect();
     let allow = def.mcp_allowlist();
-    if allow.is_empty() || global {
+    if allow.is_empty() || global || deferred {
         return Ok(check);
     }
     if !any_ok {

@@ -5,7 +5,7 @@
 use serde_json::json;
 use taskforce_tests::{StackOptions, mcp};
 
-use crate::helpers::{RUN_TIMEOUT, SseReader, agent_json, create, event_names};
+use crate::helpers::{RUN_TIMEOUT, SseReader, agent_json, create, event_names, send};
 
 const SECRET: &str = "tf-secret-4e1f9a7c";
 
@@ -22,9 +22,8 @@ async fn an_agents_mcp_tools_run_through_the_gateway_within_its_allowlist() {
     let stack = StackOptions::full()
         .with_executor()
         .discovery_timeout_ms(30_000)
-        // The registry launches the server too (to validate the allowlist), and an unset
-        // placeholder fails there as well.
-        .registry_env("TASKFORCE_E2E_MCP_SECRET", SECRET)
+        // Only the executor has the secret: the registry, which cannot expand the server's
+        // placeholder, leaves checking the allowlist to the executor.
         .executor_env("TASKFORCE_E2E_MCP_SECRET", SECRET)
         .llm_script(SCRIPT)
         .spawn()
@@ -37,6 +36,24 @@ async fn an_agents_mcp_tools_run_through_the_gateway_within_its_allowlist() {
     body["mcp_tool_allowlist"] = json!(["get_current_time"]);
     let r = create(&stack, &body).await;
     assert_eq!(r.status, 201, "{}", r.text);
+    // `:validate` says why the registry did not list the server's tools, naming the variable.
+    let mut other = body.clone();
+    other["agent_id"] = json!("clock-check");
+    let v = send(
+        stack
+            .http()
+            .post(stack.url("/api/v1/agents:validate"))
+            .json(&other),
+    )
+    .await;
+    assert_eq!(v.status, 200, "{}", v.text);
+    let warnings = v.body["warnings"].to_string();
+    assert!(
+        warnings.contains("TASKFORCE_E2E_MCP_SECRET")
+            && warnings.contains("when the executor runs"),
+        "{warnings}"
+    );
+    assert!(!warnings.contains(SECRET), "{warnings}");
 
     let mut sse = SseReader::open(
         &stack,

@@ -84,7 +84,7 @@ struct Args {
     hold_ms: u64,
     /// Run the LangGraph peer's streamed-run workload (`run_seq`, then `run_c<C>` for each
     /// `--peer-concurrency`) with the executor's OpenAI-compatible provider on this base URL
-    /// (`../shared/peers/fake_llm.py`: `http://127.0.0.1:18080/v1`), instead of the registry.
+    /// (`bench/peers/fake_llm.py`: `http://127.0.0.1:18080/v1`), instead of the registry.
     #[arg(long)]
     fake_llm: Option<String>,
     /// Runs of the sequential phase of `--fake-llm`.
@@ -317,6 +317,8 @@ async fn run(args: &Args, n: usize) -> anyhow::Result<Vec<(String, String)>> {
         ms(t.elapsed()),
     ));
     let ids: Arc<Vec<String>> = Arc::new((0..n).map(agent_id).collect());
+    // The REST reads below are served from the gateway's copy: wait until it has the agents.
+    copy_in_sync(&stack, n).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     rows.extend(rss_rows(&stack, "idle RSS after start"));
 
@@ -401,15 +403,38 @@ async fn run(args: &Args, n: usize) -> anyhow::Result<Vec<(String, String)>> {
         "REST GET /api/v1/agents/{id}, concurrency 1".into(),
         lat.summary(),
     ));
+    let cpu = ServerCpu::now(&stack);
     let (rps, lat) = load(args, rest_get).await?;
+    let cpu = cpu.per_op(&stack, lat.0.len());
     rows.push((
         format!(
             "REST GET /api/v1/agents/{{id}}, concurrency {}",
             args.concurrency
         ),
-        format!("{rps:.0} req/s; {}", lat.summary()),
+        format!(
+            "{rps:.0} req/s; {}; server CPU {cpu} µs/request",
+            lat.summary()
+        ),
+    ));
+    let page_url = stack.url("/api/v1/agents?page_size=100");
+    let lat = sequential(args.samples.min(2000), |_| {
+        let (http, url) = (http.clone(), page_url.clone());
+        async move {
+            let r = http.get(url).send().await?;
+            if !r.status().is_success() {
+                bail!("GET answered {}", r.status());
+            }
+            r.bytes().await?;
+            anyhow::Ok(())
+        }
+    })
+    .await?;
+    rows.push((
+        "REST GET /api/v1/agents?page_size=100, concurrency 1".into(),
+        lat.summary(),
     ));
     let list_url = stack.url("/api/v1/agents");
+    let cpu = ServerCpu::now(&stack);
     let lat = sequential(10, |_| {
         let (http, url) = (http.clone(), list_url.clone());
         async move {
@@ -422,7 +447,42 @@ async fn run(args: &Args, n: usize) -> anyhow::Result<Vec<(String, String)>> {
         }
     })
     .await?;
-    rows.push((format!("REST GET /api/v1/agents (all {n})"), lat.summary()));
+    // Ten timed lists and the warm-up's ten.
+    let cpu = cpu.per_op(&stack, 20 * n);
+    rows.push((
+        format!("REST GET /api/v1/agents (all {n})"),
+        format!("{}; server CPU {cpu} µs per agent listed", lat.summary()),
+    ));
+
+    let create_url = stack.url("/api/v1/agents");
+    let cpu = ServerCpu::now(&stack);
+    let creates = args.creates;
+    let lat = sequential(creates, |i| {
+        let (http, url) = (http.clone(), create_url.clone());
+        async move {
+            let id = format!("rest-created-{i:05}");
+            let r = http
+                .post(url)
+                .json(&serde_json::json!({
+                    "agent_id": id, "name": "Bench", "description": "Created by the benchmark.",
+                    "system_prompt": "You are a LeanAgent.", "tool_allowlist": ["file_read"],
+                }))
+                .send()
+                .await?;
+            if r.status() != reqwest::StatusCode::CREATED {
+                bail!("create answered {}", r.status());
+            }
+            r.bytes().await?;
+            anyhow::Ok(())
+        }
+    })
+    .await?;
+    let warmups = creates.min(50);
+    let cpu = cpu.per_op(&stack, creates + warmups);
+    rows.push((
+        "REST create (fsync'd YAML; answered once the gateway's copy has it), concurrency 1".into(),
+        format!("{}; server CPU {cpu} µs/create", lat.summary()),
+    ));
 
     let lat = sequential(args.creates, |i| {
         let mut c = client.clone();
@@ -444,6 +504,61 @@ async fn run(args: &Args, n: usize) -> anyhow::Result<Vec<(String, String)>> {
     rows.extend(rss_rows(&stack, "RSS idle after the runs above"));
     drop(stack);
     Ok(rows)
+}
+
+/// CPU time of the gateway and the registry at one moment, in clock ticks (1/100 s).
+struct ServerCpu {
+    gateway: u64,
+    registry: u64,
+}
+
+impl ServerCpu {
+    fn now(stack: &taskforce_tests::Stack) -> Self {
+        let ticks = |pid: Option<u32>| pid.map_or(0, runs::cpu_ticks);
+        Self {
+            gateway: ticks(stack.gateway_pid()),
+            registry: ticks(stack.registry_pid()),
+        }
+    }
+
+    /// Microseconds of CPU per operation since `self`, over `ops` operations: the sum, then
+    /// the gateway's and the registry's shares.
+    #[allow(clippy::cast_precision_loss)]
+    fn per_op(&self, stack: &taskforce_tests::Stack, ops: usize) -> String {
+        let now = Self::now(stack);
+        let us = |ticks: u64| ticks as f64 * 10_000.0 / ops.max(1) as f64;
+        let (g, r) = (
+            us(now.gateway.saturating_sub(self.gateway)),
+            us(now.registry.saturating_sub(self.registry)),
+        );
+        format!("{:.2} (gateway {g:.2}, registry {r:.2})", g + r)
+    }
+}
+
+/// Waits (up to 30 s) until the gateway serves the `n` agents from its copy of the registry:
+/// its log's last word on the change stream is that the copy is in sync with `n` agents.
+async fn copy_in_sync(stack: &taskforce_tests::Stack, n: usize) -> anyhow::Result<()> {
+    const IN_SYNC: &str = "serving agent reads from the registry's change stream";
+    const LOST: &str = "lost the registry's change stream";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let log = std::fs::read_to_string(stack.gateway_log()).unwrap_or_default();
+        let synced = log
+            .lines()
+            .rfind(|l| l.contains(IN_SYNC) || l.contains(LOST))
+            .is_some_and(|l| {
+                l.contains(IN_SYNC)
+                    && (l.contains(&format!("\"agents\":{n}"))
+                        || l.contains(&format!("agents={n}")))
+            });
+        if synced {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("the gateway's copy of the {n} agents was not in sync within 30 s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 fn rss_rows(stack: &taskforce_tests::Stack, label: &str) -> Vec<(String, String)> {

@@ -1,4 +1,4 @@
-//! The peer's CRUD workload (`../shared/peers/bench_langgraph.py`: assistants create, get, and
+//! The LangGraph peer's CRUD workload (its assistants create, get, and
 //! search with limit 100 over 1000 present, at concurrency 1 and 10, 200 operations each), run
 //! against our REST gateway so the two tables line up.
 

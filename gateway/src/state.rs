@@ -1,7 +1,7 @@
 //! What every handler shares: the registry's channel and clients, the executors, the agents'
 //! read model, the API keys and the run limits.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use taskforce_proto::v1::{self, agent_registry_client::AgentRegistryClient};
 use taskforce_runtime::telemetry::{TracedChannel, traced};
@@ -19,9 +19,21 @@ use crate::{
 /// Page size used to collect every agent.
 const FULL_LIST_PAGE: u32 = 1000;
 
-/// What every handler needs; cloning it clones a few reference counts.
+/// What every handler needs, behind one reference count: axum clones the state for every
+/// extractor and layer of every request, so a clone must cost one atomic increment.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// The fields of [`AppState`].
+pub struct Shared {
     /// The registry's `taskforce.v1.AgentRegistry` client over the shared channel.
     pub registry: AgentRegistryClient<TracedChannel>,
     /// The executors (`--executor-url`), each over its own lazy channel.
@@ -40,7 +52,7 @@ pub struct AppState {
     /// The API keys every route but the public ones checks (`None`: authentication is off).
     pub keys: Option<taskforce_runtime::auth::Keys>,
     /// Open runs per API key (`--max-runs-per-key`).
-    pub runs_per_key: std::sync::Arc<crate::limits::RunsPerKey>,
+    pub runs_per_key: Arc<crate::limits::RunsPerKey>,
     /// Every agent, kept current from the registry's change stream while it is connected.
     pub agents: crate::read_model::ReadModel,
 }
@@ -62,7 +74,7 @@ impl AppState {
                 url: config.registry_url.clone(),
                 source,
             })?;
-        Ok(Self {
+        Ok(Self(Arc::new(Shared {
             registry: AgentRegistryClient::new(traced(channel.clone(), token.clone()))
                 .max_decoding_message_size(MAX_DECODING_BYTES),
             executors: crate::executors::Executors::parse(&config.executor_url, token)?,
@@ -72,11 +84,9 @@ impl AppState {
             shutdown,
             chat: crate::chat::ChatSettings::from_config(config),
             keys,
-            runs_per_key: std::sync::Arc::new(crate::limits::RunsPerKey::new(
-                config.max_runs_per_key,
-            )),
+            runs_per_key: Arc::new(crate::limits::RunsPerKey::new(config.max_runs_per_key)),
             agents: crate::read_model::ReadModel::new(),
-        })
+        })))
     }
 
     /// Agents from the registry, profiles first: with `page_size`, that one page after

@@ -39,6 +39,10 @@ fn traced_callsite(meta: &tracing::Metadata<'_>) -> bool {
     meta.is_span() && TRACED_SPANS.contains(&meta.name())
 }
 
+/// Whether [`init`] set up trace export: without it, [`server_span`] makes no span (a request
+/// span only carries the trace, so it would cost every request and say nothing).
+static EXPORTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// How long flushing the last spans at exit may take.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -129,6 +133,7 @@ pub fn init(service: &'static str) -> Telemetry {
     if let Some(e) = problem {
         warn!(error = %e, "OTLP trace export is configured but could not start; no traces are exported");
     } else if provider.is_some() {
+        EXPORTING.store(true, std::sync::atomic::Ordering::Relaxed);
         tracing::info!("exporting traces over OTLP");
     }
     Telemetry { provider }
@@ -164,7 +169,12 @@ fn provider(
 /// The span of one incoming request (`kind` "HTTP" or "gRPC", `name` its route or method),
 /// continuing the caller's trace when the headers carry a W3C `traceparent`. Its `trace_id`
 /// field puts the trace id on every log line inside it.
+/// Without trace export ([`init`] found no OTLP endpoint) it is [`Span::none`]: nothing to
+/// continue, no trace id to put on log lines, and no cost per request.
 pub fn server_span(kind: &str, name: &str, headers: &http::HeaderMap) -> Span {
+    if !EXPORTING.load(std::sync::atomic::Ordering::Relaxed) {
+        return Span::none();
+    }
     let span = tracing::info_span!(
         "request",
         otel.name = %format_args!("{kind} {name}"),

@@ -32,5 +32,5 @@ pub mod scripts;
 pub mod stack;
 pub mod wait;
 
-pub use stack::{Stack, StackOptions, spawn_registry, spawn_stack};
+pub use stack::{ReadModelEvent, Stack, StackOptions, spawn_registry, spawn_stack};
 pub use wait::eventually;

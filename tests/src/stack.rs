@@ -30,6 +30,23 @@ pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// The gRPC service whose health decides the registry's readiness.
 const REGISTRY_SERVICE: &str = "taskforce.v1.AgentRegistry";
 
+/// What the gateway logs when its read model is complete (`gateway::read_model`).
+pub const READ_MODEL_IN_SYNC: &str = "serving agent reads from the registry's change stream";
+/// How the gateway's log line begins when its read model lost the change stream.
+pub const READ_MODEL_LOST: &str = "lost the registry's change stream";
+
+/// One thing the gateway's log says of its read model (see [`Stack::read_model_events`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadModelEvent {
+    /// The copy became complete with this many agents.
+    Synced {
+        /// Agents in the copy.
+        agents: u64,
+    },
+    /// The copy was dropped with the stream.
+    Lost,
+}
+
 /// What to start, and how.
 #[derive(Debug, Clone)]
 pub struct StackOptions {
@@ -346,6 +363,25 @@ impl Stack {
     /// The gateway's log file.
     pub fn gateway_log(&self) -> PathBuf {
         self.root.join("gateway.log")
+    }
+
+    /// What the gateway's log says of its read model, in order: each time it became complete
+    /// (with how many agents) and each time it lost the registry's change stream.
+    pub fn read_model_events(&self) -> Vec<ReadModelEvent> {
+        std::fs::read_to_string(self.gateway_log())
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| {
+                let fields = serde_json::from_str::<serde_json::Value>(line).ok()?["fields"].take();
+                match fields["message"].as_str()? {
+                    READ_MODEL_IN_SYNC => Some(ReadModelEvent::Synced {
+                        agents: fields["agents"].as_u64()?,
+                    }),
+                    m if m.starts_with(READ_MODEL_LOST) => Some(ReadModelEvent::Lost),
+                    _ => None,
+                }
+            })
+            .collect()
     }
 
     /// The executor's log file.

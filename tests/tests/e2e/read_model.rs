@@ -8,20 +8,18 @@ use std::collections::BTreeMap;
 use reqwest::StatusCode;
 use serde_json::Value;
 use taskforce_proto::v1::{self, AgentSource};
-use taskforce_tests::{Stack, spawn_stack};
+use taskforce_tests::{ReadModelEvent, Stack, spawn_stack};
 
 use crate::helpers::{
     EDIT_VISIBLE_WITHIN, agent_json, create, grpc_list_all, hand_written_yaml, send, spec, until,
 };
 
-/// What the gateway logs each time its copy is complete.
-const IN_SYNC: &str = "serving agent reads from the registry's change stream";
-
 /// How many times the gateway's copy has become complete.
 fn syncs(stack: &Stack) -> usize {
-    std::fs::read_to_string(stack.gateway_log())
-        .unwrap_or_default()
-        .matches(IN_SYNC)
+    stack
+        .read_model_events()
+        .iter()
+        .filter(|e| matches!(e, ReadModelEvent::Synced { .. }))
         .count()
 }
 

@@ -387,17 +387,7 @@ async fn run(args: &Args, n: usize) -> anyhow::Result<Vec<(String, String)>> {
             .collect(),
     );
     let rest_http = http.clone();
-    let rest_get = move |i: usize| {
-        let (http, url) = (rest_http.clone(), urls[i % urls.len()].clone());
-        async move {
-            let r = http.get(url).send().await?;
-            if !r.status().is_success() {
-                bail!("GET answered {}", r.status());
-            }
-            r.bytes().await?;
-            Ok(())
-        }
-    };
+    let rest_get = move |i: usize| get_body(rest_http.clone(), urls[i % urls.len()].clone());
     let lat = sequential(args.samples, rest_get.clone()).await?;
     rows.push((
         "REST GET /api/v1/agents/{id}, concurrency 1".into(),
@@ -418,15 +408,7 @@ async fn run(args: &Args, n: usize) -> anyhow::Result<Vec<(String, String)>> {
     ));
     let page_url = stack.url("/api/v1/agents?page_size=100");
     let lat = sequential(args.samples.min(2000), |_| {
-        let (http, url) = (http.clone(), page_url.clone());
-        async move {
-            let r = http.get(url).send().await?;
-            if !r.status().is_success() {
-                bail!("GET answered {}", r.status());
-            }
-            r.bytes().await?;
-            anyhow::Ok(())
-        }
+        get_body(http.clone(), page_url.clone())
     })
     .await?;
     rows.push((
@@ -441,18 +423,7 @@ async fn run(args: &Args, n: usize) -> anyhow::Result<Vec<(String, String)>> {
         bail!("listed {got} agents, expected {n}");
     }
     let cpu = ServerCpu::now(&stack);
-    let lat = sequential(10, |_| {
-        let (http, url) = (http.clone(), list_url.clone());
-        async move {
-            let r = http.get(url).send().await?;
-            if !r.status().is_success() {
-                bail!("GET answered {}", r.status());
-            }
-            r.bytes().await?;
-            anyhow::Ok(())
-        }
-    })
-    .await?;
+    let lat = sequential(10, |_| get_body(http.clone(), list_url.clone())).await?;
     // Ten timed lists and the warm-up's ten.
     let cpu = cpu.per_op(&stack, 20 * n);
     rows.push((
@@ -512,6 +483,16 @@ async fn run(args: &Args, n: usize) -> anyhow::Result<Vec<(String, String)>> {
     Ok(rows)
 }
 
+/// `GET url`, failing unless it answers 2xx, with its whole body received.
+async fn get_body(http: reqwest::Client, url: String) -> anyhow::Result<()> {
+    let r = http.get(url).send().await?;
+    if !r.status().is_success() {
+        bail!("GET answered {}", r.status());
+    }
+    r.bytes().await?;
+    Ok(())
+}
+
 /// CPU time of the gateway and the registry at one moment, in clock ticks (1/100 s).
 struct ServerCpu {
     gateway: u64,
@@ -544,27 +525,15 @@ impl ServerCpu {
 /// Waits (up to 30 s) until the gateway serves the `n` agents from its copy of the registry:
 /// its log's last word on the change stream is that the copy is in sync with `n` agents.
 async fn copy_in_sync(stack: &taskforce_tests::Stack, n: usize) -> anyhow::Result<()> {
-    const IN_SYNC: &str = "serving agent reads from the registry's change stream";
-    const LOST: &str = "lost the registry's change stream";
+    let want = taskforce_tests::ReadModelEvent::Synced { agents: n as u64 };
     let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let log = std::fs::read_to_string(stack.gateway_log()).unwrap_or_default();
-        let synced = log
-            .lines()
-            .rfind(|l| l.contains(IN_SYNC) || l.contains(LOST))
-            .is_some_and(|l| {
-                l.contains(IN_SYNC)
-                    && (l.contains(&format!("\"agents\":{n}"))
-                        || l.contains(&format!("agents={n}")))
-            });
-        if synced {
-            return Ok(());
-        }
+    while stack.read_model_events().last() != Some(&want) {
         if Instant::now() > deadline {
             bail!("the gateway's copy of the {n} agents was not in sync within 30 s");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    Ok(())
 }
 
 fn rss_rows(stack: &taskforce_tests::Stack, label: &str) -> Vec<(String, String)> {

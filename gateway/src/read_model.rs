@@ -146,13 +146,19 @@ impl Entry {
     }
 }
 
+/// `last_task` as JSON: `null` when empty.
 fn last_task_json(task: &str) -> Bytes {
     if task.is_empty() {
         Bytes::from_static(b"null")
     } else {
-        // A string always serializes.
-        serde_json::to_vec(task).map_or_else(|_| Bytes::from_static(b"null"), Bytes::from)
+        json_string(task).into()
     }
+}
+
+/// `s` as a JSON string.
+fn json_string(s: &str) -> Vec<u8> {
+    // Serialising a string into a Vec cannot fail.
+    serde_json::to_vec(s).unwrap_or_else(|_| b"\"\"".to_vec())
 }
 
 impl Agents {
@@ -163,24 +169,18 @@ impl Agents {
         }
     }
 
-    fn upsert(&mut self, agent: v1::Agent) {
-        let source = AgentSource::try_from(agent.source).unwrap_or(AgentSource::Custom);
-        let id = agent.agent_id.clone();
-        match Entry::of(agent) {
-            Some(entry) => {
-                self.tree(source).insert(id, entry);
-            }
-            None => {
-                self.tree(source).remove(&id);
-            }
-        }
-    }
-
     /// Applies one change of the stream (not `KIND_SYNCED`).
     fn apply(&mut self, change: v1::AgentChange) {
         let source = change.source();
         match (change.kind(), change.agent) {
-            (ChangeKind::Upserted, Some(agent)) => self.upsert(agent),
+            (ChangeKind::Upserted, Some(agent)) => match Entry::of(agent) {
+                Some(entry) => {
+                    self.tree(source).insert(change.agent_id, entry);
+                }
+                None => {
+                    self.tree(source).remove(&change.agent_id);
+                }
+            },
             (ChangeKind::Deleted, _) => {
                 self.tree(source).remove(&change.agent_id);
             }
@@ -244,9 +244,7 @@ impl Agents {
                     // There is more: the token points after the last agent of this page.
                     let (s, id) = last.unwrap_or((src, id.as_str()));
                     out.extend_from_slice(br#"],"next_page_token":"#);
-                    serde_json::to_writer(&mut out, &page_token::make(s, id)).map_err(|e| {
-                        ApiError::new(taskforce_proto::error::ErrorKind::Internal, e.to_string())
-                    })?;
+                    out.extend_from_slice(&json_string(&page_token::make(s, id)));
                     out.push(b'}');
                     return Ok(out);
                 }

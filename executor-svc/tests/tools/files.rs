@@ -269,12 +269,17 @@ async fn a_directory_swapped_for_a_symlink_between_check_and_open_never_leaks_or
                 let _ = symlink(&outside, &real);
                 let _ = std::fs::remove_file(&real);
                 let _ = std::fs::rename(&stash, &real);
-                std::thread::yield_now();
+                // Leave `real` in place a moment, so reads also get through on a busy machine.
+                std::thread::sleep(std::time::Duration::from_micros(50));
             }
         })
     };
     let mut read_ok = 0;
-    for _ in 0..300 {
+    // At least 300 rounds, and on until one read got through (the race was exercised).
+    for round in 0..5000 {
+        if round >= 300 && read_ok > 0 {
+            break;
+        }
         if let Ok(executor_svc::tools::ToolOutcome::Output {
             content,
             is_error: false,

@@ -224,6 +224,11 @@ pub struct Session {
     pub updated_at: String,
     /// The `seq` of the next event.
     pub next_seq: u64,
+    /// While a run is live: the `seq` its events stay below unless it reserves more (in the
+    /// store's reservation tree). Stored with the session when the run starts, so one write and
+    /// one flush make both durable; 0 when no run is live.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub seq_reserved: u64,
     /// Plan, facts and waiting sub-agents (multi-agent orchestration).
     #[serde(default, skip_serializing_if = "Orchestration::is_empty")]
     pub orchestration: Orchestration,
@@ -247,6 +252,7 @@ impl Session {
             created_at: now.clone(),
             updated_at: now,
             next_seq: 0,
+            seq_reserved: 0,
             orchestration: Orchestration::default(),
         }
     }
@@ -346,6 +352,10 @@ fn message_to_proto(message: &Message) -> v1::SessionMessage {
     }
 }
 
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
 /// The current time, RFC 3339.
 pub fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
@@ -421,7 +431,11 @@ impl SessionStore {
                 session.status = Status::Failed;
                 session.updated_at = now();
                 // Events after the last save were sent too: continue past all of them.
-                session.next_seq = session.next_seq.max(store.reserved_seq(&session.id)?);
+                session.next_seq = session
+                    .next_seq
+                    .max(session.seq_reserved)
+                    .max(store.reserved_seq(&session.id)?);
+                session.seq_reserved = 0;
                 store
                     .sessions
                     .insert(session.id.as_bytes(), serde_json::to_vec(&session)?)?;
@@ -619,16 +633,18 @@ impl SessionStore {
     }
 
     /// Records, durably, that events of session `id` numbered below `upto` may be sent. A run
-    /// reserves numbers before it uses them, so when the process dies mid-run the next start
-    /// continues the session's `seq` past every event already sent (a gap, never a repeat).
+    /// reserves numbers before it uses them (its first block with the session itself,
+    /// [`Session::seq_reserved`], further blocks here), so when the process dies mid-run the
+    /// next start continues the session's `seq` past every event already sent (a gap, never a
+    /// repeat).
     pub async fn reserve_seqs(&self, id: &str, upto: u64) -> Result<(), ExecutorError> {
         self.seqs
             .insert(id.as_bytes(), upto.to_be_bytes().to_vec())?;
         self.make_durable(id).await
     }
 
-    /// Forgets the reservation of a run that ended (its session then holds the exact next
-    /// `seq`).
+    /// Forgets the further reservations of a run that ended (its session then holds the exact
+    /// next `seq`).
     pub fn release_seqs(&self, id: &str) -> Result<(), ExecutorError> {
         self.seqs.remove(id.as_bytes())?;
         Ok(())
@@ -716,6 +732,38 @@ mod tests {
             ("done-11", true),
         ] {
             assert_eq!(store.get(id).expect("get").is_some(), kept, "{id}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_run_left_running_continues_past_every_number_it_reserved() {
+        let dir = tempfile::TempDir::new().expect("tmp");
+        {
+            let store = SessionStore::open(dir.path()).expect("open");
+            // A run's start: the session with its first block, then one block more.
+            let mut first = Session::new("first".into(), "a".into(), None, "m".into());
+            first.next_seq = 10;
+            first.seq_reserved = 266;
+            store.save(&mut first, true).await.expect("save");
+            let mut second = Session::new("second".into(), "a".into(), None, "m".into());
+            second.seq_reserved = 256;
+            store.save(&mut second, true).await.expect("save");
+            store.reserve_seqs("second", 512).await.expect("reserve");
+            // An ended run: its exact next number, no reservation.
+            let mut ended = Session::new("ended".into(), "a".into(), None, "m".into());
+            ended.status = Status::Completed;
+            ended.next_seq = 7;
+            store.save(&mut ended, true).await.expect("save");
+        }
+        let store = SessionStore::open(dir.path()).expect("reopen");
+        for (id, status, next) in [
+            ("first", Status::Failed, 266),
+            ("second", Status::Failed, 512),
+            ("ended", Status::Completed, 7),
+        ] {
+            let session = store.get(id).expect("get").expect("stored");
+            assert_eq!((session.status, session.next_seq), (status, next), "{id}");
+            assert_eq!(session.seq_reserved, 0, "{id}");
         }
     }
 }

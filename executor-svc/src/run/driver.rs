@@ -85,6 +85,9 @@ impl Run {
             provider: self.model.provider.name().to_owned(),
         }))
         .await;
+        // Let the stream send it now: the client's first event should not wait for a model
+        // that answers without yielding (a local or scripted one) to finish its turn.
+        tokio::task::yield_now().await;
         let model_alias = self
             .session
             .model
@@ -228,6 +231,7 @@ impl Run {
         crate::metrics::run_ended(status.as_str());
         // Every event still to come: the closing one (if any) and `Done`.
         session.next_seq = self.sink.next_seq().await + 1 + u64::from(closing.is_some());
+        session.seq_reserved = 0;
         let durable = status == Status::Paused;
         if let Err(e) = runner.store.save(session, durable).await {
             warn!(session_id = %session.id, error = %e, "cannot store the session");

@@ -25,11 +25,13 @@ pub const CHANNEL_CAPACITY: usize = 64;
 /// How many `seq`s one durable reservation covers.
 pub const SEQ_BLOCK: u64 = 256;
 
-/// The next `seq`, the reservation on disk it must stay below, and the stream's pace.
+/// The next `seq`, the reservation on disk it must stay below, whether the run reserved
+/// blocks past the first (stored with the session), and the stream's pace.
 #[derive(Debug)]
 struct Numbering {
     next: u64,
     reserved: u64,
+    extended: bool,
     pace: Pace,
 }
 
@@ -85,7 +87,7 @@ struct Stream {
 
 impl Sink {
     /// A sink for `session_id`, numbering from `next_seq` while below `reserved` (already on
-    /// disk through [`SessionStore::reserve_seqs`]), reserving further blocks in `store`,
+    /// disk with the session, [`crate::session::Session::seq_reserved`]), reserving further blocks in `store`,
     /// sending at most `per_second` events a second after a burst of as many (0: no limit),
     /// and cancelling `cancel` when the client is gone.
     pub fn new(
@@ -103,6 +105,7 @@ impl Sink {
                 seq: Mutex::new(Numbering {
                     next: next_seq,
                     reserved,
+                    extended: false,
                     pace: Pace::new(per_second),
                 }),
                 cancel,
@@ -146,9 +149,10 @@ impl Sink {
                 warn!(session_id = %stream.session_id, error = %e, "cannot reserve event numbers");
             }
             seq.reserved = upto;
+            seq.extended = true;
         }
         // `Done` is the last event: the driver stored the exact next `seq` before sending it.
-        let last = matches!(event, Event::Done(_));
+        let release = matches!(event, Event::Done(_)) && self.frame_id.is_empty() && seq.extended;
         let item = v1::RunEvent {
             session_id: stream.session_id.clone(),
             seq: seq.next,
@@ -165,7 +169,7 @@ impl Sink {
         if !sent {
             stream.cancel.cancel();
         }
-        if last && let Err(e) = stream.store.release_seqs(&stream.session_id) {
+        if release && let Err(e) = stream.store.release_seqs(&stream.session_id) {
             warn!(session_id = %stream.session_id, error = %e, "cannot release event numbers");
         }
         sent

@@ -289,9 +289,9 @@ impl Runner {
         session.status = Status::Running;
         session.pending = None;
         let reserved = session.next_seq + events::SEQ_BLOCK;
-        self.store.save(&mut session, false).await?;
-        // One flush makes both durable.
-        self.store.reserve_seqs(&session.id, reserved).await?;
+        // The session and its first block of event numbers: one write, one flush.
+        session.seq_reserved = reserved;
+        self.store.save(&mut session, true).await?;
         claim.taken = true;
         let cancel = claim.cancel.clone();
         let (tx, rx) = mpsc::channel(events::CHANNEL_CAPACITY);

@@ -77,11 +77,15 @@ async fn scripted_on(stack: &RunStack, opts: &Options) -> anyhow::Result<Rows> {
 
     eprintln!("runs: step overhead over gRPC");
     let mut grpc = stack.executor_client().await?;
-    let one = sequential_grpc(&mut grpc, "answer", 1, opts.samples).await?;
-    let many = sequential_grpc(&mut grpc, "steps", opts.steps + 1, opts.samples).await?;
+    let (one, one_first) = sequential_grpc(&mut grpc, "answer", 1, opts.samples).await?;
+    let (many, _) = sequential_grpc(&mut grpc, "steps", opts.steps + 1, opts.samples).await?;
     rows.push((
         "1-step run (a 20-token answer), gRPC, concurrency 1".into(),
-        one.summary(),
+        format!(
+            "{} · first event {}",
+            one.summary(),
+            one_first.summary_short()
+        ),
     ));
     rows.push((
         format!(
@@ -291,14 +295,16 @@ async fn in_flight(
 }
 
 /// Runs `model` `n` times one after another over the executor's gRPC API (after a warm-up)
-/// and times each run to its `Done`; every run must complete in `steps` model calls.
+/// and times each run to its first event and to its `Done`; every run must complete in `steps`
+/// model calls.
 async fn sequential_grpc(
     client: &mut v1::executor_client::ExecutorClient<tonic::transport::Channel>,
     model: &str,
     steps: usize,
     n: usize,
-) -> anyhow::Result<Latencies> {
+) -> anyhow::Result<(Latencies, Latencies)> {
     let mut out = Vec::with_capacity(n);
+    let mut firsts = Vec::with_capacity(n);
     for i in 0..n + n.min(50) {
         let t = Instant::now();
         let request = v1::ExecuteRequest {
@@ -309,7 +315,9 @@ async fn sequential_grpc(
         };
         let mut events = client.execute(request).await?.into_inner();
         let mut done = None;
+        let mut first = None;
         while let Some(ev) = events.message().await? {
+            first.get_or_insert_with(|| micros(t.elapsed()));
             if let Some(Event::Done(d)) = ev.event {
                 done = Some(d);
             }
@@ -334,9 +342,10 @@ async fn sequential_grpc(
         }
         if i >= n.min(50) {
             out.push(micros(t.elapsed()));
+            firsts.push(first.unwrap_or_default());
         }
     }
-    Ok(Latencies::new(out))
+    Ok((Latencies::new(out), Latencies::new(firsts)))
 }
 
 /// One row of the side by side: (workload, clients, runs, result).

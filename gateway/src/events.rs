@@ -5,7 +5,7 @@
 //! text that is empty or not JSON becomes `null`.
 
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use taskforce_proto::v1::{self, run_event::Event as Ev};
 use utoipa::ToSchema;
 
@@ -115,83 +115,225 @@ pub fn ends_run(ev: &v1::RunEvent) -> bool {
     ev.frame_id.is_empty() && matches!(ev.event, Some(Ev::Done(_)))
 }
 
-/// The SSE event name and JSON of one run event: the envelope (`session_id`, `seq`,
-/// `agent_path`, `frame_id`, `time_unix_ms`) plus the event's fields. `None` for an event
-/// without a kind (one this gateway does not know yet).
-pub fn event_json(ev: &v1::RunEvent) -> Option<(&'static str, Value)> {
-    let (name, fields) = match ev.event.as_ref()? {
+/// The JSON of one run event: the envelope (`session_id`, `seq`, `agent_path`, `frame_id`,
+/// `time_unix_ms`) and its `type`, then the event's own fields. Borrowed from the gRPC event and
+/// serialized straight to text (a stream's events are the gateway's busiest path).
+#[derive(Debug, Serialize)]
+pub struct EventJson<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    session_id: &'a str,
+    seq: u64,
+    agent_path: &'a [String],
+    frame_id: &'a str,
+    time_unix_ms: i64,
+    #[serde(flatten)]
+    fields: Fields<'a>,
+}
+
+/// The fields of each kind of event.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum Fields<'a> {
+    RunStarted {
+        agent_id: &'a str,
+        model: &'a str,
+        provider: &'a str,
+    },
+    Text {
+        text: &'a str,
+    },
+    ToolStart {
+        call_id: &'a str,
+        tool: &'a str,
+        arguments_json: &'a str,
+    },
+    ToolEnd {
+        call_id: &'a str,
+        tool: &'a str,
+        output: &'a str,
+        is_error: bool,
+        duration_ms: u64,
+    },
+    ToolError {
+        call_id: &'a str,
+        tool: &'a str,
+        message: &'a str,
+    },
+    Question {
+        call_id: &'a str,
+        question: &'a str,
+        items: Vec<QuestionItemJson>,
+    },
+    Coded {
+        code: &'a str,
+        message: &'a str,
+    },
+    Done {
+        status: &'static str,
+        usage: Option<crate::execute::UsageJson>,
+    },
+    DelegationStart {
+        call_id: &'a str,
+        agent_id: &'a str,
+        task: &'a str,
+        task_id: &'a str,
+        resumed: bool,
+    },
+    DelegationEnd {
+        call_id: &'a str,
+        agent_id: &'a str,
+        task_id: &'a str,
+        status: &'a str,
+        result: Value,
+    },
+    PatchApplied {
+        author: &'a str,
+        version: u64,
+        ops: Value,
+    },
+    PatchRejected {
+        author: &'a str,
+        reason: &'a str,
+        message: &'a str,
+        current_version: u64,
+        rejected_ops: Value,
+    },
+    PlanUpdated {
+        plan: PlanJson,
+    },
+}
+
+/// The SSE event name and JSON of one run event. `None` for an event without a kind (one this
+/// gateway does not know yet).
+pub fn event_json(ev: &v1::RunEvent) -> Option<(&'static str, EventJson<'_>)> {
+    let (kind, fields) = match ev.event.as_ref()? {
         Ev::RunStarted(e) => (
             "run_started",
-            json!({"agent_id": e.agent_id, "model": e.model, "provider": e.provider}),
+            Fields::RunStarted {
+                agent_id: &e.agent_id,
+                model: &e.model,
+                provider: &e.provider,
+            },
         ),
-        Ev::Token(e) => ("token", json!({"text": e.text})),
+        Ev::Token(e) => ("token", Fields::Text { text: &e.text }),
         Ev::ToolStart(e) => (
             "tool_start",
-            json!({"call_id": e.call_id, "tool": e.tool, "arguments_json": e.arguments_json}),
+            Fields::ToolStart {
+                call_id: &e.call_id,
+                tool: &e.tool,
+                arguments_json: &e.arguments_json,
+            },
         ),
         Ev::ToolEnd(e) => (
             "tool_end",
-            json!({"call_id": e.call_id, "tool": e.tool, "output": e.output,
-                   "is_error": e.is_error, "duration_ms": e.duration_ms}),
+            Fields::ToolEnd {
+                call_id: &e.call_id,
+                tool: &e.tool,
+                output: &e.output,
+                is_error: e.is_error,
+                duration_ms: e.duration_ms,
+            },
         ),
         Ev::ToolError(e) => (
             "tool_error",
-            json!({"call_id": e.call_id, "tool": e.tool, "message": e.message}),
+            Fields::ToolError {
+                call_id: &e.call_id,
+                tool: &e.tool,
+                message: &e.message,
+            },
         ),
         Ev::Question(e) => (
             "question",
-            json!({"call_id": e.call_id, "question": e.question,
-                   "items": question_items(&e.items)}),
+            Fields::Question {
+                call_id: &e.call_id,
+                question: &e.question,
+                items: question_items(&e.items),
+            },
         ),
-        Ev::FinalAnswer(e) => ("final_answer", json!({"text": e.text})),
-        Ev::Error(e) => ("error", json!({"code": e.code, "message": e.message})),
-        Ev::Warning(e) => ("warning", json!({"code": e.code, "message": e.message})),
+        Ev::FinalAnswer(e) => ("final_answer", Fields::Text { text: &e.text }),
+        Ev::Error(e) => (
+            "error",
+            Fields::Coded {
+                code: &e.code,
+                message: &e.message,
+            },
+        ),
+        Ev::Warning(e) => (
+            "warning",
+            Fields::Coded {
+                code: &e.code,
+                message: &e.message,
+            },
+        ),
         Ev::Done(e) => (
             "done",
-            json!({"status": status_name(e.status),
-                   "usage": e.usage.as_ref().map(usage_json)}),
+            Fields::Done {
+                status: status_name(e.status),
+                usage: e.usage.as_ref().map(usage_json),
+            },
         ),
         Ev::DelegationStart(e) => (
             "delegation_start",
-            json!({"call_id": e.call_id, "agent_id": e.agent_id, "task": e.task,
-                   "task_id": e.task_id, "resumed": e.resumed}),
+            Fields::DelegationStart {
+                call_id: &e.call_id,
+                agent_id: &e.agent_id,
+                task: &e.task,
+                task_id: &e.task_id,
+                resumed: e.resumed,
+            },
         ),
         Ev::DelegationEnd(e) => (
             "delegation_end",
-            json!({"call_id": e.call_id, "agent_id": e.agent_id, "task_id": e.task_id,
-                   "status": e.status, "result": parse_json(&e.result_json)}),
+            Fields::DelegationEnd {
+                call_id: &e.call_id,
+                agent_id: &e.agent_id,
+                task_id: &e.task_id,
+                status: &e.status,
+                result: parse_json(&e.result_json),
+            },
         ),
         Ev::PatchApplied(e) => (
             "patch_applied",
-            json!({"author": e.author, "version": e.version, "ops": parse_json(&e.ops_json)}),
+            Fields::PatchApplied {
+                author: &e.author,
+                version: e.version,
+                ops: parse_json(&e.ops_json),
+            },
         ),
         Ev::PatchRejected(e) => (
             "patch_rejected",
-            json!({"author": e.author, "reason": e.reason, "message": e.message,
-                   "current_version": e.current_version,
-                   "rejected_ops": parse_json(&e.rejected_ops_json)}),
+            Fields::PatchRejected {
+                author: &e.author,
+                reason: &e.reason,
+                message: &e.message,
+                current_version: e.current_version,
+                rejected_ops: parse_json(&e.rejected_ops_json),
+            },
         ),
         Ev::PlanUpdated(e) => (
             "plan_updated",
-            json!({"plan": plan_json(e.plan.as_ref().unwrap_or(&v1::Plan::default()))}),
+            Fields::PlanUpdated {
+                plan: plan_json(e.plan.as_ref().unwrap_or(&v1::Plan::default())),
+            },
         ),
     };
-    let mut out = json!({
-        "type": name,
-        "session_id": ev.session_id,
-        "seq": ev.seq,
-        "agent_path": ev.agent_path,
-        "frame_id": ev.frame_id,
-        "time_unix_ms": ev.time_unix_ms,
-    });
-    if let (Some(out), Value::Object(fields)) = (out.as_object_mut(), fields) {
-        out.extend(fields);
-    }
-    Some((name, out))
+    let json = EventJson {
+        kind,
+        session_id: &ev.session_id,
+        seq: ev.seq,
+        agent_path: &ev.agent_path,
+        frame_id: &ev.frame_id,
+        time_unix_ms: ev.time_unix_ms,
+        fields,
+    };
+    Some((kind, json))
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn envelope(event: Ev) -> v1::RunEvent {
@@ -206,7 +348,9 @@ mod tests {
     }
 
     fn fields(event: Ev) -> (&'static str, Value) {
-        let (name, mut v) = event_json(&envelope(event)).expect("a known event");
+        let ev = envelope(event);
+        let (name, json) = event_json(&ev).expect("a known event");
+        let mut v = serde_json::to_value(json).expect("serializable");
         assert_eq!(v["type"], name);
         assert_eq!(v["frame_id"], "f-2");
         assert_eq!(v["agent_path"], json!(["boss", "researcher"]));

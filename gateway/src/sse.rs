@@ -22,7 +22,7 @@ use serde_json::json;
 use taskforce_proto::{error::ErrorKind, v1};
 use tokio_util::sync::CancellationToken;
 use tonic::Streaming;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use crate::{
     error::RestError,
@@ -57,8 +57,13 @@ pub struct Native;
 
 impl Dialect for Native {
     fn frames(&mut self, ev: &v1::RunEvent) -> Vec<Event> {
-        match event_json(ev) {
-            Some((name, data)) => vec![Event::default().event(name).data(data.to_string())],
+        match event_json(ev).map(|(name, json)| (name, serde_json::to_string(&json))) {
+            Some((name, Ok(data))) => vec![Event::default().event(name).data(data)],
+            Some((name, Err(e))) => {
+                // Only a map key that is not text fails, and these have none.
+                warn!(seq = ev.seq, event = name, error = %e, "cannot render a run event");
+                Vec::new()
+            }
             None => {
                 debug!(seq = ev.seq, "skipping a run event of an unknown kind");
                 Vec::new()

@@ -19,7 +19,7 @@ pub fn tool_json(t: &v1::Tool) -> Value {
 /// `agent_path`, `frame_id`, `time_unix_ms`) plus the event's fields. `None` for an event of a
 /// kind this CLI does not know.
 pub fn event_json(ev: &v1::RunEvent) -> Option<Value> {
-    gateway::events::event_json(ev).map(|(_, json)| json)
+    gateway::events::event_json(ev).and_then(|(_, json)| serde_json::to_value(json).ok())
 }
 
 /// A session as `GET /api/v1/sessions/{id}` answers it.

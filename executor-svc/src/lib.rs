@@ -158,6 +158,7 @@ pub async fn run_with(
     )?;
     let tasks = CancellationToken::new();
     let watch = tokio::spawn(registry.clone().watch(tasks.clone()));
+    let idle_reports = tokio::spawn(registry.clone().report_idle(tasks.clone()));
     let global = tools::global::GlobalSettings::load(&config.global_mcp_config, |k| {
         if k == "AGENT_ENABLE" {
             Some(config.agent_enable.clone())
@@ -230,6 +231,9 @@ pub async fn run_with(
     tasks.cancel();
     if let Err(e) = watch.await {
         warn!(error = %e, "registry watch task failed");
+    }
+    if let Err(e) = idle_reports.await {
+        warn!(error = %e, "status report task failed");
     }
     if let Err(e) = reaper.await {
         warn!(error = %e, "MCP reaper task failed");

@@ -3,8 +3,10 @@
 //!
 //! Reports follow transitions, not runs: BUSY when an agent's first run starts (or when a run
 //! starts and the last BUSY report is older than half the lease, which also refreshes its last
-//! task), IDLE when its last run ends. Under load on one agent that is one report per half
-//! lease instead of one per run.
+//! task), IDLE [`IDLE_GRACE`] after its last run ended unless another run started meanwhile.
+//! Under load on one agent that is one report per half lease instead of one per run, and runs
+//! one after another make no BUSY/IDLE pair each. [`Registry::report_idle`] sends the IDLE
+//! reports.
 //!
 //! The cache is only trusted while a `WatchAgents` stream is connected: every change evicts its
 //! agent, and losing the stream clears the cache and reconnects with backoff. A generation
@@ -30,10 +32,17 @@ use tracing::{debug, info, warn};
 use crate::{agent::AgentDef, error::ExecutorError};
 
 /// An agent's live runs and its last BUSY report.
+/// How long an agent whose last run ended stays BUSY before IDLE is reported: a run that
+/// starts within it continues the BUSY report instead of making an IDLE/BUSY pair.
+pub const IDLE_GRACE: Duration = Duration::from_millis(250);
+
+/// An agent with live runs, or whose IDLE report is due.
 #[derive(Debug)]
 struct Running {
     live: usize,
     reported: Option<Instant>,
+    /// When IDLE is to be reported (set when the last run ended).
+    idle_at: Option<Instant>,
 }
 
 /// What a run asks for: a registry agent or a profile.
@@ -63,6 +72,8 @@ struct Inner {
     /// Live runs per agent and when BUSY was last reported for it: IDLE is only reported
     /// when the last one ends, BUSY when the first starts or the report is getting old.
     running: Mutex<HashMap<String, Running>>,
+    /// Wakes [`Registry::report_idle`] when an IDLE report became due later.
+    idle_due: tokio::sync::Notify,
 }
 
 impl Registry {
@@ -92,6 +103,7 @@ impl Registry {
                 watching: AtomicBool::new(false),
                 generation: AtomicU64::new(0),
                 running: Mutex::new(HashMap::new()),
+                idle_due: tokio::sync::Notify::new(),
             }),
         })
     }
@@ -183,7 +195,10 @@ impl Registry {
             let mut client = self.inner.client.clone();
             let call = tokio::time::timeout(
                 self.inner.timeout,
-                client.watch_agents(WatchAgentsRequest { snapshot: false }),
+                client.watch_agents(WatchAgentsRequest {
+                    snapshot: false,
+                    exclude_status: true,
+                }),
             );
             let stream = tokio::select! {
                 () = shutdown.cancelled() => return,
@@ -201,7 +216,8 @@ impl Registry {
                             next = stream.message() => next,
                         };
                         match next {
-                            // A status change leaves the definition as it was.
+                            // Asked without them; a registry that sends them anyway changes
+                            // no definition with them.
                             Ok(Some(change)) if change.kind() == ChangeKind::Status => {}
                             Ok(Some(change)) => self.evict(Some(&change.agent_id)),
                             Ok(None) => break,
@@ -227,8 +243,9 @@ impl Registry {
     }
 
     /// Reports `agent_id` BUSY with `task` until `done` fires (renewing the lease at half its
-    /// length), then IDLE unless another run of the agent is still going. A dead executor stops
-    /// renewing, so the registry's lease ends BUSY.
+    /// length); IDLE follows from [`Registry::report_idle`] when no other run of the agent is
+    /// going or starts within [`IDLE_GRACE`]. A dead executor stops renewing, so the registry's
+    /// lease ends BUSY.
     pub async fn hold_busy(&self, agent_id: &str, task: &str, done: CancellationToken) {
         let lease = self.inner.lease_secs;
         let renew = Duration::from_secs(u64::from(lease / 2));
@@ -241,9 +258,58 @@ impl Registry {
                 () = tokio::time::sleep(renew) => self.report(agent_id, AgentStatus::Busy, "").await,
             }
         }
-        if self.end_run(agent_id) == 0 {
-            self.report(agent_id, AgentStatus::Idle, "").await;
+        if self.end_run(agent_id, Instant::now()) == 0 {
+            self.inner.idle_due.notify_one();
         }
+    }
+
+    /// Sends the IDLE reports as they fall due, until `stop` fires; then sends those still
+    /// waiting at once (the runs have ended by then).
+    pub async fn report_idle(self, stop: CancellationToken) {
+        loop {
+            let next = self.next_idle();
+            let wake = async {
+                match next {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let stopping = tokio::select! {
+                () = stop.cancelled() => true,
+                () = self.inner.idle_due.notified() => continue,
+                () = wake => false,
+            };
+            let now = Instant::now();
+            let due = self.take_idle(if stopping { None } else { Some(now) });
+            for agent_id in due {
+                self.report(&agent_id, AgentStatus::Idle, "").await;
+            }
+            if stopping {
+                return;
+            }
+        }
+    }
+
+    /// The earliest pending IDLE report.
+    fn next_idle(&self) -> Option<Instant> {
+        let running = self.inner.running.lock().ok()?;
+        running.values().filter_map(|r| r.idle_at).min()
+    }
+
+    /// Removes and returns the agents whose IDLE is due by `now` (`None`: every pending one).
+    fn take_idle(&self, now: Option<Instant>) -> Vec<String> {
+        let Ok(mut running) = self.inner.running.lock() else {
+            return Vec::new();
+        };
+        let due: Vec<String> = running
+            .iter()
+            .filter(|(_, r)| r.live == 0 && r.idle_at.is_some_and(|at| now.is_none_or(|n| at <= n)))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &due {
+            running.remove(id);
+        }
+        due
     }
 
     /// Counts a run of `agent_id` in; true when BUSY is to be reported: its first run, or the
@@ -256,8 +322,11 @@ impl Registry {
         let entry = running.entry(agent_id.to_owned()).or_insert(Running {
             live: 0,
             reported: None,
+            idle_at: None,
         });
         entry.live += 1;
+        // Its IDLE, if pending, is not sent: the agent stays BUSY.
+        entry.idle_at = None;
         let due = entry
             .reported
             .is_none_or(|at| now.duration_since(at) >= renew);
@@ -267,8 +336,9 @@ impl Registry {
         due
     }
 
-    /// Counts a run of `agent_id` out; returns how many are left.
-    fn end_run(&self, agent_id: &str) -> usize {
+    /// Counts a run of `agent_id` out at `now`; returns how many are left. When none is, its
+    /// IDLE falls due [`IDLE_GRACE`] later.
+    fn end_run(&self, agent_id: &str, now: Instant) -> usize {
         let Ok(mut running) = self.inner.running.lock() else {
             return 0;
         };
@@ -276,11 +346,10 @@ impl Registry {
             return 0;
         };
         entry.live = entry.live.saturating_sub(1);
-        let left = entry.live;
-        if left == 0 {
-            running.remove(agent_id);
+        if entry.live == 0 {
+            entry.idle_at = Some(now + IDLE_GRACE);
         }
-        left
+        entry.live
     }
 
     async fn report(&self, agent_id: &str, status: AgentStatus, task: &str) {
@@ -308,20 +377,45 @@ mod tests {
         let registry = Registry::new("http://127.0.0.1:9", Duration::from_secs(1), 120, None)
             .expect("a valid URL");
         let renew = Duration::from_secs(60);
+        let now = Instant::now();
         assert!(registry.start_run("a", renew), "the first run reports BUSY");
         assert!(
             !registry.start_run("a", renew),
             "a second, overlapping run does not"
         );
         assert!(registry.start_run("b", renew), "another agent has its own");
-        assert_eq!(registry.end_run("a"), 1);
+        assert_eq!(registry.end_run("a", now), 1);
         assert!(!registry.start_run("a", renew));
         // A report as old as the renewal interval is repeated (with the newest task).
         assert!(registry.start_run("a", Duration::ZERO));
-        assert_eq!(registry.end_run("a"), 2);
-        assert_eq!(registry.end_run("a"), 1);
-        assert_eq!(registry.end_run("a"), 0, "IDLE when the last run ends");
-        assert!(registry.start_run("a", renew), "and BUSY again on the next");
-        assert_eq!(registry.end_run("nobody"), 0);
+        assert_eq!(registry.end_run("a", now), 2);
+        assert_eq!(registry.end_run("a", now), 1);
+        assert_eq!(registry.end_run("a", now), 0, "the last run ended");
+        assert_eq!(
+            registry.next_idle(),
+            Some(now + IDLE_GRACE),
+            "IDLE falls due"
+        );
+        assert!(
+            registry.take_idle(Some(now)).is_empty(),
+            "not before the grace"
+        );
+        // A run within the grace keeps BUSY: no IDLE, no new BUSY report.
+        assert!(!registry.start_run("a", renew));
+        assert_eq!(registry.next_idle(), None);
+        assert_eq!(registry.end_run("a", now), 0);
+        assert_eq!(
+            registry.take_idle(Some(now + IDLE_GRACE)),
+            vec!["a".to_owned()]
+        );
+        assert!(
+            registry.start_run("a", renew),
+            "after IDLE, BUSY again on the next run"
+        );
+        assert_eq!(registry.end_run("nobody", now), 0);
+        // Stopping sends every pending IDLE at once, of agents without live runs only.
+        assert_eq!(registry.end_run("a", now), 0);
+        assert_eq!(registry.take_idle(None), vec!["a".to_owned()]);
+        assert!(registry.take_idle(None).is_empty(), "b still runs");
     }
 }

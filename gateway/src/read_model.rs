@@ -376,7 +376,10 @@ impl ReadModel {
         mut client: v1::agent_registry_client::AgentRegistryClient<TracedChannel>,
         connect_timeout: Duration,
     ) -> Result<(), String> {
-        let open = client.watch_agents(v1::WatchAgentsRequest { snapshot: true });
+        let open = client.watch_agents(v1::WatchAgentsRequest {
+            snapshot: true,
+            exclude_status: false,
+        });
         let mut stream = tokio::time::timeout(connect_timeout, open)
             .await
             .map_err(|_| "the registry did not open the stream in time".to_owned())?

@@ -225,7 +225,9 @@ impl AgentRegistry for RegistryService {
         &self,
         req: Request<v1::WatchAgentsRequest>,
     ) -> Result<Response<Self::WatchAgentsStream>, Status> {
-        let (snapshot, mut changes) = if req.into_inner().snapshot {
+        let req = req.into_inner();
+        let exclude_status = req.exclude_status;
+        let (snapshot, mut changes) = if req.snapshot {
             let s = self.blocking(Store::snapshot).await?;
             (Some((s.agents, s.revision)), s.changes)
         } else {
@@ -260,6 +262,7 @@ impl AgentRegistry for RegistryService {
                     () = stop.cancelled() => Err(Status::unavailable("registry is shutting down")),
                     () = tx.closed() => return,
                     c = changes.recv() => match c {
+                        Ok(c) if exclude_status && c.kind() == v1::agent_change::Kind::Status => continue,
                         Ok(c) => Ok(c),
                         Err(RecvError::Lagged(n)) => {
                             warn!(missed = n, "watcher fell behind; ending its stream");

@@ -125,7 +125,7 @@ async fn one_run_is_one_trace_across_gateway_executor_and_registry() {
         );
     }
     // Hop 2: the registry's request spans in this trace are children of executor spans (the
-    // definition lookup, the BUSY/IDLE reports), and its other spans are inside those.
+    // definition lookup, the BUSY report), and its other spans are inside those.
     let registry: Vec<&Got> = spans
         .iter()
         .filter(|g| g.service == "registry-svc")

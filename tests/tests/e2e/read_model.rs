@@ -247,3 +247,61 @@ async fn a_gateway_that_lost_the_stream_answers_from_the_registry_not_from_its_c
     let back = get(&stack, "kept").await;
     assert_eq!(back.body["description"], "Edited offline.", "{}", back.text);
 }
+
+#[tokio::test]
+async fn a_watcher_that_excludes_status_gets_definition_changes_only() {
+    let stack = spawn_stack().await.expect("stack starts");
+    let mut registry = stack.registry();
+    registry
+        .create_agent(v1::CreateAgentRequest {
+            spec: Some(spec("watched")),
+        })
+        .await
+        .expect("CreateAgent");
+    let watch = |exclude_status| {
+        let mut client = stack.registry();
+        async move {
+            client
+                .watch_agents(v1::WatchAgentsRequest {
+                    snapshot: false,
+                    exclude_status,
+                })
+                .await
+                .expect("WatchAgents")
+                .into_inner()
+        }
+    };
+    let mut all = watch(false).await;
+    let mut definitions = watch(true).await;
+    for status in [v1::AgentStatus::Busy, v1::AgentStatus::Idle] {
+        registry
+            .report_agent_status(v1::ReportAgentStatusRequest {
+                agent_id: "watched".into(),
+                status: status.into(),
+                last_task: "a task".into(),
+                lease_seconds: 60,
+            })
+            .await
+            .expect("ReportAgentStatus");
+    }
+    registry
+        .delete_agent(v1::DeleteAgentRequest {
+            agent_id: "watched".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("DeleteAgent");
+    let next = async |stream: &mut tonic::Streaming<v1::AgentChange>| {
+        tokio::time::timeout(EDIT_VISIBLE_WITHIN, stream.message())
+            .await
+            .expect("a change in time")
+            .expect("the stream goes on")
+            .expect("a change")
+            .kind()
+    };
+    use v1::agent_change::Kind;
+    for want in [Kind::Status, Kind::Status, Kind::Deleted] {
+        assert_eq!(next(&mut all).await, want);
+    }
+    assert_eq!(next(&mut definitions).await, Kind::Deleted);
+}

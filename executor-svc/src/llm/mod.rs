@@ -8,7 +8,7 @@
 //! - [`openai`]: OpenAI-compatible chat completions (OpenAI, Azure, Ollama, vLLM, LiteLLM).
 //! - [`anthropic`]: Anthropic Messages.
 //! - [`scripted`]: deterministic replay of a YAML script, for tests and offline runs.
-//! - `http`, `stream`, `sse`: retries, timeouts and event-stream decoding shared by the HTTP
+//! - `http`, `stream`: retries, timeouts and event-stream decoding (`sse-stream`) shared by the HTTP
 //!   clients.
 
 pub mod anthropic;
@@ -19,7 +19,6 @@ mod http;
 pub mod openai;
 pub mod router;
 pub mod scripted;
-mod sse;
 mod stream;
 pub mod types;
 

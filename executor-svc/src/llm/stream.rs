@@ -1,15 +1,27 @@
-//! The driver that turns one HTTP response body into a stream of [`LlmEvent`]s: event-stream
-//! decoding, the idle timeout between chunks, and a protocol [`Decode`]r per provider.
+//! The driver that turns one HTTP response body into a stream of [`LlmEvent`]s: the idle timeout
+//! between chunks, event-stream decoding (the `sse-stream` crate, the parser the CLI and the MCP
+//! client read event streams with too), and a protocol [`Decode`]r per provider.
 
-use std::{collections::VecDeque, sync::Arc};
+use std::{collections::VecDeque, pin::Pin, sync::Arc, time::Duration};
 
+use ::sse_stream::{ByteStreamBody, Sse, SseStream};
+use bytes::Bytes;
+use futures::{Stream, StreamExt, stream};
 use reqwest::{Response, header};
 
 use super::{
     LlmError, LlmEvent, LlmStream,
     http::{Endpoint, error_chain},
-    sse::{SseDecoder, SseEvent},
 };
+
+/// One dispatched server-sent event that carried data (an event without `data:` is not one).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct SseEvent {
+    /// The `event:` field; empty when absent (the spec's "message").
+    pub event: String,
+    /// The `data:` lines joined with `\n`.
+    pub data: String,
+}
 
 /// Result of feeding one event to a protocol decoder.
 pub(crate) enum Progress {
@@ -31,6 +43,26 @@ pub(crate) trait Decode: Send + 'static {
     fn eof(&mut self, out: &mut VecDeque<Result<LlmEvent, LlmError>>) -> Result<(), LlmError>;
 }
 
+/// Most bytes read from one response body. The event-stream parser buffers a line until its end,
+/// so this bounds the memory a broken or hostile server can take; it is far above the longest
+/// answer a model streams (128k output tokens are about 40 MB of chat-completion chunks).
+const MAX_BODY: usize = 128 * 1024 * 1024;
+
+/// Why the bytes of a body stopped coming.
+#[derive(Debug, thiserror::Error)]
+enum BodyError {
+    #[error("no chunk within {0:?}")]
+    Idle(Duration),
+    /// The transport failed; the text is already scrubbed of secrets.
+    #[error("{0}")]
+    Transport(String),
+    #[error("the event stream is longer than {0} bytes")]
+    TooLong(usize),
+}
+
+/// The chunks of one body, in order.
+type Chunks = Pin<Box<dyn Stream<Item = Result<Bytes, BodyError>> + Send>>;
+
 /// Sends `body` to `endpoint` and decodes the event stream with `decoder`. Nothing happens until
 /// the stream is first polled; dropping it closes the connection.
 pub(crate) fn sse_stream<D: Decode>(
@@ -43,12 +75,14 @@ pub(crate) fn sse_stream<D: Decode>(
         Read(Box<Reader<D>>),
         End,
     }
-    Box::pin(futures::stream::unfold(
+    Box::pin(stream::unfold(
         Phase::Connect(endpoint, body, decoder),
         |phase| async move {
             let mut reader = match phase {
                 Phase::Connect(endpoint, body, decoder) => match endpoint.send(body).await {
-                    Ok(response) => Box::new(Reader::start(endpoint, response, decoder).await),
+                    Ok(response) => {
+                        Box::new(Reader::from_response(endpoint, response, decoder).await)
+                    }
                     Err(e) => return Some((Err(e), Phase::End)),
                 },
                 Phase::Read(reader) => reader,
@@ -60,87 +94,95 @@ pub(crate) fn sse_stream<D: Decode>(
     ))
 }
 
-/// Reads one response body, chunk by chunk, each within the idle timeout.
+/// The chunks of `response`, each within the endpoint's idle timeout.
+fn response_chunks(endpoint: Arc<Endpoint>, response: Response) -> Chunks {
+    Box::pin(stream::unfold(
+        Some((endpoint, response)),
+        |state| async move {
+            let (endpoint, mut response) = state?;
+            let idle = endpoint.settings.idle_timeout;
+            let error = match tokio::time::timeout(idle, response.chunk()).await {
+                Ok(Ok(Some(chunk))) => return Some((Ok(chunk), Some((endpoint, response)))),
+                Ok(Ok(None)) => return None,
+                Err(_) => BodyError::Idle(idle),
+                Ok(Err(e)) => BodyError::Transport(endpoint.scrub(&error_chain(&e.without_url()))),
+            };
+            Some((Err(error), None))
+        },
+    ))
+}
+
+/// The events of a body of at most `max` bytes. A last event whose blank line never came is still
+/// dispatched: the body's end reads as a line end and a blank line.
+fn sse_events(chunks: Chunks, max: usize) -> SseStream<ByteStreamBody<Chunks, Bytes>> {
+    let capped = chunks.scan(0usize, move |read, item| {
+        let item = item.and_then(|chunk| {
+            *read = read.saturating_add(chunk.len());
+            if *read > max {
+                Err(BodyError::TooLong(max))
+            } else {
+                Ok(chunk)
+            }
+        });
+        futures::future::ready(Some(item))
+    });
+    let end = stream::once(async { Ok(Bytes::from_static(b"\n\n")) });
+    SseStream::from_bytes_stream(Box::pin(capped.chain(end)) as Chunks)
+}
+
+/// Reads one response body event by event, through the protocol decoder.
 struct Reader<D> {
-    endpoint: Arc<Endpoint>,
-    response: Response,
-    body: Body<D>,
-}
-
-impl<D: Decode> Reader<D> {
-    async fn start(endpoint: Arc<Endpoint>, mut response: Response, decoder: D) -> Self {
-        let mut body = Body::new(endpoint.provider.clone(), decoder);
-        let content_type = response
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok());
-        // Some proxies answer 200 with a JSON error; say what came instead of "stream ended".
-        if let Some(content_type) = content_type.filter(|ct| !ct.contains("event-stream")) {
-            let content_type = content_type.to_owned();
-            let status = response.status();
-            let text = endpoint.error_message(&mut response).await;
-            let message =
-                format!("expected an event stream, got HTTP {status} with {content_type}: {text}");
-            body.fail(LlmError::Stream {
-                provider: endpoint.provider.clone(),
-                message,
-            });
-        }
-        Self {
-            endpoint,
-            response,
-            body,
-        }
-    }
-
-    async fn next(&mut self) -> Option<Result<LlmEvent, LlmError>> {
-        loop {
-            if let Some(item) = self.body.pending.pop_front() {
-                return Some(item);
-            }
-            if self.body.finished {
-                return None;
-            }
-            let idle = self.endpoint.settings.idle_timeout;
-            match tokio::time::timeout(idle, self.response.chunk()).await {
-                Err(_) => self.body.fail(LlmError::Timeout {
-                    provider: self.endpoint.provider.clone(),
-                    after: idle,
-                    waiting_for: "the next chunk",
-                    attempts: 1,
-                }),
-                Ok(Err(e)) => self.body.fail(LlmError::Stream {
-                    provider: self.endpoint.provider.clone(),
-                    message: self.endpoint.scrub(&error_chain(&e.without_url())),
-                }),
-                Ok(Ok(Some(chunk))) => self.body.feed(&chunk),
-                Ok(Ok(None)) => self.body.end(),
-            }
-        }
-    }
-}
-
-/// The I/O-free half of a [`Reader`]: body bytes in, [`LlmEvent`]s out (in `pending`).
-struct Body<D> {
     provider: String,
-    sse: SseDecoder,
+    events: SseStream<ByteStreamBody<Chunks, Bytes>>,
     decoder: D,
-    events: Vec<SseEvent>,
     pending: VecDeque<Result<LlmEvent, LlmError>>,
     /// Nothing more is decoded: the response is complete, or failed.
     finished: bool,
 }
 
-impl<D: Decode> Body<D> {
-    fn new(provider: String, decoder: D) -> Self {
+impl<D: Decode> Reader<D> {
+    fn new(provider: String, chunks: Chunks, max: usize, decoder: D) -> Self {
         Self {
             provider,
-            sse: SseDecoder::default(),
+            events: sse_events(chunks, max),
             decoder,
-            events: Vec::new(),
             pending: VecDeque::new(),
             finished: false,
         }
+    }
+
+    async fn from_response(endpoint: Arc<Endpoint>, mut response: Response, decoder: D) -> Self {
+        let content_type = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .filter(|ct| !ct.contains("event-stream"))
+            .map(str::to_owned);
+        // Some proxies answer 200 with a JSON error; say what came instead of "stream ended".
+        let refused = match content_type {
+            Some(content_type) => {
+                let status = response.status();
+                let text = endpoint.error_message(&mut response).await;
+                Some(format!(
+                    "expected an event stream, got HTTP {status} with {content_type}: {text}"
+                ))
+            }
+            None => None,
+        };
+        let provider = endpoint.provider.clone();
+        let mut reader = Self::new(
+            provider,
+            response_chunks(endpoint, response),
+            MAX_BODY,
+            decoder,
+        );
+        if let Some(message) = refused {
+            reader.fail(LlmError::Stream {
+                provider: reader.provider.clone(),
+                message,
+            });
+        }
+        reader
     }
 
     /// Ends the stream with `error`.
@@ -149,50 +191,64 @@ impl<D: Decode> Body<D> {
         self.pending.push_back(Err(error));
     }
 
-    fn feed(&mut self, chunk: &[u8]) {
-        if self.finished {
-            return;
+    async fn next(&mut self) -> Option<Result<LlmEvent, LlmError>> {
+        loop {
+            if let Some(item) = self.pending.pop_front() {
+                return Some(item);
+            }
+            if self.finished {
+                return None;
+            }
+            let step = match self.events.next().await {
+                Some(Ok(sse)) => self.event(sse),
+                Some(Err(e)) => Err(self.stream_error(e)),
+                None => {
+                    self.finished = true;
+                    self.decoder.eof(&mut self.pending)
+                }
+            };
+            if let Err(e) = step {
+                self.fail(e);
+            }
         }
-        let step = match self.sse.feed(chunk, &mut self.events) {
-            Ok(()) => self.dispatch(),
-            Err(message) => Err(LlmError::Stream {
-                provider: self.provider.clone(),
-                message,
-            }),
+    }
+
+    fn event(&mut self, sse: Sse) -> Result<(), LlmError> {
+        let Some(data) = sse.data else {
+            return Ok(()); // an event without data is not dispatched
         };
-        if let Err(e) = step {
-            self.fail(e);
-        }
-    }
-
-    fn end(&mut self) {
-        if self.finished {
-            return;
-        }
-        self.sse.finish(&mut self.events);
-        let step = self.dispatch().and_then(|()| {
-            if self.finished {
-                return Ok(());
-            }
+        let event = SseEvent {
+            event: sse.event.unwrap_or_default(),
+            data,
+        };
+        if let Progress::Complete = self.decoder.event(event, &mut self.pending)? {
             self.finished = true;
-            self.decoder.eof(&mut self.pending)
-        });
-        if let Err(e) = step {
-            self.fail(e);
         }
+        Ok(())
     }
 
-    fn dispatch(&mut self) -> Result<(), LlmError> {
-        for event in self.events.drain(..) {
-            if self.finished {
-                break;
-            }
-            if let Progress::Complete = self.decoder.event(event, &mut self.pending)? {
-                self.finished = true;
-            }
+    fn stream_error(&self, e: ::sse_stream::Error) -> LlmError {
+        let provider = self.provider.clone();
+        let body = match &e {
+            ::sse_stream::Error::Body(body) => body.downcast_ref::<BodyError>(),
+            _ => None,
+        };
+        match body {
+            Some(&BodyError::Idle(after)) => LlmError::Timeout {
+                provider,
+                after,
+                waiting_for: "the next chunk",
+                attempts: 1,
+            },
+            Some(body) => LlmError::Stream {
+                provider,
+                message: body.to_string(),
+            },
+            None => LlmError::Stream {
+                provider,
+                message: format!("malformed event stream: {e}"),
+            },
         }
-        self.events.clear();
-        Ok(())
     }
 }
 
@@ -203,13 +259,118 @@ pub(crate) fn decode_chunks<D: Decode>(
     decoder: D,
     chunks: &[&[u8]],
 ) -> Vec<Result<LlmEvent, LlmError>> {
-    let mut body = Body::new(provider.to_owned(), decoder);
-    let mut out = Vec::new();
-    for chunk in chunks {
-        body.feed(chunk);
-        out.extend(body.pending.drain(..));
+    decode_recorded(provider, decoder, chunks, MAX_BODY)
+}
+
+fn decode_recorded<D: Decode>(
+    provider: &str,
+    decoder: D,
+    chunks: &[&[u8]],
+    max: usize,
+) -> Vec<Result<LlmEvent, LlmError>> {
+    let chunks: Vec<Result<Bytes, BodyError>> = chunks
+        .iter()
+        .map(|chunk| Ok(Bytes::copy_from_slice(chunk)))
+        .collect();
+    let chunks: Chunks = Box::pin(stream::iter(chunks));
+    let mut reader = Reader::new(provider.to_owned(), chunks, max, decoder);
+    futures::executor::block_on(async {
+        let mut out = Vec::new();
+        while let Some(item) = reader.next().await {
+            out.push(item);
+        }
+        out
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Records each event as a text delta `event|data`, and the end of the body as `eof`.
+    struct Record;
+
+    impl Decode for Record {
+        fn event(
+            &mut self,
+            event: SseEvent,
+            out: &mut VecDeque<Result<LlmEvent, LlmError>>,
+        ) -> Result<Progress, LlmError> {
+            let done = event.data == "[DONE]";
+            out.push_back(Ok(LlmEvent::TextDelta(format!(
+                "{}|{}",
+                event.event, event.data
+            ))));
+            Ok(if done {
+                Progress::Complete
+            } else {
+                Progress::More
+            })
+        }
+
+        fn eof(&mut self, out: &mut VecDeque<Result<LlmEvent, LlmError>>) -> Result<(), LlmError> {
+            out.push_back(Ok(LlmEvent::TextDelta("eof".to_owned())));
+            Ok(())
+        }
     }
-    body.end();
-    out.extend(body.pending.drain(..));
-    out
+
+    fn decode(body: &[u8], piece: usize, max: usize) -> Vec<Result<String, String>> {
+        let chunks: Vec<&[u8]> = body.chunks(piece).collect();
+        decode_recorded("p", Record, &chunks, max)
+            .into_iter()
+            .map(|item| match item {
+                Ok(LlmEvent::TextDelta(text)) => Ok(text),
+                Ok(other) => Err(format!("unexpected {other:?}")),
+                Err(e) => Err(e.to_string()),
+            })
+            .collect()
+    }
+
+    fn texts(items: &[&str]) -> Vec<Result<String, String>> {
+        items.iter().map(|t| Ok((*t).to_owned())).collect()
+    }
+
+    #[test]
+    fn events_survive_any_chunking_and_line_ending() {
+        let body = "event: message_start\ndata: {\"a\":1}\n\n: keep-alive\r\n\r\ndata: héllo\r\ndata: world\r\rdata:[DONE]\n\ndata: after the end\n\n";
+        let expected = texts(&["message_start|{\"a\":1}", "|héllo\nworld", "|[DONE]"]);
+        for piece in 1..body.len() {
+            assert_eq!(
+                decode(body.as_bytes(), piece, MAX_BODY),
+                expected,
+                "piece size {piece}"
+            );
+        }
+    }
+
+    #[test]
+    fn unterminated_last_event_is_dispatched_at_the_end() {
+        assert_eq!(decode(b"data: tail", 4, MAX_BODY), texts(&["|tail", "eof"]));
+    }
+
+    #[test]
+    fn event_without_data_is_not_dispatched() {
+        assert_eq!(decode(b"event: ping\n\n", 3, MAX_BODY), texts(&["eof"]));
+    }
+
+    #[test]
+    fn a_malformed_line_ends_the_stream_with_an_error_naming_it() {
+        let out = decode(b"data: one\n\nno colon here\n\ndata: two\n\n", 11, MAX_BODY);
+        assert_eq!(out.len(), 2, "{out:?}");
+        assert_eq!(out[0], Ok("|one".to_owned()));
+        let error = out[1].clone().expect_err("an error");
+        assert!(
+            error.contains("malformed event stream: invalid line"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_body_past_the_limit_ends_with_an_error_and_no_more_events() {
+        let out = decode(b"data: one\n\ndata: two\n\n", 4, 16);
+        assert_eq!(out.len(), 2, "{out:?}");
+        assert_eq!(out[0], Ok("|one".to_owned()));
+        let error = out[1].clone().expect_err("an error");
+        assert!(error.contains("longer than 16 bytes"), "{error}");
+    }
 }

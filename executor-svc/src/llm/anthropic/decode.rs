@@ -9,8 +9,7 @@ use serde_json::Value;
 use crate::llm::{
     LlmError, LlmEvent, StopReason, Usage,
     error::excerpt,
-    sse::SseEvent,
-    stream::{Decode, Progress},
+    stream::{Decode, Progress, SseEvent},
     types::assemble,
 };
 

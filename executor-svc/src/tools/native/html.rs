@@ -1,218 +1,114 @@
-//! A small, forgiving HTML tokenizer, entity decoding, and HTML → readable text.
-//!
-//! Enough for search result pages and articles: tags with quoted or bare attributes, comments,
-//! doctype, raw-text elements (`script`, `style`) skipped whole, named and numeric entities.
-//! Malformed markup never fails; it degrades to text.
+//! HTML tokens (html5ever's tokenizer: the WHATWG tokenizing rules, every named entity, linear
+//! time however the markup nests) and HTML → readable text.
+
+use std::cell::{Cell, RefCell};
+
+use html5ever::{
+    LocalName, TokenizerResult,
+    tendril::StrTendril,
+    tokenizer::{
+        BufferQueue, Tag, TagKind, Token as RawToken, TokenSink, TokenSinkResult, Tokenizer,
+        TokenizerOpts, states::RawKind,
+    },
+};
 
 /// One piece of an HTML document.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug)]
 pub(crate) enum Token<'a> {
-    /// `<name attr=...>` (names lowercased); `attrs` values are entity-decoded.
-    Start {
-        name: String,
-        attrs: Vec<(String, String)>,
-    },
-    /// `</name>`.
-    End { name: String },
-    /// Raw text between tags (not yet entity-decoded).
+    /// A start tag (name lowercased, attribute values entity-decoded).
+    Start(&'a Tag),
+    /// An end tag's name.
+    End(&'a str),
+    /// Text between tags, entity-decoded.
     Text(&'a str),
 }
 
-impl Token<'_> {
-    /// The value of attribute `key` on a start tag.
-    pub fn attr(&self, key: &str) -> Option<&str> {
-        match self {
-            Token::Start { attrs, .. } => attrs
-                .iter()
-                .find(|(k, _)| k == key)
-                .map(|(_, v)| v.as_str()),
-            _ => None,
-        }
-    }
+/// The value of attribute `key` on `tag`.
+pub(crate) fn attr<'a>(tag: &'a Tag, key: &str) -> Option<&'a str> {
+    tag.attrs
+        .iter()
+        .find(|a| &*a.name.local == key)
+        .map(|a| &*a.value)
+}
 
-    /// True when a start tag's `class` list contains `class`.
-    pub fn has_class(&self, class: &str) -> bool {
-        self.attr("class")
-            .is_some_and(|c| c.split_ascii_whitespace().any(|x| x == class))
+/// True when `tag`'s `class` list contains `class`.
+pub(crate) fn has_class(tag: &Tag, class: &str) -> bool {
+    attr(tag, "class").is_some_and(|c| c.split_ascii_whitespace().any(|x| x == class))
+}
+
+/// Elements whose content is not text to read, and how the tokenizer reads it.
+fn skipped(name: &str) -> Option<Option<RawKind>> {
+    match name {
+        "script" => Some(Some(RawKind::ScriptData)),
+        "style" | "noscript" => Some(Some(RawKind::Rawtext)),
+        "template" => Some(None),
+        _ => None,
     }
 }
 
-/// Splits `html` into tokens.
-pub(crate) fn tokenize(html: &str) -> Vec<Token<'_>> {
-    let mut out = Vec::new();
-    let mut rest = html;
-    while !rest.is_empty() {
-        let Some(lt) = rest.find('<') else {
-            out.push(Token::Text(rest));
-            break;
-        };
-        if lt > 0 {
-            out.push(Token::Text(&rest[..lt]));
-        }
-        rest = &rest[lt..];
-        let after = &rest[1..];
-        if let Some(c) = after.strip_prefix("!--") {
-            rest = c.find("-->").map_or("", |i| &c[i + 3..]);
-        } else if after.starts_with('!') || after.starts_with('?') {
-            rest = after.find('>').map_or("", |i| &after[i + 1..]);
-        } else if let Some(body) = after.strip_prefix('/') {
-            let end = body.find('>').unwrap_or(body.len());
-            let name = body[..end].trim().to_ascii_lowercase();
-            out.push(Token::End { name });
-            rest = body.get(end + 1..).unwrap_or("");
-        } else if after.starts_with(|c: char| c.is_ascii_alphabetic()) {
-            let (name, attrs, consumed) = start_tag(after);
-            rest = &after[consumed..];
-            if matches!(name.as_str(), "script" | "style" | "noscript" | "template") {
-                // Raw text: skip to the matching end tag.
-                let close = format!("</{name}");
-                rest = find_ci(rest, &close)
-                    .and_then(|i| rest[i..].find('>').map(|j| &rest[i + j + 1..]))
-                    .unwrap_or("");
-                continue;
-            }
-            out.push(Token::Start { name, attrs });
-        } else {
-            // A lone `<` is text.
-            out.push(Token::Text("<"));
-            rest = after;
-        }
-    }
-    out
+/// Calls `each` with every tag and text run of `html`, in order. Comments, the doctype and the
+/// content of `script`, `style`, `noscript` and `template` are left out. Malformed markup never
+/// fails; it degrades to text.
+pub(crate) fn for_each_token(html: &str, each: impl FnMut(Token<'_>)) {
+    let sink = Sink {
+        each: RefCell::new(each),
+        skipping: RefCell::new(None),
+        depth: Cell::new(0),
+    };
+    let tokenizer = Tokenizer::new(sink, TokenizerOpts::default());
+    let input = BufferQueue::default();
+    input.push_back(StrTendril::from_slice(html));
+    // The sink never asks to pause for a script, so one feed reads everything.
+    while let TokenizerResult::Script(()) = tokenizer.feed(&input) {}
+    tokenizer.end();
 }
 
-/// Byte offset of ASCII `needle` in `hay`, ignoring ASCII case.
-fn find_ci(hay: &str, needle: &str) -> Option<usize> {
-    let (h, n) = (hay.as_bytes(), needle.as_bytes());
-    if n.is_empty() || n.len() > h.len() {
-        return None;
-    }
-    (0..=h.len() - n.len())
-        .filter(|&i| h[i] == n[0])
-        .find(|&i| h[i..i + n.len()].eq_ignore_ascii_case(n))
+/// Forwards tokens, skipping the content of [`skipped`] elements.
+struct Sink<F> {
+    each: RefCell<F>,
+    /// The skipped element being read past, and how deep in same-named ones.
+    skipping: RefCell<Option<LocalName>>,
+    depth: Cell<usize>,
 }
 
-/// Parses a start tag after its `<`; returns name, attributes and bytes consumed (past `>`).
-fn start_tag(s: &str) -> (String, Vec<(String, String)>, usize) {
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() && !b[i].is_ascii_whitespace() && b[i] != b'>' && b[i] != b'/' {
-        i += 1;
-    }
-    let name = s[..i].to_ascii_lowercase();
-    let mut attrs = Vec::new();
-    loop {
-        while i < b.len() && (b[i].is_ascii_whitespace() || b[i] == b'/') {
-            i += 1;
-        }
-        if i >= b.len() {
-            return (name, attrs, b.len());
-        }
-        if b[i] == b'>' {
-            return (name, attrs, i + 1);
-        }
-        let k0 = i;
-        while i < b.len() && !b[i].is_ascii_whitespace() && !matches!(b[i], b'=' | b'>' | b'/') {
-            i += 1;
-        }
-        let key = s[k0..i].to_ascii_lowercase();
-        while i < b.len() && b[i].is_ascii_whitespace() {
-            i += 1;
-        }
-        let mut value = String::new();
-        if i < b.len() && b[i] == b'=' {
-            i += 1;
-            while i < b.len() && b[i].is_ascii_whitespace() {
-                i += 1;
-            }
-            if i < b.len() && (b[i] == b'"' || b[i] == b'\'') {
-                let q = b[i];
-                let v0 = i + 1;
-                i = v0;
-                while i < b.len() && b[i] != q {
-                    i += 1;
+impl<F: FnMut(Token<'_>)> TokenSink for Sink<F> {
+    type Handle = ();
+
+    fn process_token(&self, token: RawToken, _line: u64) -> TokenSinkResult<()> {
+        let mut skipping = self.skipping.borrow_mut();
+        if let Some(name) = skipping.as_ref() {
+            if let RawToken::TagToken(tag) = &token
+                && tag.name == *name
+            {
+                let depth = match tag.kind {
+                    TagKind::StartTag => self.depth.get() + 1,
+                    TagKind::EndTag => self.depth.get().saturating_sub(1),
+                };
+                self.depth.set(depth);
+                if depth == 0 {
+                    *skipping = None;
                 }
-                value = decode_entities(&s[v0..i]);
-                i = (i + 1).min(b.len());
-            } else {
-                let v0 = i;
-                while i < b.len() && !b[i].is_ascii_whitespace() && b[i] != b'>' {
-                    i += 1;
+            }
+            return TokenSinkResult::Continue;
+        }
+        let mut each = self.each.borrow_mut();
+        match &token {
+            RawToken::TagToken(tag) if tag.kind == TagKind::StartTag => {
+                if let Some(raw) = skipped(&tag.name) {
+                    if !tag.self_closing {
+                        *skipping = Some(tag.name.clone());
+                        self.depth.set(1);
+                    }
+                    return raw.map_or(TokenSinkResult::Continue, TokenSinkResult::RawData);
                 }
-                value = decode_entities(&s[v0..i]);
+                each(Token::Start(tag));
             }
+            RawToken::TagToken(tag) => each(Token::End(&tag.name)),
+            RawToken::CharacterTokens(text) => each(Token::Text(text)),
+            _ => {}
         }
-        if !key.is_empty() {
-            attrs.push((key, value));
-        }
+        TokenSinkResult::Continue
     }
-}
-
-/// Decodes `&amp;`, `&#39;`, `&#x27;` and the common named entities; unknown ones stay as is.
-pub(crate) fn decode_entities(s: &str) -> String {
-    if !s.contains('&') {
-        return s.to_owned();
-    }
-    let mut out = String::with_capacity(s.len());
-    let mut rest = s;
-    while let Some(i) = rest.find('&') {
-        out.push_str(&rest[..i]);
-        rest = &rest[i..];
-        let end = rest[1..].find(|c: char| !(c.is_ascii_alphanumeric() || c == '#'));
-        let (entity, has_semi) = match end {
-            Some(e) => (&rest[1..=e], rest[1 + e..].starts_with(';')),
-            None => (&rest[1..], false),
-        };
-        match decode_one(entity) {
-            Some(c) => {
-                out.push(c);
-                rest = &rest[1 + entity.len() + usize::from(has_semi)..];
-            }
-            None => {
-                out.push('&');
-                rest = &rest[1..];
-            }
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
-fn decode_one(entity: &str) -> Option<char> {
-    if let Some(num) = entity.strip_prefix('#') {
-        let code = match num.strip_prefix(['x', 'X']) {
-            Some(hex) => u32::from_str_radix(hex, 16).ok()?,
-            None => num.parse().ok()?,
-        };
-        return Some(char::from_u32(code).unwrap_or('\u{FFFD}'));
-    }
-    Some(match entity {
-        "amp" => '&',
-        "lt" => '<',
-        "gt" => '>',
-        "quot" => '"',
-        "apos" => '\'',
-        "nbsp" => ' ',
-        "mdash" => '—',
-        "ndash" => '–',
-        "hellip" => '…',
-        "copy" => '©',
-        "reg" => '®',
-        "trade" => '™',
-        "laquo" => '«',
-        "raquo" => '»',
-        "lsquo" => '‘',
-        "rsquo" => '’',
-        "ldquo" => '“',
-        "rdquo" => '”',
-        "bull" => '•',
-        "middot" => '·',
-        "euro" => '€',
-        "pound" => '£',
-        "times" => '×',
-        "deg" => '°',
-        _ => return None,
-    })
 }
 
 /// Tags set apart by a blank line.
@@ -275,65 +171,76 @@ fn paragraph_break(out: &mut String) {
 pub fn html_to_text(html: &str) -> String {
     let mut out = String::new();
     let mut pre = 0usize;
-    for token in tokenize(html) {
-        match &token {
-            Token::Text(t) => {
-                let text = decode_entities(t);
-                if pre > 0 {
-                    out.push_str(&text);
-                    continue;
-                }
-                let space = |out: &mut String| {
-                    if !out.is_empty() && !out.ends_with([' ', '\n']) {
-                        out.push(' ');
-                    }
-                };
-                for (i, word) in text.split_whitespace().enumerate() {
-                    if i > 0 || text.starts_with(char::is_whitespace) {
-                        space(&mut out);
-                    }
-                    out.push_str(word);
-                }
-                if text.ends_with(char::is_whitespace) {
-                    space(&mut out);
-                }
-            }
-            Token::Start { name, .. } => match name.as_str() {
-                "br" => {
-                    while out.ends_with(' ') {
-                        out.pop();
-                    }
-                    out.push('\n');
-                }
-                "li" => {
-                    line_break(&mut out);
-                    out.push_str("- ");
-                }
-                "td" | "th" if !out.is_empty() && !out.ends_with(['\n', ' ']) => out.push(' '),
-                n if PARAGRAPHS.contains(&n) => {
-                    paragraph_break(&mut out);
-                    pre += usize::from(n == "pre");
-                }
-                n if LINES.contains(&n) => line_break(&mut out),
-                _ => {}
-            },
-            Token::End { name } => {
-                let n = name.as_str();
-                if n == "pre" {
-                    pre = pre.saturating_sub(1);
-                }
-                if PARAGRAPHS.contains(&n) {
-                    paragraph_break(&mut out);
-                } else if LINES.contains(&n) || n == "li" {
-                    line_break(&mut out);
-                }
-            }
-        }
+    for_each_token(html, |token| match token {
+        Token::Text(text) => push_text(&mut out, text, pre > 0),
+        Token::Start(tag) => open(&mut out, &tag.name, &mut pre),
+        Token::End(name) => close(&mut out, name, &mut pre),
+    });
+    tidy(&out)
+}
+
+/// Appends a text node: as is inside `<pre>`, else with its whitespace collapsed.
+fn push_text(out: &mut String, text: &str, pre: bool) {
+    if pre {
+        out.push_str(text);
+        return;
     }
-    let lines: Vec<&str> = out.lines().map(str::trim_end).collect();
+    let space = |out: &mut String| {
+        if !out.is_empty() && !out.ends_with([' ', '\n']) {
+            out.push(' ');
+        }
+    };
+    for (i, word) in text.split_whitespace().enumerate() {
+        if i > 0 || text.starts_with(char::is_whitespace) {
+            space(out);
+        }
+        out.push_str(word);
+    }
+    if text.ends_with(char::is_whitespace) {
+        space(out);
+    }
+}
+
+/// The breaks an element's start makes.
+fn open(out: &mut String, name: &str, pre: &mut usize) {
+    match name {
+        "br" => {
+            while out.ends_with(' ') {
+                out.pop();
+            }
+            out.push('\n');
+        }
+        "li" => {
+            line_break(out);
+            out.push_str("- ");
+        }
+        "td" | "th" if !out.is_empty() && !out.ends_with(['\n', ' ']) => out.push(' '),
+        n if PARAGRAPHS.contains(&n) => {
+            paragraph_break(out);
+            *pre += usize::from(n == "pre");
+        }
+        n if LINES.contains(&n) => line_break(out),
+        _ => {}
+    }
+}
+
+/// The breaks an element's end makes.
+fn close(out: &mut String, name: &str, pre: &mut usize) {
+    if name == "pre" {
+        *pre = pre.saturating_sub(1);
+    }
+    if PARAGRAPHS.contains(&name) {
+        paragraph_break(out);
+    } else if LINES.contains(&name) || name == "li" {
+        line_break(out);
+    }
+}
+
+/// Trailing spaces dropped, runs of blank lines made one, no blank lines at either end.
+fn tidy(out: &str) -> String {
     let mut text = String::new();
     let mut blank = 0;
-    for line in lines {
+    for line in out.lines().map(str::trim_end) {
         if line.trim().is_empty() {
             blank += 1;
             if blank > 1 || text.is_empty() {
@@ -355,8 +262,8 @@ mod tests {
     #[test]
     fn entities_named_numeric_and_unknown() {
         assert_eq!(
-            decode_entities("a &amp; b &lt;c&gt; &#39;d&#x27; &copy; &bogus; &"),
-            "a & b <c> 'd' © &bogus; &"
+            html_to_text("<p>a &amp; b &lt;c&gt; &#39;d&#x27; &copy; &hearts; &bogus; &</p>"),
+            "a & b <c> 'd' © ♥ &bogus; &"
         );
     }
 
@@ -375,12 +282,47 @@ z</pre></body></html>"#;
     }
 
     #[test]
+    fn malformed_and_deeply_nested_markup_degrades_to_text() {
+        assert_eq!(
+            html_to_text("<p>open <b>never closed <i>x"),
+            "open never closed x"
+        );
+        assert_eq!(html_to_text("a < b and <3 > 2"), "a < b and <3 > 2");
+        let deep = format!(
+            "{}deep{}",
+            "<div>".repeat(100_000),
+            "</div>".repeat(100_000)
+        );
+        assert_eq!(html_to_text(&deep), "deep");
+        assert_eq!(
+            html_to_text(
+                r#"<script>if (a<b) x = "</p><p>no";</script>a<template><p>t<template>u</template>v</template>b<noscript><p>n</p></noscript>c"#
+            ),
+            "abc"
+        );
+    }
+
+    #[test]
     fn attributes_quoted_bare_and_decoded() {
-        let toks = tokenize(r#"<a class="x y" href='/l/?u=1&amp;v=2' data-n=3 hidden>t</a"#);
-        assert!(toks[0].has_class("y"));
-        assert_eq!(toks[0].attr("href"), Some("/l/?u=1&v=2"));
-        assert_eq!(toks[0].attr("data-n"), Some("3"));
-        assert_eq!(toks[1], Token::Text("t"));
-        assert_eq!(toks[2], Token::End { name: "a".into() });
+        let mut seen = String::new();
+        for_each_token(
+            r#"<A Class="x y" href='/l/?u=1&amp;v=2' data-n=3 hidden>t&lt;</a>"#,
+            |token| match token {
+                Token::Start(tag) => seen.push_str(&format!(
+                    "<{} {} {:?} {:?} {:?}>",
+                    tag.name,
+                    has_class(tag, "y"),
+                    attr(tag, "href"),
+                    attr(tag, "data-n"),
+                    attr(tag, "hidden"),
+                )),
+                Token::End(name) => seen.push_str(&format!("</{name}>")),
+                Token::Text(text) => seen.push_str(text),
+            },
+        );
+        assert_eq!(
+            seen,
+            r#"<a true Some("/l/?u=1&v=2") Some("3") Some("")>t<</a>"#
+        );
     }
 }

@@ -11,7 +11,7 @@
 //!   and [`sandbox::launcher`], the `taskforce-sandbox` program that applies them.
 //! - `python`: `python` and `powershell`; `git`: `git` (`git::args` checks its arguments
 //!   against the allowlist of subcommands and options in `git::allowlist`).
-//! - `html`: a small HTML tokenizer, entity decoding and HTML → text, for the web tools.
+//! - `html`: HTML tokens (html5ever's tokenizer) and HTML → text, for the web tools.
 //! - `http`: the capped, cancellable HTTP request the web and GitHub tools share.
 //! - `guard`: where the web tools may connect (no loopback, private or metadata addresses).
 //! - `search`: `web_search` (DuckDuckGo's HTML page by default); `fetch`: `web_fetch`.

@@ -11,7 +11,7 @@ use tracing::debug;
 
 use super::{
     NativeToolsConfig, cap_text, catalog_definition, failed,
-    html::{Token, decode_entities, tokenize},
+    html::{Token, attr, for_each_token, has_class},
     http::send,
     parse_args,
 };
@@ -51,15 +51,12 @@ pub(crate) fn parse_results(html: &str, page_url: &Url) -> Vec<Hit> {
     let mut hits: Vec<Hit> = Vec::new();
     // What is being collected: (is_title, end tag name, text so far).
     let mut capture: Option<(bool, String, String)> = None;
-    for tok in tokenize(html) {
+    for_each_token(html, |token| {
         if let Some((is_title, end, text)) = capture.as_mut() {
-            match &tok {
+            match token {
                 Token::Text(t) => text.push_str(t),
-                Token::End { name } if name == end => {
-                    let text = decode_entities(text)
-                        .split_whitespace()
-                        .collect::<Vec<_>>()
-                        .join(" ");
+                Token::End(name) if name == end => {
+                    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
                     if let Some(last) = hits.last_mut() {
                         if *is_title {
                             last.title = text;
@@ -71,28 +68,24 @@ pub(crate) fn parse_results(html: &str, page_url: &Url) -> Vec<Hit> {
                 }
                 _ => {}
             }
-            continue;
+            return;
         }
-        let Token::Start { name, .. } = &tok else {
-            continue;
+        let Token::Start(tag) = token else {
+            return;
         };
-        if tok.has_class("result__a") {
-            let url = tok.attr("href").and_then(|h| target_url(h, page_url));
-            match url {
-                Some(url) => {
-                    hits.push(Hit {
-                        title: String::new(),
-                        url,
-                        snippet: String::new(),
-                    });
-                    capture = Some((true, name.clone(), String::new()));
-                }
-                None => continue,
+        if has_class(tag, "result__a") {
+            if let Some(url) = attr(tag, "href").and_then(|h| target_url(h, page_url)) {
+                hits.push(Hit {
+                    title: String::new(),
+                    url,
+                    snippet: String::new(),
+                });
+                capture = Some((true, tag.name.to_string(), String::new()));
             }
-        } else if tok.has_class("result__snippet") && !hits.is_empty() {
-            capture = Some((false, name.clone(), String::new()));
+        } else if has_class(tag, "result__snippet") && !hits.is_empty() {
+            capture = Some((false, tag.name.to_string(), String::new()));
         }
-    }
+    });
     hits.retain(|h| !h.title.is_empty());
     hits
 }
@@ -211,6 +204,33 @@ mod tests {
             "rust+async%2Fawait+%26+co"
         );
         assert_eq!(encode_query("é"), "%C3%A9");
+    }
+
+    #[test]
+    fn results_pair_titles_with_their_snippets_skipping_ads() {
+        let base =
+            Url::parse("https://html.duckduckgo.com/html/?q=x").unwrap_or_else(|e| panic!("{e}"));
+        let page = r#"<div class="result"><a class="result__a" href="https://duckduckgo.com/y.js?ad_domain=x">Ad</a>
+            <a class="result__snippet">ad text</a></div>
+            <div><a class='result__a big' href=/l/?uddg=https%3A%2F%2Fexample.com%2Fa&amp;rut=1>Rust &amp;
+              <b>async</b></a><div class="result__snippet">Fast &lt;and&gt; safe</div>
+            <a class="result__snippet">a second snippet</a></div>
+            <a class="result__a" href="https://example.org/">Second</a>"#;
+        assert_eq!(
+            parse_results(page, &base),
+            vec![
+                Hit {
+                    title: "Rust & async".into(),
+                    url: "https://example.com/a".into(),
+                    snippet: "Fast <and> safe".into(),
+                },
+                Hit {
+                    title: "Second".into(),
+                    url: "https://example.org/".into(),
+                    snippet: String::new(),
+                },
+            ]
+        );
     }
 
     #[test]

@@ -11,8 +11,14 @@ use sha2::{Digest, Sha256};
 
 /// The file extension of agent definitions.
 pub const EXT: &str = "yaml";
-/// Prefix of temporary files; such files are never read as definitions.
+/// Prefix of the temporary files of earlier versions, written beside the definitions; such files
+/// are never read as definitions.
 const TMP_PREFIX: &str = ".tmp-";
+/// The directory, inside a definitions directory, where a write stages its file before renaming
+/// it into place. The file watcher watches the definitions directory without its subdirectories,
+/// so a write makes one event (the rename) instead of six (create, open, modify, close, and both
+/// halves of the rename), and the staged file shares the definitions' file system.
+const STAGING: &str = ".staging";
 /// Largest definition file read (a system prompt of 256 Ki characters is at most 1 MiB of
 /// UTF-8); a larger file is skipped with a diagnostic, without reading it all into memory.
 pub const MAX_DEFINITION_BYTES: u64 = 2 * 1024 * 1024;
@@ -50,19 +56,30 @@ pub fn times(path: &Path) -> (String, String) {
     (created, modified)
 }
 
-/// Writes `bytes` to `path` atomically and durably: temp file in the same directory, fsync,
-/// rename over the target, fsync the directory. A crash leaves either the old or the new file.
+/// Writes `bytes` to `path` atomically and durably: a temp file in the directory's [`STAGING`]
+/// directory, fsync, rename over the target, fsync the directory. A crash leaves either the old or
+/// the new file (and perhaps a staged file, removed by [`remove_stale_temp_files`]).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let dir = parent(path)?;
+    let staging = dir.join(STAGING);
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-    let tmp = dir.join(format!(
-        "{TMP_PREFIX}{name}.{}.{}",
+    let tmp = staging.join(format!(
+        "{name}.{}.{}",
         std::process::id(),
         SEQ.fetch_add(1, Ordering::Relaxed)
     ));
     let result = (|| {
-        let mut f = File::create(&tmp)?;
+        let mut f = match File::create(&tmp) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs::create_dir(&staging).or_else(|e| match e.kind() {
+                    io::ErrorKind::AlreadyExists => Ok(()),
+                    _ => Err(e),
+                })?;
+                File::create(&tmp)?
+            }
+            other => other?,
+        };
         f.write_all(bytes)?;
         f.sync_all()?;
         fs::rename(&tmp, path)?;
@@ -89,7 +106,8 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// Removes temp files left behind by a crash mid-write.
+/// Removes temp files left behind by a crash mid-write: staged ones, and those earlier versions
+/// wrote beside the definitions.
 pub fn remove_stale_temp_files(dir: &Path) -> io::Result<usize> {
     let mut n = 0;
     for entry in fs::read_dir(dir)? {
@@ -98,6 +116,16 @@ pub fn remove_stale_temp_files(dir: &Path) -> io::Result<usize> {
             fs::remove_file(entry.path())?;
             n += 1;
         }
+    }
+    match fs::read_dir(dir.join(STAGING)) {
+        Ok(staged) => {
+            for entry in staged {
+                fs::remove_file(entry?.path())?;
+                n += 1;
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
     }
     Ok(n)
 }
@@ -147,7 +175,35 @@ mod tests {
         write_atomic(&p, b"two")?;
         assert_eq!(fs::read(&p)?, b"two");
         assert_eq!(yaml_files(dir.path())?, vec![p]);
+        let mut entries: Vec<_> = fs::read_dir(dir.path())?
+            .map(|e| e.map(|e| e.file_name()))
+            .collect::<io::Result<_>>()?;
+        entries.sort();
+        assert_eq!(
+            entries,
+            [STAGING, "abc.yaml"],
+            "nothing else in the watched directory"
+        );
+        assert_eq!(fs::read_dir(dir.path().join(STAGING))?.count(), 0);
         assert_eq!(remove_stale_temp_files(dir.path())?, 0);
+        Ok(())
+    }
+
+    #[test]
+    fn temp_files_of_interrupted_writes_are_removed() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        assert_eq!(
+            remove_stale_temp_files(dir.path())?,
+            0,
+            "no staging directory yet"
+        );
+        fs::create_dir(dir.path().join(STAGING))?;
+        fs::write(dir.path().join(STAGING).join("a.yaml.1.0"), b"half")?;
+        fs::write(dir.path().join(format!("{TMP_PREFIX}b.yaml.1.0")), b"half")?;
+        fs::write(dir.path().join("c.yaml"), b"kept")?;
+        assert_eq!(remove_stale_temp_files(dir.path())?, 2);
+        assert_eq!(yaml_files(dir.path())?, vec![dir.path().join("c.yaml")]);
+        assert_eq!(fs::read_dir(dir.path().join(STAGING))?.count(), 0);
         Ok(())
     }
 

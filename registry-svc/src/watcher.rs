@@ -168,4 +168,41 @@ mod tests {
             assert!(changes_content(&change), "{change:?}");
         }
     }
+
+    /// An API write stages its file outside the watched directory, so the watcher hears of the
+    /// definition only, not of a temp file's creation, writes and rename.
+    #[test]
+    fn an_atomic_write_is_heard_as_its_definition_only() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let dir_path = std::fs::canonicalize(dir.path())?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut watcher =
+            notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+                if let Ok(ev) = res {
+                    let _ = tx.send(ev);
+                }
+            })?;
+        let target = dir_path.join("a.yaml");
+        // The staging directory exists once the first write made it; watch from the second on,
+        // as the registry does once it has written.
+        crate::files::write_atomic(&target, b"one")?;
+        watcher.watch(&dir_path, RecursiveMode::NonRecursive)?;
+        crate::files::write_atomic(&target, b"two")?;
+        let mut heard = Vec::new();
+        // Events arrive in order: everything before the definition's own event is in `heard`.
+        while !heard
+            .iter()
+            .any(|ev: &notify::Event| changes_content(&ev.kind) && ev.paths.contains(&target))
+        {
+            heard.push(rx.recv_timeout(std::time::Duration::from_secs(10))?);
+        }
+        for ev in &heard {
+            assert!(
+                ev.paths.iter().all(|p| p == &target || p == &dir_path),
+                "an event about another path: {ev:?}"
+            );
+        }
+        assert_eq!(std::fs::read(&target)?, b"two");
+        Ok(())
+    }
 }

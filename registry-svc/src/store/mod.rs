@@ -54,6 +54,8 @@ pub struct ReconcileStats {
     pub removed: usize,
     /// Files skipped as invalid.
     pub invalid: usize,
+    /// Files not read: their metadata showed no change since they were last read.
+    pub unchanged: usize,
 }
 
 /// The store. Cheap to share behind an `Arc`.
@@ -69,6 +71,10 @@ pub struct Store {
     facts: std::sync::RwLock<std::collections::HashMap<String, RuntimeFacts>>,
     write_lock: Mutex<()>,
     diagnostics: Mutex<BTreeMap<String, String>>,
+    /// What each file looked like when it was last read (see [`reconcile::Stamp`]).
+    stamps: Mutex<std::collections::HashMap<PathBuf, reconcile::Stamp>>,
+    /// How long after its last change a file is too fresh to be stamped.
+    racy: std::time::Duration,
     changes: broadcast::Sender<v1::AgentChange>,
     /// The revision of the latest change (see [`v1::AgentChange::revision`]); written under
     /// the write lock.
@@ -104,6 +110,8 @@ impl Store {
             custom_dir,
             write_lock: Mutex::new(()),
             diagnostics: Mutex::new(BTreeMap::new()),
+            stamps: Mutex::default(),
+            racy: reconcile::RACY,
             changes,
             // Microseconds since the epoch: a restarted registry goes on above the revisions
             // its watchers saw from the one before.

@@ -1,7 +1,12 @@
 //! Reconciling the cache with the files (all of them at start and periodically, one per
 //! watcher event), and the diagnostics of files that cannot be served.
 
-use std::{collections::HashSet, path::Path};
+use std::{
+    collections::HashSet,
+    os::unix::fs::MetadataExt,
+    path::Path,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
 
 use prost::Message;
 use taskforce_proto::{
@@ -20,6 +25,41 @@ use crate::{
 
 /// Files in the config directory that are not profiles.
 const NOT_PROFILES: [&str; 1] = ["llm_config.yaml"];
+
+/// A file changed this recently is read again on every pass: file times tick coarsely (a few
+/// milliseconds), so two writes of the same size within one tick leave the same stamp.
+pub(super) const RACY: Duration = Duration::from_secs(2);
+
+/// A file's identity, size and times when it was read. Any write changes the change time
+/// (`ctime`, which no one can set by hand), so an unchanged stamp means unchanged content, and a
+/// periodic reconcile reads only the files that changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Stamp {
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    /// The stamp of `path` now, or `None` when it cannot be stat'ed or changed within `racy`
+    /// of now (or in the future: a clock that disagrees is read every time, never trusted).
+    fn of(path: &Path, racy: Duration) -> Option<Self> {
+        let meta = std::fs::metadata(path).ok()?;
+        let ctime = (meta.ctime(), meta.ctime_nsec());
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).ok()?;
+        let changed = Duration::new(u64::try_from(ctime.0).ok()?, u32::try_from(ctime.1).ok()?);
+        if now.checked_sub(changed)? < racy {
+            return None;
+        }
+        Some(Self {
+            ino: meta.ino(),
+            len: meta.len(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime,
+        })
+    }
+}
 
 impl Store {
     /// Files that could not be loaded, with the reason, by path relative to the config dir.
@@ -59,6 +99,12 @@ impl Store {
                 }
             }
             self.retain_diagnostics(dir, &seen);
+            if let Ok(mut stamps) = self.stamps.lock() {
+                stamps.retain(|path, _| {
+                    path.parent() != Some(dir)
+                        || files::stem(path).is_some_and(|id| seen.contains(id))
+                });
+            }
         }
         Ok(stats)
     }
@@ -90,6 +136,41 @@ impl Store {
     }
 
     pub(super) fn reconcile_file(
+        &self,
+        source: AgentSource,
+        path: &Path,
+        stats: &mut ReconcileStats,
+    ) -> Result<()> {
+        // Stamped before reading: a write after this point changes the stamp again, so the
+        // next pass reads the file again.
+        let stamp = Stamp::of(path, self.racy);
+        if stamp.is_some() && stamp == self.stamp(path) {
+            stats.unchanged += 1;
+            return Ok(());
+        }
+        self.read_file(source, path, stats)?;
+        if let Ok(mut stamps) = self.stamps.lock() {
+            match stamp {
+                Some(stamp) => stamps.insert(path.to_path_buf(), stamp),
+                None => stamps.remove(path),
+            };
+        }
+        Ok(())
+    }
+
+    fn stamp(&self, path: &Path) -> Option<Stamp> {
+        self.stamps.lock().ok()?.get(path).copied()
+    }
+
+    /// Forgets what `path` looked like, so the next pass reads it.
+    pub(super) fn forget_stamp(&self, path: &Path) {
+        if let Ok(mut stamps) = self.stamps.lock() {
+            stamps.remove(path);
+        }
+    }
+
+    /// Reads one file and brings its cache entry in line with it.
+    fn read_file(
         &self,
         source: AgentSource,
         path: &Path,

@@ -386,3 +386,72 @@ fn a_cache_that_cannot_be_opened_is_moved_aside_and_rebuilt_from_the_files() -> 
     assert_eq!(aside, 1, "the broken cache is kept for inspection");
     Ok(())
 }
+
+/// Writes `body` to `path`, mapping the error.
+fn write(path: &Path, body: &str) -> Result<()> {
+    fs::write(path, body).map_err(|e| RegistryError::io(path, e))
+}
+
+const HAND: &str = "name: Hand\ndescription: Made by hand\nprompt: {system_prompt: p}\n\
+                    tools: {allowlist: [file_read]}\n";
+
+#[test]
+fn a_periodic_reconcile_reads_only_the_files_that_changed() -> Result<()> {
+    let (_dir, mut store) = store_with_dev_profile()?;
+    store.racy = Duration::ZERO;
+    let (a, b) = (
+        store.custom_dir().join("hand-a.yaml"),
+        store.custom_dir().join("hand-b.yaml"),
+    );
+    write(&a, HAND)?;
+    write(&b, "name: [unclosed")?;
+    let first = store.reconcile_all()?;
+    assert_eq!(
+        (first.files, first.updated, first.invalid, first.unchanged),
+        (3, 1, 1, 0),
+        "{first:?}"
+    );
+    let again = store.reconcile_all()?;
+    assert_eq!(
+        (again.unchanged, again.updated, again.invalid),
+        (3, 0, 0),
+        "{again:?}"
+    );
+    // The same size, written in place: the change time moves on (past one tick of the clock).
+    std::thread::sleep(Duration::from_millis(50));
+    write(&a, &HAND.replace("Made by hand", "Made by Hand"))?;
+    let edited = store.reconcile_all()?;
+    assert_eq!((edited.unchanged, edited.updated), (2, 1), "{edited:?}");
+    let Some(v1::agent::Kind::Custom(c)) = store.get("hand-a")?.kind else {
+        panic!("hand-a is a custom agent");
+    };
+    assert_eq!(c.spec.unwrap_or_default().description, "Made by Hand");
+    // Gone, and back with the same bytes: read again.
+    fs::remove_file(&a).map_err(|e| RegistryError::io(&a, e))?;
+    assert_eq!(store.reconcile_all()?.removed, 1);
+    write(&a, HAND)?;
+    assert_eq!(store.reconcile_all()?.updated, 1);
+    // A write through the API is read back by the next pass, not trusted to a stale stamp.
+    let version = store.get("hand-a")?.version;
+    store.update("hand-a", agent_file(), &version, "2026-01-01T00:00:00Z")?;
+    let after_api = store.reconcile_all()?;
+    assert_eq!(
+        (after_api.unchanged, after_api.updated),
+        (2, 0),
+        "{after_api:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_file_changed_within_the_racy_window_is_read_every_time() -> Result<()> {
+    let (_dir, store) = store_with_dev_profile()?;
+    let a = store.custom_dir().join("hand-a.yaml");
+    write(&a, HAND)?;
+    store.reconcile_all()?;
+    // Written just now: two same-size writes within one tick of the file clock would leave
+    // the same stamp, so the file is not stamped yet.
+    let again = store.reconcile_all()?;
+    assert_eq!((again.files, again.unchanged), (2, 0), "{again:?}");
+    Ok(())
+}

@@ -105,6 +105,9 @@ struct Args {
     /// Compares streamed runs with OpenTelemetry export off and on (issue #12).
     #[arg(long)]
     telemetry: bool,
+    /// Times the registry's periodic full reconcile over `--agents` agent files, in process.
+    #[arg(long)]
+    reconcile: bool,
     /// Rounds of each side of `--telemetry` (alternating off, on).
     #[arg(long, default_value_t = 3)]
     telemetry_rounds: usize,
@@ -137,6 +140,7 @@ mod mcp_call;
 mod metadata;
 mod orchestration;
 mod peer;
+mod reconcile;
 mod runs;
 
 #[tokio::main]
@@ -156,6 +160,14 @@ async fn main() -> anyhow::Result<()> {
             "\n### streamed runs, telemetry off vs on (concurrency 50)\n\n| measurement | result |\n|---|---|"
         );
         print_rows(rows);
+        return Ok(());
+    }
+    if args.reconcile {
+        for &n in &args.agents {
+            let rows = reconcile::run(n).with_context(|| format!("reconcile of {n} agents"))?;
+            println!("\n### full reconcile, {n} agents\n\n| measurement | result |\n|---|---|");
+            print_rows(rows);
+        }
         return Ok(());
     }
     if args.auth {

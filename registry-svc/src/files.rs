@@ -14,11 +14,12 @@ pub const EXT: &str = "yaml";
 /// Prefix of the temporary files of earlier versions, written beside the definitions; such files
 /// are never read as definitions.
 const TMP_PREFIX: &str = ".tmp-";
-/// The directory, inside a definitions directory, where a write stages its file before renaming
-/// it into place. The file watcher watches the definitions directory without its subdirectories,
-/// so a write makes one event (the rename) instead of six (create, open, modify, close, and both
-/// halves of the rename), and the staged file shares the definitions' file system.
-const STAGING: &str = ".staging";
+/// The directory, in the config root, where a write stages its file before renaming it into
+/// place. The file watcher watches the definitions directories without their subdirectories, so
+/// a write makes one event (the rename) instead of six (create, open, modify, close, and both
+/// halves of the rename); the definitions directory holds definitions only; and the staged file
+/// shares the definitions' file system.
+pub const STAGING: &str = ".staging";
 /// Largest definition file read (a system prompt of 256 Ki characters is at most 1 MiB of
 /// UTF-8); a larger file is skipped with a diagnostic, without reading it all into memory.
 pub const MAX_DEFINITION_BYTES: u64 = 2 * 1024 * 1024;
@@ -56,26 +57,32 @@ pub fn times(path: &Path) -> (String, String) {
     (created, modified)
 }
 
-/// Writes `bytes` to `path` atomically and durably: a temp file in the directory's [`STAGING`]
-/// directory, fsync, rename over the target, fsync the directory. A crash leaves either the old or
-/// the new file (and perhaps a staged file, removed by [`remove_stale_temp_files`]).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+/// Writes `bytes` to `path` atomically and durably: a temp file in `staging` (made if missing),
+/// fsync, rename over the target, fsync the directory. A crash leaves either the old or the new
+/// file (and perhaps a staged file, removed by [`remove_stale_temp_files`]). When `staging` is on
+/// another file system than `path`, the temp file is written beside `path` instead.
+pub fn write_atomic(path: &Path, bytes: &[u8], staging: &Path) -> io::Result<()> {
+    match write_via(path, bytes, staging) {
+        Err(e) if e.kind() == io::ErrorKind::CrossesDevices => {
+            write_via(path, bytes, parent(path)?)
+        }
+        done => done,
+    }
+}
+
+fn write_via(path: &Path, bytes: &[u8], staging: &Path) -> io::Result<()> {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let dir = parent(path)?;
-    let staging = dir.join(STAGING);
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
     let tmp = staging.join(format!(
-        "{name}.{}.{}",
+        "{TMP_PREFIX}{name}.{}.{}",
         std::process::id(),
         SEQ.fetch_add(1, Ordering::Relaxed)
     ));
     let result = (|| {
         let mut f = match File::create(&tmp) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                fs::create_dir(&staging).or_else(|e| match e.kind() {
-                    io::ErrorKind::AlreadyExists => Ok(()),
-                    _ => Err(e),
-                })?;
+                fs::create_dir_all(staging)?;
                 File::create(&tmp)?
             }
             other => other?,
@@ -106,26 +113,23 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// Removes temp files left behind by a crash mid-write: staged ones, and those earlier versions
-/// wrote beside the definitions.
-pub fn remove_stale_temp_files(dir: &Path) -> io::Result<usize> {
+/// Removes temp files left behind by a crash mid-write, in `dir` (where earlier versions and
+/// the cross-device fallback of [`write_atomic`] write them) and in `staging`.
+pub fn remove_stale_temp_files(dir: &Path, staging: &Path) -> io::Result<usize> {
     let mut n = 0;
-    for entry in fs::read_dir(dir)? {
-        let entry = entry?;
-        if entry.file_name().to_string_lossy().starts_with(TMP_PREFIX) {
-            fs::remove_file(entry.path())?;
-            n += 1;
-        }
-    }
-    match fs::read_dir(dir.join(STAGING)) {
-        Ok(staged) => {
-            for entry in staged {
-                fs::remove_file(entry?.path())?;
+    for dir in [dir, staging] {
+        let entries = match fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        for entry in entries {
+            let entry = entry?;
+            if entry.file_name().to_string_lossy().starts_with(TMP_PREFIX) {
+                fs::remove_file(entry.path())?;
                 n += 1;
             }
         }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
     }
     Ok(n)
 }
@@ -169,41 +173,43 @@ mod tests {
 
     #[test]
     fn atomic_write_replaces_content_and_leaves_no_temp_file() -> io::Result<()> {
-        let dir = tempfile::tempdir()?;
-        let p = dir.path().join("abc.yaml");
-        write_atomic(&p, b"one")?;
-        write_atomic(&p, b"two")?;
+        let root = tempfile::tempdir()?;
+        let (dir, staging) = (root.path().join("custom"), root.path().join(STAGING));
+        fs::create_dir(&dir)?;
+        let p = dir.join("abc.yaml");
+        write_atomic(&p, b"one", &staging)?;
+        write_atomic(&p, b"two", &staging)?;
         assert_eq!(fs::read(&p)?, b"two");
-        assert_eq!(yaml_files(dir.path())?, vec![p]);
-        let mut entries: Vec<_> = fs::read_dir(dir.path())?
+        let entries: Vec<_> = fs::read_dir(&dir)?
             .map(|e| e.map(|e| e.file_name()))
             .collect::<io::Result<_>>()?;
-        entries.sort();
         assert_eq!(
             entries,
-            [STAGING, "abc.yaml"],
-            "nothing else in the watched directory"
+            ["abc.yaml"],
+            "the definitions directory holds definitions only"
         );
-        assert_eq!(fs::read_dir(dir.path().join(STAGING))?.count(), 0);
-        assert_eq!(remove_stale_temp_files(dir.path())?, 0);
+        assert_eq!(fs::read_dir(&staging)?.count(), 0);
+        assert_eq!(remove_stale_temp_files(&dir, &staging)?, 0);
         Ok(())
     }
 
     #[test]
     fn temp_files_of_interrupted_writes_are_removed() -> io::Result<()> {
-        let dir = tempfile::tempdir()?;
+        let root = tempfile::tempdir()?;
+        let (dir, staging) = (root.path().join("custom"), root.path().join(STAGING));
+        fs::create_dir(&dir)?;
         assert_eq!(
-            remove_stale_temp_files(dir.path())?,
+            remove_stale_temp_files(&dir, &staging)?,
             0,
             "no staging directory yet"
         );
-        fs::create_dir(dir.path().join(STAGING))?;
-        fs::write(dir.path().join(STAGING).join("a.yaml.1.0"), b"half")?;
-        fs::write(dir.path().join(format!("{TMP_PREFIX}b.yaml.1.0")), b"half")?;
-        fs::write(dir.path().join("c.yaml"), b"kept")?;
-        assert_eq!(remove_stale_temp_files(dir.path())?, 2);
-        assert_eq!(yaml_files(dir.path())?, vec![dir.path().join("c.yaml")]);
-        assert_eq!(fs::read_dir(dir.path().join(STAGING))?.count(), 0);
+        fs::create_dir(&staging)?;
+        fs::write(staging.join(format!("{TMP_PREFIX}a.yaml.1.0")), b"half")?;
+        fs::write(dir.join(format!("{TMP_PREFIX}b.yaml.1.0")), b"half")?;
+        fs::write(dir.join("c.yaml"), b"kept")?;
+        assert_eq!(remove_stale_temp_files(&dir, &staging)?, 2);
+        assert_eq!(yaml_files(&dir)?, vec![dir.join("c.yaml")]);
+        assert_eq!(fs::read_dir(&staging)?.count(), 0);
         Ok(())
     }
 

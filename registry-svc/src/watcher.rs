@@ -173,8 +173,10 @@ mod tests {
     /// definition only, not of a temp file's creation, writes and rename.
     #[test]
     fn an_atomic_write_is_heard_as_its_definition_only() -> Result<(), Box<dyn std::error::Error>> {
-        let dir = tempfile::tempdir()?;
-        let dir_path = std::fs::canonicalize(dir.path())?;
+        let root = tempfile::tempdir()?;
+        let dir_path = std::fs::canonicalize(root.path())?.join("custom");
+        let staging = dir_path.with_file_name(crate::files::STAGING);
+        std::fs::create_dir(&dir_path)?;
         let (tx, rx) = std::sync::mpsc::channel();
         let mut watcher =
             notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
@@ -182,12 +184,9 @@ mod tests {
                     let _ = tx.send(ev);
                 }
             })?;
-        let target = dir_path.join("a.yaml");
-        // The staging directory exists once the first write made it; watch from the second on,
-        // as the registry does once it has written.
-        crate::files::write_atomic(&target, b"one")?;
         watcher.watch(&dir_path, RecursiveMode::NonRecursive)?;
-        crate::files::write_atomic(&target, b"two")?;
+        let target = dir_path.join("a.yaml");
+        crate::files::write_atomic(&target, b"one", &staging)?;
         let mut heard = Vec::new();
         // Events arrive in order: everything before the definition's own event is in `heard`.
         while !heard
@@ -202,7 +201,7 @@ mod tests {
                 "an event about another path: {ev:?}"
             );
         }
-        assert_eq!(std::fs::read(&target)?, b"two");
+        assert_eq!(std::fs::read(&target)?, b"one");
         Ok(())
     }
 }

@@ -92,7 +92,7 @@ impl Store {
         let root = fs::canonicalize(root).map_err(|e| RegistryError::io(root, e))?;
         let custom_dir = root.join("custom");
         fs::create_dir_all(&custom_dir).map_err(|e| RegistryError::io(&custom_dir, e))?;
-        let removed = files::remove_stale_temp_files(&custom_dir)
+        let removed = files::remove_stale_temp_files(&custom_dir, &root.join(files::STAGING))
             .map_err(|e| RegistryError::io(&custom_dir, e))?;
         if removed > 0 {
             warn!(removed, dir = %custom_dir.display(), "removed temp files left by an interrupted write");

@@ -127,7 +127,8 @@ impl Store {
         def: &CustomAgentFile,
     ) -> Result<v1::Agent> {
         let yaml = definition::to_yaml(def)?;
-        files::write_atomic(path, yaml.as_bytes()).map_err(|e| RegistryError::io(path, e))?;
+        files::write_atomic(path, yaml.as_bytes(), &self.root.join(files::STAGING))
+            .map_err(|e| RegistryError::io(path, e))?;
         let agent = convert::custom_to_proto(id, files::version_of(yaml.as_bytes()), def);
         self.custom.insert(id, agent.encode_to_vec())?;
         self.forget_diagnostic(path);

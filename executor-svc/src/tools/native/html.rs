@@ -95,13 +95,16 @@ impl<F: FnMut(Token<'_>)> TokenSink for Sink<F> {
         match &token {
             RawToken::TagToken(tag) if tag.kind == TagKind::StartTag => {
                 if let Some(raw) = skipped(&tag.name) {
-                    if !tag.self_closing {
-                        *skipping = Some(tag.name.clone());
-                        self.depth.set(1);
-                    }
+                    // `<script/>` is no empty element in HTML: its content still follows.
+                    *skipping = Some(tag.name.clone());
+                    self.depth.set(1);
                     return raw.map_or(TokenSinkResult::Continue, TokenSinkResult::RawData);
                 }
                 each(Token::Start(tag));
+                // Their content is text, markup-looking or not, up to their end tag.
+                if matches!(&*tag.name, "title" | "textarea") {
+                    return TokenSinkResult::RawData(RawKind::Rcdata);
+                }
             }
             RawToken::TagToken(tag) => each(Token::End(&tag.name)),
             RawToken::CharacterTokens(text) => each(Token::Text(text)),
@@ -294,6 +297,10 @@ z</pre></body></html>"#;
             "</div>".repeat(100_000)
         );
         assert_eq!(html_to_text(&deep), "deep");
+        assert_eq!(
+            html_to_text("<title>1 <b> 2 &amp; 3</title><script/>var x = 1;</script><p>body"),
+            "1 <b> 2 & 3\n\nbody"
+        );
         assert_eq!(
             html_to_text(
                 r#"<script>if (a<b) x = "</p><p>no";</script>a<template><p>t<template>u</template>v</template>b<noscript><p>n</p></noscript>c"#

@@ -59,15 +59,11 @@ pub fn times(path: &Path) -> (String, String) {
 
 /// Writes `bytes` to `path` atomically and durably: a temp file in `staging` (made if missing),
 /// fsync, rename over the target, fsync the directory. A crash leaves either the old or the new
-/// file (and perhaps a staged file, removed by [`remove_stale_temp_files`]). When `staging` is on
-/// another file system than `path`, the temp file is written beside `path` instead.
+/// file (and perhaps a staged file, removed by [`remove_stale_temp_files`]). When `staging`
+/// cannot be used (a read-only config root, another file system than `path`'s), the temp file is
+/// written beside `path` instead.
 pub fn write_atomic(path: &Path, bytes: &[u8], staging: &Path) -> io::Result<()> {
-    match write_via(path, bytes, staging) {
-        Err(e) if e.kind() == io::ErrorKind::CrossesDevices => {
-            write_via(path, bytes, parent(path)?)
-        }
-        done => done,
-    }
+    write_via(path, bytes, staging).or_else(|_| write_via(path, bytes, parent(path)?))
 }
 
 fn write_via(path: &Path, bytes: &[u8], staging: &Path) -> io::Result<()> {
@@ -190,6 +186,24 @@ mod tests {
         );
         assert_eq!(fs::read_dir(&staging)?.count(), 0);
         assert_eq!(remove_stale_temp_files(&dir, &staging)?, 0);
+        Ok(())
+    }
+
+    #[test]
+    fn a_staging_directory_that_cannot_be_used_falls_back_to_beside_the_target() -> io::Result<()> {
+        let root = tempfile::tempdir()?;
+        let dir = root.path().join("custom");
+        fs::create_dir(&dir)?;
+        let not_a_dir = root.path().join("file");
+        fs::write(&not_a_dir, b"")?;
+        let p = dir.join("abc.yaml");
+        write_atomic(&p, b"one", &not_a_dir.join(STAGING))?;
+        assert_eq!(fs::read(&p)?, b"one");
+        assert_eq!(
+            fs::read_dir(&dir)?.count(),
+            1,
+            "no temp file left beside it"
+        );
         Ok(())
     }
 

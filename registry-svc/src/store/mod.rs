@@ -69,10 +69,10 @@ pub struct Store {
     runtime: sled::Tree,
     /// The runtime facts in memory, so reads never touch the runtime tree.
     facts: std::sync::RwLock<std::collections::HashMap<String, RuntimeFacts>>,
-    write_lock: Mutex<()>,
+    /// Held by every write and reconcile; it guards what each file looked like when it was last
+    /// read (see [`reconcile::Stamp`]), which only reconciles read and change.
+    write_lock: Mutex<reconcile::Stamps>,
     diagnostics: Mutex<BTreeMap<String, String>>,
-    /// What each file looked like when it was last read (see [`reconcile::Stamp`]).
-    stamps: Mutex<std::collections::HashMap<PathBuf, reconcile::Stamp>>,
     /// How long after its last change a file is too fresh to be stamped.
     racy: std::time::Duration,
     changes: broadcast::Sender<v1::AgentChange>,
@@ -108,9 +108,8 @@ impl Store {
             runtime,
             db,
             custom_dir,
-            write_lock: Mutex::new(()),
+            write_lock: Mutex::default(),
             diagnostics: Mutex::new(BTreeMap::new()),
-            stamps: Mutex::default(),
             racy: reconcile::RACY,
             changes,
             // Microseconds since the epoch: a restarted registry goes on above the revisions
@@ -136,7 +135,7 @@ impl Store {
         Ok(())
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, reconcile::Stamps> {
         self.write_lock
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -2,9 +2,9 @@
 //! watcher event), and the diagnostics of files that cannot be served.
 
 use std::{
-    collections::HashSet,
+    collections::{HashMap, HashSet},
     os::unix::fs::MetadataExt,
-    path::Path,
+    path::{Path, PathBuf},
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
@@ -33,6 +33,10 @@ pub(super) const RACY: Duration = Duration::from_secs(2);
 /// A file's identity, size and times when it was read. Any write changes the change time
 /// (`ctime`, which no one can set by hand), so an unchanged stamp means unchanged content, and a
 /// periodic reconcile reads only the files that changed.
+/// The stamp of each file as it was last read. An API write needs no entry of its own: its
+/// rename gives the path a new inode, so the next pass reads the file.
+pub(super) type Stamps = HashMap<PathBuf, Stamp>;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Stamp {
     ino: u64,
@@ -72,7 +76,7 @@ impl Store {
 
     /// Brings the cache in line with every file in the config directory.
     pub fn reconcile_all(&self) -> Result<ReconcileStats> {
-        let _guard = self.lock();
+        let mut stamps = self.lock();
         let mut stats = ReconcileStats::default();
         for source in [AgentSource::Profile, AgentSource::Custom] {
             let dir = self.dir_of(source);
@@ -86,7 +90,7 @@ impl Store {
                 if let Some(id) = files::stem(&path) {
                     seen.insert(id.to_owned());
                 }
-                self.reconcile_file(source, &path, &mut stats)?;
+                self.reconcile_file(source, &path, &mut stamps, &mut stats)?;
             }
             let tree = self.tree(source);
             for key in tree.iter().keys() {
@@ -99,12 +103,9 @@ impl Store {
                 }
             }
             self.retain_diagnostics(dir, &seen);
-            if let Ok(mut stamps) = self.stamps.lock() {
-                stamps.retain(|path, _| {
-                    path.parent() != Some(dir)
-                        || files::stem(path).is_some_and(|id| seen.contains(id))
-                });
-            }
+            stamps.retain(|path, _| {
+                path.parent() != Some(dir) || files::stem(path).is_some_and(|id| seen.contains(id))
+            });
         }
         Ok(stats)
     }
@@ -115,9 +116,9 @@ impl Store {
         let Some(source) = self.source_of(path) else {
             return Ok(stats);
         };
-        let _guard = self.lock();
+        let mut stamps = self.lock();
         stats.files = 1;
-        self.reconcile_file(source, path, &mut stats)?;
+        self.reconcile_file(source, path, &mut stamps, &mut stats)?;
         Ok(stats)
     }
 
@@ -135,38 +136,26 @@ impl Store {
         }
     }
 
-    pub(super) fn reconcile_file(
+    fn reconcile_file(
         &self,
         source: AgentSource,
         path: &Path,
+        stamps: &mut Stamps,
         stats: &mut ReconcileStats,
     ) -> Result<()> {
         // Stamped before reading: a write after this point changes the stamp again, so the
         // next pass reads the file again.
         let stamp = Stamp::of(path, self.racy);
-        if stamp.is_some() && stamp == self.stamp(path) {
+        if stamp.is_some() && stamp == stamps.get(path).copied() {
             stats.unchanged += 1;
             return Ok(());
         }
         self.read_file(source, path, stats)?;
-        if let Ok(mut stamps) = self.stamps.lock() {
-            match stamp {
-                Some(stamp) => stamps.insert(path.to_path_buf(), stamp),
-                None => stamps.remove(path),
-            };
-        }
+        match stamp {
+            Some(stamp) => stamps.insert(path.to_path_buf(), stamp),
+            None => stamps.remove(path),
+        };
         Ok(())
-    }
-
-    fn stamp(&self, path: &Path) -> Option<Stamp> {
-        self.stamps.lock().ok()?.get(path).copied()
-    }
-
-    /// Forgets what `path` looked like, so the next pass reads it.
-    pub(super) fn forget_stamp(&self, path: &Path) {
-        if let Ok(mut stamps) = self.stamps.lock() {
-            stamps.remove(path);
-        }
     }
 
     /// Reads one file and brings its cache entry in line with it.

@@ -78,7 +78,6 @@ impl Store {
         self.custom.remove(id)?;
         self.forget_facts(id)?;
         self.forget_diagnostic(&path);
-        self.forget_stamp(&path);
         Ok(self.notify(ChangeKind::Deleted, id, AgentSource::Custom, None))
     }
 
@@ -132,7 +131,6 @@ impl Store {
         let agent = convert::custom_to_proto(id, files::version_of(yaml.as_bytes()), def);
         self.custom.insert(id, agent.encode_to_vec())?;
         self.forget_diagnostic(path);
-        self.forget_stamp(path);
         let mut agent = self.with_runtime(agent);
         agent.revision = self.notify_upserted(&agent);
         Ok(agent)

@@ -1,7 +1,7 @@
 //! HTML tokens (html5ever's tokenizer: the WHATWG tokenizing rules, every named entity, linear
 //! time however the markup nests) and HTML → readable text.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 
 use html5ever::{
     LocalName, TokenizerResult,
@@ -53,7 +53,6 @@ pub(crate) fn for_each_token(html: &str, each: impl FnMut(Token<'_>)) {
     let sink = Sink {
         each: RefCell::new(each),
         skipping: RefCell::new(None),
-        depth: Cell::new(0),
     };
     let tokenizer = Tokenizer::new(sink, TokenizerOpts::default());
     let input = BufferQueue::default();
@@ -67,8 +66,7 @@ pub(crate) fn for_each_token(html: &str, each: impl FnMut(Token<'_>)) {
 struct Sink<F> {
     each: RefCell<F>,
     /// The skipped element being read past, and how deep in same-named ones.
-    skipping: RefCell<Option<LocalName>>,
-    depth: Cell<usize>,
+    skipping: RefCell<Option<(LocalName, usize)>>,
 }
 
 impl<F: FnMut(Token<'_>)> TokenSink for Sink<F> {
@@ -76,16 +74,15 @@ impl<F: FnMut(Token<'_>)> TokenSink for Sink<F> {
 
     fn process_token(&self, token: RawToken, _line: u64) -> TokenSinkResult<()> {
         let mut skipping = self.skipping.borrow_mut();
-        if let Some(name) = skipping.as_ref() {
+        if let Some((name, depth)) = skipping.as_mut() {
             if let RawToken::TagToken(tag) = &token
                 && tag.name == *name
             {
-                let depth = match tag.kind {
-                    TagKind::StartTag => self.depth.get() + 1,
-                    TagKind::EndTag => self.depth.get().saturating_sub(1),
-                };
-                self.depth.set(depth);
-                if depth == 0 {
+                match tag.kind {
+                    TagKind::StartTag => *depth += 1,
+                    TagKind::EndTag => *depth -= 1,
+                }
+                if *depth == 0 {
                     *skipping = None;
                 }
             }
@@ -96,8 +93,7 @@ impl<F: FnMut(Token<'_>)> TokenSink for Sink<F> {
             RawToken::TagToken(tag) if tag.kind == TagKind::StartTag => {
                 if let Some(raw) = skipped(&tag.name) {
                     // `<script/>` is no empty element in HTML: its content still follows.
-                    *skipping = Some(tag.name.clone());
-                    self.depth.set(1);
+                    *skipping = Some((tag.name.clone(), 1));
                     return raw.map_or(TokenSinkResult::Continue, TokenSinkResult::RawData);
                 }
                 each(Token::Start(tag));

@@ -30,7 +30,7 @@ impl Executor for ExecutorService {
     type ExecuteStream = ReceiverStream<StreamItem>;
     type AnswerStream = ReceiverStream<StreamItem>;
 
-    #[instrument(skip_all, fields(agent_id = request.get_ref().agent_id.as_deref().unwrap_or(""), profile = request.get_ref().profile.as_deref().unwrap_or("")))]
+    #[instrument(level = "debug", skip_all, fields(agent_id = request.get_ref().agent_id.as_deref().unwrap_or(""), profile = request.get_ref().profile.as_deref().unwrap_or("")))]
     async fn execute(
         &self,
         request: Request<ExecuteRequest>,
@@ -43,7 +43,7 @@ impl Executor for ExecutorService {
         Ok(Response::new(stream))
     }
 
-    #[instrument(skip_all, fields(session_id = %request.get_ref().session_id))]
+    #[instrument(level = "debug", skip_all, fields(session_id = %request.get_ref().session_id))]
     async fn answer(
         &self,
         request: Request<AnswerRequest>,
@@ -56,7 +56,7 @@ impl Executor for ExecutorService {
         Ok(Response::new(stream))
     }
 
-    #[instrument(skip_all, fields(session_id = %request.get_ref().session_id))]
+    #[instrument(level = "debug", skip_all, fields(session_id = %request.get_ref().session_id))]
     async fn cancel(
         &self,
         request: Request<CancelRequest>,
@@ -77,7 +77,7 @@ impl Executor for ExecutorService {
         Ok(Response::new(CancelResponse { cancelled }))
     }
 
-    #[instrument(skip_all, fields(session_id = %request.get_ref().session_id))]
+    #[instrument(level = "debug", skip_all, fields(session_id = %request.get_ref().session_id))]
     async fn get_session(
         &self,
         request: Request<GetSessionRequest>,
@@ -91,7 +91,7 @@ impl Executor for ExecutorService {
         }
     }
 
-    #[instrument(skip_all, fields(session_id = %request.get_ref().session_id))]
+    #[instrument(level = "debug", skip_all, fields(session_id = %request.get_ref().session_id))]
     async fn get_plan(&self, request: Request<GetPlanRequest>) -> Result<Response<Plan>, Status> {
         let id = request.into_inner().session_id;
         match self.runner.plan(&id).map_err(|e| e.to_status())? {

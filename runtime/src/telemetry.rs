@@ -177,27 +177,32 @@ pub fn server_span(kind: &str, name: &str, headers: &http::HeaderMap) -> Span {
     if !EXPORTING.load(std::sync::atomic::Ordering::Relaxed) {
         return Span::none();
     }
-    let span = tracing::info_span!(
-        "request",
-        otel.name = %format_args!("{kind} {name}"),
-        otel.kind = "server",
-        trace_id = tracing::field::Empty,
-    );
     let parent =
         opentelemetry::global::get_text_map_propagator(|p| p.extract(&HeaderExtractor(headers)));
     let inherited = parent.span().span_context().trace_id();
-    let trace_id = if inherited == opentelemetry::trace::TraceId::INVALID {
-        // A new trace: its id is made with the span.
-        span.context().span().span_context().trace_id()
+    let span = |trace_id: Option<tracing::field::DisplayValue<opentelemetry::trace::TraceId>>| {
+        tracing::info_span!(
+            "request",
+            otel.name = %format_args!("{kind} {name}"),
+            otel.kind = "server",
+            trace_id,
+        )
+    };
+    if inherited == opentelemetry::trace::TraceId::INVALID {
+        // A new trace: its id is made with the span, so it is recorded after (a second
+        // formatting of the span's fields for the logs, which the inherited case avoids).
+        let span = span(None);
+        let trace_id = span.context().span().span_context().trace_id();
+        if trace_id != opentelemetry::trace::TraceId::INVALID {
+            span.record("trace_id", tracing::field::display(trace_id));
+        }
+        span
     } else {
+        let span = span(Some(tracing::field::display(inherited)));
         // Fails only when no OpenTelemetry layer is installed, and then nothing is traced.
         let _ = span.set_parent(parent);
-        inherited
-    };
-    if trace_id != opentelemetry::trace::TraceId::INVALID {
-        span.record("trace_id", tracing::field::display(trace_id));
+        span
     }
-    span
 }
 
 /// A gRPC channel to another Taskforce service: every call carries the current span's trace

@@ -257,6 +257,7 @@ impl Run {
         info!(
             session_id = %session.id,
             agent_id = %self.agent.agent_id,
+            model = %self.model.model,
             status = ?status,
             steps = counts.steps,
             tool_calls = counts.tool_calls,

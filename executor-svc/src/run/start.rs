@@ -5,7 +5,7 @@ use std::sync::Arc;
 use taskforce_proto::v1;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tracing::info;
+use tracing::{debug, info};
 
 use super::{Runner, StreamItem, answers, driver::Run, events};
 use crate::{
@@ -136,7 +136,8 @@ impl Runner {
                 session
             }
         };
-        info!(session_id = %session.id, agent_id = %agent.agent_id, model = %model.model, "run starting");
+        // Debug only: the "run ended" line carries all of it (and the outcome), one line per run.
+        debug!(session_id = %session.id, agent_id = %agent.agent_id, model = %model.model, "run starting");
         let with = Continuation {
             confirmations,
             no_tools,

@@ -1,9 +1,13 @@
 //! An OTLP trace receiver: the OpenTelemetry collector's own gRPC `TraceService`, keeping every
-//! span it is sent, for the tracing test and the telemetry benchmark.
+//! span it is sent, for the tracing test, or only counting them, for the telemetry benchmark
+//! (where the receiver shares the machine's two cores with the services it measures).
 
 use std::{
     net::SocketAddr,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
 };
 
 use opentelemetry_proto::tonic::{
@@ -32,24 +36,38 @@ pub struct Span {
 /// A running receiver on a loopback port; stops when dropped.
 pub struct Receiver {
     addr: SocketAddr,
-    spans: Arc<Mutex<Vec<Span>>>,
+    store: Arc<Store>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Receiver {
-    /// Starts a receiver on a free loopback port.
+    /// Starts a receiver on a free loopback port that keeps every span.
     pub async fn start() -> std::io::Result<Self> {
+        Self::listen(true).await
+    }
+
+    /// Starts a receiver on a free loopback port that only counts the spans (decoded, as any
+    /// collector does, and dropped): [`Receiver::spans`] stays empty.
+    pub async fn counting() -> std::io::Result<Self> {
+        Self::listen(false).await
+    }
+
+    async fn listen(keep: bool) -> std::io::Result<Self> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let spans = Arc::new(Mutex::new(Vec::new()));
-        let service = TraceServiceServer::new(Store(Arc::clone(&spans)));
+        let store = Arc::new(Store {
+            keep,
+            count: AtomicUsize::new(0),
+            spans: Mutex::new(Vec::new()),
+        });
+        let service = TraceServiceServer::from_arc(Arc::clone(&store));
         let task = tokio::spawn(async move {
             let _ = tonic::transport::Server::builder()
                 .add_service(service)
                 .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
                 .await;
         });
-        Ok(Self { addr, spans, task })
+        Ok(Self { addr, store, task })
     }
 
     /// Its URL, for `OTEL_EXPORTER_OTLP_ENDPOINT`.
@@ -57,14 +75,18 @@ impl Receiver {
         format!("http://{}", self.addr)
     }
 
-    /// Every span received so far.
+    /// Every span received so far (none for a [`Receiver::counting`] one).
     pub fn spans(&self) -> Vec<Span> {
-        self.spans.lock().map(|s| s.clone()).unwrap_or_default()
+        self.store
+            .spans
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default()
     }
 
     /// How many spans were received so far.
     pub fn count(&self) -> usize {
-        self.spans.lock().map(|s| s.len()).unwrap_or_default()
+        self.store.count.load(Ordering::Relaxed)
     }
 }
 
@@ -74,7 +96,11 @@ impl Drop for Receiver {
     }
 }
 
-struct Store(Arc<Mutex<Vec<Span>>>);
+struct Store {
+    keep: bool,
+    count: AtomicUsize,
+    spans: Mutex<Vec<Span>>,
+}
 
 #[tonic::async_trait]
 impl TraceService for Store {
@@ -82,8 +108,19 @@ impl TraceService for Store {
         &self,
         request: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let request = request.into_inner();
+        let n: usize = request
+            .resource_spans
+            .iter()
+            .flat_map(|rs| &rs.scope_spans)
+            .map(|ss| ss.spans.len())
+            .sum();
+        self.count.fetch_add(n, Ordering::Relaxed);
+        if !self.keep {
+            return Ok(tonic::Response::new(ExportTraceServiceResponse::default()));
+        }
         let mut got = Vec::new();
-        for rs in request.into_inner().resource_spans {
+        for rs in request.resource_spans {
             let service = rs
                 .resource
                 .iter()
@@ -105,7 +142,7 @@ impl TraceService for Store {
                 });
             }
         }
-        if let Ok(mut all) = self.0.lock() {
+        if let Ok(mut all) = self.spans.lock() {
             all.extend(got);
         }
         Ok(tonic::Response::new(ExportTraceServiceResponse::default()))

@@ -160,11 +160,11 @@ async fn scripted_on(stack: &RunStack, opts: &Options) -> anyhow::Result<Rows> {
 }
 
 /// Streamed runs at concurrency `conc` with telemetry off and on, in alternating rounds of
-/// `seconds` over two stacks: "off" with no `OTEL_*` variable (no exporter is built), "on"
+/// `seconds` over two stacks (in the order off, on, on, off, ...): "off" with no `OTEL_*` variable (no exporter is built), "on"
 /// exporting every span to an OTLP receiver in this process. Metrics are recorded in both (the
 /// recorder has no switch) and scraped from all three services after each "on" round.
 pub async fn telemetry(conc: usize, seconds: u64, rounds: usize) -> anyhow::Result<Rows> {
-    let receiver = taskforce_tests::otlp::Receiver::start().await?;
+    let receiver = taskforce_tests::otlp::Receiver::counting().await?;
     let off = RunStack::start(&LlmSetup::default()).await?;
     let on = RunStack::start(&LlmSetup {
         env: vec![("OTEL_EXPORTER_OTLP_ENDPOINT".into(), receiver.url())],
@@ -182,7 +182,11 @@ pub async fn telemetry(conc: usize, seconds: u64, rounds: usize) -> anyhow::Resu
     let mut totals = [(0usize, 0f64, 0f64); 2];
     let mut rows = Rows::new();
     for round in 0..rounds {
-        for (i, (stack, url)) in [(&off, &url_off), (&on, &url_on)].into_iter().enumerate() {
+        // Off first in odd rounds, on first in even ones: a drift over the run (stored
+        // sessions, the page cache, another process) then weighs on both alike.
+        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for i in order {
+            let (stack, url) = [(&off, &url_off), (&on, &url_on)][i];
             eprintln!("telemetry: round {} {}", round + 1, ["off", "on"][i]);
             let cpu = Cpu::new(stack);
             let r = closed_loop(&http, url, "peer", WORDS, conc, Budget::Seconds(seconds))
@@ -194,9 +198,10 @@ pub async fn telemetry(conc: usize, seconds: u64, rounds: usize) -> anyhow::Resu
             rows.push((
                 format!("round {}, telemetry {}", round + 1, ["off", "on"][i]),
                 format!(
-                    "{:.0} runs/s · servers' CPU {:.0} µs per run · first event {} · total {}",
+                    "{:.0} runs/s · servers' CPU {:.0} µs per run ({}) · first event {} · total {}",
                     r.rate(),
                     cpu.servers_ms(r.runs.len()) * 1000.0,
+                    cpu.per_run(r.runs.len()),
                     r.latencies(|t| t.first_event).summary_short(),
                     r.latencies(|t| t.total).summary_short(),
                 ),

@@ -5,6 +5,11 @@ use clap::Parser;
 use executor_svc::Config;
 use taskforce_runtime as runtime;
 
+/// jemalloc, not glibc's malloc: less CPU per request, none of glibc's slowdown as a busy process
+/// ages (`BENCHMARKS.md`, "The allocator").
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = Config::parse();

@@ -6,6 +6,11 @@ use clap::Parser;
 use gateway::Config;
 use taskforce_runtime as runtime;
 
+/// jemalloc, not glibc's malloc: less CPU per request, none of glibc's slowdown as a busy process
+/// ages (`BENCHMARKS.md`, "The allocator").
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = Config::parse();

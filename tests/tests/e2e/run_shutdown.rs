@@ -180,8 +180,13 @@ const SLOW: &str = "turns:\n  - delay_ms: 60000\n    text: late\n";
 
 #[tokio::test]
 async fn sigterm_on_the_gateway_ends_open_streams_with_a_final_event_in_each_dialect() {
+    let executor_metrics = format!(
+        "127.0.0.1:{}",
+        taskforce_tests::mcp::free_port().expect("port")
+    );
     let mut stack = StackOptions::full()
         .with_executor()
+        .executor_args(["--metrics-listen", executor_metrics.as_str()])
         .gateway_args(["--chat-agent", "dev"])
         .llm_script(SLOW)
         .spawn()
@@ -205,14 +210,17 @@ async fn sigterm_on_the_gateway_ends_open_streams_with_a_final_event_in_each_dia
         assert_eq!(response.status(), 200);
         response.text().await.expect("the chat stream ends")
     });
-    // Both runs are under way (the chat run's start is in the executor's log).
-    let log = stack.executor_log();
+    // Both runs are under way (the executor counts two in flight).
+    let metrics = format!("http://{executor_metrics}/metrics");
+    let http = stack.http();
     let started = taskforce_tests::wait::eventually(
         RUN_TIMEOUT,
         std::time::Duration::from_millis(20),
         || async {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            (text.matches("run starting").count() >= 2).then_some(())
+            let text = http.get(&metrics).send().await.ok()?.text().await.ok()?;
+            text.lines()
+                .any(|l| l.trim() == "taskforce_runs_in_flight 2")
+                .then_some(())
         },
     )
     .await;

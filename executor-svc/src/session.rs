@@ -677,6 +677,20 @@ impl SessionStore {
 mod tests {
     use super::*;
 
+    /// Opens the store again once the dropped one has let go of sled's lock: a flush leaves
+    /// work on sled's own thread pool that can hold the database for a moment after the last
+    /// handle is dropped (a process that restarts never meets this).
+    fn reopen(dir: &Path) -> SessionStore {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            match SessionStore::open(dir) {
+                Ok(store) => return store,
+                Err(e) if std::time::Instant::now() >= deadline => panic!("reopen: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    }
+
     fn stored(store: &SessionStore, id: &str, status: Status, updated_at: &str) {
         let mut session = Session::new(id.into(), "agent".into(), None, "m".into());
         session.status = status;
@@ -724,7 +738,7 @@ mod tests {
                 "2020-01-01T00:00:00.000Z",
             );
         }
-        let store = SessionStore::open(dir.path()).expect("reopen");
+        let store = reopen(dir.path());
         assert_eq!(store.stored(), 13);
         assert_eq!(store.trim(0).expect("no limit"), 0);
         assert_eq!(store.trim(20).expect("under the limit"), 0);
@@ -762,7 +776,7 @@ mod tests {
             ended.next_seq = 7;
             store.save(&mut ended, true).await.expect("save");
         }
-        let store = SessionStore::open(dir.path()).expect("reopen");
+        let store = reopen(dir.path());
         for (id, status, next) in [
             ("first", Status::Failed, 266),
             ("second", Status::Failed, 512),

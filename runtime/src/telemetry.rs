@@ -179,30 +179,26 @@ pub fn server_span(kind: &str, name: &str, headers: &http::HeaderMap) -> Span {
     }
     let parent =
         opentelemetry::global::get_text_map_propagator(|p| p.extract(&HeaderExtractor(headers)));
-    let inherited = parent.span().span_context().trace_id();
-    let span = |trace_id: Option<tracing::field::DisplayValue<opentelemetry::trace::TraceId>>| {
-        tracing::info_span!(
-            "request",
-            otel.name = %format_args!("{kind} {name}"),
-            otel.kind = "server",
-            trace_id,
-        )
-    };
-    if inherited == opentelemetry::trace::TraceId::INVALID {
-        // A new trace: its id is made with the span, so it is recorded after (a second
-        // formatting of the span's fields for the logs, which the inherited case avoids).
-        let span = span(None);
+    let inherited = Some(parent.span().span_context().trace_id())
+        .filter(|id| *id != opentelemetry::trace::TraceId::INVALID);
+    // A continued trace's id is a field from the start; a new trace's is made with the span,
+    // so it is recorded after (a second formatting of the span's fields for the logs).
+    let span = tracing::info_span!(
+        "request",
+        otel.name = %format_args!("{kind} {name}"),
+        otel.kind = "server",
+        trace_id = inherited.map(tracing::field::display),
+    );
+    if inherited.is_some() {
+        // Fails only when no OpenTelemetry layer is installed, and then nothing is traced.
+        let _ = span.set_parent(parent);
+    } else {
         let trace_id = span.context().span().span_context().trace_id();
         if trace_id != opentelemetry::trace::TraceId::INVALID {
             span.record("trace_id", tracing::field::display(trace_id));
         }
-        span
-    } else {
-        let span = span(Some(tracing::field::display(inherited)));
-        // Fails only when no OpenTelemetry layer is installed, and then nothing is traced.
-        let _ = span.set_parent(parent);
-        span
     }
+    span
 }
 
 /// A gRPC channel to another Taskforce service: every call carries the current span's trace

@@ -136,9 +136,9 @@ impl TraceService for Store {
                 got.push(Span {
                     service: service.clone(),
                     name: span.name,
-                    trace_id: hex(&span.trace_id),
-                    span_id: hex(&span.span_id),
-                    parent: hex(&span.parent_span_id),
+                    trace_id: hex::encode(&span.trace_id),
+                    span_id: hex::encode(&span.span_id),
+                    parent: hex::encode(&span.parent_span_id),
                 });
             }
         }
@@ -147,8 +147,4 @@ impl TraceService for Store {
         }
         Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -30,13 +30,13 @@ const NOT_PROFILES: [&str; 1] = ["llm_config.yaml"];
 /// milliseconds), so two writes of the same size within one tick leave the same stamp.
 pub(super) const RACY: Duration = Duration::from_secs(2);
 
-/// A file's identity, size and times when it was read. Any write changes the change time
-/// (`ctime`, which no one can set by hand), so an unchanged stamp means unchanged content, and a
-/// periodic reconcile reads only the files that changed.
 /// The stamp of each file as it was last read. An API write needs no entry of its own: its
 /// rename gives the path a new inode, so the next pass reads the file.
 pub(super) type Stamps = HashMap<PathBuf, Stamp>;
 
+/// A file's identity, size and times when it was read. Any write changes the change time
+/// (`ctime`, which no one can set by hand), so an unchanged stamp means unchanged content, and a
+/// periodic reconcile reads only the files that changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Stamp {
     ino: u64,

@@ -160,8 +160,8 @@ async fn scripted_on(stack: &RunStack, opts: &Options) -> anyhow::Result<Rows> {
 }
 
 /// Streamed runs at concurrency `conc` with telemetry off and on, in alternating rounds of
-/// `seconds` over two stacks (in the order off, on, on, off, ...): "off" with no `OTEL_*` variable (no exporter is built), "on"
-/// exporting every span to an OTLP receiver in this process. Metrics are recorded in both (the
+/// `seconds` over two stacks (in the order off, on, on, off, ...): "off" with no `OTEL_*`
+/// variable (no exporter is built), "on" exporting every span to an OTLP receiver in this process. Metrics are recorded in both (the
 /// recorder has no switch) and scraped from all three services after each "on" round.
 pub async fn telemetry(conc: usize, seconds: u64, rounds: usize) -> anyhow::Result<Rows> {
     let receiver = taskforce_tests::otlp::Receiver::counting().await?;

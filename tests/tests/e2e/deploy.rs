@@ -27,8 +27,10 @@
 use std::{
     collections::{BTreeSet, HashMap},
     fs,
+    net::{Ipv4Addr, TcpListener},
     path::{Path, PathBuf},
     process::Command,
+    sync::{Mutex, PoisonError},
     time::Duration,
 };
 
@@ -37,7 +39,7 @@ use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue, WWW_AUTHENTICATE};
 use serde_json::json;
 use serde_yaml::Value;
 use taskforce_runtime::auth::{Keys, Scope};
-use taskforce_tests::{mcp::free_port, paths, process::ChildProcess, stack::STARTUP_TIMEOUT};
+use taskforce_tests::{paths, process::ChildProcess, stack::STARTUP_TIMEOUT};
 use tokio::time::Instant;
 use tonic_health::pb::{
     HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
@@ -956,18 +958,40 @@ impl Fs {
 
 /// Container ports of this machine: (host name, port) → local port. Host names are compose
 /// services, pods, Services, and `<pod>.<headless Service>`.
+///
+/// Each local port stays bound by this test until its container starts ([`Net::release`]):
+/// a port probed free and let go at once could be handed to another test's listener (or to a
+/// second container here) before the container binds it, which left a pod that never came up.
 #[derive(Debug, Default)]
 struct Net {
     routes: HashMap<(String, u16), u16>,
+    held: Mutex<HashMap<String, Vec<TcpListener>>>,
 }
 
 impl Net {
-    /// A free local port for `port` of the container `host`.
+    /// A free local port for `port` of the container `host`, held until `host` starts.
     fn listen(&mut self, host: &str, port: u16) -> u16 {
-        *self
-            .routes
-            .entry((host.to_owned(), port))
-            .or_insert_with(|| free_port().expect("a free port"))
+        if let Some(local) = self.route(host, port) {
+            return local;
+        }
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("binding a local port");
+        let local = listener.local_addr().expect("a bound address").port();
+        self.held
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(host.to_owned())
+            .or_default()
+            .push(listener);
+        self.routes.insert((host.to_owned(), port), local);
+        local
+    }
+
+    /// Lets go of `host`'s ports, for its process to bind them.
+    fn release(&self, host: &str) {
+        self.held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(host);
     }
 
     fn route(&self, host: &str, port: u16) -> Option<u16> {
@@ -1151,6 +1175,7 @@ impl Spec {
             cmd.env(key, map_value(net, &self.name, &self.fs, value)?);
         }
         fs::create_dir_all(logs)?;
+        net.release(&self.name);
         ChildProcess::spawn(&self.name, cmd, &logs.join(format!("{}.log", self.name)))
     }
 
@@ -2058,12 +2083,16 @@ async fn overlay_runs(overlay: &str, executors: usize, gateways: usize) {
                 .expect("the pod starts"),
         );
     }
+    // Waited for together: the first pod that dies or stays unready is named at once, not a
+    // pod waiting for it.
     let deadline = Instant::now() + STARTUP_TIMEOUT;
-    for (spec, child) in specs.iter().zip(running.0.iter_mut()) {
-        spec.wait_healthy(child, &net, &http, deadline)
-            .await
-            .expect("the pod becomes ready");
-    }
+    let waits = specs
+        .iter()
+        .zip(running.0.iter_mut())
+        .map(|(spec, child)| spec.wait_healthy(child, &net, &http, deadline));
+    futures::future::try_join_all(waits)
+        .await
+        .expect("every pod becomes ready");
 
     let port = |host: &str, port: u16| net.route(host, port).expect("a mapped port");
     let mut metrics = vec![

@@ -82,7 +82,11 @@ pub async fn listen(
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| format!("--metrics-listen {addr}: {e}"))?;
-    tracing::info!(addr = ?listener.local_addr().ok(), "metrics listening");
+    let local = listener
+        .local_addr()
+        .map_err(|e| format!("--metrics-listen {addr}: {e}"))?;
+    // The bound address (port 0 picks one): tests and scripts read it from this line.
+    tracing::info!(addr = %local, "metrics listening");
     Ok(Some(tokio::spawn(async move {
         let served = axum::serve(listener, app)
             .with_graceful_shutdown(async move { stop.cancelled().await })

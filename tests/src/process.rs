@@ -47,6 +47,9 @@ impl ChildProcess {
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");
         }
+        // A service that fails to start prints its error, not a backtrace of `main` that
+        // pushes the error out of the log tail a failing test shows (panics keep theirs).
+        cmd.env("RUST_LIB_BACKTRACE", "0");
         cmd.stdin(Stdio::null());
         if test_log() {
             cmd.stdout(Stdio::inherit()).stderr(Stdio::inherit());

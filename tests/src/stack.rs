@@ -35,6 +35,20 @@ pub const READ_MODEL_IN_SYNC: &str = "serving agent reads from the registry's ch
 /// How the gateway's log line begins when its read model lost the change stream.
 pub const READ_MODEL_LOST: &str = "lost the registry's change stream";
 
+/// The address the last "metrics listening" line of a service's JSON log names: a port taken
+/// when the service started (`--metrics-listen 127.0.0.1:0`), so no other process can have
+/// taken it first, as a port probed free beforehand could be.
+pub fn metrics_addr(log: &Path) -> anyhow::Result<SocketAddr> {
+    let text =
+        std::fs::read_to_string(log).with_context(|| format!("reading {}", log.display()))?;
+    text.lines()
+        .rev()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|line| line["fields"]["message"] == "metrics listening")
+        .and_then(|line| line["fields"]["addr"].as_str()?.parse().ok())
+        .with_context(|| format!("{} names no metrics address", log.display()))
+}
+
 /// One thing the gateway's log says of its read model (see [`Stack::read_model_events`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReadModelEvent {
@@ -382,6 +396,12 @@ impl Stack {
                 }
             })
             .collect()
+    }
+
+    /// Where the registry serves `/metrics`: the stack has it pick a free port (unless the
+    /// test names one), and its log says which.
+    pub fn registry_metrics_addr(&self) -> anyhow::Result<SocketAddr> {
+        metrics_addr(&self.registry_log())
     }
 
     /// The executor's log file.

@@ -226,6 +226,11 @@ impl Stack {
         }
     }
 
+    /// Where the executor serves `/metrics` (see [`Stack::registry_metrics_addr`]).
+    pub fn executor_metrics_addr(&self) -> anyhow::Result<SocketAddr> {
+        super::metrics_addr(&self.executor_log())
+    }
+
     /// The log file of executor `name` (see [`StackOptions::executors`]).
     pub fn executor_log_of(&self, name: &str) -> PathBuf {
         if self.opts.executor_names.first().is_some_and(|n| n == name) {

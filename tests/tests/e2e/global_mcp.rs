@@ -9,7 +9,7 @@
 use std::{path::Path, time::Duration};
 
 use serde_json::{Value, json};
-use taskforce_tests::{Stack, StackOptions, mcp::free_port, paths, wait::eventually};
+use taskforce_tests::{Stack, StackOptions, paths, wait::eventually};
 
 use crate::{
     chat_stream::{END, post},
@@ -116,16 +116,18 @@ async fn a_global_server_is_inventoried_checked_policed_per_mode_and_reconnected
         ran.display(),
         pid_file.display()
     );
-    let metrics = format!("127.0.0.1:{}", free_port().expect("port"));
     let stack = StackOptions::full()
         .with_executor()
         .global_mcp(global)
-        .executor_args(["--metrics-listen", metrics.as_str()])
         .executor_env("AGENT_WRITE_ALLOWLIST", "ops widget add")
         .llm_script(ops_script())
         .spawn()
         .await
         .expect("stack starts");
+    let metrics = stack
+        .executor_metrics_addr()
+        .expect("the metrics address its log names")
+        .to_string();
 
     // Connected at boot (before any run), inventoried in the log, healthy.
     let up = server_state(&stack, &metrics, "ops", |e| e["state"] == "up").await;
@@ -260,11 +262,9 @@ turns:
 #[tokio::test]
 async fn the_m365_server_serves_the_default_chat_agent_strictly_read_only_and_without_a_cli_says_so()
  {
-    let metrics = format!("127.0.0.1:{}", free_port().expect("port"));
     let server = paths::m365_mcp_server().expect("the M365 MCP server is installed");
     let stack = StackOptions::full()
         .with_executor()
-        .executor_args(["--metrics-listen", metrics.as_str()])
         .executor_env("MCP_M365_ENABLE", "1")
         .executor_env("MCP_M365_START_CMD", server.display().to_string())
         // Even allowlisted, a write to the strictly read-only server is refused in `default`.
@@ -273,6 +273,10 @@ async fn the_m365_server_serves_the_default_chat_agent_strictly_read_only_and_wi
         .spawn()
         .await
         .expect("stack starts");
+    let metrics = stack
+        .executor_metrics_addr()
+        .expect("the metrics address its log names")
+        .to_string();
     let up = server_state(&stack, &metrics, "m365", |e| e["state"] == "up").await;
     let tools: Vec<&str> = up["tools"]
         .as_array()
@@ -356,22 +360,20 @@ async fn the_m365_server_serves_the_default_chat_agent_strictly_read_only_and_wi
 
 #[tokio::test]
 async fn with_no_mcp_server_startable_the_chat_answers_without_tools_and_the_logs_say_why() {
-    let metrics = format!("127.0.0.1:{}", free_port().expect("port"));
     let stack = StackOptions::full()
         .with_executor()
         // A run that waited for a start-up would wait this long.
-        .executor_args([
-            "--metrics-listen",
-            metrics.as_str(),
-            "--mcp-connect-timeout-ms",
-            "120000",
-        ])
+        .executor_args(["--mcp-connect-timeout-ms", "120000"])
         .executor_env("MCP_M365_ENABLE", "1")
         .executor_env("MCP_M365_START_CMD", "/nonexistent/m365-mcp-server --stdio")
         .llm_script(M365_SCRIPT)
         .spawn()
         .await
         .expect("stack starts");
+    let metrics = stack
+        .executor_metrics_addr()
+        .expect("the metrics address its log names")
+        .to_string();
     let down = server_state(&stack, &metrics, "m365", |e| e["state"] == "down").await;
     assert!(
         down["error"]
@@ -400,7 +402,6 @@ async fn with_no_mcp_server_startable_the_chat_answers_without_tools_and_the_log
 
 #[tokio::test]
 async fn agent_enable_off_connects_no_global_server() {
-    let metrics = format!("127.0.0.1:{}", free_port().expect("port"));
     let dir = tempfile::TempDir::new().expect("tmp");
     let stack = StackOptions::full()
         .with_executor()
@@ -408,12 +409,15 @@ async fn agent_enable_off_connects_no_global_server() {
             "mcp_servers:\n  ops:\n    command: {}\n",
             dir.path().join("never-started").display()
         ))
-        .executor_args(["--metrics-listen", metrics.as_str()])
         .executor_env("AGENT_ENABLE", "0")
         .executor_env("MCP_M365_ENABLE", "1")
         .spawn()
         .await
         .expect("stack starts");
+    let metrics = stack
+        .executor_metrics_addr()
+        .expect("the metrics address its log names")
+        .to_string();
     let health = readyz(&stack, &metrics).await;
     assert_eq!(health, json!({"status": "ready", "mcp_servers": {}}));
 }

@@ -7,7 +7,7 @@
 use std::io::Write;
 
 use serde_json::{Value, json};
-use taskforce_tests::{Stack, StackOptions, mcp::free_port, paths};
+use taskforce_tests::{Stack, StackOptions, paths};
 
 use crate::helpers::{RUN_TIMEOUT, SseReader, create_agent_with_tools};
 
@@ -74,16 +74,18 @@ fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64>
 
 #[tokio::test]
 async fn every_service_serves_its_metrics_after_a_run() {
-    let registry_metrics = format!("127.0.0.1:{}", free_port().expect("port"));
-    let executor_metrics = format!("127.0.0.1:{}", free_port().expect("port"));
     let stack = StackOptions::full()
         .with_executor()
-        .registry_args(["--metrics-listen", registry_metrics.as_str()])
-        .executor_args(["--metrics-listen", executor_metrics.as_str()])
         .llm_script(SCRIPT)
         .spawn()
         .await
         .expect("stack starts");
+    let registry_metrics = stack
+        .registry_metrics_addr()
+        .expect("the registry's metrics");
+    let executor_metrics = stack
+        .executor_metrics_addr()
+        .expect("the executor's metrics");
     create_agent_with_tools(&stack, "reader", &["file_read"]).await;
     let workspace = stack.executor_workspace("reader");
     std::fs::create_dir_all(&workspace).expect("workspace");

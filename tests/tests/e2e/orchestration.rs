@@ -26,25 +26,12 @@ fn llm_config(dir: &Path, scripts: &[(&str, &str)]) -> String {
 }
 
 async fn stack(dir: &Path, scripts: &[(&str, &str)]) -> Stack {
-    stack_with(dir, scripts, &[]).await
-}
-
-async fn stack_with(dir: &Path, scripts: &[(&str, &str)], args: &[String]) -> Stack {
     StackOptions::full()
         .with_executor()
-        .executor_args(args.iter().cloned())
         .llm_config(llm_config(dir, scripts))
         .spawn()
         .await
         .expect("stack with executor starts")
-}
-
-/// A loopback port nobody listens on right now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 async fn agent(stack: &Stack, id: &str, tools: &[&str], subagents: &[&str], model: &str) {
@@ -107,8 +94,7 @@ turns:
 #[tokio::test]
 async fn a_planner_delegates_merges_patches_and_refuses_what_it_must() {
     let dir = tempfile::TempDir::new().expect("tmp");
-    let metrics = format!("127.0.0.1:{}", free_port());
-    let stack = stack_with(
+    let stack = stack(
         dir.path(),
         &[
             ("planner", PLANNER),
@@ -116,7 +102,6 @@ async fn a_planner_delegates_merges_patches_and_refuses_what_it_must() {
             ("reviewer", REVIEWER),
             ("broken", BROKEN),
         ],
-        &["--metrics-listen".to_owned(), metrics.clone()],
     )
     .await;
     agent(&stack, "builder", &["file_read"], &[], "builder").await;
@@ -267,6 +252,9 @@ async fn a_planner_delegates_merges_patches_and_refuses_what_it_must() {
 
     // Seed 003 §8: tool metrics with the sub-agent label, and the audit line's agent_name and
     // patch_ops.
+    let metrics = stack
+        .executor_metrics_addr()
+        .expect("the executor's metrics");
     let scraped = send(stack.http().get(format!("http://{metrics}/metrics"))).await;
     assert_eq!(scraped.status, 200);
     let text = scraped.text;

@@ -180,13 +180,8 @@ const SLOW: &str = "turns:\n  - delay_ms: 60000\n    text: late\n";
 
 #[tokio::test]
 async fn sigterm_on_the_gateway_ends_open_streams_with_a_final_event_in_each_dialect() {
-    let executor_metrics = format!(
-        "127.0.0.1:{}",
-        taskforce_tests::mcp::free_port().expect("port")
-    );
     let mut stack = StackOptions::full()
         .with_executor()
-        .executor_args(["--metrics-listen", executor_metrics.as_str()])
         .gateway_args(["--chat-agent", "dev"])
         .llm_script(SLOW)
         .spawn()
@@ -211,7 +206,12 @@ async fn sigterm_on_the_gateway_ends_open_streams_with_a_final_event_in_each_dia
         response.text().await.expect("the chat stream ends")
     });
     // Both runs are under way (the executor counts two in flight).
-    let metrics = format!("http://{executor_metrics}/metrics");
+    let metrics = format!(
+        "http://{}/metrics",
+        stack
+            .executor_metrics_addr()
+            .expect("the executor's metrics")
+    );
     let http = stack.http();
     let started = taskforce_tests::wait::eventually(
         RUN_TIMEOUT,

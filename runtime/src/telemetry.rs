@@ -20,8 +20,7 @@ use opentelemetry_http::{HeaderExtractor, HeaderInjector};
 use opentelemetry_sdk::{
     Resource,
     propagation::TraceContextPropagator,
-    runtime,
-    trace::{SdkTracerProvider, span_processor_with_async_runtime::BatchSpanProcessor},
+    trace::{BatchSpanProcessor, SdkTracerProvider},
 };
 use tonic::transport::Channel;
 use tracing::{Span, warn};
@@ -63,7 +62,8 @@ impl Telemetry {
         let Some(provider) = self.provider else {
             return;
         };
-        // The provider's shutdown blocks until its batch task on this runtime has exported.
+        // The provider's shutdown blocks until its export thread has sent the last batch, whose
+        // gRPC connection runs on this runtime: wait on a blocking thread, not a worker.
         let flushing = tokio::task::spawn_blocking(move || provider.shutdown());
         match tokio::time::timeout(FLUSH_TIMEOUT, flushing).await {
             Ok(Ok(Ok(()))) => {}
@@ -157,7 +157,10 @@ fn provider(
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_tonic()
         .build()?;
-    let processor = BatchSpanProcessor::builder(exporter, runtime::Tokio).build();
+    // The SDK's own batch processor: an ended span goes into a queue its export thread reads
+    // on its schedule (or when a batch is full); the async-runtime variant woke a Tokio task
+    // per span ended. The gRPC exporter's connection still runs on this (the caller's) runtime.
+    let processor = BatchSpanProcessor::builder(exporter).build();
     let mut resource = Resource::builder();
     if std::env::var("OTEL_SERVICE_NAME").is_err() {
         resource = resource.with_service_name(service);

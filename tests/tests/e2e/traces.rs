@@ -171,3 +171,46 @@ async fn without_an_endpoint_nothing_is_exported_or_complained_about() {
         assert!(!logs.contains(word), "{word} in the logs:\n{logs}");
     }
 }
+
+#[tokio::test]
+async fn a_stopping_service_exports_the_spans_it_still_holds() {
+    let received = Receiver::start().await.expect("the OTLP receiver starts");
+    // No export on the schedule within this test: only a stop sends the batch.
+    let mut stack = StackOptions::full()
+        .with_executor()
+        .llm_script(SCRIPT)
+        .env_all("OTEL_EXPORTER_OTLP_ENDPOINT", received.url())
+        .env_all("OTEL_BSP_SCHEDULE_DELAY", "600000")
+        .spawn()
+        .await
+        .expect("stack starts");
+    let mut body = agent_json("flushed");
+    body["tool_allowlist"] = json!(["file_read"]);
+    assert_eq!(create(&stack, &body).await.status, 201);
+    let r = stack
+        .http()
+        .post(stack.url("/api/v1/execute"))
+        .json(&json!({"mission": "hello", "agent_id": "flushed"}))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(r.status(), 200);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        received.spans().is_empty(),
+        "spans left before the schedule or a stop: {:#?}",
+        received.spans()
+    );
+
+    stack.stop_gateway().await.expect("the gateway stops");
+    stack.stop_executor().await.expect("the executor stops");
+    stack.stop().await.expect("the registry stops");
+    let services: std::collections::BTreeSet<String> =
+        received.spans().into_iter().map(|g| g.service).collect();
+    assert_eq!(
+        services.into_iter().collect::<Vec<_>>(),
+        ["executor-svc", "gateway", "registry-svc"],
+        "{}",
+        stack.logs()
+    );
+}

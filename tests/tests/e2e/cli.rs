@@ -127,10 +127,15 @@ fn session_of(stdout: &str) -> String {
         .unwrap_or_else(|| panic!("no `session ID: status` line in:\n{stdout}"))
 }
 
-/// A port nothing listens on (bound, then released).
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binds a port");
-    listener.local_addr().expect("has an address").port()
+/// A port nothing listens on while the returned socket lives: bound but not listening (so a
+/// connection is refused), and without `SO_REUSEADDR`, so no other test's listener can take it.
+fn dead_port() -> (tokio::net::TcpSocket, u16) {
+    let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+    socket
+        .bind((std::net::Ipv4Addr::LOCALHOST, 0).into())
+        .expect("binds a port");
+    let port = socket.local_addr().expect("has an address").port();
+    (socket, port)
 }
 
 fn path_str(p: &Path) -> &str {
@@ -721,7 +726,7 @@ async fn health_probes_grpc_and_http_targets() {
     );
 
     // Nothing listening, a 404, a service the server does not know: not healthy, and fast.
-    let port = free_port();
+    let (_held, port) = dead_port();
     for target in [
         format!("grpc://127.0.0.1:{port}"),
         format!("http://127.0.0.1:{port}/healthz"),
@@ -846,7 +851,7 @@ async fn bad_input_is_a_clear_error_on_stderr_with_a_nonzero_exit() {
     assert!(!stack.custom_dir().join("bad-one.yaml").exists());
 
     // Nothing listening: "cannot reach", naming the URL.
-    let port = free_port();
+    let (_held, port) = dead_port();
     let nowhere = format!("http://127.0.0.1:{port}");
     let out = cli(&stack, &["--gateway", &nowhere, "agents", "list"]).await;
     out.expect_code(1);

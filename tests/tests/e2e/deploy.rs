@@ -30,7 +30,6 @@ use std::{
     net::{Ipv4Addr, TcpListener},
     path::{Path, PathBuf},
     process::Command,
-    sync::{Mutex, PoisonError},
     time::Duration,
 };
 
@@ -965,7 +964,7 @@ impl Fs {
 #[derive(Debug, Default)]
 struct Net {
     routes: HashMap<(String, u16), u16>,
-    held: Mutex<HashMap<String, Vec<TcpListener>>>,
+    held: HashMap<String, Vec<TcpListener>>,
 }
 
 impl Net {
@@ -976,22 +975,14 @@ impl Net {
         }
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("binding a local port");
         let local = listener.local_addr().expect("a bound address").port();
-        self.held
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(host.to_owned())
-            .or_default()
-            .push(listener);
+        self.held.entry(host.to_owned()).or_default().push(listener);
         self.routes.insert((host.to_owned(), port), local);
         local
     }
 
     /// Lets go of `host`'s ports, for its process to bind them.
-    fn release(&self, host: &str) {
-        self.held
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(host);
+    fn release(&mut self, host: &str) {
+        self.held.remove(host);
     }
 
     fn route(&self, host: &str, port: u16) -> Option<u16> {
@@ -1148,7 +1139,7 @@ impl Spec {
     }
 
     /// Starts the container's process, its output in `logs/<name>.log`.
-    fn start(&self, net: &Net, logs: &Path) -> anyhow::Result<ChildProcess> {
+    fn start(&self, net: &mut Net, logs: &Path) -> anyhow::Result<ChildProcess> {
         if let Some(why) = unauthenticated(&self.argv, &self.env) {
             bail!("{}: {why}", self.name);
         }
@@ -1679,7 +1670,7 @@ async fn the_compose_stack_runs_as_the_compose_file_says() {
             })
             .expect("depends_on has no cycle and names known services");
         let mut child = spec
-            .start(&net, &dir.path().join("logs"))
+            .start(&mut net, &dir.path().join("logs"))
             .expect("the service starts");
         let deadline = Instant::now() + STARTUP_TIMEOUT;
         let healthy = spec.wait_healthy(&mut child, &net, &http, deadline).await;
@@ -2079,7 +2070,7 @@ async fn overlay_runs(overlay: &str, executors: usize, gateways: usize) {
     let mut running = Running::default();
     for spec in &specs {
         running.0.push(
-            spec.start(&net, &dir.path().join("logs"))
+            spec.start(&mut net, &dir.path().join("logs"))
                 .expect("the pod starts"),
         );
     }

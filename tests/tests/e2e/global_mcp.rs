@@ -20,7 +20,10 @@ use crate::{
 const UP_WITHIN: Duration = Duration::from_secs(60);
 
 /// `GET /readyz` of the executor's metrics listener.
-async fn readyz(stack: &Stack, metrics: &str) -> Value {
+async fn readyz(stack: &Stack) -> Value {
+    let metrics = stack
+        .executor_metrics_addr()
+        .expect("the metrics address its log names");
     let reply = stack
         .http()
         .get(format!("http://{metrics}/readyz"))
@@ -32,14 +35,9 @@ async fn readyz(stack: &Stack, metrics: &str) -> Value {
 }
 
 /// Waits until `/readyz` shows `server` as `pred` wants it; returns its entry.
-async fn server_state(
-    stack: &Stack,
-    metrics: &str,
-    server: &str,
-    pred: impl Fn(&Value) -> bool,
-) -> Value {
+async fn server_state(stack: &Stack, server: &str, pred: impl Fn(&Value) -> bool) -> Value {
     let found = eventually(UP_WITHIN, Duration::from_millis(100), || async {
-        let health = readyz(stack, metrics).await;
+        let health = readyz(stack).await;
         let entry = health["mcp_servers"][server].clone();
         pred(&entry).then_some(entry)
     })
@@ -48,7 +46,7 @@ async fn server_state(
         Some(entry) => entry,
         None => panic!(
             "{server} never reached the expected state: {}\n{}",
-            readyz(stack, metrics).await,
+            readyz(stack).await,
             stack.logs()
         ),
     }
@@ -124,16 +122,12 @@ async fn a_global_server_is_inventoried_checked_policed_per_mode_and_reconnected
         .spawn()
         .await
         .expect("stack starts");
-    let metrics = stack
-        .executor_metrics_addr()
-        .expect("the metrics address its log names")
-        .to_string();
 
     // Connected at boot (before any run), inventoried in the log, healthy.
-    let up = server_state(&stack, &metrics, "ops", |e| e["state"] == "up").await;
+    let up = server_state(&stack, "ops", |e| e["state"] == "up").await;
     assert_eq!(up["tools"], json!(["ops_run"]), "{up}");
     assert_eq!(up["strict_read_only"], false);
-    let health = readyz(&stack, &metrics).await;
+    let health = readyz(&stack).await;
     assert_eq!(health["status"], "ready", "{health}");
     let log = log_of(&stack, &stack.executor_log());
     assert!(
@@ -214,7 +208,7 @@ async fn a_global_server_is_inventoried_checked_policed_per_mode_and_reconnected
         .status()
         .expect("kill");
     assert!(status.success());
-    let again = server_state(&stack, &metrics, "ops", |e| {
+    let again = server_state(&stack, "ops", |e| {
         e["state"] == "up" && e["reconnects"].as_u64() >= Some(1)
     })
     .await;
@@ -230,7 +224,12 @@ async fn a_global_server_is_inventoried_checked_policed_per_mode_and_reconnected
     );
     let scrape = stack
         .http()
-        .get(format!("http://{metrics}/metrics"))
+        .get(format!(
+            "http://{}/metrics",
+            stack
+                .executor_metrics_addr()
+                .expect("the metrics address its log names")
+        ))
         .send()
         .await
         .expect("metrics")
@@ -273,11 +272,7 @@ async fn the_m365_server_serves_the_default_chat_agent_strictly_read_only_and_wi
         .spawn()
         .await
         .expect("stack starts");
-    let metrics = stack
-        .executor_metrics_addr()
-        .expect("the metrics address its log names")
-        .to_string();
-    let up = server_state(&stack, &metrics, "m365", |e| e["state"] == "up").await;
+    let up = server_state(&stack, "m365", |e| e["state"] == "up").await;
     let tools: Vec<&str> = up["tools"]
         .as_array()
         .expect("tools")
@@ -370,18 +365,14 @@ async fn with_no_mcp_server_startable_the_chat_answers_without_tools_and_the_log
         .spawn()
         .await
         .expect("stack starts");
-    let metrics = stack
-        .executor_metrics_addr()
-        .expect("the metrics address its log names")
-        .to_string();
-    let down = server_state(&stack, &metrics, "m365", |e| e["state"] == "down").await;
+    let down = server_state(&stack, "m365", |e| e["state"] == "down").await;
     assert!(
         down["error"]
             .as_str()
             .is_some_and(|e| e.contains("/nonexistent/m365-mcp-server")),
         "{down}"
     );
-    assert_eq!(readyz(&stack, &metrics).await["status"], "degraded");
+    assert_eq!(readyz(&stack).await["status"], "degraded");
 
     let started = std::time::Instant::now();
     let (status, _, text) = post(&stack, "/ai/agent/stream", &json!({"prompt": "hello"})).await;
@@ -414,10 +405,6 @@ async fn agent_enable_off_connects_no_global_server() {
         .spawn()
         .await
         .expect("stack starts");
-    let metrics = stack
-        .executor_metrics_addr()
-        .expect("the metrics address its log names")
-        .to_string();
-    let health = readyz(&stack, &metrics).await;
+    let health = readyz(&stack).await;
     assert_eq!(health, json!({"status": "ready", "mcp_servers": {}}));
 }

@@ -64,9 +64,10 @@ use axum::{
     routing::{get, post},
 };
 use taskforce_proto::error::ErrorKind;
+use taskforce_runtime::telemetry::RequestSpanLayer;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tower_http::{timeout::TimeoutLayer, trace::TraceLayer};
+use tower_http::timeout::TimeoutLayer;
 use tracing::{info, warn};
 
 pub use config::Config;
@@ -194,23 +195,14 @@ pub fn router(state: AppState, config: &Config) -> Router {
             taskforce_runtime::metrics::http_metrics,
         ))
         // A span per request, continuing the caller's W3C trace. Every 5xx path logs its cause
-        // itself (`error`, `health`, rmcp), so the trace layer's own failure event would only
-        // repeat it.
-        .layer(
-            TraceLayer::new_for_http()
-                .make_span_with(|req: &axum::extract::Request| {
-                    let route = req
-                        .extensions()
-                        .get::<axum::extract::MatchedPath>()
-                        .map_or_else(|| req.uri().path(), axum::extract::MatchedPath::as_str);
-                    taskforce_runtime::telemetry::server_span(
-                        req.method().as_str(),
-                        route,
-                        req.headers(),
-                    )
-                })
-                .on_failure(()),
-        )
+        // itself (`error`, `health`, rmcp).
+        .layer(RequestSpanLayer::new(|req: &axum::extract::Request| {
+            let route = req
+                .extensions()
+                .get::<axum::extract::MatchedPath>()
+                .map_or_else(|| req.uri().path(), axum::extract::MatchedPath::as_str);
+            taskforce_runtime::telemetry::server_span(req.method().as_str(), route, req.headers())
+        }))
 }
 
 /// Prometheus metrics of the gateway: HTTP requests by route template, method and status

@@ -56,11 +56,9 @@ where
     info!(service = S::NAME, addr = %addr, "gRPC listening");
     let stopping = shutdown.clone();
     // Each call runs in a span that continues the caller's trace (see `crate::telemetry`).
-    let tracing = tower_http::trace::TraceLayer::new_for_grpc()
-        .make_span_with(|req: &http::Request<Body>| {
-            crate::telemetry::server_span("gRPC", req.uri().path(), req.headers())
-        })
-        .on_failure(());
+    let tracing = crate::telemetry::RequestSpanLayer::new(|req: &http::Request<Body>| {
+        crate::telemetry::server_span("gRPC", req.uri().path(), req.headers())
+    });
     let mut builder = builder
         .layer(tracing)
         .layer(crate::metrics::GrpcMetricsLayer)

@@ -247,3 +247,143 @@ impl tower::Service<http::Request<tonic::body::Body>> for TracedChannel {
         self.inner.call(req)
     }
 }
+
+/// A layer that runs each request in the span `make_span` makes for it (normally
+/// [`server_span`]): the handler runs inside it, and the response body holds it until the body
+/// ends, so the span's duration covers a streamed response.
+///
+/// Unlike `tower_http`'s `TraceLayer`, the body is not polled inside the span: a streamed run
+/// polls its body once per event (each SSE frame, each gRPC message), and entering and leaving a
+/// span each time cost every layer of the subscriber a lookup. Nothing of a request's work runs
+/// in its body's polls but turning events into frames, so nothing traced is lost; a log line
+/// written there carries no `trace_id`. The span is entered once more when the body is dropped,
+/// so its end is the response's.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestSpanLayer<F> {
+    make_span: F,
+}
+
+impl<F> RequestSpanLayer<F> {
+    /// Spans made by `make_span` for each request.
+    pub fn new(make_span: F) -> Self {
+        Self { make_span }
+    }
+}
+
+impl<S, F: Clone> tower::Layer<S> for RequestSpanLayer<F> {
+    type Service = RequestSpanService<S, F>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RequestSpanService {
+            inner,
+            make_span: self.make_span.clone(),
+        }
+    }
+}
+
+/// The service of [`RequestSpanLayer`].
+#[derive(Debug, Clone, Copy)]
+pub struct RequestSpanService<S, F> {
+    inner: S,
+    make_span: F,
+}
+
+impl<S, F, ReqBody, ResBody> tower::Service<http::Request<ReqBody>> for RequestSpanService<S, F>
+where
+    S: tower::Service<http::Request<ReqBody>, Response = http::Response<ResBody>>,
+    F: Fn(&http::Request<ReqBody>) -> Span,
+{
+    type Response = http::Response<SpanBody<ResBody>>;
+    type Error = S::Error;
+    type Future = SpanFuture<S::Future>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<ReqBody>) -> Self::Future {
+        let span = (self.make_span)(&req);
+        let inner = span.in_scope(|| self.inner.call(req));
+        SpanFuture {
+            inner,
+            span: Some(span),
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The response future of [`RequestSpanService`]: polled inside the request's span.
+    pub struct SpanFuture<F> {
+        #[pin]
+        inner: F,
+        span: Option<Span>,
+    }
+}
+
+impl<F, B, E> std::future::Future for SpanFuture<F>
+where
+    F: std::future::Future<Output = Result<http::Response<B>, E>>,
+{
+    type Output = Result<http::Response<SpanBody<B>>, E>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let this = self.project();
+        let response = {
+            let _entered = this.span.as_ref().map(Span::enter);
+            std::task::ready!(this.inner.poll(cx))
+        };
+        let span = SpanEnd(this.span.take().unwrap_or_else(Span::none));
+        std::task::Poll::Ready(response.map(|r| {
+            r.map(|body| SpanBody {
+                inner: body,
+                _span: span,
+            })
+        }))
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A response body that keeps its request's span open until the body is dropped.
+    pub struct SpanBody<B> {
+        #[pin]
+        inner: B,
+        _span: SpanEnd,
+    }
+}
+
+/// Ends a request's span when the response body is done with. The OpenTelemetry layer takes a
+/// span's end time from its last exit, so the span is entered and left once more here: its end
+/// is the end of the response, not of the handler.
+struct SpanEnd(Span);
+
+impl Drop for SpanEnd {
+    fn drop(&mut self) {
+        drop(self.0.enter());
+    }
+}
+
+impl<B: http_body::Body> http_body::Body for SpanBody<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        self.project().inner.poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}

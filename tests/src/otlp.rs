@@ -31,6 +31,10 @@ pub struct Span {
     pub span_id: String,
     /// Lower-case hex; empty for a root span.
     pub parent: String,
+    /// When it started, in nanoseconds since the Unix epoch.
+    pub start_unix_nano: u64,
+    /// When it ended, in nanoseconds since the Unix epoch.
+    pub end_unix_nano: u64,
 }
 
 /// A running receiver on a loopback port; stops when dropped.
@@ -138,6 +142,8 @@ impl TraceService for Store {
                     name: span.name,
                     trace_id: hex::encode(&span.trace_id),
                     span_id: hex::encode(&span.span_id),
+                    start_unix_nano: span.start_time_unix_nano,
+                    end_unix_nano: span.end_time_unix_nano,
                     parent: hex::encode(&span.parent_span_id),
                 });
             }

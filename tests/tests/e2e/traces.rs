@@ -124,6 +124,20 @@ async fn one_run_is_one_trace_across_gateway_executor_and_registry() {
             "{prefix} is not under Execute: {spans:#?}"
         );
     }
+    // A request's span lasts as long as its streamed response: the gateway's and the
+    // executor's end after the run's last model call.
+    let last_llm = spans
+        .iter()
+        .filter(|g| g.service == "executor-svc" && g.name.starts_with("llm "))
+        .map(|g| g.end_unix_nano)
+        .max()
+        .unwrap_or(u64::MAX);
+    for request in [rest, execute] {
+        assert!(
+            request.end_unix_nano >= last_llm,
+            "{request:?} ended before the run's last model call ({last_llm}): {spans:#?}"
+        );
+    }
     // Hop 2: the registry's request spans in this trace are children of executor spans (the
     // definition lookup, the BUSY report), and its other spans are inside those.
     let registry: Vec<&Got> = spans

@@ -303,7 +303,7 @@ async fn run_frame(
     ancestors.push(parent.agent.agent_id.clone());
     let ctx = Arc::new(RunCtx {
         sink: Arc::new(parent.sink.child(&agent_id, &frame.id)),
-        workspace: workspace_for(&runner, &def),
+        workspace: crate::tools::Workspace::new(workspace_for(&runner, &def)),
         agent: def,
         session_id: parent.session_id.clone(),
         cancel: parent.cancel.child_token(),

@@ -98,7 +98,7 @@ impl Run {
         )));
         let ctx = Arc::new(RunCtx {
             sink: Arc::clone(&self.sink),
-            workspace: workspace_for(&runner, &self.agent),
+            workspace: crate::tools::Workspace::new(workspace_for(&runner, &self.agent)),
             agent: Arc::clone(&self.agent),
             session_id: self.session.id.clone(),
             cancel: self.cancel.clone(),

@@ -111,7 +111,7 @@ pub struct RunCtx {
     /// Limits of each tool call.
     limits: Limits,
     /// The agent's workspace.
-    workspace: PathBuf,
+    workspace: crate::tools::Workspace,
     /// The model.
     model: ResolvedModel,
     /// The model alias the frame runs on (sub-agents without one of their own inherit it).

@@ -11,7 +11,11 @@ pub mod mcp;
 pub mod native;
 pub mod orchestration;
 
-use std::{path::PathBuf, sync::Arc, time::Duration};
+use std::{
+    path::{Path, PathBuf},
+    sync::{Arc, OnceLock},
+    time::Duration,
+};
 
 use futures::future::BoxFuture;
 use serde_json::Value;
@@ -37,11 +41,50 @@ impl Default for Limits {
     }
 }
 
+/// An agent's workspace in one run: the directory as configured, and its canonical path once a
+/// tool of the run has made the directory and resolved it. Clones share that resolution, so a
+/// run with twenty file reads resolves its workspace once; the next run resolves it again. (A
+/// workspace removed while its run goes on is not made again until the next run: the tools then
+/// say that it does not exist.) Dereferences to the configured path.
+#[derive(Debug, Clone)]
+pub struct Workspace {
+    path: PathBuf,
+    root: Arc<OnceLock<PathBuf>>,
+}
+
+impl Workspace {
+    /// The workspace at `path`, not resolved yet.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self {
+            path: path.into(),
+            root: Arc::default(),
+        }
+    }
+
+    /// The canonical path, when a tool of this run has resolved it.
+    pub(crate) fn resolved(&self) -> Option<&PathBuf> {
+        self.root.get()
+    }
+
+    /// Remembers the canonical path for the rest of the run.
+    pub(crate) fn set_resolved(&self, root: &Path) {
+        let _ = self.root.set(root.to_path_buf());
+    }
+}
+
+impl std::ops::Deref for Workspace {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
 /// What a tool call may use.
 #[derive(Debug, Clone)]
 pub struct ToolContext {
     /// The agent's workspace: file tools and subprocesses stay inside it.
-    pub workspace: PathBuf,
+    pub workspace: Workspace,
     /// The agent being run (for logs and audit).
     pub agent_id: String,
     /// The run's session.

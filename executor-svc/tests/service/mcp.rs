@@ -344,7 +344,7 @@ async fn idle_connections_are_closed_and_made_again_on_the_next_use() {
         idle: None,
     });
     let ctx = ToolContext {
-        workspace: std::env::temp_dir(),
+        workspace: executor_svc::tools::Workspace::new(std::env::temp_dir()),
         agent_id: "helper".into(),
         session_id: "s".into(),
         cancel: tokio_util::sync::CancellationToken::new(),

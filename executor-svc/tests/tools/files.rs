@@ -309,3 +309,39 @@ async fn a_directory_swapped_for_a_symlink_between_check_and_open_never_leaks_or
         "SECRET-OUTSIDE"
     );
 }
+
+#[tokio::test]
+async fn a_run_makes_and_resolves_its_workspace_once() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let ws = tmp.path().join("ws");
+    // The first call of a run makes the workspace.
+    let run = ctx(&ws);
+    ok_text(
+        tool("file_write")
+            .call(&run, json!({ "path": "a.txt", "content": "one" }))
+            .await,
+    );
+    assert!(ws.join("a.txt").is_file());
+    // Removed while the run goes on, it is not made again by the run's later calls: they say
+    // the file is missing.
+    std::fs::remove_dir_all(&ws).expect("remove the workspace");
+    let read = tool("file_read")
+        .call(&run, json!({ "path": "a.txt" }))
+        .await;
+    assert!(
+        matches!(&read, Err(ToolError::Failed { reason, .. }) if reason.contains("no such file")),
+        "{read:?}"
+    );
+    assert!(!ws.exists(), "the run made its workspace again");
+    // The next run makes it again.
+    let next = ctx(&ws);
+    ok_text(
+        tool("file_write")
+            .call(&next, json!({ "path": "a.txt", "content": "two" }))
+            .await,
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("a.txt")).expect("read"),
+        "two"
+    );
+}

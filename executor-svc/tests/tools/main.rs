@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 /// A context for `workspace` with the given limits.
 pub fn ctx_with(workspace: &Path, timeout: Duration, max_output_bytes: usize) -> ToolContext {
     ToolContext {
-        workspace: workspace.to_path_buf(),
+        workspace: executor_svc::tools::Workspace::new(workspace),
         agent_id: "tester".into(),
         session_id: "s-1".into(),
         cancel: CancellationToken::new(),

@@ -3,17 +3,14 @@
 use futures::{FutureExt, future::BoxFuture};
 use serde::Deserialize;
 use serde_json::Value;
-use std::{
-    io::{Read, Write},
-    path::Path,
-};
+use std::io::{Read, Write};
 
 use tracing::debug;
 
 use super::{blocking, bounded, catalog_definition, failed, parse_args, workspace};
 use crate::{
     llm::ToolDefinition,
-    tools::{Tool, ToolContext, ToolError, ToolOutcome},
+    tools::{Tool, ToolContext, ToolError, ToolOutcome, Workspace},
 };
 
 /// How many leading bytes are checked for NUL when telling text from binary.
@@ -74,7 +71,7 @@ impl Tool for FileRead {
 }
 
 /// The whole read, blocking: resolve inside the workspace, check, read at most `cap` bytes.
-fn read(workspace: &Path, given: &str, cap: usize) -> Result<ToolOutcome, ToolError> {
+fn read(workspace: &Workspace, given: &str, cap: usize) -> Result<ToolOutcome, ToolError> {
     const TOOL: &str = "file_read";
     let root = workspace::root_blocking(TOOL, workspace)?;
     let candidate = workspace::lexical(TOOL, workspace, &root, given)?;
@@ -199,7 +196,7 @@ impl Tool for FileWrite {
 }
 
 /// The whole write, blocking: resolve inside the workspace (creating directories), write.
-fn write(workspace: &Path, args: &WriteArgs) -> Result<ToolOutcome, ToolError> {
+fn write(workspace: &Workspace, args: &WriteArgs) -> Result<ToolOutcome, ToolError> {
     const TOOL: &str = "file_write";
     let given = args.path.as_str();
     let root = workspace::root_blocking(TOOL, workspace)?;

@@ -14,25 +14,33 @@ use std::{
     path::{Component, Path, PathBuf},
 };
 
-use crate::tools::ToolError;
+use crate::tools::{ToolError, Workspace};
 
 use super::failed;
 
-/// The canonical workspace root, created if missing.
-pub(crate) async fn root(tool: &str, workspace: &Path) -> Result<PathBuf, ToolError> {
-    let (owned_tool, workspace) = (tool.to_owned(), workspace.to_path_buf());
+/// The canonical workspace root, created if missing (once per run, see [`Workspace`]).
+pub(crate) async fn root(tool: &str, workspace: &Workspace) -> Result<PathBuf, ToolError> {
+    if let Some(root) = workspace.resolved() {
+        return Ok(root.clone());
+    }
+    let (owned_tool, workspace) = (tool.to_owned(), workspace.clone());
     super::blocking(tool, move || root_blocking(&owned_tool, &workspace)).await
 }
 
 /// [`root`], on this thread.
-pub(crate) fn root_blocking(tool: &str, workspace: &Path) -> Result<PathBuf, ToolError> {
+pub(crate) fn root_blocking(tool: &str, workspace: &Workspace) -> Result<PathBuf, ToolError> {
+    if let Some(root) = workspace.resolved() {
+        return Ok(root.clone());
+    }
     if workspace.as_os_str().is_empty() {
         return Err(failed(tool, "the agent has no workspace"));
     }
-    std::fs::create_dir_all(workspace)
+    std::fs::create_dir_all(&**workspace)
         .map_err(|e| failed(tool, format!("workspace {}: {e}", workspace.display())))?;
-    std::fs::canonicalize(workspace)
-        .map_err(|e| failed(tool, format!("workspace {}: {e}", workspace.display())))
+    let root = std::fs::canonicalize(&**workspace)
+        .map_err(|e| failed(tool, format!("workspace {}: {e}", workspace.display())))?;
+    workspace.set_resolved(&root);
+    Ok(root)
 }
 
 /// `given` as a path below `root`, lexically: `..` may not climb above the root, and an absolute

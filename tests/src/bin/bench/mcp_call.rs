@@ -48,7 +48,7 @@ pub async fn run(calls: usize) -> anyhow::Result<()> {
         .first()
         .context("server-everything has no echo tool")?;
     let ctx = ToolContext {
-        workspace: std::env::temp_dir(),
+        workspace: executor_svc::tools::Workspace::new(std::env::temp_dir()),
         agent_id: "bench".into(),
         session_id: "bench".into(),
         cancel: CancellationToken::new(),

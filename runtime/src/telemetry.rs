@@ -92,7 +92,10 @@ pub fn init(service: &'static str) -> Telemetry {
     let fmt = if json {
         // The spans from the outermost in (`spans`, the request's carrying `trace_id`), without
         // repeating the innermost as `span`: serializing span fields is most of a line's cost.
-        fmt.json().with_current_span(false).boxed()
+        fmt.json()
+            .with_current_span(false)
+            .fmt_fields(SpanJsonFields)
+            .boxed()
     } else {
         fmt.boxed()
     };
@@ -139,6 +142,63 @@ pub fn init(service: &'static str) -> Telemetry {
         tracing::info!("exporting traces over OTLP");
     }
     Telemetry { provider }
+}
+
+/// A span's fields as a JSON object, as tracing-subscriber's `JsonFields` writes them, but a
+/// field recorded after the span was made (the request span's `trace_id`) is spliced into the
+/// stored object instead of the object being parsed and written again (`JsonFields` does that,
+/// for every such field of every request).
+#[derive(Debug, Clone, Copy, Default)]
+struct SpanJsonFields;
+
+impl<'w> tracing_subscriber::fmt::FormatFields<'w> for SpanJsonFields {
+    fn format_fields<R: tracing_subscriber::field::RecordFields>(
+        &self,
+        writer: tracing_subscriber::fmt::format::Writer<'w>,
+        fields: R,
+    ) -> std::fmt::Result {
+        tracing_subscriber::fmt::format::JsonFields::new().format_fields(writer, fields)
+    }
+
+    fn add_fields(
+        &self,
+        current: &'w mut tracing_subscriber::fmt::FormattedFields<Self>,
+        fields: &tracing::span::Record<'_>,
+    ) -> std::fmt::Result {
+        let mut more = String::new();
+        tracing_subscriber::fmt::format::JsonFields::new().format_fields(
+            tracing_subscriber::fmt::format::Writer::new(&mut more),
+            fields,
+        )?;
+        splice_json_object(&mut current.fields, &more);
+        Ok(())
+    }
+}
+
+/// Adds the members of the JSON object `more` to the JSON object `current` (either may be
+/// empty text, or `{}`). A key recorded twice appears twice; readers keep the last.
+fn splice_json_object(current: &mut String, more: &str) {
+    let Some(members) = more
+        .trim()
+        .strip_prefix('{')
+        .and_then(|m| m.strip_suffix('}'))
+        .filter(|m| !m.trim().is_empty())
+    else {
+        return;
+    };
+    match current.trim_end().strip_suffix('}') {
+        Some(head) if head.trim() != "{" => {
+            let keep = head.len();
+            current.truncate(keep);
+            current.push(',');
+        }
+        _ => {
+            current.clear();
+            current.push('{');
+        }
+    }
+    current.push_str(members);
+    current.push('}');
 }
 
 fn exporter_configured() -> bool {
@@ -385,5 +445,81 @@ impl<B: http_body::Body> http_body::Body for SpanBody<B> {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::splice_json_object;
+
+    #[test]
+    fn fields_recorded_later_join_the_stored_object() {
+        let cases = [
+            ("{}", r#"{"a":1}"#, r#"{"a":1}"#),
+            ("", r#"{"a":1}"#, r#"{"a":1}"#),
+            (r#"{"a":1}"#, r#"{"b":"x"}"#, r#"{"a":1,"b":"x"}"#),
+            (r#"{"a":1}"#, "{}", r#"{"a":1}"#),
+            (
+                r#"{"a":{"n":"}"}}"#,
+                r#"{"b":2}"#,
+                r#"{"a":{"n":"}"},"b":2}"#,
+            ),
+        ];
+        for (current, more, want) in cases {
+            let mut got = current.to_owned();
+            splice_json_object(&mut got, more);
+            assert_eq!(got, want, "{current} + {more}");
+            let parsed: serde_json::Value = serde_json::from_str(&got).expect("still JSON");
+            assert!(parsed.is_object());
+        }
+    }
+
+    #[test]
+    fn a_recorded_field_reaches_the_json_log_line() {
+        use std::sync::{Arc, Mutex};
+        use tracing_subscriber::layer::SubscriberExt;
+
+        #[derive(Clone, Default)]
+        struct Buffer(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Buffer {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0
+                    .lock()
+                    .map_err(|_| std::io::ErrorKind::Other)?
+                    .extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::registry().with(
+            tracing_subscriber::fmt::layer()
+                .json()
+                .with_current_span(false)
+                .fmt_fields(super::SpanJsonFields)
+                .with_writer(move || writer.clone()),
+        );
+        tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::info_span!(
+                "request",
+                otel.name = "GET /x",
+                trace_id = tracing::field::Empty
+            );
+            span.record("trace_id", "4bf92f3577b34da6a3ce929d0e0e4736");
+            span.in_scope(|| tracing::info!(n = 1, "inside"));
+        });
+        let text = String::from_utf8(buffer.0.lock().expect("buffer").clone()).expect("utf-8");
+        let line: serde_json::Value = serde_json::from_str(text.trim()).expect("one JSON line");
+        let request = &line["spans"][0];
+        assert_eq!(request["name"], "request", "{line}");
+        assert_eq!(request["otel.name"], "GET /x", "{line}");
+        assert_eq!(
+            request["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736",
+            "{line}"
+        );
+        assert_eq!(line["fields"]["message"], "inside", "{line}");
     }
 }

@@ -31,8 +31,6 @@ pub struct Span {
     pub span_id: String,
     /// Lower-case hex; empty for a root span.
     pub parent: String,
-    /// When it started, in nanoseconds since the Unix epoch.
-    pub start_unix_nano: u64,
     /// When it ended, in nanoseconds since the Unix epoch.
     pub end_unix_nano: u64,
 }
@@ -142,7 +140,6 @@ impl TraceService for Store {
                     name: span.name,
                     trace_id: hex::encode(&span.trace_id),
                     span_id: hex::encode(&span.span_id),
-                    start_unix_nano: span.start_time_unix_nano,
                     end_unix_nano: span.end_time_unix_nano,
                     parent: hex::encode(&span.parent_span_id),
                 });

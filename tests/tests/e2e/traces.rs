@@ -8,7 +8,7 @@ use std::{collections::HashMap, time::Duration};
 
 use serde_json::json;
 use taskforce_tests::{
-    StackOptions,
+    Stack, StackOptions,
     otlp::{Receiver, Span as Got},
     wait::eventually,
 };
@@ -28,21 +28,27 @@ turns:
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CLIENT_SPAN: &str = "00f067aa0ba902b7";
 
-#[tokio::test]
-async fn one_run_is_one_trace_across_gateway_executor_and_registry() {
-    let received = Receiver::start().await.expect("the OTLP receiver starts");
-    let url = received.url();
+/// The full stack on the script, exporting to `received` every `schedule_delay_ms`, with an
+/// agent `agent_id` that may use `file_read`.
+async fn traced_stack(received: &Receiver, schedule_delay_ms: &str, agent_id: &str) -> Stack {
     let stack = StackOptions::full()
         .with_executor()
         .llm_script(SCRIPT)
-        .env_all("OTEL_EXPORTER_OTLP_ENDPOINT", url)
-        .env_all("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .env_all("OTEL_EXPORTER_OTLP_ENDPOINT", received.url())
+        .env_all("OTEL_BSP_SCHEDULE_DELAY", schedule_delay_ms)
         .spawn()
         .await
         .expect("stack starts");
-    let mut body = agent_json("traced");
+    let mut body = agent_json(agent_id);
     body["tool_allowlist"] = json!(["file_read"]);
     assert_eq!(create(&stack, &body).await.status, 201);
+    stack
+}
+
+#[tokio::test]
+async fn one_run_is_one_trace_across_gateway_executor_and_registry() {
+    let received = Receiver::start().await.expect("the OTLP receiver starts");
+    let stack = traced_stack(&received, "100", "traced").await;
     let workspace = stack.executor_workspace("traced");
     std::fs::create_dir_all(&workspace).expect("workspace");
     std::fs::write(workspace.join("notes.txt"), "the traced notes").expect("notes");
@@ -190,17 +196,7 @@ async fn without_an_endpoint_nothing_is_exported_or_complained_about() {
 async fn a_stopping_service_exports_the_spans_it_still_holds() {
     let received = Receiver::start().await.expect("the OTLP receiver starts");
     // No export on the schedule within this test: only a stop sends the batch.
-    let mut stack = StackOptions::full()
-        .with_executor()
-        .llm_script(SCRIPT)
-        .env_all("OTEL_EXPORTER_OTLP_ENDPOINT", received.url())
-        .env_all("OTEL_BSP_SCHEDULE_DELAY", "600000")
-        .spawn()
-        .await
-        .expect("stack starts");
-    let mut body = agent_json("flushed");
-    body["tool_allowlist"] = json!(["file_read"]);
-    assert_eq!(create(&stack, &body).await.status, 201);
+    let mut stack = traced_stack(&received, "600000", "flushed").await;
     let r = stack
         .http()
         .post(stack.url("/api/v1/execute"))

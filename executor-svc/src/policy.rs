@@ -4,10 +4,14 @@
 //! environment) and carried by every run; a run's [`Mode`] (from the request, else none) picks
 //! the rules:
 //! - `readOnly`: only reads. A call reads when it is a read-only native tool, or when its
-//!   command (an MCP tool's command line, or its name) holds a read verb
-//!   (`get|list|show|status|export`) and no deny verb
-//!   (`remove|delete|set|add|grant|revoke|update|create|disable|enable`). Deny verbs are always
-//!   refused here, whatever the allowlist says.
+//!   command reads: an MCP tool's command line reads when the verb of every command in it (the
+//!   last word of its command path, the words before its first option: `get` in
+//!   `m365 spo site get --url …`) is a read verb (`get|list|show|status|export`) and no word of
+//!   the path is a deny verb (`remove|delete|set|add|grant|revoke|update|create|disable|enable`);
+//!   option values never count, so `--subject "weekly status"` does not make a `send` a read and
+//!   `--url …/sites/add-ins` does not make a `get` a write. A tool without a command line reads
+//!   when its name holds a read verb and no deny verb (`get_current_time`). Deny verbs are
+//!   always refused here, whatever the allowlist says.
 //! - `default`: reads, plus the writes the operator allowlisted.
 //! - `safeWrite`: reads, plus allowlisted writes only with the user's confirmation of that exact
 //!   call ([`Decision::Confirm`] names it by a stable id).
@@ -21,42 +25,7 @@ use std::collections::HashSet;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-/// How much a run may change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Mode {
-    /// Reads only.
-    ReadOnly,
-    /// Reads and allowlisted writes.
-    Default,
-    /// Reads, and allowlisted writes the user confirmed.
-    SafeWrite,
-}
-
-impl Mode {
-    /// The wire spelling (`readOnly`, `default`, `safeWrite`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::ReadOnly => "readOnly",
-            Self::Default => "default",
-            Self::SafeWrite => "safeWrite",
-        }
-    }
-
-    /// Parses the wire spelling (case-insensitive, `-`/`_` ignored: `read_only` works too).
-    pub fn parse(text: &str) -> Option<Self> {
-        let plain: String = text
-            .chars()
-            .filter(|c| *c != '-' && *c != '_')
-            .flat_map(char::to_lowercase)
-            .collect();
-        match plain.as_str() {
-            "readonly" => Some(Self::ReadOnly),
-            "default" => Some(Self::Default),
-            "safewrite" => Some(Self::SafeWrite),
-            _ => None,
-        }
-    }
-}
+pub use taskforce_proto::mode::Mode;
 
 /// What the policy says about one call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -214,6 +183,40 @@ fn words(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// Characters that end one command of a command line and may start another (`;`, `&&`, `|`,
+/// a subshell, a redirection, a new line).
+fn separates_commands(c: char) -> bool {
+    matches!(
+        c,
+        ';' | '&' | '|' | '\n' | '\r' | '`' | '$' | '(' | ')' | '<' | '>'
+    )
+}
+
+/// A word of a command path: a letter, then letters, digits, `-` or `_` (`spo`, `m365`,
+/// `app-setup-policy`). Anything else (an option, a quoted value, a URL) ends the path.
+fn is_path_word(token: &str) -> bool {
+    let mut chars = token.chars();
+    chars.next().is_some_and(char::is_alphabetic)
+        && chars.all(|c| c.is_alphanumeric() || c == '-' || c == '_')
+}
+
+/// The command paths of a command line, lower-cased: for each command in it, the words before
+/// its first token that is not a path word (`m365 spo site get --url x; m365 status` gives
+/// `[m365, spo, site, get]` and `[m365, status]`). A command that starts with something else
+/// (a quote, a path, a variable) has an empty path.
+fn command_paths(line: &str) -> Vec<Vec<String>> {
+    line.split(separates_commands)
+        .filter(|command| !command.trim().is_empty())
+        .map(|command| {
+            command
+                .split_whitespace()
+                .take_while(|t| is_path_word(t))
+                .map(str::to_lowercase)
+                .collect()
+        })
+        .collect()
+}
+
 impl Policy {
     /// The policy of `config`.
     pub fn new(config: &PolicyConfig) -> Self {
@@ -281,30 +284,53 @@ impl Policy {
                 }
             }
             "file_write" | "python" | "powershell" => write(tool.to_owned(), false),
-            _ => {
-                // An MCP tool: its command line when it has one, else its name.
-                let command = self
-                    .command_of(arguments)
-                    .map_or_else(|| tool.to_owned(), |c| format!("{tool} {c}"));
-                let verbs = words(&command);
-                let denied = verbs.iter().any(|w| self.deny.contains(w));
-                if !denied && verbs.iter().any(|w| self.read.contains(w)) {
-                    Access::Read
-                } else {
-                    write(command, denied)
+            _ => match self.command_of(arguments) {
+                // An MCP tool with a command line: each command's path decides.
+                Some(line) => {
+                    let paths = command_paths(&line);
+                    let denied = paths
+                        .iter()
+                        .flatten()
+                        .any(|w| words(w).iter().any(|w| self.deny.contains(w)));
+                    let reads = !paths.is_empty()
+                        && paths
+                            .iter()
+                            .all(|p| p.last().is_some_and(|verb| self.read.contains(verb)));
+                    if !denied && reads {
+                        Access::Read
+                    } else {
+                        write(format!("{tool} {line}"), denied)
+                    }
                 }
-            }
+                // Without one, its name (chosen by the server, not the model).
+                None => {
+                    let verbs = words(tool);
+                    let denied = verbs.iter().any(|w| self.deny.contains(w));
+                    if !denied && verbs.iter().any(|w| self.read.contains(w)) {
+                        Access::Read
+                    } else {
+                        write(tool.to_owned(), denied)
+                    }
+                }
+            },
         }
     }
 
-    /// Whether the operator allowlisted this write: its tool by name, or a command prefix.
+    /// Whether the operator allowlisted this write: its tool by name, or every command in it by
+    /// its command path (an entry's words in a row in the path: `spo list add` allows
+    /// `m365 spo list add --title x`, never a command that only mentions them in an option).
     fn allowlisted(&self, tool: &str, command: &str) -> bool {
-        let command = words(command);
-        let tool = tool.to_lowercase();
-        self.allow.iter().any(|entry| {
-            (entry.len() == 1 && entry[0] == tool)
-                || command.windows(entry.len()).any(|w| w == entry.as_slice())
-        })
+        let tool = words(tool);
+        let paths: Vec<Vec<String>> = command_paths(command)
+            .iter()
+            .map(|path| words(&path.join(" ")))
+            .collect();
+        let listed = |path: &[String]| {
+            self.allow
+                .iter()
+                .any(|entry| path.windows(entry.len()).any(|w| w == entry.as_slice()))
+        };
+        self.allow.contains(&tool) || (!paths.is_empty() && paths.iter().all(|p| listed(p)))
     }
 
     /// Checks one call in `mode` (`None`: a run without a mode; its allowlist is the policy).
@@ -430,6 +456,78 @@ mod tests {
     }
 
     #[test]
+    fn a_command_is_judged_by_its_verb_never_by_its_option_values() {
+        let p = Policy::default();
+        let run = |command: &str| {
+            check(
+                &p,
+                Mode::ReadOnly,
+                "m365_run_command",
+                json!({ "command": command }),
+            )
+        };
+        // Reads whose option values hold deny words.
+        for command in [
+            "m365 spo site get --url https://contoso.sharepoint.com/sites/add-ins",
+            "m365 entra user list --displayName 'Set Remove'",
+            "m365 spo site get --url x && m365 status",
+        ] {
+            assert!(allowed(&run(command)), "{command}");
+        }
+        // Writes whose option values hold read words, and writes hidden after a read.
+        for command in [
+            "m365 outlook mail send --to boss@contoso.com --subject 'Weekly status' --bodyContents 'hi'",
+            "m365 teams message send --message list",
+            "m365 spo site get --url x; m365 outlook mail send --to y",
+            "m365 spo site get --url $(m365 spo site remove --url y)",
+            "m365 spo site get | m365 spo file move",
+            "'m365' spo site get",
+            "   ",
+        ] {
+            assert!(
+                matches!(run(command), Decision::Block { .. }),
+                "{command:?}"
+            );
+        }
+        let Decision::Block { reason } = run("m365 spo site get --url $(m365 spo site remove)")
+        else {
+            panic!("a hidden remove is blocked");
+        };
+        assert!(reason.contains("denied verb"), "{reason}");
+    }
+
+    #[test]
+    fn an_allowlist_entry_matches_the_command_path_of_every_command() {
+        let config = PolicyConfig::from_lookup(|k| {
+            (k == "AGENT_WRITE_ALLOWLIST").then(|| "spo list add, git push".to_owned())
+        });
+        let p = Policy::new(&config);
+        let run = |command: &str| check(&p, Mode::Default, "m365", json!({ "command": command }));
+        assert!(allowed(&run("m365 spo list add --title Tasks")));
+        assert!(allowed(&run(
+            "spo list add --title a && spo list add --title b"
+        )));
+        for command in [
+            "m365 outlook mail send --subject 'spo list add'",
+            "m365 spo list add --title a; m365 spo site remove --url x",
+        ] {
+            assert!(!allowed(&run(command)), "{command}");
+        }
+        assert!(allowed(&check(
+            &p,
+            Mode::Default,
+            "git",
+            json!({"args": ["push", "origin", "main"]})
+        )));
+        assert!(!allowed(&check(
+            &p,
+            Mode::Default,
+            "git",
+            json!({"args": ["commit", "-m", "git push"]})
+        )));
+    }
+
+    #[test]
     fn default_runs_only_allowlisted_writes_and_read_only_ignores_the_allowlist() {
         let config = PolicyConfig::from_lookup(|k| {
             (k == "AGENT_WRITE_ALLOWLIST").then(|| "file_write, spo list add".to_owned())
@@ -499,7 +597,7 @@ mod tests {
     }
 
     #[test]
-    fn without_a_mode_the_allowlist_is_the_policy_and_modes_parse_loosely() {
+    fn without_a_mode_the_allowlist_is_the_policy() {
         let args = json!({"code": "1"});
         let call = Call {
             agent_id: "a",
@@ -510,10 +608,6 @@ mod tests {
             Policy::default().check(None, call, &HashSet::new()),
             Decision::Allow
         );
-        assert_eq!(Mode::parse("readOnly"), Some(Mode::ReadOnly));
-        assert_eq!(Mode::parse("read_only"), Some(Mode::ReadOnly));
-        assert_eq!(Mode::parse("SAFEWRITE"), Some(Mode::SafeWrite));
-        assert_eq!(Mode::parse("yolo"), None);
         assert_eq!(
             confirmation_id("t", &json!({"b": 1, "a": 2})),
             confirmation_id("t", &json!({"a": 2, "b": 1}))

@@ -149,6 +149,9 @@ impl Config {
                 "--request-timeout-secs must be at least 1".into(),
             ));
         }
+        taskforce_proto::mode::Mode::parse(&self.agent_default_mode).map_err(|e| {
+            GatewayError::Config(format!("--agent-default-mode (AGENT_DEFAULT_MODE): {e}"))
+        })?;
         Ok(())
     }
 
@@ -204,5 +207,23 @@ mod tests {
             ..Config::default()
         };
         assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn an_unknown_default_mode_is_refused_at_start_and_named() {
+        let c = Config {
+            agent_default_mode: "yolo".into(),
+            ..Config::default()
+        };
+        let Err(e) = c.validate() else {
+            panic!("yolo is no mode");
+        };
+        assert!(e.to_string().contains("AGENT_DEFAULT_MODE"), "{e}");
+        assert!(e.to_string().contains("`yolo` is not a mode"), "{e}");
+        let c = Config {
+            agent_default_mode: "safe_write".into(),
+            ..Config::default()
+        };
+        assert!(c.validate().is_ok());
     }
 }

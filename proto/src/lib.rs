@@ -7,6 +7,7 @@
 //! - [`error`]: error kinds with one mapping to gRPC codes and one to HTTP statuses.
 //! - [`json`]: `google.protobuf.Struct` ⇄ `serde_json::Value`.
 //! - [`mcp_config`]: the rules of one MCP server entry.
+//! - [`mode`]: the policy modes of a run (`readOnly`, `default`, `safeWrite`).
 //! - [`page_token`]: the page tokens of agent lists.
 //!
 //! No I/O and no business logic live here.
@@ -16,6 +17,7 @@ pub mod error;
 pub mod ids;
 pub mod json;
 pub mod mcp_config;
+pub mod mode;
 pub mod page_token;
 
 /// Generated code for the `taskforce.v1` package.

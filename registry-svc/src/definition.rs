@@ -27,9 +27,6 @@ pub const MAX_PATH: usize = 4096;
 pub const MAX_SUBAGENT_ID: usize = 64 - "agent_".len();
 /// Longest allowed `model` alias.
 pub const MAX_MODEL: usize = 128;
-/// The policy modes a definition may name as the default of its runs, in the spelling the
-/// registry stores and serves.
-pub const MODES: [&str; 3] = ["readOnly", "default", "safeWrite"];
 /// Most ids listed in `available_agents` of the `invalid_subagents` error: the error travels in
 /// gRPC trailers, which clients cap (16 KiB by default), and a registry may hold thousands of
 /// agents.
@@ -114,8 +111,9 @@ pub struct CustomAgentFile {
     /// only checks its shape.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
-    /// The policy mode runs of this agent default to (a request's mode wins); one of [`MODES`],
-    /// accepted in any case and with `-`/`_` ignored. Empty or absent: no default.
+    /// The policy mode runs of this agent default to (a request's mode wins): `readOnly`,
+    /// `default` or `safeWrite`, accepted in any case and with `-`/`_` ignored. Empty or
+    /// absent: no default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
     /// The agent's role in a team, free text.
@@ -386,16 +384,12 @@ fn check_model(model: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// The stored spelling of a policy mode (one of [`MODES`]): `text` is matched
-/// case-insensitively with `-` and `_` ignored, so `read_only` and `READONLY` are `readOnly`.
-/// `None` when it names no mode.
+/// The stored spelling of a policy mode: `text` is matched case-insensitively with `-` and `_`
+/// ignored, so `read_only` and `READONLY` are `readOnly`. `None` when it names no mode.
 pub fn canonical_mode(text: &str) -> Option<&'static str> {
-    let plain: String = text
-        .chars()
-        .filter(|c| !matches!(c, '-' | '_'))
-        .flat_map(char::to_lowercase)
-        .collect();
-    MODES.into_iter().find(|m| m.to_ascii_lowercase() == plain)
+    taskforce_proto::mode::Mode::parse(text)
+        .ok()
+        .map(taskforce_proto::mode::Mode::as_str)
 }
 
 /// The `invalid_subagents` error for the `unknown` entries of agent `id`'s `subagents`, listing

@@ -206,14 +206,21 @@ pub fn processes_with_args(argv: &[&str]) -> Vec<u32> {
 /// User plus system CPU clock ticks (1/100 s) of process `pid` so far, all threads (0 when
 /// unknown).
 pub fn cpu_ticks(pid: u32) -> u64 {
+    let (user, system) = cpu_ticks_split(pid);
+    user + system
+}
+
+/// User and system CPU clock ticks (1/100 s) of process `pid` so far, all threads ((0, 0) when
+/// unknown).
+pub fn cpu_ticks_split(pid: u32) -> (u64, u64) {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|s| {
             let (_, rest) = s.rsplit_once(')')?;
             let f: Vec<&str> = rest.split_whitespace().collect();
-            Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+            Some((f.get(11)?.parse().ok()?, f.get(12)?.parse().ok()?))
         })
-        .unwrap_or(0)
+        .unwrap_or((0, 0))
 }
 
 /// True while `/proc` has an entry for `pid` (a running process, or a zombie not yet reaped).

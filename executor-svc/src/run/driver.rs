@@ -117,7 +117,7 @@ impl Run {
                 .mode
                 .as_deref()
                 .or(self.agent.mode.as_deref())
-                .and_then(crate::policy::Mode::parse),
+                .and_then(|m| crate::policy::Mode::parse(m).ok()),
             confirmations: Arc::new(std::sync::Mutex::new(super::Confirmations {
                 granted: std::mem::take(&mut self.confirmations),
                 issued: std::mem::take(&mut self.session.confirmations_issued),

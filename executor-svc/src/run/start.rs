@@ -62,12 +62,10 @@ impl Runner {
         let model_name = non_empty(request.model);
         let mode = match non_empty(request.mode) {
             None => None,
-            Some(text) => Some(crate::policy::Mode::parse(&text).ok_or_else(|| {
-                ExecutorError::invalid(
-                    "mode",
-                    format!("`{text}` is not a mode; use readOnly, default or safeWrite"),
-                )
-            })?),
+            Some(text) => Some(
+                crate::policy::Mode::parse(&text)
+                    .map_err(|e| ExecutorError::invalid("mode", e.to_string()))?,
+            ),
         };
         let confirmations = confirmations(request.confirmations)?;
         let no_tools = request.no_tools.unwrap_or(false);

@@ -62,9 +62,17 @@ const DENY_VERBS: [&str; 10] = [
     "remove", "delete", "set", "add", "grant", "revoke", "update", "create", "disable", "enable",
 ];
 
+/// A read whose option value holds a deny word, and a write whose option value holds a read
+/// word: the command's verb decides, never its option values.
+const OPTION_VALUE_CALLS: [&str; 2] = [
+    r#"{name: ops_run, id: url, arguments: {command: "ops widget get --url https://x.example/sites/add-ins"}}"#,
+    r#"{name: ops_run, id: send, arguments: {command: "ops widget send --subject 'weekly status'"}}"#,
+];
+
 fn ops_script() -> String {
     let mut calls =
         vec![r#"{name: ops_run, id: read, arguments: {command: "ops widget list"}}"#.to_owned()];
+    calls.extend(OPTION_VALUE_CALLS.map(str::to_owned));
     for verb in DENY_VERBS {
         calls.push(format!(
             r#"{{name: ops_run, id: {verb}, arguments: {{command: "ops widget {verb} --name w"}}}}"#
@@ -78,6 +86,18 @@ fn ops_script() -> String {
             .collect::<Vec<_>>()
             .join("\n")
     )
+}
+
+/// The commands the fixture server ran, sorted: calls of one turn run concurrently, so their
+/// order in its log is not theirs.
+fn commands_ran(log: &Path) -> Vec<String> {
+    let mut lines: Vec<String> = std::fs::read_to_string(log)
+        .expect("the fixture's log")
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    lines.sort();
+    lines
 }
 
 /// Runs `opsbot` in `mode`; the tool results by call id (`tool_end` or `tool_error`, text).
@@ -148,14 +168,26 @@ async fn a_global_server_is_inventoried_checked_policed_per_mode_and_reconnected
         json!([{"type": "global", "name": "ops"}])
     );
 
-    // readOnly: the read runs, every deny verb is refused, allowlisted or not.
+    // readOnly: the reads run, every deny verb is refused, allowlisted or not, and so is a
+    // write whose option value holds a read word.
     let results = ops_run(&stack, "readOnly").await;
-    assert_eq!(results.len(), 11, "{results:?}");
+    assert_eq!(results.len(), 13, "{results:?}");
     for (id, event, text) in &results {
         if id == "read" {
             assert_eq!(
                 (event.as_str(), text.as_str()),
                 ("tool_end", "ran: ops widget list")
+            );
+        } else if id == "url" {
+            assert_eq!(
+                event, "tool_end",
+                "a get reads whatever its URL holds: {text}"
+            );
+        } else if id == "send" {
+            assert_eq!(event, "tool_error", "{text}");
+            assert!(
+                text.starts_with("policy_blocked: readOnly mode") && text.contains("not a read"),
+                "{text}"
             );
         } else {
             assert_eq!(event, "tool_error", "{id}: {text}");
@@ -170,29 +202,27 @@ async fn a_global_server_is_inventoried_checked_policed_per_mode_and_reconnected
         }
     }
     assert_eq!(
-        std::fs::read_to_string(&ran).expect("ran"),
-        "ops widget list\n"
+        commands_ran(&ran),
+        [
+            "ops widget get --url https://x.example/sites/add-ins",
+            "ops widget list"
+        ]
     );
 
     // default: the allowlisted write runs too, nothing else.
     let results = ops_run(&stack, "default").await;
     for (id, event, text) in &results {
         match id.as_str() {
-            "read" | "add" => assert_eq!(event, "tool_end", "{id}: {text}"),
+            "read" | "url" | "add" => assert_eq!(event, "tool_end", "{id}: {text}"),
             _ => assert!(text.contains("has not allowlisted"), "{id}: {text}"),
         }
     }
-    // Calls of one turn run concurrently: their order in the file is not theirs.
-    let mut lines: Vec<String> = std::fs::read_to_string(&ran)
-        .expect("ran")
-        .lines()
-        .map(str::to_owned)
-        .collect();
-    lines.sort();
     assert_eq!(
-        lines,
+        commands_ran(&ran),
         [
             "ops widget add --name w",
+            "ops widget get --url https://x.example/sites/add-ins",
+            "ops widget get --url https://x.example/sites/add-ins",
             "ops widget list",
             "ops widget list"
         ]

@@ -473,6 +473,8 @@ async fn run(args: &Args, n: usize) -> anyhow::Result<Vec<(String, String)>> {
         format!("{}; server CPU {cpu} µs/create", lat.summary()),
     ));
 
+    rows.push(durable_write_floor(&stack, args.creates).await?);
+
     let lat = sequential(args.creates, |i| {
         let mut c = client.clone();
         async move {
@@ -493,6 +495,47 @@ async fn run(args: &Args, n: usize) -> anyhow::Result<Vec<(String, String)>> {
     rows.extend(rss_rows(&stack, "RSS idle after the runs above"));
     drop(stack);
     Ok(rows)
+}
+
+/// The floor under a durable create's CPU on this machine: the registry's own atomic write
+/// (`files::write_atomic`: temp file, write, fsync, rename, directory fsync) of an agent's
+/// YAML, `n` times into a directory of the stack's temp dir (the file system its registry
+/// writes to, outside the watched config dir), in this process and nothing else: no HTTP, no
+/// gRPC, no sled, no watcher. Returns its row.
+async fn durable_write_floor(
+    stack: &taskforce_tests::Stack,
+    n: usize,
+) -> anyhow::Result<(String, String)> {
+    let dir = stack.root().join("write-floor");
+    let staging = dir.join(registry_svc::files::STAGING);
+    std::fs::create_dir_all(&dir)?;
+    let yaml = std::fs::read(stack.custom_dir().join("rest-created-00000.yaml"))
+        .context("reading a YAML file the REST creates wrote")?;
+    let (user, system) = tokio::task::spawn_blocking(move || {
+        let me = std::process::id();
+        let (u0, s0) = taskforce_tests::process::cpu_ticks_split(me);
+        for i in 0..n {
+            let path = dir.join(format!("floor-{i:05}.yaml"));
+            registry_svc::files::write_atomic(&path, &yaml, &staging)
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
+        let (u1, s1) = taskforce_tests::process::cpu_ticks_split(me);
+        std::fs::remove_dir_all(&dir)?;
+        anyhow::Ok((u1.saturating_sub(u0), s1.saturating_sub(s0)))
+    })
+    .await??;
+    #[allow(clippy::cast_precision_loss)]
+    let us = |ticks: u64| ticks as f64 * 10_000.0 / n.max(1) as f64;
+    Ok((
+        "the same durable YAML write alone, in-process (write_atomic: fsync, rename, dir fsync)"
+            .into(),
+        format!(
+            "CPU {:.0} µs/write (user {:.0}, kernel {:.0})",
+            us(user + system),
+            us(user),
+            us(system)
+        ),
+    ))
 }
 
 /// `GET url`, failing unless it answers 2xx, with its whole body received.

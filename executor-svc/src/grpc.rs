@@ -10,7 +10,10 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 use tracing::instrument;
 
-use crate::{ExecutorError, run::Runner, run::StreamItem};
+use crate::{
+    ExecutorError,
+    run::{Runner, StreamItem, check_session_id},
+};
 
 /// The gRPC service.
 #[derive(Debug, Clone)]
@@ -62,6 +65,7 @@ impl Executor for ExecutorService {
         request: Request<CancelRequest>,
     ) -> Result<Response<CancelResponse>, Status> {
         let id = request.into_inner().session_id;
+        check_session_id(&id).map_err(|e| e.to_status())?;
         let cancelled = self.runner.cancel(&id);
         if !cancelled
             && self
@@ -83,6 +87,7 @@ impl Executor for ExecutorService {
         request: Request<GetSessionRequest>,
     ) -> Result<Response<Session>, Status> {
         let id = request.into_inner().session_id;
+        check_session_id(&id).map_err(|e| e.to_status())?;
         match self.runner.session(&id).map_err(|e| e.to_status())? {
             Some(session) => Ok(Response::new(session.to_proto())),
             None => {
@@ -94,6 +99,7 @@ impl Executor for ExecutorService {
     #[instrument(level = "debug", skip_all, fields(session_id = %request.get_ref().session_id))]
     async fn get_plan(&self, request: Request<GetPlanRequest>) -> Result<Response<Plan>, Status> {
         let id = request.into_inner().session_id;
+        check_session_id(&id).map_err(|e| e.to_status())?;
         match self.runner.plan(&id).map_err(|e| e.to_status())? {
             Some(plan) => Ok(Response::new(crate::session::plan_to_proto(&plan))),
             None => {

@@ -75,7 +75,8 @@ pub struct AnswerBody {
     #[serde(default)]
     pub answer: String,
     /// Answers by question key, for a question with `items`. Strings are passed as they are;
-    /// any other JSON value is passed as its compact JSON text.
+    /// `null` (like an empty string) is no answer: the question's default, else it is asked
+    /// again; any other JSON value is passed as its compact JSON text.
     #[serde(default)]
     #[schema(value_type = Option<HashMap<String, Object>>)]
     pub answers: Option<Map<String, Value>>,
@@ -93,6 +94,7 @@ fn answer_request(session_id: String, body: AnswerBody) -> Result<v1::AnswerRequ
         .map(|(key, value)| {
             let text = match value {
                 Value::String(s) => s,
+                Value::Null => String::new(),
                 other => other.to_string(),
             };
             (key, text)

@@ -176,7 +176,7 @@ impl Patch {
     }
 
     /// The ops as JSON, for a conflict's `rejected_ops`.
-    pub(super) fn ops_json(&self) -> Vec<Value> {
+    pub fn ops_json(&self) -> Vec<Value> {
         self.ops.iter().map(Op::to_json).collect()
     }
 }

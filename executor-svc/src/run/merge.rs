@@ -12,27 +12,43 @@ use crate::{
     tools::{ToolError, ToolOutcome},
 };
 
-/// Merges `author`'s patch (JSON) into the plan and says how it went, for the model: applied
-/// with the new version, or the seed's 409 conflict / refusal with the current version and the
-/// rejected ops.
+/// Merges a sub-agent's (`author`'s) patch (JSON) into the plan and says how it went, for the
+/// model: applied with the new version, or the seed's 409 conflict / refusal with the current
+/// version and the rejected ops. A sub-agent's patch must name the version it was made from
+/// (`base_version`): without one it could overwrite what a sibling merged meanwhile, so it is a
+/// conflict like a stale one.
 pub(super) async fn merge(ctx: &RunCtx, author: &str, patch: &Value) -> Value {
+    let current_version = || ctx.orchestra.with(|o| o.plan.version);
     let parsed = match Patch::from_json(patch) {
-        Ok(p) => p,
+        Ok(parsed) => parsed,
         Err(message) => {
-            let rejection = json!({"applied": false, "error": "invalid", "status": 422,
-                "message": message});
-            ctx.sink
-                .emit(Event::PatchRejected(v1::PatchRejected {
-                    author: author.to_owned(),
-                    reason: "invalid".to_owned(),
-                    message,
-                    current_version: ctx.orchestra.with(|o| o.plan.version),
-                    rejected_ops_json: patch.get("ops").unwrap_or(patch).to_string(),
-                }))
-                .await;
-            return rejection;
+            let rejected_ops = match patch.get("ops").unwrap_or(patch) {
+                Value::Array(ops) => ops.clone(),
+                _ => Vec::new(),
+            };
+            let rejection = Rejection {
+                reason: RejectReason::Invalid,
+                message,
+                current_version: current_version(),
+                rejected_ops,
+            };
+            return refused(ctx, author, &rejection).await;
         }
     };
+    if parsed.base_version.is_none() {
+        let version = current_version();
+        let rejection = Rejection {
+            reason: RejectReason::Conflict,
+            message: format!(
+                "the patch names no base_version: a sub-agent's patch names the plan version it \
+                 was made from; the plan is at version {version}: read it and resend the patch \
+                 with base_version {version}"
+            ),
+            current_version: version,
+            rejected_ops: parsed.ops_json(),
+        };
+        return refused(ctx, author, &rejection).await;
+    }
     merge_parsed(ctx, author, &parsed).await
 }
 
@@ -56,16 +72,20 @@ async fn merge_parsed(ctx: &RunCtx, author: &str, parsed: &Patch) -> Value {
             ctx.sink.emit(plan_updated(&plan)).await;
             json!({"applied": true, "version": version, "plan_markdown": plan.render_markdown()})
         }
-        Err(rejection) => {
-            ctx.sink.emit(rejected(author, &rejection)).await;
-            let mut body = serde_json::to_value(&rejection).unwrap_or(Value::Null);
-            if let Some(body) = body.as_object_mut() {
-                body.insert("applied".to_owned(), Value::Bool(false));
-                body.insert("status".to_owned(), json!(status_of(&rejection)));
-            }
-            body
-        }
+        Err(rejection) => refused(ctx, author, &rejection).await,
     }
+}
+
+/// A refused patch: its `patch_rejected` event, and what the model reads (`applied: false`,
+/// the reason, its status, the current version and the rejected ops).
+async fn refused(ctx: &RunCtx, author: &str, rejection: &Rejection) -> Value {
+    ctx.sink.emit(rejected(author, rejection)).await;
+    let mut body = serde_json::to_value(rejection).unwrap_or(Value::Null);
+    if let Some(body) = body.as_object_mut() {
+        body.insert("applied".to_owned(), Value::Bool(false));
+        body.insert("status".to_owned(), json!(status_of(rejection)));
+    }
+    body
 }
 
 /// The HTTP-like status the seed names for a refused patch.

@@ -28,6 +28,7 @@ use std::{
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 pub use events::StreamItem;
+pub use start::check_session_id;
 
 use crate::{
     agent::AgentDef,

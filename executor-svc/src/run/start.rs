@@ -151,8 +151,9 @@ impl Runner {
         request: v1::AnswerRequest,
     ) -> Result<ReceiverStream<StreamItem>, ExecutorError> {
         check_session_id(&request.session_id)?;
-        let answers_given = request.answers.values().any(|v| !v.trim().is_empty());
-        if request.answer.trim().is_empty() && !answers_given {
+        // Blank answers by key count as not given (the question's default, else it is asked
+        // again), as the seed wants for missing fields; a request with neither says nothing.
+        if request.answer.trim().is_empty() && request.answers.is_empty() {
             return Err(ExecutorError::invalid(
                 "answer",
                 "must not be empty (or give `answers` by question key)",
@@ -217,11 +218,17 @@ impl Runner {
             };
             return self.launch(claim, session, agent, model, with).await;
         }
-        session.pending = None;
         let answer = match request.answers.into_values().find(|v| !v.trim().is_empty()) {
             Some(answer) if request.answer.trim().is_empty() => answer,
             _ => request.answer,
         };
+        if answer.trim().is_empty() {
+            return Err(ExecutorError::invalid(
+                "answers",
+                "every answer is empty: the question has no default to fall back on",
+            ));
+        }
+        session.pending = None;
         session.messages.push(Message::Tool {
             call_id: pending.call_id.clone(),
             name: pending.tool.clone(),
@@ -418,7 +425,8 @@ fn check_id(field: &'static str, id: &str) -> Result<(), ExecutorError> {
         .map_err(|e| ExecutorError::invalid(field, format!("`{id}`: {e}")))
 }
 
-fn check_session_id(id: &str) -> Result<(), ExecutorError> {
+/// A session id is 1-128 letters, digits, `-` and `_`; anything else is a 400 naming it.
+pub fn check_session_id(id: &str) -> Result<(), ExecutorError> {
     if taskforce_proto::ids::is_session_id(id) {
         Ok(())
     } else {

@@ -5,6 +5,8 @@
 //! - A planner delegates to sub-agents in parallel (one fails), merges a sub-agent's patch,
 //!   refuses an ownership violation and a stale base version (then retries), refuses a tampered
 //!   resume token; the plan endpoint shows all of it.
+//! - Sub-agent patches without a `base_version`, or with an op that does not exist, are refused
+//!   with the plan's version and the rejected ops; malformed session ids are a 400.
 //! - A question two levels down bubbles up as one consolidated question, survives a SIGKILL of
 //!   the executor, and the answer resumes the same sub-agent; the hop limit refuses a third level.
 
@@ -273,6 +275,135 @@ async fn a_planner_delegates_merges_patches_and_refuses_what_it_must() {
         .find(|l| l.contains("\"agent_name\":\"builder\"") && l.contains("\"tool call\""))
         .expect("the builder's delegation is audited");
     assert!(audit.contains("\"patch_ops\":\"add_subtask\""), "{audit}");
+}
+
+const CURATOR: &str = r#"
+final_text: "Both tried."
+turns:
+  - tool_calls:
+      - name: agent_sloppy
+        arguments: {task: Add a task, task_id: sloppy-task}
+  - tool_calls:
+      - name: agent_garbled
+        arguments: {task: Remove a task, task_id: garbled-task}
+"#;
+
+/// A patch without `base_version`: made from no particular version, so it is a conflict.
+const SLOPPY: &str = r#"
+turns:
+  - text: '{"result": {}, "patch": {"ops": [{"op": "add", "task": {"id": "nb", "title": "No base"}}]}}'
+"#;
+
+/// A patch with an op that does not exist.
+const GARBLED: &str = r#"
+turns:
+  - text: '{"result": {}, "patch": {"base_version": 1, "ops": [{"op": "delete", "task_id": "nb"}]}}'
+"#;
+
+#[tokio::test]
+async fn sub_agent_patches_without_a_base_or_with_a_bad_op_are_refused_and_say_where_the_plan_is() {
+    let dir = tempfile::TempDir::new().expect("tmp");
+    let stack = stack(
+        dir.path(),
+        &[
+            ("curator", CURATOR),
+            ("sloppy", SLOPPY),
+            ("garbled", GARBLED),
+        ],
+    )
+    .await;
+    agent(&stack, "sloppy", &["file_read"], &[], "sloppy").await;
+    agent(&stack, "garbled", &["file_read"], &[], "garbled").await;
+    agent(
+        &stack,
+        "curator",
+        &["delegate_to_agent"],
+        &["sloppy", "garbled"],
+        "curator",
+    )
+    .await;
+    let mut sse = SseReader::open(
+        &stack,
+        "/api/v1/execute/stream",
+        &json!({"mission": "Curate the plan", "agent_id": "curator"}),
+    )
+    .await;
+    let events = sse.rest(RUN_TIMEOUT).await;
+    let names = event_names(&events);
+    assert!(names.ends_with(&["final_answer", "done"]), "{names:?}");
+    assert!(named(&events, "patch_applied").is_empty(), "{names:?}");
+
+    let rejected = named(&events, "patch_rejected");
+    let by = |author: &str| {
+        rejected
+            .iter()
+            .find(|e| e["author"] == author)
+            .unwrap_or_else(|| panic!("{author}'s patch is refused: {rejected:?}"))
+    };
+    assert_eq!(by("sloppy")["reason"], "conflict");
+    assert_eq!(by("sloppy")["current_version"], 1);
+    assert!(
+        by("sloppy")["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("base_version 1"),
+        "{}",
+        by("sloppy")
+    );
+    assert_eq!(by("garbled")["reason"], "invalid");
+
+    // What each sub-agent's caller reads: the status with the plan's version and the ops.
+    let ends = named(&events, "delegation_end");
+    let status = |agent: &str| {
+        ends.iter()
+            .find(|e| e["agent_id"] == agent)
+            .map(|e| e["result"]["patch_status"].clone())
+            .unwrap_or_else(|| panic!("{agent} ended: {ends:?}"))
+    };
+    let sloppy = status("sloppy");
+    assert_eq!(
+        (&sloppy["applied"], &sloppy["error"], &sloppy["status"]),
+        (&json!(false), &json!("conflict"), &json!(409)),
+        "{sloppy}"
+    );
+    assert_eq!(sloppy["rejected_ops"][0]["task"]["id"], "nb", "{sloppy}");
+    let garbled = status("garbled");
+    assert_eq!(
+        (&garbled["applied"], &garbled["error"], &garbled["status"]),
+        (&json!(false), &json!("invalid"), &json!(422)),
+        "{garbled}"
+    );
+    assert_eq!(garbled["current_version"], 1, "{garbled}");
+    assert_eq!(
+        garbled["rejected_ops"],
+        json!([{"op": "delete", "task_id": "nb"}]),
+        "{garbled}"
+    );
+
+    // Nothing merged; and a malformed session id is a 400 on every session route.
+    let session = events[0].1["session_id"].as_str().expect("session");
+    let plan = send(
+        stack
+            .http()
+            .get(stack.url(&format!("/api/v1/sessions/{session}/plan"))),
+    )
+    .await;
+    assert_eq!(plan.body["version"], 1, "{}", plan.text);
+    for (method, path) in [
+        ("GET", "/api/v1/sessions/a.b"),
+        ("GET", "/api/v1/sessions/a.b/plan"),
+        ("POST", "/api/v1/sessions/a.b/cancel"),
+    ] {
+        let url = stack.url(path);
+        let request = if method == "GET" {
+            stack.http().get(url)
+        } else {
+            stack.http().post(url)
+        };
+        let r = send(request).await;
+        assert_eq!(r.status, 400, "{method} {path}: {}", r.text);
+        assert_eq!(r.body["details"][0]["field"], "session_id", "{}", r.text);
+    }
 }
 
 const WAITER: &str = r#"
@@ -690,6 +821,31 @@ async fn parallel_questions_become_one_and_a_partial_answer_asks_for_the_rest() 
         .find(|e| e["agent_id"] == "asker-one")
         .expect("asker-one finished");
     assert_eq!(one["result"]["result"]["got"], "red", "{one}");
+
+    // `null` and blanks are no answer: a question without a default is asked again, never
+    // answered with the text "null".
+    for nothing in [json!(null), json!("  ")] {
+        let mut sse = SseReader::open(
+            &stack,
+            &path,
+            &json!({"answers": {"asker-two.colour": nothing}}),
+        )
+        .await;
+        let unanswered = sse.rest(RUN_TIMEOUT).await;
+        let names = event_names(&unanswered);
+        assert!(
+            names.ends_with(&["question", "done"]),
+            "{nothing}: {names:?}"
+        );
+        assert!(
+            named(&unanswered, "delegation_start").is_empty(),
+            "{nothing}: nobody resumes: {names:?}"
+        );
+        assert_eq!(
+            named(&unanswered, "question")[0]["items"][0]["key"],
+            "asker-two.colour"
+        );
+    }
 
     let mut sse = SseReader::open(
         &stack,

@@ -221,6 +221,18 @@ async fn answers_that_do_not_fit_the_session_are_refused_over_rest_with_clear_er
         .await
         .assert_error(400, "invalid_argument")
         .assert_names("answer");
+    // An ordinary question has no default: blank or null answers by key are a 400 too.
+    let blank = post(
+        answer_url.clone(),
+        json!({"answers": {"x": " ", "y": null}}),
+    )
+    .await;
+    blank.assert_error(400, "invalid_argument");
+    assert_eq!(
+        blank.body["details"][0]["field"], "answers",
+        "{}",
+        blank.text
+    );
     post(
         stack.url("/api/v1/sessions/no-such-session/answer"),
         json!({"answer": "EUR"}),

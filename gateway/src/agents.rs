@@ -8,7 +8,7 @@ use axum::{
 };
 use serde::Deserialize;
 use taskforce_proto::{
-    error::{ApiError, ErrorKind},
+    error::ApiError,
     v1,
 };
 use tracing::{error, instrument};
@@ -184,7 +184,7 @@ pub async fn list_agents(
     responses(
         (status = 200, description = "The agent", body = AgentJson,
             headers(("ETag" = String, description = "\"<version>\""))),
-        (status = 400, description = "Invalid agent_id", body = ErrorBody),
+        (status = 400, description = "Invalid agent_id, or the agent's definition file is invalid (the message names the file and the problem)", body = ErrorBody),
         (status = 404, description = "`not_found`", body = ErrorBody),
         (status = 503, description = "`unavailable`", body = ErrorBody),
         (status = 504, description = "`timeout`", body = ErrorBody)))]
@@ -193,15 +193,10 @@ pub async fn get_agent(
     State(state): State<AppState>,
     AgentId(id): AgentId,
 ) -> Result<Response, RestError> {
-    match state.agents.get(&id) {
-        Lookup::Found(Some(agent)) => return Ok(json_response(agent.json, Some(&agent.version))),
-        Lookup::Found(None) => {
-            return Err(RestError::new(
-                ErrorKind::NotFound,
-                format!("agent {id:?} not found"),
-            ));
-        }
-        Lookup::NotSynced => {}
+    // An agent the copy does not hold is asked of the registry: it knows whether a definition
+    // file for it exists but is invalid (a 400 naming the problem) or there is none (404).
+    if let Lookup::Found(Some(agent)) = state.agents.get(&id) {
+        return Ok(json_response(agent.json, Some(&agent.version)));
     }
     let req = v1::GetAgentRequest { agent_id: id };
     let agent = state

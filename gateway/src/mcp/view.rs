@@ -66,9 +66,9 @@ pub struct AgentDetail {
     pub project: String,
     /// The task of the latest run; `null` when none.
     pub last_task: Option<String>,
-    /// RFC 3339 (empty for profile agents).
+    /// RFC 3339; the file's time for a profile, or a hand-written file without a valid one.
     pub created_at: String,
-    /// RFC 3339 (empty for profile agents).
+    /// RFC 3339; the file's time for a profile, or a hand-written file without a valid one.
     pub updated_at: String,
     /// Number of metadata fields.
     pub metadata_count: usize,
@@ -102,7 +102,7 @@ pub struct AgentSummary {
     pub project: String,
     /// The task of the latest run; `null` when none.
     pub last_task: Option<String>,
-    /// RFC 3339 (empty for profile agents).
+    /// RFC 3339; the file's time for a profile, or a hand-written file without a valid one.
     pub created_at: String,
     /// Number of metadata fields (all of them, not only those shown here).
     pub metadata_count: usize,

@@ -10,7 +10,7 @@ use taskforce_proto::{
 };
 
 use super::{DEFAULT_PAGE, MAX_PAGE, Store};
-use crate::{definition, error::Result};
+use crate::{definition, error::Result, files};
 
 impl Store {
     /// One agent: a custom agent, else a profile agent of that name.
@@ -20,7 +20,30 @@ impl Store {
                 return Ok(self.with_runtime(v1::Agent::decode(bytes.as_ref())?));
             }
         }
-        Err(ApiError::new(ErrorKind::NotFound, format!("agent {id:?} not found")).into())
+        Err(self.not_served(id).into())
+    }
+
+    /// Why `id` is not served: its definition file is invalid (the seed's 400 "agent config
+    /// invalid", naming the file and the reason), or there is none (404).
+    fn not_served(&self, id: &str) -> ApiError {
+        let file = format!("{id}.{}", files::EXT);
+        let broken = [AgentSource::Custom, AgentSource::Profile]
+            .into_iter()
+            .map(|source| self.rel(&self.dir_of(source).join(&file)))
+            .find_map(|rel| {
+                let diagnostics = self.diagnostics.lock().ok()?;
+                diagnostics.get(&rel).map(|reason| (rel, reason.clone()))
+            });
+        match broken {
+            Some((rel, reason)) => ApiError::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "agent {id:?} is not served: its definition file {rel} is invalid ({reason}); \
+                     fix the file (GET /api/v1/diagnostics lists every invalid file)"
+                ),
+            ),
+            None => ApiError::new(ErrorKind::NotFound, format!("agent {id:?} not found")),
+        }
     }
 
     /// One page of agents: profiles first, then custom agents, each by id.

@@ -10,6 +10,7 @@ use std::{
 
 use prost::Message;
 use taskforce_proto::{
+    error::ApiError,
     ids,
     v1::{self, AgentSource, agent_change::Kind as ChangeKind},
 };
@@ -197,8 +198,14 @@ impl Store {
         }
         match load(source, &id, version, &bytes) {
             Ok(mut agent) => {
-                if let Some(v1::agent::Kind::Profile(p)) = &mut agent.kind {
-                    (p.created_at, p.updated_at) = files::times(path);
+                match &mut agent.kind {
+                    Some(v1::agent::Kind::Profile(p)) => {
+                        (p.created_at, p.updated_at) = files::times(path);
+                    }
+                    Some(v1::agent::Kind::Custom(c)) => {
+                        served_times(&mut c.created_at, &mut c.updated_at, path);
+                    }
+                    None => {}
                 }
                 tree.insert(id.as_bytes(), agent.encode_to_vec())?;
                 self.forget_diagnostic(path);
@@ -277,19 +284,66 @@ fn load(source: AgentSource, id: &str, version: String, bytes: &[u8]) -> Result<
             let f: CustomAgentFile =
                 serde_yaml::from_slice(bytes).map_err(|e| format!("invalid YAML: {e}"))?;
             definition::validate(id, &f)
-                .map_err(|e| format!("invalid definition: {}", e.message))?;
+                .map_err(|e| format!("invalid definition: {}", with_named_entries(&e)))?;
             Ok(convert::custom_to_proto(id, version, &f))
         }
     }
 }
 
+/// A validation error's message with the entries it refused (`invalid_tools`,
+/// `invalid_subagents`, ...), which an API client reads from the error body but a diagnostic
+/// has only as text: `Unknown tool(s) in tool_allowlist: web_surf, fly`.
+fn with_named_entries(e: &ApiError) -> String {
+    let named: Vec<&str> = e
+        .extra
+        .iter()
+        .filter(|(key, _)| key.starts_with("invalid_"))
+        .filter_map(|(_, value)| value.as_array())
+        .flatten()
+        .filter_map(serde_json::Value::as_str)
+        .collect();
+    if named.is_empty() {
+        e.message.clone()
+    } else {
+        format!("{}: {}", e.message, named.join(", "))
+    }
+}
+
 /// Whether a cached agent has what a cache written by an older registry may lack: a profile's
-/// file times.
+/// file times, a custom agent's served times.
 fn has_times(agent: &v1::Agent) -> bool {
     match &agent.kind {
         Some(v1::agent::Kind::Profile(p)) => !p.updated_at.is_empty(),
-        Some(v1::agent::Kind::Custom(_)) | None => true,
+        Some(v1::agent::Kind::Custom(c)) => !c.created_at.is_empty() && !c.updated_at.is_empty(),
+        None => true,
     }
+}
+
+/// A custom agent's times as served: the registry writes both (RFC 3339) on every create and
+/// update; a hand-written file may leave them out or hold something else (`yesterday`), and
+/// then the file's own times stand in, so clients always get RFC 3339. The file is not changed.
+fn served_times(created_at: &mut String, updated_at: &mut String, path: &Path) {
+    if is_rfc3339(created_at) && is_rfc3339(updated_at) {
+        return;
+    }
+    let (created, modified) = files::times(path);
+    if !is_rfc3339(created_at) {
+        *created_at = created;
+    }
+    if !is_rfc3339(updated_at) {
+        *updated_at = modified;
+    }
+}
+
+/// The `created_at` an update keeps: the file's, as [`served_times`] serves it.
+pub(super) fn served_created_at(written: Option<String>, path: &Path) -> String {
+    written
+        .filter(|t| is_rfc3339(t))
+        .unwrap_or_else(|| files::times(path).0)
+}
+
+fn is_rfc3339(t: &str) -> bool {
+    chrono::DateTime::parse_from_rfc3339(t).is_ok()
 }
 
 fn is_not_profile(path: &Path) -> bool {

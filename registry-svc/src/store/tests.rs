@@ -122,6 +122,51 @@ fn a_hand_written_mode_is_served_canonically_and_an_unknown_one_is_skipped() -> 
 }
 
 #[test]
+fn hand_written_times_that_are_missing_or_not_rfc3339_are_served_as_the_files_times() -> Result<()>
+{
+    let dir = tempfile::tempdir().map_err(|e| RegistryError::io(Path::new("tmp"), e))?;
+    let root = dir.path().join("configs");
+    let custom = root.join("custom");
+    fs::create_dir_all(&custom).map_err(|e| RegistryError::io(&custom, e))?;
+    let body = "name: Reader\ndescription: Reads\nprompt: {system_prompt: p}\n\
+                tools: {allowlist: [file_read]}\n";
+    fs::write(custom.join("timeless.yaml"), body).map_err(|e| RegistryError::io(&custom, e))?;
+    let odd = format!("{body}created_at: yesterday\nupdated_at: '2026-11-20T08:00:00Z'\n");
+    fs::write(custom.join("odd.yaml"), &odd).map_err(|e| RegistryError::io(&custom, e))?;
+    let store = Store::open(&root, &dir.path().join("data"))?;
+    assert_eq!(store.reconcile_all()?.updated, 2);
+    let times = |id: &str| -> Result<(String, String)> {
+        let Some(v1::agent::Kind::Custom(c)) = store.get(id)?.kind else {
+            panic!("{id} is a custom agent");
+        };
+        Ok((c.created_at, c.updated_at))
+    };
+    let (file_created, file_modified) = files::times(&custom.join("timeless.yaml"));
+    assert!(file_created.ends_with('Z'), "{file_created}");
+    assert_eq!(times("timeless")?, (file_created, file_modified));
+    let (created, updated) = times("odd")?;
+    assert_eq!(updated, "2026-11-20T08:00:00Z", "a valid time is kept");
+    assert!(
+        chrono::DateTime::parse_from_rfc3339(&created).is_ok(),
+        "{created}"
+    );
+    // An update keeps the created_at clients saw, and the file then holds both.
+    let version = store.get("timeless")?.version;
+    let updated = store.update("timeless", agent_file(), &version, "2026-11-27T10:00:00Z")?;
+    let Some(v1::agent::Kind::Custom(c)) = updated.kind else {
+        panic!("a custom agent");
+    };
+    assert_eq!(c.created_at, times("timeless")?.0);
+    assert_ne!(c.created_at, "2026-11-27T10:00:00Z");
+    let written: CustomAgentFile = serde_yaml::from_slice(
+        &fs::read(custom.join("timeless.yaml")).map_err(|e| RegistryError::io(&custom, e))?,
+    )
+    .map_err(|e| RegistryError::Config(e.to_string()))?;
+    assert_eq!(written.created_at.as_deref(), Some(c.created_at.as_str()));
+    Ok(())
+}
+
+#[test]
 fn busy_holds_for_its_lease_and_survives_a_reopen() -> Result<()> {
     let dir = tempfile::tempdir().map_err(|e| RegistryError::io(Path::new("tmp"), e))?;
     let (root, data) = (dir.path().join("configs"), dir.path().join("data"));
@@ -338,10 +383,32 @@ fn a_path_reconcile_follows_a_file_and_names_what_is_wrong_with_it() -> Result<(
     assert_eq!(store.reconcile_path(&path)?.updated, 1);
     // The same content again changes nothing and tells nobody.
     assert_eq!(store.reconcile_path(&path)?.updated, 0);
-    fs::write(&path, "name: [unclosed").map_err(|e| RegistryError::io(&path, e))?;
+    // An unknown tool: the diagnostic names it, and asking for the agent says why it is not
+    // served (the seed's 400 "agent config invalid") instead of "not found".
+    fs::write(&path, body.replace("[file_read]", "[file_read, web_surf]"))
+        .map_err(|e| RegistryError::io(&path, e))?;
     let stats = store.reconcile_path(&path)?;
     assert_eq!((stats.invalid, stats.removed), (1, 1));
-    assert!(store.get("hand").is_err());
+    let diagnostics = store.diagnostics();
+    assert!(
+        diagnostics
+            .iter()
+            .any(|(p, e)| p.ends_with("hand.yaml") && e.ends_with(": web_surf")),
+        "{diagnostics:?}"
+    );
+    let Err(RegistryError::Api(refused)) = store.get("hand") else {
+        panic!("an invalid file is not served");
+    };
+    assert_eq!(refused.kind, ErrorKind::InvalidArgument, "{refused:?}");
+    assert!(
+        refused.message.contains("custom/hand.yaml") && refused.message.contains("web_surf"),
+        "{refused:?}"
+    );
+    assert_eq!(kind_of(store.get("nobody")), ErrorKind::NotFound);
+    fs::write(&path, "name: [unclosed").map_err(|e| RegistryError::io(&path, e))?;
+    let stats = store.reconcile_path(&path)?;
+    assert_eq!((stats.invalid, stats.removed), (1, 0));
+    assert_eq!(kind_of(store.get("hand")), ErrorKind::InvalidArgument);
     let diagnostics = store.diagnostics();
     assert!(
         diagnostics

@@ -54,10 +54,10 @@ impl Store {
         let _guard = self.lock();
         let current = self.read_current(id, &path, expected_version)?;
         let old = serde_yaml::from_slice::<CustomAgentFile>(&current).ok();
-        let created = old
-            .as_ref()
-            .and_then(|f| f.created_at.clone())
-            .unwrap_or_else(|| now.to_owned());
+        let created = super::reconcile::served_created_at(
+            old.as_ref().and_then(|f| f.created_at.clone()),
+            &path,
+        );
         def.agent_id = Some(id.to_owned());
         // The workspace id stays what clients have seen, also for files written by hand.
         def.workspace_id = Some(old.as_ref().map_or_else(

@@ -46,6 +46,12 @@ fn is_not_found(r: &Result<v1::Agent, tonic::Status>) -> bool {
     r.as_ref().is_err_and(|e| e.code() == Code::NotFound)
 }
 
+/// Not served because its file `rel` is invalid: the registry says so, naming the file.
+fn is_refused_as_invalid(r: &Result<v1::Agent, tonic::Status>, rel: &str) -> bool {
+    r.as_ref()
+        .is_err_and(|e| e.code() == Code::InvalidArgument && e.message().contains(rel))
+}
+
 #[tokio::test]
 async fn a_hand_written_file_is_served_changed_and_removed_within_a_second() {
     let stack = spawn_registry().await.expect("stack starts");
@@ -128,9 +134,10 @@ async fn invalid_files_are_skipped_and_listed_as_diagnostics_while_the_rest_keep
     }
 
     for id in ["broken-syntax", "wrong-types", "unknown-tool"] {
+        let got = get_agent(&stack, id).await;
         assert!(
-            is_not_found(&get_agent(&stack, id).await),
-            "{id} is served though invalid"
+            is_refused_as_invalid(&got, &format!("custom/{id}.yaml")),
+            "{id} is served though invalid, or not said to be: {got:?}"
         );
     }
     let ids: Vec<String> = grpc_list_all(&stack, AgentSource::Unspecified)
@@ -214,7 +221,7 @@ async fn a_served_agent_broken_by_hand_disappears_until_fixed() {
         EDIT_VISIBLE_WITHIN,
         "the broken seed",
         || get_agent(&stack, "invoice-extractor"),
-        is_not_found,
+        |r| is_refused_as_invalid(r, "custom/invoice-extractor.yaml"),
     )
     .await
     .expect_err("not served");
@@ -362,8 +369,14 @@ async fn an_alias_bomb_and_a_huge_file_are_skipped_with_diagnostics_and_memory_s
         found["custom/huge-file.yaml"].contains("larger than"),
         "{found:?}"
     );
-    assert!(is_not_found(&get_agent(&stack, "alias-bomb").await));
-    assert!(is_not_found(&get_agent(&stack, "huge-file").await));
+    assert!(is_refused_as_invalid(
+        &get_agent(&stack, "alias-bomb").await,
+        "custom/alias-bomb.yaml"
+    ));
+    assert!(is_refused_as_invalid(
+        &get_agent(&stack, "huge-file").await,
+        "larger than"
+    ));
     // The rest keeps serving, and the registry did not swallow either file.
     assert!(get_agent(&stack, SAMPLE_IDS[0]).await.is_ok());
     let after = rss_mib(pid);

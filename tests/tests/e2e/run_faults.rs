@@ -187,7 +187,7 @@ async fn malformed_tool_call_json_gets_an_error_result_and_the_run_goes_on() {
 }
 
 #[tokio::test]
-async fn a_definition_broken_by_hand_is_refused_as_not_found_until_it_is_fixed() {
+async fn a_definition_broken_by_hand_is_refused_naming_its_problem_until_it_is_fixed() {
     let stack = StackOptions::full()
         .with_executor()
         .spawn()
@@ -206,23 +206,28 @@ async fn a_definition_broken_by_hand_is_refused_as_not_found_until_it_is_fixed()
         hand_written_yaml("fragile", "Broken by hand.").replace("ask_user", "no_such_tool");
     std::fs::write(&file, broken).expect("hand edit");
     let gone = eventually(EDIT_VISIBLE_WITHIN * 4, STEP, || async {
-        (get(&stack, "fragile").await.status == 404).then_some(())
+        let r = get(&stack, "fragile").await;
+        (r.status == 400).then_some(r)
     })
-    .await;
-    assert!(gone.is_some(), "the registry drops the broken definition");
+    .await
+    .unwrap_or_else(|| panic!("the registry drops the broken definition\n{}", stack.logs()));
+    gone.assert_error(400, "invalid_argument")
+        .assert_names("custom/fragile.yaml");
     let d = send(stack.http().get(stack.url("/api/v1/diagnostics"))).await;
     assert!(d.text.contains("custom/fragile.yaml"), "{}", d.text);
 
-    // The executor follows the registry (its cache is evicted by the watch stream).
+    // The executor follows the registry (its cache is evicted by the watch stream); running it
+    // is the seed's 400 "agent config invalid", naming the file and what is wrong with it.
     let refused = eventually(EDIT_VISIBLE_WITHIN * 4, STEP, || async {
         let r = execute(&stack, &run).await;
-        (r.status == 404).then_some(r)
+        (r.status == 400).then_some(r)
     })
     .await
     .unwrap_or_else(|| panic!("execute keeps running the broken agent\n{}", stack.logs()));
     refused
-        .assert_error(404, "not_found")
-        .assert_names("fragile");
+        .assert_error(400, "invalid_argument")
+        .assert_names("custom/fragile.yaml")
+        .assert_names("no_such_tool");
     let stream = send(
         stack
             .http()
@@ -230,7 +235,7 @@ async fn a_definition_broken_by_hand_is_refused_as_not_found_until_it_is_fixed()
             .json(&run),
     )
     .await;
-    stream.assert_error(404, "not_found");
+    stream.assert_error(400, "invalid_argument");
     let grpc = stack
         .executor()
         .execute(v1::ExecuteRequest {
@@ -241,7 +246,14 @@ async fn a_definition_broken_by_hand_is_refused_as_not_found_until_it_is_fixed()
         })
         .await
         .expect_err("gRPC refuses it too");
-    assert_eq!(grpc.code(), tonic::Code::NotFound, "{grpc:?}");
+    assert_eq!(grpc.code(), tonic::Code::InvalidArgument, "{grpc:?}");
+    // A nonexistent agent is still a 404.
+    let r = execute(
+        &stack,
+        &json!({"mission": "Say hello", "agent_id": "nobody-here"}),
+    )
+    .await;
+    r.assert_error(404, "not_found");
 
     // Nothing was lost, and everything else keeps running.
     let stored = get_session(&stack, &session).await;

@@ -50,6 +50,10 @@ pub struct ExecuteBody {
     /// Continue this session instead of starting a new one.
     #[serde(default)]
     pub session_id: Option<String>,
+    /// Accepted so that existing `/execute` callers keep working (seed 000 §6), and ignored:
+    /// every run is a lean ReAct agent, whatever it says.
+    #[serde(default)]
+    pub lean: Option<bool>,
     /// A model alias from the executor's `llm_config.yaml`.
     #[serde(default)]
     pub model: Option<String>,

@@ -55,6 +55,15 @@ async fn execute_runs_a_custom_agent_to_its_final_answer() {
         "{}",
         c.text
     );
+
+    // Existing callers send `lean` (seed 000 §6): accepted, with `agent_id` or `profile`.
+    for body in [
+        json!({"mission": "Say hello", "agent_id": "invoice-extractor", "lean": true}),
+        json!({"mission": "Say hello", "profile": "dev", "lean": false}),
+    ] {
+        let r = send(stack.http().post(stack.url("/api/v1/execute")).json(&body)).await;
+        assert_eq!(r.body["status"], "completed", "{body}: {}", r.text);
+    }
 }
 
 #[tokio::test]

@@ -16,9 +16,13 @@ pub mod view;
 
 use futures::StreamExt;
 use rmcp::{
-    Json, ServerHandler,
-    handler::server::{router::tool::ToolRouter, wrapper::Parameters},
-    model::{Implementation, ServerCapabilities, ServerConfig},
+    ErrorData, Json, RoleServer, ServerHandler,
+    handler::server::{router::tool::ToolRouter, tool::ToolCallContext, wrapper::Parameters},
+    model::{
+        CallToolRequestParams, CallToolResponse, ContentBlock, Implementation, ServerCapabilities,
+        ServerConfig,
+    },
+    service::RequestContext,
     tool, tool_handler, tool_router,
 };
 use taskforce_proto::{error::ErrorKind, ids, v1};
@@ -191,8 +195,33 @@ impl TaskforceMcp {
     }
 }
 
+/// What rmcp's tool router puts before a tool error when the arguments do not deserialize.
+const BAD_ARGUMENTS: &str = "failed to deserialize parameters:";
+
+/// A tool result whose arguments did not deserialize (missing `agent_name`, a number for a
+/// filter) is labelled `ValidationError`, like every other bad argument (seed 001).
+fn labelled(mut response: CallToolResponse) -> CallToolResponse {
+    if let CallToolResponse::Complete(result) = &mut response
+        && result.is_error == Some(true)
+        && let Some(ContentBlock::Text(text)) = result.content.first_mut()
+        && let Some(problem) = text.text.strip_prefix(BAD_ARGUMENTS)
+    {
+        text.text = format!("ValidationError: invalid arguments:{problem}");
+    }
+    response
+}
+
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for TaskforceMcp {
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let call = ToolCallContext::new(self, request, context);
+        self.tool_router.call(call).await.map(labelled)
+    }
+
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(

@@ -268,7 +268,10 @@ async fn unknown_and_invalid_names_are_tool_errors() {
             show("no-such-agent"),
             show("Not A Name"),
             show("../etc/passwd"),
-            show("ab")
+            show("ab"),
+            json!({"tool": "show_agent", "args": {}}),
+            json!({"tool": "show_agent", "args": {"agent_name": 123}}),
+            list(json!({"status_filter": 5})),
         ]),
     )
     .await;
@@ -277,10 +280,21 @@ async fn unknown_and_invalid_names_are_tool_errors() {
         missing.contains("AgentNotFoundError") && missing.contains("no-such-agent"),
         "{missing}"
     );
-    for (result, name) in r[1..].iter().zip(["Not A Name", "../etc/passwd", "ab"]) {
+    for (result, name) in r[1..4].iter().zip(["Not A Name", "../etc/passwd", "ab"]) {
         let invalid = tool_error(result);
         assert!(
             invalid.contains("ValidationError") && invalid.contains(name),
+            "{invalid}"
+        );
+    }
+    // Arguments that do not fit the input schema are a ValidationError too (seed 001).
+    for (result, problem) in r[4..]
+        .iter()
+        .zip(["agent_name", "invalid type", "invalid type"])
+    {
+        let invalid = tool_error(result);
+        assert!(
+            invalid.starts_with("ValidationError: invalid arguments:") && invalid.contains(problem),
             "{invalid}"
         );
     }

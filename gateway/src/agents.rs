@@ -7,10 +7,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use serde::Deserialize;
-use taskforce_proto::{
-    error::ApiError,
-    v1,
-};
+use taskforce_proto::{error::ApiError, v1};
 use tracing::{error, instrument};
 use utoipa::{IntoParams, ToSchema};
 

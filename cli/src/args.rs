@@ -3,7 +3,7 @@
 
 use std::{path::PathBuf, time::Duration};
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 
 /// The default gateway (REST and SSE).
 pub const DEFAULT_GATEWAY: &str = "http://127.0.0.1:8080";
@@ -13,6 +13,8 @@ pub const DEFAULT_REGISTRY: &str = "http://127.0.0.1:50051";
 pub const DEFAULT_EXECUTOR: &str = "http://127.0.0.1:50052";
 /// How long an ordinary request may take when `--timeout` is not given.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a run's stream may stay silent when `--idle-timeout` is not given.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long `health` waits when `--timeout` is not given: it runs as a container healthcheck.
 pub const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -76,13 +78,74 @@ impl Connection {
     pub fn authorization(&self) -> crate::error::Result<Option<http::HeaderValue>> {
         taskforce_runtime::auth::authorization_value(self.token.as_deref().unwrap_or_default())
             .map_err(|_| {
-                crate::error::Error::Input("--token must be visible ASCII (an API key)".to_owned())
+                crate::error::Error::Usage("--token must be visible ASCII (an API key)".to_owned())
             })
     }
 
     /// The wait for one request.
     pub fn timeout(&self) -> Duration {
         self.timeout.unwrap_or(DEFAULT_TIMEOUT)
+    }
+
+    /// The flags that reach the services again as this invocation did, for a command the CLI
+    /// suggests (`answer with: ...`): `--grpc`, and each URL or wait that differs from its
+    /// default and from its environment variable (`env` looks one up; a variable still applies
+    /// when the suggestion is pasted). Never `--token`: it is a secret, and
+    /// `TASKFORCE_TOKEN` is the way to keep it out of the shell history.
+    pub fn repeat_flags(&self, env: impl Fn(&str) -> Option<String>) -> Vec<String> {
+        // The word to repeat of a value that is neither the default nor its variable's.
+        let url = |value: &str, default: &str, var: &str| {
+            (value != default && env(var).as_deref() != Some(value)).then(|| shell_word(value))
+        };
+        let secs = |value: Duration, default: Duration, var: &str| {
+            let from_env = env(var).and_then(|v| parse_secs(&v).ok());
+            (value != default && from_env != Some(value)).then(|| value.as_secs_f64().to_string())
+        };
+        let mut given = if self.grpc {
+            vec![
+                (
+                    "--registry",
+                    url(&self.registry, DEFAULT_REGISTRY, "TASKFORCE_REGISTRY_URL"),
+                ),
+                (
+                    "--executor",
+                    url(&self.executor, DEFAULT_EXECUTOR, "TASKFORCE_EXECUTOR_URL"),
+                ),
+            ]
+        } else {
+            vec![(
+                "--gateway",
+                url(&self.gateway, DEFAULT_GATEWAY, "TASKFORCE_GATEWAY_URL"),
+            )]
+        };
+        let idle_var = "TASKFORCE_IDLE_TIMEOUT_SECS";
+        given.extend([
+            (
+                "--timeout",
+                secs(self.timeout(), DEFAULT_TIMEOUT, "TASKFORCE_TIMEOUT_SECS"),
+            ),
+            (
+                "--idle-timeout",
+                secs(self.idle_timeout, DEFAULT_IDLE_TIMEOUT, idle_var),
+            ),
+        ]);
+        let mut flags: Vec<String> = self.grpc.then(|| "--grpc".to_owned()).into_iter().collect();
+        for (flag, word) in given {
+            if let Some(word) = word {
+                flags.extend([flag.to_owned(), word]);
+            }
+        }
+        flags
+    }
+}
+
+/// `s` as one word of a POSIX shell: as it is when that is safe, else in single quotes.
+fn shell_word(s: &str) -> String {
+    let safe = |c: char| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c);
+    if !s.is_empty() && s.chars().all(safe) {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
     }
 }
 
@@ -155,9 +218,11 @@ impl Source {
 
 /// `taskforce run ...`.
 #[derive(Debug, Args)]
+// Exactly one of them: the services need one, and bad usage must fail before any request.
+#[command(group(ArgGroup::new("target").required(true).args(["agent", "profile"])))]
 pub struct RunArgs {
     /// The agent to run (custom or profile).
-    #[arg(long, value_name = "ID", conflicts_with = "profile")]
+    #[arg(long, value_name = "ID")]
     pub agent: Option<String>,
     /// A profile agent to run (seed 000's CLI).
     #[arg(long, value_name = "NAME")]
@@ -275,6 +340,95 @@ mod tests {
             matches!(&cli, Ok(Cli { command: Command::Run(r), .. }) if r.profile.as_deref() == Some("dev") && r.mission == "hello"),
             "{cli:?}"
         );
+    }
+
+    #[test]
+    fn run_needs_an_agent_or_a_profile() {
+        let err = Cli::try_parse_from(["taskforce", "run", "x"]).expect_err("bad usage");
+        assert_eq!(err.kind(), clap::error::ErrorKind::MissingRequiredArgument);
+        let text = err.to_string();
+        assert!(
+            text.contains("--agent") && text.contains("--profile"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn suggested_commands_repeat_the_connection_flags_but_not_the_token() {
+        let parse = |args: &[&str]| match Cli::try_parse_from(args) {
+            Ok(cli) => cli.conn,
+            Err(e) => panic!("{args:?}: {e}"),
+        };
+        let no_env = |_: &str| None;
+        let conn = parse(&[
+            "taskforce",
+            "--grpc",
+            "--registry",
+            "http://r:1",
+            "--executor",
+            "http://e:2",
+            "--gateway",
+            "http://unused:3",
+            "--token",
+            "s3cret",
+            "--timeout",
+            "2.5",
+            "answer",
+            "s",
+            "x",
+        ]);
+        assert_eq!(
+            conn.repeat_flags(no_env),
+            [
+                "--grpc",
+                "--registry",
+                "http://r:1",
+                "--executor",
+                "http://e:2",
+                "--timeout",
+                "2.5"
+            ]
+        );
+        let conn = parse(&[
+            "taskforce",
+            "--gateway",
+            "http://gw:8080/a b",
+            "--idle-timeout",
+            "600",
+            "answer",
+            "s",
+            "x",
+        ]);
+        assert_eq!(
+            conn.repeat_flags(no_env),
+            ["--gateway", "'http://gw:8080/a b'", "--idle-timeout", "600"]
+        );
+        // Defaults, and values that come from (or equal) the environment, go without saying.
+        let conn = parse(&["taskforce", "--timeout", "30", "answer", "s", "x"]);
+        assert!(conn.repeat_flags(no_env).is_empty());
+        let conn = parse(&[
+            "taskforce",
+            "--gateway",
+            "http://gw:1",
+            "--timeout",
+            "5",
+            "answer",
+            "s",
+            "x",
+        ]);
+        let env = |var: &str| match var {
+            "TASKFORCE_GATEWAY_URL" => Some("http://gw:1".to_owned()),
+            "TASKFORCE_TIMEOUT_SECS" => Some("5.0".to_owned()),
+            _ => None,
+        };
+        assert!(conn.repeat_flags(env).is_empty());
+    }
+
+    #[test]
+    fn shell_words_are_quoted_only_when_needed() {
+        assert_eq!(shell_word("http://127.0.0.1:8080"), "http://127.0.0.1:8080");
+        assert_eq!(shell_word("http://x/it's"), r"'http://x/it'\''s'");
+        assert_eq!(shell_word(""), "''");
     }
 
     #[test]

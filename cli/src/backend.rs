@@ -87,11 +87,6 @@ impl Backend {
         }
     }
 
-    /// True over gRPC (for the hints this CLI prints).
-    pub fn is_grpc(&self) -> bool {
-        matches!(self, Self::Grpc(_))
-    }
-
     /// `{"agents": [...]}`: every agent (of `source`).
     pub async fn list_agents(&self, source: Option<Source>) -> Result<Value> {
         match self {

@@ -59,6 +59,16 @@ pub fn to_body(yaml: serde_yaml::Value, stem: Option<&str>) -> Result<Value, Str
     if !fields.contains_key("agent_id")
         && let Some(stem) = stem
     {
+        // Checked here: the service's refusal would not say the id came from the file name.
+        if let Err(e) = taskforce_proto::ids::validate_agent_id(stem) {
+            let rule = e.to_string();
+            let rule = rule.strip_prefix("agent_id ").unwrap_or(&rule);
+            return Err(format!(
+                "the file has no `agent_id:`, so its name {stem:?} was taken as the id, \
+                 which is not a valid one (an id {rule}); add an `agent_id:` field to the file \
+                 or rename the file"
+            ));
+        }
         fields.insert("agent_id".into(), Value::String(stem.to_owned()));
     }
     Ok(Value::Object(fields))
@@ -153,6 +163,22 @@ updated_at: "2026-11-22T09:00:00Z"
             )
         );
         assert_eq!(body("{\"name\": \"x\"}", None), Ok(json!({"name": "x"})));
+    }
+
+    #[test]
+    fn a_file_name_that_is_no_valid_id_is_refused_naming_the_fixes() {
+        let err = body("name: N\n", Some("Release Notes")).expect_err("not an id");
+        assert_eq!(
+            err,
+            "the file has no `agent_id:`, so its name \"Release Notes\" was taken as the id, \
+             which is not a valid one (an id must start with a lowercase letter or digit); add \
+             an `agent_id:` field to the file or rename the file"
+        );
+        // The file's own id wins, whatever the file is called.
+        assert_eq!(
+            body("agent_id: release-notes\n", Some("Release Notes")),
+            Ok(json!({"agent_id": "release-notes"}))
+        );
     }
 
     #[test]

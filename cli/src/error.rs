@@ -62,9 +62,14 @@ pub enum Error {
         /// `{"error": code, "message", ...}`.
         body: Value,
     },
-    /// Bad input of the user: a file, a flag, a URL.
+    /// Bad input that is no flag: a definition file that cannot be read or used, a request
+    /// that cannot be built.
     #[error("{0}")]
     Input(String),
+    /// Bad usage the CLI sees itself, before any request: a flag or argument value that
+    /// cannot be right (a URL that is not one, an empty mission). Exit 64, like clap's own.
+    #[error("{0}")]
+    Usage(String),
     /// The service answered something this CLI cannot read.
     #[error("unexpected answer from the {service}: {message}")]
     Protocol {
@@ -123,7 +128,7 @@ impl Error {
                 "unavailable"
             }
             Self::Timeout { .. } | Self::Idle { .. } => "timeout",
-            Self::Input(_) => "invalid_argument",
+            Self::Input(_) | Self::Usage(_) => "invalid_argument",
             Self::Protocol { .. } | Self::Output(_) => "internal",
         };
         json!({"error": code, "message": self.to_string()})
@@ -155,7 +160,8 @@ impl Error {
             }
             if let Some(fields) = body.as_object() {
                 for (key, value) in fields {
-                    if matches!(key.as_str(), "error" | "message" | "details") {
+                    let empty_list = value.as_array().is_some_and(Vec::is_empty);
+                    if empty_list || matches!(key.as_str(), "error" | "message" | "details") {
                         continue;
                     }
                     let _ = write!(out, "\n  {key}: {}", list_or_json(value));
@@ -171,8 +177,19 @@ impl Error {
                     let _ = write!(out, "\n  - {line}");
                 }
             }
+            if code == "unauthenticated" || *status == Some(401) {
+                out.push_str("\n  hint: pass the API key with --token KEY or set TASKFORCE_TOKEN");
+            }
         }
         out
+    }
+
+    /// The process exit code of this error: 64 for bad usage, 1 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Self::Usage(_) => crate::EXIT_USAGE,
+            _ => crate::EXIT_FAILED,
+        }
     }
 
     /// True when the output went to a closed pipe (`taskforce agents list | head`).
@@ -251,6 +268,51 @@ mod tests {
             ]
         );
         assert_eq!(e.to_json()["invalid_tools"], json!(["foo_tool"]));
+    }
+
+    #[test]
+    fn empty_lists_are_left_out() {
+        let e = Error::Api {
+            status: Some(400),
+            body: json!({"error": "invalid_mcp_tools", "message": "Unknown MCP tool(s)",
+                         "invalid_mcp_tools": ["nope"], "available_tools": []}),
+        };
+        assert_eq!(
+            e.render(),
+            "error: Unknown MCP tool(s) (invalid_mcp_tools, HTTP 400)\n  invalid_mcp_tools: nope"
+        );
+    }
+
+    #[test]
+    fn a_missing_key_says_how_to_send_one() {
+        let hint = "\n  hint: pass the API key with --token KEY or set TASKFORCE_TOKEN";
+        let rest = Error::Api {
+            status: Some(401),
+            body: json!({"error": "unauthenticated",
+                         "message": "authentication required: send `Authorization: Bearer <API key>`"}),
+        };
+        assert!(rest.render().ends_with(hint), "{}", rest.render());
+        assert!(rest.to_json().get("hint").is_none());
+        let grpc = Error::from_status(&tonic::Status::unauthenticated("the API key is not valid"));
+        assert_eq!(
+            grpc.render(),
+            format!("error: the API key is not valid (unauthenticated){hint}")
+        );
+        let forbidden = Error::Api {
+            status: Some(403),
+            body: json!({"error": "permission_denied", "message": "lacks the `write` scope"}),
+        };
+        assert!(
+            !forbidden.render().contains("hint"),
+            "{}",
+            forbidden.render()
+        );
+    }
+
+    #[test]
+    fn bad_usage_exits_64_and_other_errors_1() {
+        assert_eq!(Error::Usage("--gateway \"x\"".into()).exit_code(), 64);
+        assert_eq!(Error::Input("cannot read f".into()).exit_code(), 1);
     }
 
     #[test]

@@ -270,9 +270,9 @@ fn origin(url: &str) -> String {
 
 /// An `http://` or `https://` URL; `flag` names where it came from.
 pub fn parse_http_url(s: &str, flag: &str) -> Result<Url> {
-    let url = Url::parse(s.trim()).map_err(|e| Error::Input(format!("{flag} {s:?}: {e}")))?;
+    let url = Url::parse(s.trim()).map_err(|e| Error::Usage(format!("{flag} {s:?}: {e}")))?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-        return Err(Error::Input(format!(
+        return Err(Error::Usage(format!(
             "{flag} {s:?}: expected an http:// or https:// URL"
         )));
     }

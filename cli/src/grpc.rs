@@ -88,15 +88,17 @@ impl Grpc {
         service: &'static str,
         call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     ) -> Result<T> {
+        let timed_out = || Error::Timeout {
+            service,
+            url: uri_text(endpoint),
+            after: self.timeout,
+            what: "--timeout",
+        };
         match tokio::time::timeout(self.timeout, call).await {
             Ok(Ok(resp)) => Ok(resp.into_inner()),
+            Ok(Err(status)) if is_deadline(&status) => Err(timed_out()),
             Ok(Err(status)) => Err(Error::from_status(&status)),
-            Err(_) => Err(Error::Timeout {
-                service,
-                url: uri_text(endpoint),
-                after: self.timeout,
-                what: "--timeout",
-            }),
+            Err(_) => Err(timed_out()),
         }
     }
 
@@ -268,13 +270,20 @@ pub fn endpoint(url: &str, flag: &str, timeout: Duration) -> Result<Endpoint> {
         None => url.to_owned(),
     };
     if !http.starts_with("http://") {
-        return Err(Error::Input(format!(
+        return Err(Error::Usage(format!(
             "{flag} {url:?}: expected http://HOST:PORT (or grpc://HOST:PORT)"
         )));
     }
     Endpoint::from_shared(http)
         .map(|e| e.connect_timeout(timeout))
-        .map_err(|e| Error::Input(format!("{flag} {url:?}: {}", chain(&e))))
+        .map_err(|e| Error::Usage(format!("{flag} {url:?}: {}", chain(&e))))
+}
+
+/// True for the status of a call whose deadline (the request's timeout) ran out: tonic says
+/// `Cancelled: Timeout expired`, which alone would not say which service or which wait.
+pub fn is_deadline(status: &tonic::Status) -> bool {
+    status.code() == tonic::Code::Cancelled
+        && status.message() == tonic::TimeoutExpired(()).to_string()
 }
 
 /// An endpoint's URL as people write it (`http://host:port`, without the root path's `/`).
@@ -322,5 +331,29 @@ mod tests {
         let err = endpoint("127.0.0.1:50051", "--registry", t).expect_err("no scheme");
         assert!(err.to_string().contains("--registry"), "{err}");
         assert!(endpoint("https://x:1", "--executor", t).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_service_that_never_answers_is_a_timeout_naming_it_and_the_flag() {
+        // Accepts connections and reads nothing, so the HTTP/2 handshake can go through but
+        // no call is ever answered.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binds");
+        let url = format!("http://{}", listener.local_addr().expect("an address"));
+        let held = tokio::spawn(async move {
+            let mut sockets = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                sockets.push(socket);
+            }
+        });
+        let timeout = Duration::from_millis(500);
+        let grpc = Grpc::new(&url, &url, timeout, timeout, None).expect("valid URLs");
+        let err = grpc.tools().await.expect_err("nobody answers");
+        held.abort();
+        assert_eq!(
+            err.to_string(),
+            format!("the registry at {url} did not answer within 0.5s (--timeout)")
+        );
     }
 }

@@ -31,7 +31,7 @@ pub async fn check(target: &str, service: &str, timeout: Duration) -> Result<Str
             .await
             .map_err(|_| timed_out())?
     } else {
-        Err(Error::Input(format!(
+        Err(Error::Usage(format!(
             "{target:?}: expected grpc://HOST:PORT or an http(s):// URL"
         )))
     }
@@ -57,9 +57,20 @@ async fn check_grpc(target: &str, service: &str, timeout: Duration) -> Result<St
     let status = HealthClient::new(channel)
         .check(req)
         .await
-        .map_err(|s| Error::Unhealthy {
-            target: target.to_owned(),
-            status: format!("{:?}: {}", s.code(), s.message()),
+        .map_err(|s| {
+            if grpc::is_deadline(&s) {
+                Error::Timeout {
+                    service: "service",
+                    url: target.to_owned(),
+                    after: timeout,
+                    what: "--timeout",
+                }
+            } else {
+                Error::Unhealthy {
+                    target: target.to_owned(),
+                    status: format!("{:?}: {}", s.code(), s.message()),
+                }
+            }
         })?
         .into_inner()
         .status();
@@ -124,7 +135,7 @@ mod tests {
         let err = check("tcp://127.0.0.1:1", "", Duration::from_secs(1))
             .await
             .expect_err("not a target");
-        assert!(matches!(err, Error::Input(_)), "{err}");
+        assert!(matches!(err, Error::Usage(_)), "{err}");
     }
 
     #[tokio::test]

@@ -34,7 +34,7 @@ use std::io::Write;
 use serde_json::{Value, json};
 
 use crate::{
-    args::{AgentsCommand, AnswerArgs, Cli, Command, RunArgs, SessionsCommand},
+    args::{AgentsCommand, AnswerArgs, Cli, Command, Connection, RunArgs, SessionsCommand},
     backend::{AnswerBody, Backend, ExecuteBody},
     error::{Error, Result},
 };
@@ -69,7 +69,7 @@ pub async fn main(cli: Cli) -> u8 {
             } else {
                 eprintln!("{}", e.render());
             }
-            EXIT_FAILED
+            e.exit_code()
         }
     }
 }
@@ -93,14 +93,15 @@ async fn dispatch(cli: Cli) -> Result<u8> {
         return Ok(EXIT_OK);
     }
     let backend = Backend::new(&cli.conn)?;
+    let hint = answer_hint(&cli.conn);
     match cli.command {
         Command::Agents(cmd) => agents(&backend, cmd, &mut out, json).await,
         Command::Tools => {
             let catalog = backend.tools().await?;
             show(&mut out, json, &catalog, render::tools)
         }
-        Command::Run(args) => run_mission(&backend, args, &mut out, json).await,
-        Command::Answer(args) => answer(&backend, args, &mut out, json).await,
+        Command::Run(args) => run_mission(&backend, args, &mut out, json, &hint).await,
+        Command::Answer(args) => answer(&backend, args, &mut out, json, &hint).await,
         Command::Sessions(SessionsCommand::Show { id }) => {
             let session = backend.session(&id).await?;
             show(&mut out, json, &session, render::session)
@@ -161,13 +162,13 @@ async fn agents(
     }
 }
 
-/// The command that answers a question, as this invocation reached the services.
-fn answer_hint(backend: &Backend) -> &'static str {
-    if backend.is_grpc() {
-        "taskforce --grpc answer"
-    } else {
-        "taskforce answer"
-    }
+/// The command that answers a question, reaching the services as this invocation did (so it
+/// can be pasted as it is).
+fn answer_hint(conn: &Connection) -> String {
+    let mut words = vec!["taskforce".to_owned()];
+    words.extend(conn.repeat_flags(|var| std::env::var(var).ok()));
+    words.push("answer".to_owned());
+    words.join(" ")
 }
 
 async fn run_mission(
@@ -175,9 +176,10 @@ async fn run_mission(
     args: RunArgs,
     out: &mut impl Write,
     json: bool,
+    hint: &str,
 ) -> Result<u8> {
     if args.mission.trim().is_empty() {
-        return Err(Error::Input("the mission must not be empty".to_owned()));
+        return Err(Error::Usage("the mission must not be empty".to_owned()));
     }
     let body = ExecuteBody {
         mission: args.mission,
@@ -189,7 +191,7 @@ async fn run_mission(
         confirmations: args.confirmations,
     };
     let events = backend.execute(&body).await?;
-    let outcome = run::follow(events, out, json, answer_hint(backend)).await?;
+    let outcome = run::follow(events, out, json, hint).await?;
     Ok(outcome.exit_code())
 }
 
@@ -198,6 +200,7 @@ async fn answer(
     args: AnswerArgs,
     out: &mut impl Write,
     json: bool,
+    hint: &str,
 ) -> Result<u8> {
     let body = AnswerBody {
         answer: args.answer.unwrap_or_default(),
@@ -205,11 +208,11 @@ async fn answer(
         call_id: args.call_id,
     };
     if body.answer.trim().is_empty() && body.answers.is_empty() {
-        return Err(Error::Input(
+        return Err(Error::Usage(
             "give an answer, or --set KEY=VALUE for each item".to_owned(),
         ));
     }
     let events = backend.answer(&args.session, &body).await?;
-    let outcome = run::follow(events, out, json, answer_hint(backend)).await?;
+    let outcome = run::follow(events, out, json, hint).await?;
     Ok(outcome.exit_code())
 }

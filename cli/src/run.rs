@@ -38,7 +38,8 @@ impl Outcome {
 }
 
 /// Prints a run's events to `out` until the top agent's `done`. `answer_hint` is the command
-/// prefix that answers a question (`taskforce answer`, plus `--grpc` when used).
+/// prefix that answers a question (`taskforce answer`, with this invocation's connection
+/// flags, such as `--grpc`).
 pub async fn follow(
     mut events: EventStream,
     out: &mut impl Write,

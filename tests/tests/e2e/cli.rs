@@ -685,6 +685,55 @@ async fn a_run_paused_on_ask_user_exits_2_and_answer_completes_it_in_both_modes(
         out.contains("answer with: taskforce --grpc answer "),
         "{out}"
     );
+
+    // Connection flags given on the command line are in the hint, so it can be pasted as it
+    // is; the token (a secret) is not.
+    let registry = format!("http://{}", stack.registry_addr());
+    let executor = format!(
+        "http://{}",
+        stack.executor_addr().expect("the executor runs")
+    );
+    let gateway = stack.gateway_url();
+    let flag_sets: [Vec<&str>; 2] = [
+        vec!["--gateway", &gateway, "--idle-timeout", "120"],
+        vec!["--grpc", "--registry", &registry, "--executor", &executor],
+    ];
+    for flags in flag_sets {
+        let args: Vec<&str> = flags
+            .iter()
+            .copied()
+            .chain(["--token", "not-to-be-printed"])
+            .chain(["run", "--agent", "asker", "Total invoice 11"])
+            .collect();
+        let paused = run_cli(&[], &args).await;
+        let out = paused.expect_code(2);
+        assert!(!out.contains("not-to-be-printed"), "{out}");
+        let hint = out
+            .lines()
+            .find_map(|l| l.strip_prefix("answer with: "))
+            .unwrap_or_else(|| panic!("a hint in:\n{out}"));
+        let session = session_of(out);
+        assert_eq!(
+            hint,
+            format!(
+                "taskforce {} answer {session} \"<your answer>\"",
+                flags.join(" ")
+            )
+        );
+        // Pasted (with an answer), it completes the run.
+        let words: Vec<&str> = hint
+            .trim_end_matches(" \"<your answer>\"")
+            .split(' ')
+            .skip(1)
+            .chain(["EUR"])
+            .collect();
+        let answered = run_cli(&[], &words).await;
+        let out = answered.expect_code(0);
+        assert!(
+            out.contains(&format!("session {session}: completed")),
+            "{out}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -757,8 +806,9 @@ async fn health_probes_grpc_and_http_targets() {
         "{}",
         out.stderr
     );
+    // A target that is none is bad usage.
     let out = cli(&stack, &["health", "localhost:1"]).await;
-    out.expect_code(1);
+    out.expect_code(64);
     assert!(
         out.stderr.contains("expected grpc://HOST:PORT"),
         "{}",
@@ -870,9 +920,85 @@ async fn bad_input_is_a_clear_error_on_stderr_with_a_nonzero_exit() {
         out.stderr
     );
 
-    // Bad usage is 64, never 2 (which means "paused").
+    // A service that takes the connection but never answers: a timeout naming it and the
+    // flag, over gRPC as through the gateway.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("binds");
+    let silent_url = format!("http://{}", silent.local_addr().expect("an address"));
+    let holder = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            held.push(socket);
+        }
+    });
+    let out = cli(
+        &stack,
+        &[
+            "--grpc",
+            "--registry",
+            &silent_url,
+            "--timeout",
+            "1",
+            "tools",
+        ],
+    )
+    .await;
+    out.expect_code(1);
+    assert_eq!(
+        out.stderr,
+        format!("error: the registry at {silent_url} did not answer within 1s (--timeout)\n")
+    );
+    holder.abort();
+
+    // A definition without an id, in a file whose name is no id: the error says where the id
+    // came from and how to fix it, before any request.
+    let spaced = stack.root().join("Release Notes.yaml");
+    std::fs::write(
+        &spaced,
+        "name: Release Notes\ndescription: d\nsystem_prompt: p\n",
+    )
+    .expect("writes");
+    let out = cli(&stack, &["agents", "create", "-f", path_str(&spaced)]).await;
+    out.expect_code(1);
+    assert!(
+        out.stderr
+            .contains("its name \"Release Notes\" was taken as the id")
+            && out
+                .stderr
+                .contains("add an `agent_id:` field to the file or rename the file")
+            && !out.stderr.contains("agent_id: agent_id"),
+        "{}",
+        out.stderr
+    );
+
+    // Bad usage is 64, never 2 (which means "paused"), and is found before any request:
+    // a missing argument, no agent to run, a flag value that cannot be right.
     let out = cli(&stack, &["run", "--agent", "dev"]).await;
     out.expect_code(64);
     let out = cli(&stack, &["answer", "some-session"]).await;
     out.expect_code(64);
+    for mode in [&[][..], &["--grpc"][..]] {
+        let args: Vec<&str> = mode.iter().copied().chain(["run", "Do it"]).collect();
+        let out = cli(&stack, &args).await;
+        out.expect_code(64);
+        assert!(
+            out.stderr.contains("--agent") && out.stderr.contains("--profile"),
+            "{}",
+            out.stderr
+        );
+    }
+    for args in [
+        &["--gateway", "notaurl", "agents", "list"][..],
+        &["--grpc", "--registry", "notaurl", "tools"][..],
+        &["run", "--agent", "dev", " "][..],
+    ] {
+        let out = cli(&stack, args).await;
+        out.expect_code(64);
+        assert!(
+            out.stderr.starts_with("error: "),
+            "{args:?}: {}",
+            out.stderr
+        );
+    }
 }

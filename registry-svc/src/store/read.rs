@@ -29,11 +29,7 @@ impl Store {
         let file = format!("{id}.{}", files::EXT);
         let broken = [AgentSource::Custom, AgentSource::Profile]
             .into_iter()
-            .map(|source| self.rel(&self.dir_of(source).join(&file)))
-            .find_map(|rel| {
-                let diagnostics = self.diagnostics.lock().ok()?;
-                diagnostics.get(&rel).map(|reason| (rel, reason.clone()))
-            });
+            .find_map(|source| self.diagnostic(&self.dir_of(source).join(&file)));
         match broken {
             Some((rel, reason)) => ApiError::new(
                 ErrorKind::InvalidArgument,

@@ -249,6 +249,13 @@ impl Store {
         }
     }
 
+    /// Why the file at `path` is not served, when it is a definition file that is invalid.
+    pub(super) fn diagnostic(&self, path: &Path) -> Option<(String, String)> {
+        let rel = self.rel(path);
+        let reason = self.diagnostics.lock().ok()?.get(&rel).cloned()?;
+        Some((rel, reason))
+    }
+
     pub(super) fn forget_diagnostic(&self, path: &Path) {
         if let Ok(mut d) = self.diagnostics.lock() {
             d.remove(&self.rel(path));

@@ -405,6 +405,14 @@ fn a_path_reconcile_follows_a_file_and_names_what_is_wrong_with_it() -> Result<(
         "{refused:?}"
     );
     assert_eq!(kind_of(store.get("nobody")), ErrorKind::NotFound);
+    let Err(RegistryError::Api(taken)) = store.create("hand", agent_file(), "now") else {
+        panic!("the id of an invalid file is taken");
+    };
+    assert_eq!(taken.kind, ErrorKind::AlreadyExists);
+    assert!(
+        taken.message.contains("custom/hand.yaml is invalid"),
+        "{taken:?}"
+    );
     fs::write(&path, "name: [unclosed").map_err(|e| RegistryError::io(&path, e))?;
     let stats = store.reconcile_path(&path)?;
     assert_eq!((stats.invalid, stats.removed), (1, 0));

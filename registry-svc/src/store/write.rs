@@ -27,11 +27,14 @@ impl Store {
         let path = self.custom_path(id)?;
         let _guard = self.lock();
         if path.exists() || self.custom.contains_key(id)? || self.profile.contains_key(id)? {
-            return Err(ApiError::new(
-                ErrorKind::AlreadyExists,
-                format!("agent {id:?} already exists"),
-            )
-            .into());
+            let mut message = format!("agent {id:?} already exists");
+            if let Some((rel, reason)) = self.diagnostic(&path) {
+                message.push_str(&format!(
+                    ": its definition file {rel} is invalid ({reason}); fix the file, or \
+                     delete the agent and create it again"
+                ));
+            }
+            return Err(ApiError::new(ErrorKind::AlreadyExists, message).into());
         }
         def.agent_id = Some(id.to_owned());
         def.workspace_id = Some(uuid::Uuid::new_v4().to_string());

@@ -32,7 +32,6 @@ use utoipa::ToSchema;
 use crate::{
     config::Config,
     error::RestError,
-    execute::executor_error,
     extract::JsonBody,
     sse::{Dialect, STOPPING, frames, respond, sse_response},
     state::AppState,
@@ -378,8 +377,8 @@ async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
         confirmations: confirmations.clone(),
         ..Default::default()
     };
-    let mut executor = match state.executors.for_session(&thread) {
-        Ok(executor) => executor,
+    let (mut executor, owner) = match state.executors.owner(&thread) {
+        Ok(owner) => (owner.client.clone(), owner),
         Err(e) => return with_thread(failure(&e.0.message), &thread),
     };
     let started = match executor.execute(request(plain)).await {
@@ -413,11 +412,11 @@ async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
                 warn!(thread_id = %thread, reason = %reason, "the chat agent failed before answering; falling back to the plain LLM");
                 match executor.execute(request(true)).await {
                     Ok(events) => respond(events.into_inner(), Chat, state.shutdown.clone()),
-                    Err(status) => failure(&executor_error(status).0.message),
+                    Err(status) => failure(&owner.error(status).0.message),
                 }
             }
         },
-        Err(status) => failure(&executor_error(status).0.message),
+        Err(status) => failure(&owner.error(status).0.message),
     };
     info!(thread_id = %thread, plain, "chat run streaming");
     with_thread(response, &thread)

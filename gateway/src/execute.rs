@@ -301,14 +301,7 @@ pub async fn execute(
     State(state): State<AppState>,
     JsonBody(body): JsonBody<ExecuteBody>,
 ) -> Result<Json<ExecuteResultJson>, RestError> {
-    let mut req = execute_request(body)?;
-    let mut events = state
-        .executors
-        .for_run(&mut req)?
-        .execute(req)
-        .await
-        .map_err(executor_error)?
-        .into_inner();
+    let mut events = state.executors.execute(execute_request(body)?).await?;
     let mut out = ExecuteResultJson {
         session_id: String::new(),
         status: "failed".to_owned(),
@@ -380,14 +373,7 @@ pub async fn execute_stream(
     State(state): State<AppState>,
     JsonBody(body): JsonBody<ExecuteBody>,
 ) -> Result<Response, RestError> {
-    let mut req = execute_request(body)?;
-    let events = state
-        .executors
-        .for_run(&mut req)?
-        .execute(req)
-        .await
-        .map_err(executor_error)?
-        .into_inner();
+    let events = state.executors.execute(execute_request(body)?).await?;
     Ok(crate::sse::respond(
         events,
         crate::sse::Native,
@@ -413,12 +399,13 @@ pub async fn answer(
     JsonBody(body): JsonBody<AnswerBody>,
 ) -> Result<Response, RestError> {
     let req = answer_request(session_id, body)?;
-    let events = state
-        .executors
-        .for_session(&req.session_id)?
+    let owner = state.executors.owner(&req.session_id)?;
+    let events = owner
+        .client
+        .clone()
         .answer(req)
         .await
-        .map_err(executor_error)?
+        .map_err(|status| owner.error(status))?
         .into_inner();
     Ok(crate::sse::respond(
         events,
@@ -441,12 +428,13 @@ pub async fn cancel(
     State(state): State<AppState>,
     Path(session_id): Path<String>,
 ) -> Result<Json<CancelJson>, RestError> {
-    let res = state
-        .executors
-        .for_session(&session_id)?
+    let owner = state.executors.owner(&session_id)?;
+    let res = owner
+        .client
+        .clone()
         .cancel(state.request(v1::CancelRequest { session_id }))
         .await
-        .map_err(executor_error)?
+        .map_err(|status| owner.error(status))?
         .into_inner();
     Ok(Json(CancelJson {
         cancelled: res.cancelled,
@@ -467,12 +455,13 @@ pub async fn get_session(
     State(state): State<AppState>,
     Path(session_id): Path<String>,
 ) -> Result<Json<SessionJson>, RestError> {
-    let s = state
-        .executors
-        .for_session(&session_id)?
+    let owner = state.executors.owner(&session_id)?;
+    let s = owner
+        .client
+        .clone()
         .get_session(state.request(v1::GetSessionRequest { session_id }))
         .await
-        .map_err(executor_error)?
+        .map_err(|status| owner.error(status))?
         .into_inner();
     Ok(Json(session_json(s)))
 }
@@ -514,14 +503,15 @@ pub async fn get_plan(
     State(state): State<AppState>,
     Path(session_id): Path<String>,
 ) -> Result<Json<SessionPlanJson>, RestError> {
-    let plan = state
-        .executors
-        .for_session(&session_id)?
+    let owner = state.executors.owner(&session_id)?;
+    let plan = owner
+        .client
+        .clone()
         .get_plan(state.request(v1::GetPlanRequest {
             session_id: session_id.clone(),
         }))
         .await
-        .map_err(executor_error)?
+        .map_err(|status| owner.error(status))?
         .into_inner();
     Ok(Json(SessionPlanJson {
         session_id,

@@ -7,7 +7,9 @@
 //! session (answer, cancel, lookup, plan, the next chat turn) goes to the executor its id
 //! names, also after that executor restarted. A session id chosen by a client names no owner:
 //! it goes to the executor that rendezvous hashing of the id picks, the same one every time as
-//! long as the list of names is the same.
+//! long as the list of names is the same. A new run whose executor cannot be reached goes to
+//! the next one instead, so one executor down does not fail every other new run; a session's
+//! calls only ever go to its owner, and when it is down the error names it.
 
 use std::sync::{
     Arc,
@@ -17,11 +19,12 @@ use std::sync::{
 use taskforce_proto::{
     error::ErrorKind,
     ids,
-    v1::{ExecuteRequest, executor_client::ExecutorClient},
+    v1::{ExecuteRequest, RunEvent, executor_client::ExecutorClient},
 };
 use taskforce_runtime::telemetry::{TracedChannel, traced};
 use tonic::transport::Channel;
 use tonic_health::pb::health_client::HealthClient;
+use tracing::warn;
 
 use crate::{
     channel::{MAX_DECODING_BYTES, lazy_channel},
@@ -39,6 +42,16 @@ pub struct Replica {
     pub client: ExecutorClient<TracedChannel>,
     /// Its `grpc.health.v1.Health` client over the same channel.
     pub health: HealthClient<Channel>,
+}
+
+impl Replica {
+    /// The REST error for a status this executor answered, naming it when it has a name.
+    pub fn error(&self, status: tonic::Status) -> RestError {
+        match &self.name {
+            Some(name) => RestError::from_upstream(status, &format!("executor `{name}`")),
+            None => RestError::from_upstream(status, "executor"),
+        }
+    }
 }
 
 /// The configured executors; cloning clones reference counts.
@@ -106,27 +119,49 @@ impl Executors {
     }
 
     /// The executor that owns session `id`.
-    pub fn for_session(&self, id: &str) -> Result<ExecutorClient<TracedChannel>, RestError> {
-        Ok(self.replicas[self.owner_index(id)?].client.clone())
+    pub fn owner(&self, id: &str) -> Result<&Replica, RestError> {
+        Ok(&self.replicas[self.owner_index(id)?])
     }
 
-    /// The executor a new run goes to. Without a session id and with several executors, the
-    /// gateway mints one naming the executor picked (in turn), so that later calls find it.
-    pub fn for_run(
+    /// Starts `request`'s run and returns its event stream. A request naming a session goes to
+    /// the session's owner. A new run goes to the next executor in turn, with a session id
+    /// minted for it when there are several; when that executor cannot be reached (the call
+    /// fails `unavailable`, so the run did not start there) the next one is tried, each at most
+    /// once.
+    pub async fn execute(
         &self,
-        request: &mut ExecuteRequest,
-    ) -> Result<ExecutorClient<TracedChannel>, RestError> {
+        mut request: ExecuteRequest,
+    ) -> Result<tonic::Streaming<RunEvent>, RestError> {
         if let Some(id) = &request.session_id {
-            return self.for_session(id);
+            let owner = self.owner(id)?;
+            return owner
+                .client
+                .clone()
+                .execute(request)
+                .await
+                .map(tonic::Response::into_inner)
+                .map_err(|status| owner.error(status));
         }
-        let index = self.next_index()?;
-        if self.replicas.len() > 1 {
-            request.session_id = Some(ids::owned_session_id(
-                self.replicas[index].name.as_deref(),
-                &uuid::Uuid::new_v4().to_string(),
-            ));
+        let first = self.next_index()?;
+        let count = self.replicas.len();
+        let mut tried = 0;
+        loop {
+            let replica = &self.replicas[(first + tried) % count];
+            tried += 1;
+            if count > 1 {
+                request.session_id = Some(ids::owned_session_id(
+                    replica.name.as_deref(),
+                    &uuid::Uuid::new_v4().to_string(),
+                ));
+            }
+            match replica.client.clone().execute(request.clone()).await {
+                Ok(events) => return Ok(events.into_inner()),
+                Err(status) if status.code() == tonic::Code::Unavailable && tried < count => {
+                    warn!(executor = replica.name.as_deref().unwrap_or_default(), error = %status.message(), "executor unavailable; starting the run on the next one");
+                }
+                Err(status) => return Err(replica.error(status)),
+            }
         }
-        Ok(self.replicas[index].client.clone())
     }
 
     /// A new session id (a chat thread the client did not name): owned by the next executor in
@@ -227,9 +262,7 @@ mod tests {
             Executors::parse("e0=http://e0:1,e1=http://e1:1,e2=http://e2:1", None).expect("three");
         let mut owners = Vec::new();
         for _ in 0..3 {
-            let mut req = ExecuteRequest::default();
-            e.for_run(&mut req).expect("a run");
-            let id = req.session_id.expect("minted");
+            let id = e.new_session_id();
             let owner = ids::session_owner(&id).expect("owned").to_owned();
             assert_eq!(
                 e.all()[e.owner_index(&id).expect("routed")].name.as_deref(),
@@ -251,7 +284,7 @@ mod tests {
         assert!(
             Executors::parse("", None)
                 .expect("none")
-                .for_session("x")
+                .owner("x")
                 .is_err()
         );
     }

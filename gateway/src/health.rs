@@ -1,5 +1,5 @@
-//! `/healthz` (the process is up) and `/readyz` (the registry and every executor answer
-//! `grpc.health.v1` SERVING).
+//! `/healthz` (the process is up) and `/readyz` (the registry and at least one executor answer
+//! `grpc.health.v1` SERVING; executors that do not are listed).
 
 use std::time::Duration;
 
@@ -35,20 +35,29 @@ pub struct StatusJson {
     /// `ok` (`/healthz`) or `ready` (`/readyz`).
     #[schema(value_type = String, example = "ok")]
     pub status: &'static str,
+    /// `/readyz` only: executors that are down while another one serves (new runs go to those
+    /// that serve; their sessions' calls are 503 until they are back). Absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub executors_down: Vec<String>,
 }
 
 /// Liveness: the process is up.
 #[utoipa::path(get, path = "/healthz", tag = "ops",
     responses((status = 200, description = "Up", body = StatusJson, example = json!({"status": "ok"}))))]
 pub async fn healthz() -> Json<StatusJson> {
-    Json(StatusJson { status: "ok" })
+    Json(StatusJson {
+        status: "ok",
+        executors_down: Vec::new(),
+    })
 }
 
-/// Readiness: the registry and every executor answer their gRPC health checks with SERVING.
+/// Readiness: the registry and at least one executor answer their gRPC health checks with
+/// SERVING (with several executors, one that is down is listed but does not make the gateway
+/// unready: new runs go to the others).
 #[utoipa::path(get, path = "/readyz", tag = "ops",
     responses(
-        (status = 200, description = "Ready", body = StatusJson, example = json!({"status": "ready"})),
-        (status = 503, description = "`unavailable`: the registry or an executor is down or not serving (the message names which), or the gateway is stopping", body = ErrorBody)))]
+        (status = 200, description = "Ready; `executors_down` lists executors that are down while another serves", body = StatusJson, example = json!({"status": "ready"})),
+        (status = 503, description = "`unavailable`: the registry, or every executor, is down or not serving (the message names which), or the gateway is stopping", body = ErrorBody)))]
 pub async fn readyz(State(state): State<AppState>) -> Response {
     if state.shutdown.is_cancelled() {
         return RestError::new(ErrorKind::Unavailable, "the gateway is shutting down")
@@ -67,12 +76,19 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
         check(r.health.clone(), EXECUTOR_SERVICE, who)
     }));
     let (registry, executors) = tokio::join!(registry, executors);
-    let problems: Vec<String> = std::iter::once(registry)
-        .chain(executors)
-        .filter_map(Result::err)
-        .collect();
+    let serving = executors.iter().filter(|e| e.is_ok()).count();
+    let down: Vec<String> = executors.into_iter().filter_map(Result::err).collect();
+    let problems: Vec<String> = match registry {
+        Err(e) => std::iter::once(e).chain(down.iter().cloned()).collect(),
+        Ok(()) if serving == 0 && !down.is_empty() => down.clone(),
+        Ok(()) => Vec::new(),
+    };
     if problems.is_empty() {
-        Json(StatusJson { status: "ready" }).into_response()
+        Json(StatusJson {
+            status: "ready",
+            executors_down: down,
+        })
+        .into_response()
     } else {
         RestError::new(ErrorKind::Unavailable, problems.join("; ")).into_response()
     }

@@ -240,14 +240,22 @@ impl Stack {
         }
     }
 
+    /// Stops executor `name` with SIGTERM (the first one stops like [`Stack::stop_executor`]).
+    pub async fn stop_executor_of(&mut self, name: &str) -> anyhow::Result<()> {
+        let Some(i) = self.more_executors.iter().position(|m| m.name == name) else {
+            return self.stop_executor().await;
+        };
+        let child = self.more_executors[i].child.take();
+        self.terminate(child, "executor", STARTUP_TIMEOUT).await
+    }
+
     /// Restarts executor `name` (SIGTERM, then the same data dir and port); the first one
     /// restarts like [`Stack::restart_executor`].
     pub async fn restart_executor_of(&mut self, name: &str) -> anyhow::Result<()> {
         let Some(i) = self.more_executors.iter().position(|m| m.name == name) else {
             return self.restart_executor().await;
         };
-        let child = self.more_executors[i].child.take();
-        self.terminate(child, "executor", STARTUP_TIMEOUT).await?;
+        self.stop_executor_of(name).await?;
         let addr = self.more_executors[i].addr;
         let (child, _) = self.spawn_executor(Some(name), false, Some(addr)).await?;
         self.more_executors[i].child = Some(child);

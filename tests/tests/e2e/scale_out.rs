@@ -193,17 +193,56 @@ async fn runs_spread_over_executors_and_answers_reach_the_owner_also_after_it_re
 }
 
 #[tokio::test]
-async fn readiness_names_an_executor_that_is_down() {
+async fn with_an_executor_down_new_runs_go_to_the_other_and_its_sessions_name_it() {
     let mut stack = two_executors().await;
     let r = send(stack.http().get(stack.url("/readyz"))).await;
     assert_eq!(
         (r.status.as_u16(), &r.body),
         (200, &json!({"status": "ready"}))
     );
+    // A session on each executor, then e0 goes down.
+    let mut on_e0 = None;
+    for _ in 0..2 {
+        let r = execute(&stack, "hello", None).await;
+        let id = r["session_id"].as_str().expect("a session id").to_owned();
+        if taskforce_proto::ids::session_owner(&id) == Some("e0") {
+            on_e0 = Some(id);
+        }
+    }
+    let on_e0 = on_e0.expect("new runs take turns");
     stack.stop_executor().await.expect("e0 stops");
+
+    // Still ready (e1 serves), with e0 listed; every new run lands on e1.
     let r = send(stack.http().get(stack.url("/readyz"))).await;
-    r.assert_error(503, "unavailable").assert_names("`e0`");
-    assert!(!r.text.contains("`e1`"), "{}", r.text);
+    assert_eq!(r.status, 200, "{}", r.text);
+    let down = r.body["executors_down"].to_string();
+    assert!(
+        down.contains("`e0`") && !down.contains("`e1`"),
+        "{}",
+        r.text
+    );
+    for _ in 0..4 {
+        let r = execute(&stack, "hello", None).await;
+        assert_eq!(r["status"], "completed", "{r}");
+        let id = r["session_id"].as_str().unwrap_or_default();
+        assert_eq!(taskforce_proto::ids::session_owner(id), Some("e1"), "{id}");
+    }
+    // e0's sessions are 503 naming their owner.
+    send(
+        stack
+            .http()
+            .get(stack.url(&format!("/api/v1/sessions/{on_e0}"))),
+    )
+    .await
+    .assert_error(503, "unavailable")
+    .assert_names("`e0`");
+
+    // With every executor down the gateway is not ready.
+    stack.stop_executor_of("e1").await.expect("e1 stops");
+    let r = send(stack.http().get(stack.url("/readyz"))).await;
+    r.assert_error(503, "unavailable")
+        .assert_names("`e0`")
+        .assert_names("`e1`");
 }
 
 #[tokio::test]

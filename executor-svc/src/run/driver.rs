@@ -215,7 +215,7 @@ impl Run {
             }
             LoopEnd::Failed { code, message } => {
                 agent_loop::close_open_calls(&mut session.messages, "the run failed");
-                warn!(session_id = %session.id, code, message, "run failed");
+                warn!(session_id = %session.id, code, error = %message, "run failed");
                 let event = Event::Error(v1::Error {
                     code: code.to_owned(),
                     message,

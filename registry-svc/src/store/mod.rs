@@ -86,6 +86,10 @@ impl Store {
     /// may be stale until [`Store::reconcile_all`] runs; the caller starts the file watcher
     /// first, so that no edit falls between the reconcile and the watch.
     pub fn open(root: &Path, data_dir: &Path) -> Result<Self> {
+        if !root.exists() {
+            // A new volume starts empty; a mistyped path looks the same, so say so.
+            warn!(dir = %root.display(), "the config directory did not exist; made it empty (no profile agents; custom agents go to its custom/)");
+        }
         let custom_dir = root.join("custom");
         fs::create_dir_all(&custom_dir).map_err(|e| RegistryError::io(&custom_dir, e))?;
         // Watcher events carry canonical paths; compare like with like.
@@ -168,7 +172,8 @@ impl Store {
 }
 
 /// Opens sled at `dir`; a database that cannot be opened is moved aside and rebuilt (the files
-/// are the source of truth, so nothing is lost).
+/// are the source of truth, so nothing is lost). Only a sled database is ever moved: a `dir`
+/// that is a file, or a directory without sled's files, is the operator's and an error.
 fn open_or_rebuild(dir: &Path) -> Result<sled::Db> {
     let config = |d: &Path| {
         sled::Config::new()
@@ -179,6 +184,11 @@ fn open_or_rebuild(dir: &Path) -> Result<sled::Db> {
     };
     match config(dir).open() {
         Ok(db) => Ok(db),
+        Err(e) if !is_sled_database(dir) => Err(RegistryError::Config(format!(
+            "--data-dir {}: cannot open the cache there ({e}); it must be a directory the \
+             registry may write (it is made when missing)",
+            dir.display()
+        ))),
         Err(e) => {
             let aside = dir.with_extension(format!(
                 "broken-{}",
@@ -189,6 +199,11 @@ fn open_or_rebuild(dir: &Path) -> Result<sled::Db> {
             Ok(config(dir).open()?)
         }
     }
+}
+
+/// Whether `dir` is a directory holding a sled database (its `conf` or `db` file).
+fn is_sled_database(dir: &Path) -> bool {
+    dir.is_dir() && (dir.join("conf").is_file() || dir.join("db").is_file())
 }
 
 #[cfg(test)]

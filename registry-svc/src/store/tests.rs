@@ -462,6 +462,31 @@ fn a_cache_that_cannot_be_opened_is_moved_aside_and_rebuilt_from_the_files() -> 
     Ok(())
 }
 
+#[test]
+fn a_data_dir_that_is_no_sled_database_is_an_error_and_left_alone() -> Result<()> {
+    let dir = tempfile::tempdir().map_err(|e| RegistryError::io(Path::new("tmp"), e))?;
+    let root = dir.path().join("configs");
+    let file = dir.path().join("start.sh");
+    fs::write(&file, "#!/bin/sh\n").map_err(|e| RegistryError::io(&file, e))?;
+    let Err(RegistryError::Config(message)) = Store::open(&root, &file) else {
+        panic!("a file is no data directory");
+    };
+    assert!(
+        message.contains("--data-dir") && message.contains("start.sh"),
+        "{message}"
+    );
+    assert_eq!(
+        fs::read_to_string(&file).map_err(|e| RegistryError::io(&file, e))?,
+        "#!/bin/sh\n",
+        "the operator's file is untouched"
+    );
+    let siblings = fs::read_dir(dir.path())
+        .map_err(|e| RegistryError::io(dir.path(), e))?
+        .count();
+    assert_eq!(siblings, 2, "nothing moved aside (configs and start.sh)");
+    Ok(())
+}
+
 /// Writes `body` to `path`, mapping the error.
 fn write(path: &Path, body: &str) -> Result<()> {
     fs::write(path, body).map_err(|e| RegistryError::io(path, e))

@@ -4,8 +4,8 @@
 //! and `idp_tool_failure_total`, labelled by `tool` and `subagent` (the sub-agent a delegation
 //! ran, empty for other tools). Global MCP servers: `taskforce_mcp_server_up` (1 up, 0 down)
 //! and `taskforce_mcp_server_tools`, labelled by `server`. Runs: `taskforce_runs_in_flight`,
-//! `taskforce_runs_total{status}`; model calls: `taskforce_llm_request_duration_seconds` and
-//! `taskforce_llm_tokens_total{kind}`, labelled by `provider`. gRPC requests: see
+//! `taskforce_runs_total{status}`; model calls: `taskforce_llm_request_duration_seconds`,
+//! `taskforce_llm_tokens_total{kind}` and `taskforce_llm_errors_total`, labelled by `provider`. gRPC requests: see
 //! `taskforce_runtime::metrics`. One process-wide registry (the runtime's): every run of the
 //! process counts into it, as a scrape expects.
 //!
@@ -65,6 +65,7 @@ struct Metrics {
     runs: Family<StatusLabel, Counter>,
     llm_seconds: Family<ProviderLabel, Histogram>,
     llm_tokens: Family<TokenLabels, Counter>,
+    llm_errors: Family<ProviderLabel, Counter>,
     duration: Family<ToolLabels, Histogram>,
     success: Family<ToolLabels, Counter>,
     failure: Family<ToolLabels, Counter>,
@@ -84,6 +85,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     let llm_seconds =
         Family::<ProviderLabel, Histogram>::new_with_constructor(histogram as fn() -> _);
     let llm_tokens = Family::<TokenLabels, Counter>::default();
+    let llm_errors = Family::<ProviderLabel, Counter>::default();
     register(
         "taskforce_runs_in_flight",
         "Runs (Execute or Answer) going on now",
@@ -103,6 +105,11 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "taskforce_llm_tokens",
         "Tokens the providers reported, by provider and kind (input, output)",
         llm_tokens.clone(),
+    );
+    register(
+        "taskforce_llm_errors",
+        "Model calls that failed (refused, an error status, a broken or cut-off stream), by provider",
+        llm_errors.clone(),
     );
     let duration = Family::<ToolLabels, Histogram>::new_with_constructor(histogram as fn() -> _);
     let success = Family::<ToolLabels, Counter>::default();
@@ -140,6 +147,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         runs,
         llm_seconds,
         llm_tokens,
+        llm_errors,
         duration,
         success,
         failure,
@@ -215,6 +223,16 @@ pub fn llm_call(provider: &str, duration: Duration, input_tokens: u64, output_to
                 .inc_by(n);
         }
     }
+}
+
+/// Counts a model call that failed.
+pub fn llm_error(provider: &str) {
+    METRICS
+        .llm_errors
+        .get_or_create(&ProviderLabel {
+            provider: provider.to_owned(),
+        })
+        .inc();
 }
 
 /// Records a global MCP server's state.

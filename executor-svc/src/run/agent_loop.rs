@@ -145,12 +145,14 @@ pub async fn run(
                     id, name, error, ..
                 })) => requested.push(Requested::Malformed { id, name, error }),
                 Some(Err(e)) => {
+                    crate::metrics::llm_error(ctx.model.provider.name());
                     return LoopEnd::Failed {
                         code: "LLM_ERROR",
                         message: e.to_string(),
                     };
                 }
                 None => {
+                    crate::metrics::llm_error(ctx.model.provider.name());
                     return LoopEnd::Failed {
                         code: "LLM_ERROR",
                         message: format!(

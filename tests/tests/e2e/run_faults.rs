@@ -85,6 +85,25 @@ async fn llm_500s_are_retried_then_fail_the_run_with_an_error_event_and_the_exec
     assert_eq!(stored.status(), v1::RunStatus::Failed, "{stored:?}");
     assert_eq!(stored.mission, "Total invoice 42");
     fake_llm::assert_not_logged(&stack, OPENAI_KEY);
+    // The failed call is counted once (its retries inside it), the good one is timed.
+    let metrics = stack
+        .executor_metrics_addr()
+        .expect("the executor's metrics");
+    let scraped = send(stack.http().get(format!("http://{metrics}/metrics"))).await;
+    assert!(
+        scraped
+            .text
+            .contains("taskforce_llm_errors_total{provider=\"fake_openai\"} 1"),
+        "{}",
+        scraped.text
+    );
+    assert!(
+        scraped
+            .text
+            .contains("taskforce_llm_request_duration_seconds_count{provider=\"fake_openai\"} 1"),
+        "{}",
+        scraped.text
+    );
 }
 
 #[tokio::test]

@@ -330,12 +330,15 @@ fn with_thread(mut response: Response, thread: &str) -> Response {
 
 /// Runs the chat agent on the prompt (with tools unless `plain`) and streams it.
 async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
-    let thread = match body
+    let given = body
         .thread_id
-        .map(|t| t.trim().to_owned())
-        .filter(|t| !t.is_empty())
-    {
-        Some(t) if taskforce_proto::ids::is_session_id(&t) => t,
+        .as_deref()
+        .map(str::trim)
+        .filter(|t| !t.is_empty());
+    // A conversation this request starts: the gateway chose its id, so it may choose another.
+    let minted = given.is_none();
+    let mut thread = match given {
+        Some(t) if taskforce_proto::ids::is_session_id(t) => t.to_owned(),
         Some(_) => {
             return failure("`threadId` must be 1-128 letters, digits, `-` or `_`");
         }
@@ -367,21 +370,37 @@ async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
             confirmations.push(id);
         }
     }
-    let request = |no_tools: bool| v1::ExecuteRequest {
+    let request = |thread: &str, no_tools: bool| v1::ExecuteRequest {
         mission: body.prompt.clone(),
         agent_id: Some(settings.agent.clone()),
-        session_id: Some(thread.clone()),
+        session_id: Some(thread.to_owned()),
         mode: Some(mode.clone()),
         model: settings.model.clone(),
         no_tools: Some(no_tools),
         confirmations: confirmations.clone(),
         ..Default::default()
     };
-    let (mut executor, owner) = match state.executors.owner(&thread) {
+    let (mut executor, mut owner) = match state.executors.owner(&thread) {
         Ok(owner) => (owner.client.clone(), owner),
         Err(e) => return with_thread(failure(&e.0.message), &thread),
     };
-    let started = match executor.execute(request(plain)).await {
+    let mut first = executor.execute(request(&thread, plain)).await;
+    // A new conversation whose executor cannot be reached starts on the next one instead.
+    let mut tried = 1;
+    while minted
+        && tried < state.executors.all().len()
+        && matches!(&first, Err(status) if status.code() == Code::Unavailable)
+    {
+        warn!(thread_id = %thread, "executor unavailable; starting the conversation on the next one");
+        thread = state.executors.new_session_id();
+        (executor, owner) = match state.executors.owner(&thread) {
+            Ok(owner) => (owner.client.clone(), owner),
+            Err(e) => return with_thread(failure(&e.0.message), &thread),
+        };
+        first = executor.execute(request(&thread, plain)).await;
+        tried += 1;
+    }
+    let started = match first {
         // A conversation waiting on a question: the prompt answers it.
         Err(status) if awaits_answer(&status) => {
             executor
@@ -395,7 +414,7 @@ async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
         // The agent could not start with its tools: the plain LLM answers (seed 004 §3.4).
         Err(status) if !plain && matches!(status.code(), Code::Internal | Code::Unknown) => {
             warn!(thread_id = %thread, error = %status.message(), "the chat agent failed to start; falling back to the plain LLM");
-            executor.execute(request(true)).await
+            executor.execute(request(&thread, true)).await
         }
         other => other,
     };
@@ -410,7 +429,7 @@ async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
             // The agent failed before it said anything: the plain LLM answers (seed 004 §3.4).
             Opening::FailedEarly(reason) => {
                 warn!(thread_id = %thread, reason = %reason, "the chat agent failed before answering; falling back to the plain LLM");
-                match executor.execute(request(true)).await {
+                match executor.execute(request(&thread, true)).await {
                     Ok(events) => respond(events.into_inner(), Chat, state.shutdown.clone()),
                     Err(status) => failure(&owner.error(status).0.message),
                 }

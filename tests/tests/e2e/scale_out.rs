@@ -227,6 +227,29 @@ async fn with_an_executor_down_new_runs_go_to_the_other_and_its_sessions_name_it
         let id = r["session_id"].as_str().unwrap_or_default();
         assert_eq!(taskforce_proto::ids::session_owner(id), Some("e1"), "{id}");
     }
+    // So does every new chat conversation (its thread id names e1).
+    for _ in 0..2 {
+        let r = stack
+            .http()
+            .post(stack.url("/ai/stream"))
+            .json(&json!({"prompt": "hello"}))
+            .send()
+            .await
+            .expect("chat answers");
+        let thread = r
+            .headers()
+            .get("x-thread-id")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let text = r.text().await.expect("the stream");
+        assert_eq!(
+            taskforce_proto::ids::session_owner(&thread),
+            Some("e1"),
+            "{thread}: {text}"
+        );
+        assert!(text.contains("data: hi"), "{text}");
+    }
     // e0's sessions are 503 naming their owner.
     send(
         stack

@@ -229,20 +229,9 @@ async fn with_an_executor_down_new_runs_go_to_the_other_and_its_sessions_name_it
     }
     // So does every new chat conversation (its thread id names e1).
     for _ in 0..2 {
-        let r = stack
-            .http()
-            .post(stack.url("/ai/stream"))
-            .json(&json!({"prompt": "hello"}))
-            .send()
-            .await
-            .expect("chat answers");
-        let thread = r
-            .headers()
-            .get("x-thread-id")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned();
-        let text = r.text().await.expect("the stream");
+        let (status, thread, text) =
+            crate::chat_stream::post(&stack, "/ai/stream", &json!({"prompt": "hello"})).await;
+        assert_eq!(status, 200, "{text}");
         assert_eq!(
             taskforce_proto::ids::session_owner(&thread),
             Some("e1"),

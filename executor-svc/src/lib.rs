@@ -88,6 +88,10 @@ impl Parts {
     /// `config.tools`, see [`tools::native::NativeToolsArgs`]); fails when the subprocess
     /// tools' sandbox cannot be had as configured.
     pub fn from_config(config: &Config) -> Result<Self, ExecutorError> {
+        // The providers' keys are never an MCP server's to read (`${VAR}` of an agent's server).
+        if let Ok(text) = std::fs::read_to_string(&config.llm_config) {
+            taskforce_runtime::env::reserve_placeholders_of(&text);
+        }
         let router = Arc::new(LlmRouter::from_file(&config.llm_config)?);
         let native = config.tools.config();
         native

@@ -215,8 +215,8 @@ pub async fn metrics() -> impl axum::response::IntoResponse {
 
 /// The scope each route needs (see `docs/security.md`): health, readiness, metrics and the
 /// OpenAPI document are public; runs, answers, cancels and the chat streams need `execute`;
-/// creating, updating and deleting agents needs `write`; every other route (reads, `:validate`,
-/// `/mcp`, unknown paths) needs `read`.
+/// creating, updating, deleting and validating agents (`:validate` starts the agent's MCP
+/// servers) needs `write`; every other route (reads, `/mcp`, unknown paths) needs `read`.
 pub fn access(method: &Method, path: &str) -> taskforce_runtime::auth::Access {
     use taskforce_runtime::auth::{Access, Scope};
     match path {
@@ -224,7 +224,7 @@ pub fn access(method: &Method, path: &str) -> taskforce_runtime::auth::Access {
         "/api/v1/execute" | "/api/v1/execute/stream" | "/ai/agent/stream" | "/ai/stream" => {
             Access::Needs(Scope::Execute)
         }
-        "/api/v1/agents:validate" => Access::Needs(Scope::Read),
+        "/api/v1/agents:validate" => Access::Needs(Scope::Write),
         p if p.starts_with("/api/v1/sessions/")
             && (p.ends_with("/answer") || p.ends_with("/cancel")) =>
         {

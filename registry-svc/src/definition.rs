@@ -424,7 +424,22 @@ fn check_len(bad: &mut impl FnMut(&str, String), field: &str, value: &str, max: 
 /// Checks one MCP server entry (seed 000 §5.1: `stdio` needs `command`, `sse`/`http` need `url`;
 /// `global` needs the `name` of one of the executor's global servers and nothing else).
 pub fn validate_mcp_server(s: &McpServerConfig) -> Result<(), String> {
-    taskforce_proto::mcp_config::validate(&taskforce_proto::v1::McpServer::from(s))
+    use taskforce_runtime::env::{ExpandError, is_reserved, placeholders};
+    let server = taskforce_proto::v1::McpServer::from(s);
+    taskforce_proto::mcp_config::validate(&server)?;
+    // The server is a program or an endpoint of the agent's author: it never gets the
+    // services' own secrets, so a placeholder naming one is refused when the agent is saved.
+    let values = [&server.command, &server.url]
+        .into_iter()
+        .chain(&server.args)
+        .chain(server.env.values())
+        .chain(server.headers.values());
+    for value in values {
+        if let Some(name) = placeholders(value).find(|name| is_reserved(name)) {
+            return Err(ExpandError::Reserved(name.to_owned()).to_string());
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -502,6 +517,15 @@ mod tests {
             ..Default::default()
         };
         assert!(validate_mcp_server(&sse).is_ok());
+        let mut leaky = sse;
+        leaky.headers.insert(
+            "Authorization".into(),
+            "Bearer ${TASKFORCE_SERVICE_TOKEN}".into(),
+        );
+        assert!(
+            validate_mcp_server(&leaky).is_err_and(|e| e.contains("TASKFORCE_SERVICE_TOKEN")),
+            "a service secret in a header"
+        );
         let ws = McpServerConfig {
             kind: "websocket".into(),
             ..Default::default()

@@ -453,8 +453,9 @@ impl Denied {
 }
 
 /// The access a gRPC method of the Taskforce services needs: health is public; reflection
-/// takes any valid key; changing agents needs `write`; runs and the executors' status reports
-/// need `execute`; everything else (reads, the watch stream, unknown methods) needs `read`.
+/// takes any valid key; changing agents and validating one (it starts the agent's MCP servers)
+/// need `write`; runs and the executors' status reports need `execute`; everything else
+/// (reads, the watch stream, unknown methods) needs `read`.
 pub fn grpc_access(path: &str) -> Access {
     if path.starts_with("/grpc.health.v1.Health/") {
         return Access::Public;
@@ -465,7 +466,8 @@ pub fn grpc_access(path: &str) -> Access {
     match path {
         "/taskforce.v1.AgentRegistry/CreateAgent"
         | "/taskforce.v1.AgentRegistry/UpdateAgent"
-        | "/taskforce.v1.AgentRegistry/DeleteAgent" => Access::Needs(Scope::Write),
+        | "/taskforce.v1.AgentRegistry/DeleteAgent"
+        | "/taskforce.v1.AgentRegistry/ValidateAgent" => Access::Needs(Scope::Write),
         "/taskforce.v1.AgentRegistry/ReportAgentStatus"
         | "/taskforce.v1.Executor/Execute"
         | "/taskforce.v1.Executor/Answer"
@@ -733,6 +735,11 @@ keys:
         assert_eq!(
             grpc_access("/taskforce.v1.Executor/Execute"),
             Access::Needs(Scope::Execute)
+        );
+        // Validating starts the agent's MCP servers: a writer's act, not a reader's.
+        assert_eq!(
+            grpc_access("/taskforce.v1.AgentRegistry/ValidateAgent"),
+            Access::Needs(Scope::Write)
         );
         assert_eq!(
             grpc_access("/taskforce.v1.Executor/GetSession"),

@@ -7,7 +7,7 @@
 //! in the shell), so an optional value says so where it is written. Errors name variables,
 //! never values.
 
-use std::ffi::OsStr;
+use std::{collections::BTreeSet, ffi::OsStr, sync::OnceLock};
 
 /// What a tool's or a task's process gets of this process's environment: the executor's native
 /// tools and the registry's metadata tasks.
@@ -32,6 +32,34 @@ pub fn minimal_command(program: impl AsRef<OsStr>, inherited: &[&str]) -> std::p
     cmd
 }
 
+/// The prefix of the services' own settings and secrets (`TASKFORCE_SERVICE_TOKEN`,
+/// `TASKFORCE_API_KEYS`, ...): an MCP server's `${VAR}` never reads one.
+pub const RESERVED_PREFIX: &str = "TASKFORCE_";
+
+/// The variables [`reserve_placeholders_of`] reserved.
+static RESERVED: OnceLock<BTreeSet<String>> = OnceLock::new();
+
+/// Reserves the variables the placeholders of `text` name (a file of the service's own secrets:
+/// `llm_config.yaml`, whose `${OPENAI_API_KEY}` and the like are the model providers' keys), so
+/// that no MCP server's `${VAR}` reads them. Call once at start-up; later calls change nothing.
+pub fn reserve_placeholders_of(text: &str) {
+    let _ = RESERVED.set(placeholders(text).map(str::to_owned).collect());
+}
+
+/// Whether an MCP server's `${name}` is refused: a variable of the service's own (its prefix is
+/// [`RESERVED_PREFIX`], or [`reserve_placeholders_of`] reserved it).
+pub fn is_reserved(name: &str) -> bool {
+    name.starts_with(RESERVED_PREFIX) || RESERVED.get().is_some_and(|r| r.contains(name))
+}
+
+/// The variable names of the placeholders in `text` (`${VAR}` and `${VAR:-default}`).
+pub fn placeholders(text: &str) -> impl Iterator<Item = &str> {
+    text.split("${").skip(1).filter_map(|rest| {
+        let body = &rest[..rest.find('}')?];
+        Some(body.split_once(":-").map_or(body, |(name, _)| name))
+    })
+}
+
 /// Why a placeholder could not be expanded. Carries variable names only, never values.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ExpandError {
@@ -41,6 +69,11 @@ pub enum ExpandError {
     /// A `${` without its `}`.
     #[error("unclosed `${{` (a placeholder is `${{VAR}}` or `${{VAR:-default}}`)")]
     Unclosed,
+    /// `${VAR}` of an MCP server naming one of the service's own secrets.
+    #[error(
+        "${{{0}}} names one of the services' own secrets (`TASKFORCE_*`, the model providers' keys of llm_config.yaml); an MCP server cannot read it"
+    )]
+    Reserved(String),
 }
 
 /// Expands `${VAR}` and `${VAR:-default}` in `template`, reading variables through `lookup`
@@ -70,8 +103,13 @@ pub fn expand(
     Ok(out)
 }
 
-/// [`expand`] from this process's environment.
-pub fn expand_from_process(template: &str) -> Result<String, ExpandError> {
+/// [`expand`] of an MCP server's configuration value from this process's environment: a
+/// placeholder naming one of the service's own secrets ([`is_reserved`]) is an error, never its
+/// value.
+pub fn expand_for_mcp_server(template: &str) -> Result<String, ExpandError> {
+    if let Some(name) = placeholders(template).find(|name| is_reserved(name)) {
+        return Err(ExpandError::Reserved(name.to_owned()));
+    }
     expand(template, |name| std::env::var(name).ok())
 }
 
@@ -85,6 +123,28 @@ mod tests {
             "EMPTY" => Some(String::new()),
             _ => None,
         }
+    }
+
+    #[test]
+    fn an_mcp_server_cannot_read_the_services_own_secrets() {
+        reserve_placeholders_of("api_key: ${TF_TEST_PROVIDER_KEY}\nbase: ${TF_TEST_BASE:-x}\n");
+        let names: Vec<&str> = placeholders("a ${ONE} b ${TWO:-d} ${unclosed").collect();
+        assert_eq!(names, ["ONE", "TWO"]);
+        for reserved in [
+            "${TASKFORCE_SERVICE_TOKEN}",
+            "Bearer ${TASKFORCE_API_KEYS:-}",
+            "${TF_TEST_PROVIDER_KEY}",
+            "x ${TF_TEST_BASE:-y}",
+        ] {
+            let Err(ExpandError::Reserved(name)) = expand_for_mcp_server(reserved) else {
+                panic!("{reserved} is reserved");
+            };
+            assert!(reserved.contains(&name), "{name}");
+        }
+        assert_eq!(
+            expand_for_mcp_server("${TF_TEST_FREE:-ok}"),
+            Ok("ok".into())
+        );
     }
 
     #[test]

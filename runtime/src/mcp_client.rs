@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use taskforce_proto::v1;
 
-use crate::env::{ExpandError, MCP_SERVER_ENV, expand_from_process, minimal_command};
+use crate::env::{ExpandError, MCP_SERVER_ENV, expand_for_mcp_server, minimal_command};
 
 /// A live client session with one MCP server.
 pub type McpClient = RunningService<RoleClient, ()>;
@@ -154,7 +154,7 @@ fn spawn_stdio(server: &v1::McpServer) -> Result<TokioChildProcess, ConnectError
 
 /// Expands the placeholders of one configuration value; `field` names it in the error.
 fn expand(value: &str, field: impl FnOnce() -> String) -> Result<String, ConnectError> {
-    expand_from_process(value).map_err(|source| ConnectError::Placeholder {
+    expand_for_mcp_server(value).map_err(|source| ConnectError::Placeholder {
         field: field(),
         source,
     })

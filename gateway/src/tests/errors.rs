@@ -175,3 +175,16 @@ async fn tools_diagnostics_and_openapi_are_served() {
     assert_eq!(r.headers[header::CONTENT_TYPE], "application/json");
     assert!(r.body["paths"]["/api/v1/agents:validate"]["post"].is_object());
 }
+
+#[test]
+fn validating_an_agent_needs_write_because_it_starts_the_agents_mcp_servers() {
+    use taskforce_runtime::auth::{Access, Scope};
+    assert_eq!(
+        crate::access(&http::Method::POST, "/api/v1/agents:validate"),
+        Access::Needs(Scope::Write)
+    );
+    assert_eq!(
+        crate::access(&http::Method::GET, "/api/v1/agents"),
+        Access::Needs(Scope::Read)
+    );
+}

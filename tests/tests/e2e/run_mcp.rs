@@ -24,16 +24,27 @@ async fn an_agents_mcp_tools_run_through_the_gateway_within_its_allowlist() {
         .discovery_timeout_ms(30_000)
         // Only the executor has the secret: the registry, which cannot expand the server's
         // placeholder, leaves checking the allowlist to the executor.
-        .executor_env("TASKFORCE_E2E_MCP_SECRET", SECRET)
+        .executor_env("TF_E2E_MCP_SECRET", SECRET)
         .llm_script(SCRIPT)
         .spawn()
         .await
         .expect("stack with executor starts");
     let mut server = mcp::time_server_json().expect("mcp-server-time is installed");
-    server["env"] = json!({"TF_E2E_TOKEN": "${TASKFORCE_E2E_MCP_SECRET}"});
+    server["env"] = json!({"TF_E2E_TOKEN": "${TF_E2E_MCP_SECRET}"});
     let mut body = agent_json("clock");
     body["mcp_servers"] = json!([server]);
     body["mcp_tool_allowlist"] = json!(["get_current_time"]);
+    // The services' own secrets are never a server's: the service token, the providers' keys.
+    for reserved in [
+        "${TASKFORCE_SERVICE_TOKEN}",
+        "Bearer ${TASKFORCE_API_KEYS:-}",
+    ] {
+        let mut leaky = body.clone();
+        leaky["mcp_servers"][0]["env"] = json!({"STOLEN": reserved});
+        let r = create(&stack, &leaky).await;
+        assert_eq!(r.status, 400, "{reserved}: {}", r.text);
+        assert!(r.text.contains("own secrets"), "{}", r.text);
+    }
     let r = create(&stack, &body).await;
     assert_eq!(r.status, 201, "{}", r.text);
     // `:validate` says why the registry did not list the server's tools, naming the variable.
@@ -49,8 +60,7 @@ async fn an_agents_mcp_tools_run_through_the_gateway_within_its_allowlist() {
     assert_eq!(v.status, 200, "{}", v.text);
     let warnings = v.body["warnings"].to_string();
     assert!(
-        warnings.contains("TASKFORCE_E2E_MCP_SECRET")
-            && warnings.contains("when the executor runs"),
+        warnings.contains("TF_E2E_MCP_SECRET") && warnings.contains("when the executor runs"),
         "{warnings}"
     );
     assert!(!warnings.contains(SECRET), "{warnings}");
@@ -98,9 +108,5 @@ async fn an_agents_mcp_tools_run_through_the_gateway_within_its_allowlist() {
     assert!(!everything.contains(SECRET), "the secret leaked");
     let got = crate::helpers::send(stack.http().get(stack.url("/api/v1/agents/clock"))).await;
     assert!(!got.text.contains(SECRET), "{}", got.text);
-    assert!(
-        got.text.contains("${TASKFORCE_E2E_MCP_SECRET}"),
-        "{}",
-        got.text
-    );
+    assert!(got.text.contains("${TF_E2E_MCP_SECRET}"), "{}", got.text);
 }

@@ -15,6 +15,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
     let telemetry = runtime::telemetry::init("gateway");
+    runtime::protect_secrets();
     config.validate()?;
     if config.mcp_stdio {
         let served =

@@ -14,6 +14,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
     let telemetry = runtime::telemetry::init("registry-svc");
+    runtime::protect_secrets();
     let listener = runtime::bind(config.listen, config.addr_file.as_deref())
         .await
         .with_context(|| format!("binding {}", config.listen))?;

@@ -147,9 +147,28 @@ fn default_level(agent_level: Option<&str>) -> &'static str {
     }
 }
 
+/// Makes this process non-dumpable (Linux): its `/proc/<pid>/environ`, memory and open files are
+/// then closed to the other processes of its user, among them the programs it starts (an agent's
+/// MCP servers, metadata tasks, tools), which could otherwise read its secrets (the service
+/// token, the model providers' keys) there; and it leaves no core dumps. A kernel that refuses
+/// is reported and the service goes on.
+pub fn protect_secrets() {
+    #[cfg(target_os = "linux")]
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        tracing::warn!(error = %e, "cannot make the process non-dumpable; its /proc entries stay readable by its user's other processes");
+    }
+}
+
 #[cfg(test)]
-mod level_tests {
+mod tests {
     use super::default_level;
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_process_becomes_non_dumpable() {
+        super::protect_secrets();
+        assert_eq!(nix::sys::prctl::get_dumpable(), Ok(false));
+    }
 
     #[test]
     fn agent_log_level_sets_the_default_level() {

@@ -147,6 +147,19 @@ fn forbidden(ip: IpAddr) -> Option<&'static str> {
                 return forbidden_v4(v4);
             }
             let s = v6.segments();
+            // The other IPv6 forms that carry an IPv4 address: IPv4-compatible (`::a.b.c.d`,
+            // deprecated), IPv4-translated (`::ffff:0:a.b.c.d`) and NAT64's local-use prefix
+            // (`64:ff9b:1::/48`): hosts that translate them reach the IPv4 address inside, so
+            // none is a public destination.
+            if s[..6] == [0, 0, 0, 0, 0, 0] && !v6.is_loopback() && !v6.is_unspecified() {
+                return Some("an IPv4-compatible (deprecated)");
+            }
+            if s[..6] == [0, 0, 0, 0, 0xffff, 0] {
+                return Some("an IPv4-translated");
+            }
+            if s[0] == 0x64 && s[1] == 0xff9b && s[2] == 1 {
+                return Some("a local-use NAT64");
+            }
             if s[0] == 0x64 && s[1] == 0xff9b && s[2..6] == [0, 0, 0, 0] {
                 return forbidden_v4(Ipv4Addr::new(
                     (s[6] >> 8) as u8,
@@ -227,6 +240,11 @@ mod tests {
             "http://[::ffff:127.0.0.1]/",
             "http://[::ffff:7f00:1]/",
             "http://[64:ff9b::a9fe:a9fe]/",
+            "http://[::127.0.0.1]/",
+            "http://[::7f00:1]/",
+            "http://[::ffff:0:7f00:1]/",
+            "http://[64:ff9b:1::7f00:1]/",
+            "http://[::8.8.8.8]/",
             "http://169.254.169.254/latest/meta-data/",
             "http://10.1.2.3/",
             "http://172.16.0.1/",

@@ -24,6 +24,7 @@
 //! - [`execute`]: `/api/v1/execute` (to the end, or as SSE) and session read, answer, cancel
 //!   and plan, over the executor's gRPC API.
 //! - [`chat`]: seed 004's `/ai/agent/stream` and `/ai/stream`.
+//! - [`serve`]: HTTP/1 and HTTP/2 on the listener, with a time limit on a request's headers.
 //! - [`sse`]: a run's event stream as Server-Sent Events, in our dialect or seed 004's.
 //! - [`events`]: the JSON of run events (SSE) and of a session's todo plan.
 //! - [`limits`]: open runs per API key (`--max-runs-per-key`).
@@ -52,6 +53,7 @@ pub mod metadata;
 pub mod model;
 pub mod openapi;
 pub mod read_model;
+pub mod serve;
 pub mod sse;
 pub mod state;
 pub mod tools;
@@ -94,31 +96,22 @@ pub async fn run(
         registry = %config.registry_url,
         "gateway listening"
     );
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        // Small JSON answers must not wait for Nagle's algorithm.
-        let _ = tcp.set_nodelay(true);
-    });
-    let served =
-        axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let served = serve::serve(listener, app, shutdown.clone());
     // Open streams end within their grace period; connections still open a little after that
     // (a client that does not read) are dropped: a stop never waits on clients.
     let grace = async {
         shutdown.cancelled().await;
         tokio::time::sleep(sse::STOP_GRACE * 2).await;
     };
-    let served = tokio::select! {
-        r = served => r,
-        () = grace => {
-            warn!("connections still open after the grace period; closing them");
-            Ok(())
-        }
-    };
+    tokio::select! {
+        () = served => {}
+        () = grace => warn!("connections still open after the grace period; closing them"),
+    }
     // Also when serving failed: the follower stops on `shutdown`.
     shutdown.cancel();
     if let Err(e) = follower.await {
         warn!(error = %e, "the read model's follower ended abnormally");
     }
-    served?;
     info!("gateway stopped");
     Ok(())
 }

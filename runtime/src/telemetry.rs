@@ -82,13 +82,36 @@ impl Telemetry {
 pub fn init(service: &'static str) -> Telemetry {
     use std::io::IsTerminal;
     let agent_level = std::env::var("AGENT_LOG_LEVEL").ok();
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| crate::default_level(agent_level.as_deref()).into());
-    let json = std::env::var("TASKFORCE_LOG_FORMAT").map_or_else(
-        |_| !std::io::stderr().is_terminal(),
-        |f| f.eq_ignore_ascii_case("json"),
-    );
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let default_filter = || EnvFilter::new(crate::default_level(agent_level.as_deref()));
+    // Said once logging is up: a filter or format that was asked for and is not used.
+    let mut settings_ignored = Vec::new();
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(directives) if !directives.trim().is_empty() => EnvFilter::try_new(&directives)
+            .unwrap_or_else(|e| {
+                settings_ignored.push(format!(
+                    "RUST_LOG is not a valid filter ({e}); using the default level"
+                ));
+                default_filter()
+            }),
+        _ => default_filter(),
+    };
+    let terminal = std::io::stderr().is_terminal();
+    let json = match std::env::var("TASKFORCE_LOG_FORMAT") {
+        Err(_) => !terminal,
+        Ok(f) if f.eq_ignore_ascii_case("json") => true,
+        Ok(f) if f.eq_ignore_ascii_case("text") => false,
+        Ok(f) => {
+            settings_ignored.push(format!(
+                "TASKFORCE_LOG_FORMAT={f:?} is neither json nor text; using {}",
+                if terminal { "text" } else { "json" }
+            ));
+            !terminal
+        }
+    };
+    // Colours only for a terminal: text logs forced into a file or a pipe stay plain.
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(terminal);
     let fmt = if json {
         // The spans from the outermost in (`spans`, the request's carrying `trace_id`), without
         // repeating the innermost as `span`: serializing span fields is most of a line's cost.
@@ -135,6 +158,9 @@ pub fn init(service: &'static str) -> Telemetry {
         .with(fmt)
         .with(otel)
         .init();
+    for ignored in settings_ignored {
+        warn!("{ignored}");
+    }
     if let Some(e) = problem {
         warn!(error = %e, "OTLP trace export is configured but could not start; no traces are exported");
     } else if provider.is_some() {

@@ -390,6 +390,16 @@ async fn start(
     args: &[&str],
     wait: Duration,
 ) -> (Option<i32>, String, tempfile::TempDir) {
+    start_with(binary, args, &[("TASKFORCE_LOG_FORMAT", "text")], wait).await
+}
+
+/// [`start`] with `envs` set (text logs are not the default then: stderr is a file).
+pub(crate) async fn start_with(
+    binary: &str,
+    args: &[&str],
+    envs: &[(&str, &str)],
+    wait: Duration,
+) -> (Option<i32>, String, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("temp dir");
     std::fs::create_dir_all(dir.path().join("configs").join("custom")).expect("config dir");
     let log = dir.path().join("stderr.log");
@@ -400,7 +410,8 @@ async fn start(
         .env_remove("TASKFORCE_API_KEYS")
         .env_remove("TASKFORCE_API_KEYS_FILE")
         .env_remove("TASKFORCE_INSECURE_NO_AUTH")
-        .env("TASKFORCE_LOG_FORMAT", "text")
+        .env_remove("RUST_LOG")
+        .envs(envs.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(file)

@@ -83,3 +83,41 @@ async fn sigterm_stops_the_registry_promptly_while_the_gateway_is_connected() {
         .await
         .expect("SIGTERM ends the registry although the gateway keeps its channel open");
 }
+
+#[tokio::test]
+async fn log_settings_that_are_not_used_are_said_and_forced_text_logs_have_no_colours() {
+    let wait = std::time::Duration::from_secs(2);
+    let args = ["--listen", "127.0.0.1:0", "--metrics-listen", ""];
+    let (code, log, _dir) = crate::auth::start_with(
+        "registry-svc",
+        &args,
+        &[
+            ("TASKFORCE_LOG_FORMAT", "yaml"),
+            ("RUST_LOG", "info,[unclosed"),
+        ],
+        wait,
+    )
+    .await;
+    assert_eq!(code, None, "it keeps serving: {log}");
+    for said in [
+        "TASKFORCE_LOG_FORMAT=\\\"yaml\\\" is neither json nor text",
+        "RUST_LOG is not a valid filter",
+    ] {
+        assert!(log.contains(said), "{said:?} in:\n{log}");
+    }
+    let (_, text, _dir) = crate::auth::start_with(
+        "registry-svc",
+        &args,
+        &[("TASKFORCE_LOG_FORMAT", "text")],
+        wait,
+    )
+    .await;
+    assert!(
+        text.contains("registry listening") || text.contains("INFO"),
+        "{text}"
+    );
+    assert!(
+        !text.contains('\u{1b}'),
+        "no ANSI escapes in a file: {text:?}"
+    );
+}

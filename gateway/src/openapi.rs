@@ -337,7 +337,7 @@ mod tests {
         assert_eq!(scope("/api/v1/agents", "get"), "read");
         assert_eq!(scope("/api/v1/agents", "post"), "write");
         assert_eq!(scope("/api/v1/agents/{agent_id}", "delete"), "write");
-        assert_eq!(scope("/api/v1/agents:validate", "post"), "read");
+        assert_eq!(scope("/api/v1/agents:validate", "post"), "write");
         assert_eq!(scope("/api/v1/agents/{agent_id}/metadata", "get"), "read");
         assert_eq!(scope("/api/v1/execute/stream", "post"), "execute");
         assert_eq!(

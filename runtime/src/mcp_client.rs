@@ -172,17 +172,17 @@ mod tests {
             ..Default::default()
         };
         s.env
-            .insert("TOKEN".into(), "${TASKFORCE_SURELY_UNSET_VAR}".into());
+            .insert("TOKEN".into(), "${TF_SURELY_UNSET_VAR}".into());
         let r = connect_and_list(&s, Duration::from_secs(5)).await;
         let Err(e @ ConnectError::Placeholder { .. }) = r else {
             panic!("expected a placeholder error, got {r:?}");
         };
         assert_eq!(
             e.to_string().split(" (").next(),
-            Some("env TOKEN: environment variable TASKFORCE_SURELY_UNSET_VAR is not set")
+            Some("env TOKEN: environment variable TF_SURELY_UNSET_VAR is not set")
         );
         s.env
-            .insert("TOKEN".into(), "${TASKFORCE_SURELY_UNSET_VAR:-}".into());
+            .insert("TOKEN".into(), "${TF_SURELY_UNSET_VAR:-}".into());
         let r = connect_and_list(&s, Duration::from_secs(5)).await;
         assert!(matches!(r, Err(ConnectError::Spawn { .. })), "{r:?}");
     }
@@ -196,7 +196,7 @@ mod tests {
         };
         s.headers.insert(
             "Authorization".into(),
-            "Bearer ${TASKFORCE_SURELY_UNSET_VAR}".into(),
+            "Bearer ${TF_SURELY_UNSET_VAR}".into(),
         );
         let r = connect_and_list(&s, Duration::from_secs(5)).await;
         assert!(

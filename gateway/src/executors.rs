@@ -154,7 +154,13 @@ impl Executors {
                     &uuid::Uuid::new_v4().to_string(),
                 ));
             }
-            match replica.client.clone().execute(request.clone()).await {
+            // Copied only while another executor may still have to be asked.
+            let attempt = if tried < count {
+                request.clone()
+            } else {
+                std::mem::take(&mut request)
+            };
+            match replica.client.clone().execute(attempt).await {
                 Ok(events) => return Ok(events.into_inner()),
                 Err(status) if status.code() == tonic::Code::Unavailable && tried < count => {
                     warn!(executor = replica.name.as_deref().unwrap_or_default(), error = %status.message(), "executor unavailable; starting the run on the next one");

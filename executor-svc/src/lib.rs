@@ -90,7 +90,7 @@ impl Parts {
     pub fn from_config(config: &Config) -> Result<Self, ExecutorError> {
         // The providers' keys are never an MCP server's to read (`${VAR}` of an agent's server).
         if let Ok(text) = std::fs::read_to_string(&config.llm_config) {
-            taskforce_runtime::env::reserve_placeholders_of(&text);
+            taskforce_runtime::env::reserve_secrets_of_llm_config(&text);
         }
         let router = Arc::new(LlmRouter::from_file(&config.llm_config)?);
         let native = config.tools.config();

@@ -61,10 +61,10 @@ pub async fn run(
                 .map_err(|e| RegistryError::Config(format!("listener: {e}")))?],
         )
         .map_err(|e| RegistryError::Config(e.to_string()))?;
-    // The model providers' keys (placeholders of the llm_config.yaml beside the agents, when
-    // there is one) are never an MCP server's to read, here or in the executor.
+    // The model providers' keys (the variables the llm_config.yaml beside the agents names for
+    // them, when there is one) are never an MCP server's to read, here or in the executor.
     if let Ok(text) = std::fs::read_to_string(config.config_dir.join("llm_config.yaml")) {
-        taskforce_runtime::env::reserve_placeholders_of(&text);
+        taskforce_runtime::env::reserve_secrets_of_llm_config(&text);
     }
     let (root, data) = (config.config_dir.clone(), config.data_dir.clone());
     let store =

@@ -36,20 +36,62 @@ pub fn minimal_command(program: impl AsRef<OsStr>, inherited: &[&str]) -> std::p
 /// `TASKFORCE_API_KEYS`, ...): an MCP server's `${VAR}` never reads one.
 pub const RESERVED_PREFIX: &str = "TASKFORCE_";
 
-/// The variables [`reserve_placeholders_of`] reserved.
+/// Variables that hold the services' own secrets whatever `llm_config.yaml` names: the model
+/// providers' conventional keys and the `github` tool's token. An MCP server that needs a token
+/// of its own gets it under another name (e.g. `GITHUB_PERSONAL_ACCESS_TOKEN: ${MCP_GITHUB_TOKEN}`).
+pub const RESERVED_NAMES: [&str; 5] = [
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "AZURE_OPENAI_API_KEY",
+    "GITHUB_TOKEN",
+    "GH_TOKEN",
+];
+
+/// The variables [`reserve_secrets_of_llm_config`] reserved.
 static RESERVED: OnceLock<BTreeSet<String>> = OnceLock::new();
 
-/// Reserves the variables the placeholders of `text` name (a file of the service's own secrets:
-/// `llm_config.yaml`, whose `${OPENAI_API_KEY}` and the like are the model providers' keys), so
-/// that no MCP server's `${VAR}` reads them. Call once at start-up; later calls change nothing.
-pub fn reserve_placeholders_of(text: &str) {
-    let _ = RESERVED.set(placeholders(text).map(str::to_owned).collect());
+/// Reserves the variables an `llm_config.yaml` reads the model providers' keys from (every
+/// `api_key_env:` value, and the variables of its `${VAR}` placeholders), so that no MCP
+/// server's `${VAR}` reads them. Call once at start-up with the file's text; later calls change
+/// nothing.
+pub fn reserve_secrets_of_llm_config(text: &str) {
+    let mut names: BTreeSet<String> = placeholders(text).map(str::to_owned).collect();
+    if let Ok(config) = serde_yaml::from_str::<serde_yaml::Value>(text) {
+        key_variables(&config, &mut names);
+    }
+    let _ = RESERVED.set(names);
+}
+
+/// The values of every `api_key_env` key in `value`, at any depth.
+fn key_variables(value: &serde_yaml::Value, names: &mut BTreeSet<String>) {
+    match value {
+        serde_yaml::Value::Mapping(map) => {
+            for (key, value) in map {
+                if key.as_str() == Some("api_key_env")
+                    && let Some(name) = value.as_str().map(str::trim).filter(|n| !n.is_empty())
+                {
+                    names.insert(name.to_owned());
+                }
+                key_variables(value, names);
+            }
+        }
+        serde_yaml::Value::Sequence(items) => {
+            for item in items {
+                key_variables(item, names);
+            }
+        }
+        serde_yaml::Value::Tagged(tagged) => key_variables(&tagged.value, names),
+        _ => {}
+    }
 }
 
 /// Whether an MCP server's `${name}` is refused: a variable of the service's own (its prefix is
-/// [`RESERVED_PREFIX`], or [`reserve_placeholders_of`] reserved it).
+/// [`RESERVED_PREFIX`], it is one of [`RESERVED_NAMES`], or
+/// [`reserve_secrets_of_llm_config`] reserved it).
 pub fn is_reserved(name: &str) -> bool {
-    name.starts_with(RESERVED_PREFIX) || RESERVED.get().is_some_and(|r| r.contains(name))
+    name.starts_with(RESERVED_PREFIX)
+        || RESERVED_NAMES.contains(&name)
+        || RESERVED.get().is_some_and(|r| r.contains(name))
 }
 
 /// The variable names of the placeholders in `text` (`${VAR}` and `${VAR:-default}`).
@@ -71,7 +113,7 @@ pub enum ExpandError {
     Unclosed,
     /// `${VAR}` of an MCP server naming one of the service's own secrets.
     #[error(
-        "${{{0}}} names one of the services' own secrets (`TASKFORCE_*`, the model providers' keys of llm_config.yaml); an MCP server cannot read it"
+        "${{{0}}} names one of the services' own secrets (`TASKFORCE_*`, the model providers' keys, `GITHUB_TOKEN`/`GH_TOKEN`); an MCP server cannot read it"
     )]
     Reserved(String),
 }
@@ -127,7 +169,10 @@ mod tests {
 
     #[test]
     fn an_mcp_server_cannot_read_the_services_own_secrets() {
-        reserve_placeholders_of("api_key: ${TF_TEST_PROVIDER_KEY}\nbase: ${TF_TEST_BASE:-x}\n");
+        reserve_secrets_of_llm_config(
+            "providers:\n  a: {api_key: \"${TF_TEST_PROVIDER_KEY}\", base_url: \"${TF_TEST_BASE:-x}\"}\n  \
+             b: {type: openai, api_key_env: TF_TEST_NAMED_KEY}\n",
+        );
         let names: Vec<&str> = placeholders("a ${ONE} b ${TWO:-d} ${unclosed").collect();
         assert_eq!(names, ["ONE", "TWO"]);
         for reserved in [
@@ -135,6 +180,9 @@ mod tests {
             "Bearer ${TASKFORCE_API_KEYS:-}",
             "${TF_TEST_PROVIDER_KEY}",
             "x ${TF_TEST_BASE:-y}",
+            "${TF_TEST_NAMED_KEY}",
+            "${OPENAI_API_KEY:-}",
+            "${GITHUB_TOKEN}",
         ] {
             let Err(ExpandError::Reserved(name)) = expand_for_mcp_server(reserved) else {
                 panic!("{reserved} is reserved");

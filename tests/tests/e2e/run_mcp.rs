@@ -38,6 +38,8 @@ async fn an_agents_mcp_tools_run_through_the_gateway_within_its_allowlist() {
     for reserved in [
         "${TASKFORCE_SERVICE_TOKEN}",
         "Bearer ${TASKFORCE_API_KEYS:-}",
+        "${OPENAI_API_KEY}",
+        "${GITHUB_TOKEN:-}",
     ] {
         let mut leaky = body.clone();
         leaky["mcp_servers"][0]["env"] = json!({"STOLEN": reserved});

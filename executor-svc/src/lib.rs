@@ -195,8 +195,10 @@ pub async fn run_with(
         delegation: config.delegation_limits(),
         policy: policy::Policy::new(&policy::PolicyConfig::from_env()),
         memory_messages: config.memory_messages,
-        redactor: redact::Redactor::new(&redact::RedactConfig::from_env())
-            .map_err(|e| ExecutorError::Config(format!("AGENT_REDACT_PATTERNS: {e}")))?,
+        redactor: redact::Redactor::new(
+            &redact::RedactConfig::from_env().map_err(|e| ExecutorError::Config(e.to_string()))?,
+        )
+        .map_err(|e| ExecutorError::Config(format!("AGENT_REDACT_PATTERNS: {e}")))?,
     };
     let metrics = taskforce_runtime::metrics::listen(
         &config.metrics_listen,

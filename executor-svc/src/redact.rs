@@ -105,15 +105,18 @@ impl Default for RedactConfig {
 }
 
 impl RedactConfig {
-    /// The defaults, overridden by `AGENT_REDACT` and `AGENT_REDACT_IDS` (`0`, `false`, `no` or
-    /// `off` turn them off) and `AGENT_REDACT_PATTERNS` (regexes separated by `;;`).
-    pub fn from_env() -> Self {
+    /// The defaults, overridden by `AGENT_REDACT` and `AGENT_REDACT_IDS` (switches: `0`,
+    /// `false`, `no` or `off` turn them off; see [`taskforce_runtime::switch`]) and
+    /// `AGENT_REDACT_PATTERNS` (regexes separated by `;;`).
+    pub fn from_env() -> Result<Self, taskforce_runtime::BadSwitch> {
         Self::from_lookup(|key| std::env::var(key).ok())
     }
 
     /// [`RedactConfig::from_env`] over any lookup (tests).
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Self {
-        let on = |key: &str| taskforce_runtime::switch_on(get(key).as_deref(), true);
+    pub fn from_lookup(
+        get: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, taskforce_runtime::BadSwitch> {
+        let on = |key: &str| taskforce_runtime::switch(key, get(key).as_deref(), true);
         let extra = get("AGENT_REDACT_PATTERNS").map_or_else(Vec::new, |v| {
             v.split(PATTERN_SEPARATOR)
                 .map(str::trim)
@@ -121,11 +124,11 @@ impl RedactConfig {
                 .map(str::to_owned)
                 .collect()
         });
-        Self {
-            enabled: on("AGENT_REDACT"),
-            ids: on("AGENT_REDACT_IDS"),
+        Ok(Self {
+            enabled: on("AGENT_REDACT")?,
+            ids: on("AGENT_REDACT_IDS")?,
             extra,
-        }
+        })
     }
 }
 
@@ -402,7 +405,8 @@ mod tests {
             vars.iter()
                 .find(|(k, _)| *k == key)
                 .map(|(_, v)| (*v).to_owned())
-        });
+        })
+        .expect("valid switches");
         Redactor::new(&config).expect("valid config")
     }
 
@@ -594,7 +598,8 @@ mod tests {
     fn invalid_extra_pattern_is_an_error_naming_it() {
         let config = RedactConfig::from_lookup(|key| {
             (key == "AGENT_REDACT_PATTERNS").then(|| r"ok\d;;(unclosed".to_owned())
-        });
+        })
+        .expect("valid switches");
         let error = Redactor::new(&config).expect_err("invalid pattern");
         assert!(
             matches!(&error, RedactError::InvalidPattern { pattern, .. } if pattern == "(unclosed")

@@ -68,7 +68,7 @@ impl ChatSettings {
             ),
             agent: config.chat_agent.clone(),
             default_mode: config.agent_default_mode.clone(),
-            tools_enabled: taskforce_runtime::switch_on(Some(&config.agent_enable), true),
+            tools_enabled: config.agent_enable,
         }
     }
 }

@@ -75,8 +75,11 @@ pub struct Config {
     #[arg(long, env = "AGENT_DEFAULT_MODE", default_value = "readOnly")]
     pub agent_default_mode: String,
     /// `0`: `/ai/agent/stream` answers as the plain LLM, no tools (seed 004 §7 `AGENT_ENABLE`).
-    #[arg(long, env = "AGENT_ENABLE", default_value = "1")]
-    pub agent_enable: String,
+    /// A switch (`1`/`true`/`yes`/`on` or `0`/`false`/`no`/`off`); anything else stops the
+    /// gateway at start-up.
+    #[arg(long, env = "AGENT_ENABLE", default_value = "1", action = clap::ArgAction::Set,
+          value_parser = agent_enable)]
+    pub agent_enable: bool,
     /// The model alias (of the executor's `llm_config.yaml`) chat runs use (seed 004's
     /// `AI_MODEL_NAME`); unset: the chat agent's model, else the executor's default.
     #[arg(long, env = "AI_MODEL_NAME")]
@@ -117,7 +120,7 @@ impl Default for Config {
             mcp_allowed_hosts: Vec::new(),
             chat_agent: DEFAULT_CHAT_AGENT.to_owned(),
             agent_default_mode: "readOnly".to_owned(),
-            agent_enable: "1".to_owned(),
+            agent_enable: true,
             agent_rate_limit_per_minute: 0,
             ai_model_name: None,
             ai_destination_name: None,
@@ -161,10 +164,26 @@ impl Config {
     }
 }
 
+/// `AGENT_ENABLE` as a switch ([`taskforce_runtime::switch`]).
+fn agent_enable(value: &str) -> Result<bool, taskforce_runtime::BadSwitch> {
+    taskforce_runtime::switch("AGENT_ENABLE", Some(value), true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use clap::Parser;
+
+    #[test]
+    fn agent_enable_is_a_switch_and_a_typo_stops_the_start() {
+        let parsed = Config::try_parse_from(["gateway", "--agent-enable", "off"]);
+        assert!(parsed.is_ok_and(|c| !c.agent_enable));
+        let parsed = Config::try_parse_from(["gateway", "--agent-enable", "maybe"]);
+        let Err(e) = parsed else {
+            panic!("maybe is no switch");
+        };
+        assert!(e.to_string().contains("AGENT_ENABLE must be"), "{e}");
+    }
 
     #[test]
     fn defaults_match_the_flag_defaults() {

@@ -48,7 +48,7 @@ where
 {
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<S>().await;
-    let (reflection_v1, reflection_v1alpha) = crate::reflection()?;
+    let (reflection_v1, reflection_v1alpha) = crate::reflection(S::NAME)?;
     let addr = listener
         .local_addr()
         .map(|a| a.to_string())

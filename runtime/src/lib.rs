@@ -36,12 +36,28 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// Whether an environment switch is on: `0`, `false`, `no`, `off` (any case) turn it off;
-/// unset or empty is `default`.
-pub fn switch_on(value: Option<&str>, default: bool) -> bool {
-    match value.map(|v| v.trim().to_ascii_lowercase()) {
-        Some(v) if !v.is_empty() => !matches!(v.as_str(), "0" | "false" | "no" | "off"),
-        _ => default,
+/// A value of an environment switch that is neither on nor off.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{name} must be 1, true, yes or on, or 0, false, no or off (any case); got {value:?}")]
+pub struct BadSwitch {
+    /// The variable.
+    pub name: String,
+    /// What it held.
+    pub value: String,
+}
+
+/// Whether the environment switch `name` (holding `value`) is on: `1`, `true`, `yes`, `on` turn
+/// it on, `0`, `false`, `no`, `off` off (any case); unset or empty is `default`. Anything else
+/// is an error naming the variable: a typo (`O` for `0`) must not leave a switch on silently.
+pub fn switch(name: &str, value: Option<&str>, default: bool) -> Result<bool, BadSwitch> {
+    match value.map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+        None | Some("") => Ok(default),
+        Some("1" | "true" | "yes" | "on") => Ok(true),
+        Some("0" | "false" | "no" | "off") => Ok(false),
+        Some(_) => Err(BadSwitch {
+            name: name.to_owned(),
+            value: value.unwrap_or_default().to_owned(),
+        }),
     }
 }
 
@@ -110,9 +126,13 @@ pub fn incoming(
 }
 
 /// Server reflection, `v1` and `v1alpha` (grpcurl 1.8 asks for the latter), over the Taskforce,
-/// health and `google.rpc` descriptors, so clients also decode error details.
+/// health and `google.rpc` descriptors, so clients also decode error details. It lists the
+/// services this server has: `service` (the one Taskforce service it serves), health and
+/// reflection.
 #[allow(clippy::type_complexity)]
-pub fn reflection() -> Result<
+pub fn reflection(
+    service: &str,
+) -> Result<
     (
         tonic_reflection::server::v1::ServerReflectionServer<
             impl tonic_reflection::server::v1::ServerReflection,
@@ -124,10 +144,20 @@ pub fn reflection() -> Result<
     tonic_reflection::server::Error,
 > {
     let builder = || {
-        tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(taskforce_proto::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
+        [
+            service,
+            "grpc.health.v1.Health",
+            "grpc.reflection.v1.ServerReflection",
+            "grpc.reflection.v1alpha.ServerReflection",
+        ]
+        .into_iter()
+        .fold(
+            tonic_reflection::server::Builder::configure()
+                .register_encoded_file_descriptor_set(taskforce_proto::FILE_DESCRIPTOR_SET)
+                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+                .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET),
+            tonic_reflection::server::Builder::with_service_name,
+        )
     };
     Ok((builder().build_v1()?, builder().build_v1alpha()?))
 }
@@ -164,6 +194,23 @@ mod tests {
     use super::default_level;
 
     #[cfg(target_os = "linux")]
+    #[test]
+    fn a_switch_is_on_off_default_or_an_error_naming_it() {
+        for on in ["1", "true", "YES", " On "] {
+            assert_eq!(super::switch("S", Some(on), false), Ok(true), "{on}");
+        }
+        for off in ["0", "False", "no", "OFF"] {
+            assert_eq!(super::switch("S", Some(off), true), Ok(false), "{off}");
+        }
+        assert_eq!(super::switch("S", None, true), Ok(true));
+        assert_eq!(super::switch("S", Some(" "), false), Ok(false));
+        let e = super::switch("MCP_M365_ENABLE", Some("O"), true).expect_err("a typo");
+        assert!(
+            e.to_string().contains("MCP_M365_ENABLE") && e.to_string().contains("\"O\""),
+            "{e}"
+        );
+    }
+
     #[test]
     fn the_process_becomes_non_dumpable() {
         super::protect_secrets();

@@ -23,7 +23,7 @@ use std::{
 use futures::future::join_all;
 use serde::{Deserialize, Serialize};
 use taskforce_proto::v1;
-use taskforce_runtime::{now_ms, switch_on};
+use taskforce_runtime::{now_ms, switch};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -111,7 +111,8 @@ impl GlobalSettings {
             servers: BTreeMap::new(),
             health_interval,
         };
-        if !switch_on(get("AGENT_ENABLE").as_deref(), true) {
+        let on = |name: &str| switch(name, get(name).as_deref(), true).map_err(|e| e.to_string());
+        if !on("AGENT_ENABLE")? {
             return Ok(settings);
         }
         let file: GlobalFile = match std::fs::read(path) {
@@ -122,7 +123,7 @@ impl GlobalSettings {
             Err(e) => return Err(format!("{}: {e}", path.display())),
         };
         settings.servers = file.mcp_servers;
-        if switch_on(get("MCP_M365_ENABLE").as_deref(), true) {
+        if on("MCP_M365_ENABLE")? {
             let entry = settings
                 .servers
                 .entry(M365.to_owned())
@@ -140,7 +141,7 @@ impl GlobalSettings {
                 entry.command = words.next().unwrap_or_default();
                 entry.args = words.collect();
             }
-            entry.strict_read_only = switch_on(get("MCP_M365_STRICT_READONLY").as_deref(), true);
+            entry.strict_read_only = on("MCP_M365_STRICT_READONLY")?;
         } else {
             settings.servers.remove(M365);
         }

@@ -81,6 +81,12 @@ async fn grpcurl_lists_and_describes_the_services_through_reflection() {
             run.stdout
         );
     }
+    // Only what this server serves: the executor's service is another process's.
+    assert!(
+        !services.contains(&"taskforce.v1.Executor"),
+        "the registry lists the executor's service:\n{}",
+        run.stdout
+    );
 
     let run = verb(&stack, "describe", Some("taskforce.v1.AgentRegistry")).await;
     assert!(run.ok, "grpcurl describe failed:\n{}", run.stderr);

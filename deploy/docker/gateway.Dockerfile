@@ -35,6 +35,6 @@ ENTRYPOINT ["/usr/local/bin/gateway"]
 # Container defaults; the registry and executor URLs come from the environment
 # (TASKFORCE_REGISTRY_URL, TASKFORCE_EXECUTOR_URL), see deploy/compose.yaml.
 CMD ["--listen", "0.0.0.0:8080"]
-# `/readyz` is 200 once the registry answers SERVING.
+# `/readyz` is 200 once the registry and at least one executor answer SERVING.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=10s --retries=3 \
     CMD ["/usr/local/bin/taskforce", "health", "http://127.0.0.1:8080/readyz"]

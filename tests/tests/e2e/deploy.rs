@@ -706,6 +706,26 @@ fn kustomize_overlays_render_valid_manifests() {
                 assert_eq!(c[probe]["grpc"]["service"], service, "{probe}");
             }
         }
+        // A tool process's memory limit leaves room in the executor's container: a tool over
+        // its own limit fails alone instead of the container being OOM-killed with its runs.
+        let tool_mib: u64 = env_entry(executor_container, "TASKFORCE_TOOL_MEMORY_MB")
+            .and_then(|e| e["value"].as_str())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{overlay}: the executor sets TASKFORCE_TOOL_MEMORY_MB"));
+        let limit = executor_container["resources"]["limits"]["memory"]
+            .as_str()
+            .unwrap_or_default();
+        let limit_mib: u64 = match limit.strip_suffix("Gi") {
+            Some(gi) => gi.parse::<u64>().map(|g| g * 1024).unwrap_or(0),
+            None => limit
+                .strip_suffix("Mi")
+                .and_then(|m| m.parse().ok())
+                .unwrap_or(0),
+        };
+        assert!(
+            tool_mib * 2 <= limit_mib,
+            "{overlay}: a tool may use {tool_mib} MiB of the executor's {limit}"
+        );
         assert_eq!(
             gateway_container["livenessProbe"]["httpGet"]["path"],
             "/healthz"
@@ -1858,6 +1878,18 @@ fn container_env(
 ) -> anyhow::Result<Vec<(String, String)>> {
     let mut env = image.env.clone();
     for from in c["envFrom"].as_sequence().into_iter().flatten() {
+        if !from["secretRef"].is_null() {
+            let name = str_of(&from["secretRef"], "name");
+            match secrets.get(name) {
+                Some(data) => env.extend(data.iter().map(|(k, v)| ((*k).to_owned(), v.clone()))),
+                None if from["secretRef"]["optional"] == true => {}
+                None => bail!(
+                    "{}: envFrom needs the Secret {name}, which the user was not told to create",
+                    pod.name
+                ),
+            }
+            continue;
+        }
         let data = config_map(docs, str_of(&from["configMapRef"], "name"));
         for (k, v) in data {
             env.push((

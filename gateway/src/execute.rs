@@ -493,7 +493,7 @@ pub fn session_json(s: v1::Session) -> SessionJson {
 #[utoipa::path(get, path = "/api/v1/sessions/{session_id}/plan", tag = "execution",
     params(("session_id" = String, Path, description = "The session")),
     responses(
-        (status = 200, description = "The plan (version 0 and no tasks until an orchestrator writes one)", body = SessionPlanJson),
+        (status = 200, description = "The plan (version 1 and no tasks until an orchestrator or a delegation adds one)", body = SessionPlanJson),
         (status = 400, description = "Invalid session id", body = ErrorBody),
         (status = 404, description = "`not_found`: unknown session", body = ErrorBody),
         (status = 503, description = "`unavailable`: the executor is down", body = ErrorBody),

@@ -184,6 +184,13 @@ fn open_or_rebuild(dir: &Path) -> Result<sled::Db> {
     };
     match config(dir).open() {
         Ok(db) => Ok(db),
+        // Another process (a second registry on the same --data-dir) has it open: its cache is
+        // alive, not broken, and moving it aside would lose what that registry writes next.
+        Err(e) if lock_held(&e) => Err(RegistryError::Config(format!(
+            "--data-dir {}: another process (a registry started twice?) is using the cache \
+             there ({e}); stop it, or give this registry its own --data-dir",
+            dir.display()
+        ))),
         Err(e) if !is_sled_database(dir) => Err(RegistryError::Config(format!(
             "--data-dir {}: cannot open the cache there ({e}); it must be a directory the \
              registry may write (it is made when missing)",
@@ -199,6 +206,12 @@ fn open_or_rebuild(dir: &Path) -> Result<sled::Db> {
             Ok(config(dir).open()?)
         }
     }
+}
+
+/// Whether sled could not open a database because another process holds its lock (sled says
+/// so only in its message: an `Other` I/O error).
+fn lock_held(e: &sled::Error) -> bool {
+    matches!(e, sled::Error::Io(io) if io.to_string().starts_with("could not acquire lock"))
 }
 
 /// Whether `dir` is a directory holding a sled database (its `conf` or `db` file).

@@ -463,6 +463,32 @@ fn a_cache_that_cannot_be_opened_is_moved_aside_and_rebuilt_from_the_files() -> 
 }
 
 #[test]
+fn a_cache_another_registry_has_open_is_an_error_and_left_in_place() -> Result<()> {
+    let dir = tempfile::tempdir().map_err(|e| RegistryError::io(Path::new("tmp"), e))?;
+    let (root, data) = (dir.path().join("configs"), dir.path().join("data"));
+    let running = Store::open(&root, &data)?;
+    running.create("kept", agent_file(), "2026-11-22T09:00:00Z")?;
+    let Err(RegistryError::Config(message)) = Store::open(&root, &data) else {
+        panic!("a second store on a cache in use must not open");
+    };
+    assert!(
+        message.contains("another process") && message.contains("--data-dir"),
+        "{message}"
+    );
+    let names: Vec<String> = fs::read_dir(dir.path())
+        .map_err(|e| RegistryError::io(dir.path(), e))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        !names.iter().any(|n| n.contains("broken")),
+        "the live cache was moved aside: {names:?}"
+    );
+    assert_eq!(running.get("kept")?.agent_id, "kept");
+    Ok(())
+}
+
+#[test]
 fn a_data_dir_that_is_no_sled_database_is_an_error_and_left_alone() -> Result<()> {
     let dir = tempfile::tempdir().map_err(|e| RegistryError::io(Path::new("tmp"), e))?;
     let root = dir.path().join("configs");

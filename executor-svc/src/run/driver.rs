@@ -232,8 +232,10 @@ impl Run {
         // Every event still to come: the closing one (if any) and `Done`.
         session.next_seq = self.sink.next_seq().await + 1 + u64::from(closing.is_some());
         session.seq_reserved = 0;
-        let durable = status == Status::Paused;
-        if let Err(e) = runner.store.save(session, durable).await {
+        // On disk before the client hears how the run ended (`done`, the ExecuteResult): a
+        // crash right after must not turn a completed run into a failed one. Concurrent runs
+        // share one flush (the store's group commit).
+        if let Err(e) = runner.store.save(session, true).await {
             warn!(session_id = %session.id, error = %e, "cannot store the session");
         }
         if let Ok(mut live) = runner.live.lock() {

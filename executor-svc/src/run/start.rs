@@ -112,6 +112,8 @@ impl Runner {
                 session.messages.push(Message::user(mission.clone()));
                 forget_oldest(&mut session.messages, self.budgets.memory_messages);
                 session.mission = mission;
+                // The previous turn's answer is not this mission's (until this run gives one).
+                session.final_answer.clear();
                 session.model = model_name.or(session.model);
                 if let Some(mode) = mode {
                     session.mode = Some(mode.as_str().to_owned());

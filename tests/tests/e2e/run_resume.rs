@@ -1,5 +1,6 @@
 //! A run paused on `ask_user` survives a restart of the executor binary (SIGKILL or SIGTERM)
-//! and continues with the answer: over the gateway's answer SSE and over gRPC `Answer`.
+//! and continues with the answer: over the gateway's answer SSE and over gRPC `Answer`; the
+//! completed run survives one too.
 
 use serde_json::json;
 use taskforce_proto::v1::{self, run_event::Event};
@@ -105,6 +106,13 @@ async fn a_question_survives_a_sigkilled_executor_and_the_answer_sse_finishes_th
             .all(|(_, e)| e["session_id"] == session.as_str())
     );
 
+    // The run's end was on disk when `done` went out: a SIGKILL right after keeps it completed
+    // (it was left to sled's periodic flush, and came back `failed` without its answer).
+    stack.kill9_executor().expect("executor killed again");
+    stack
+        .restart_executor()
+        .await
+        .expect("executor restarts again");
     let done = get_session(&stack, &session).await;
     assert_eq!(done.status(), v1::RunStatus::Completed, "{done:?}");
     assert_eq!(done.final_answer, "Totals in EUR: 1234.50");

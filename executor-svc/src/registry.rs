@@ -127,9 +127,11 @@ impl Registry {
         };
         let agent = match tokio::time::timeout(inner.timeout, client.get_agent(request)).await {
             Err(_) => {
+                warn!(registry = %inner.url, timeout = ?inner.timeout, "the registry did not answer");
                 return Err(ExecutorError::Unavailable(format!(
-                    "the registry at {} did not answer within {:?}",
-                    inner.url, inner.timeout
+                    "the registry did not answer within {:?}, so {what} `{id}` cannot be loaded; \
+                     try again later",
+                    inner.timeout
                 )));
             }
             Ok(Err(status)) if status.code() == Code::NotFound => {
@@ -148,9 +150,10 @@ impl Registry {
                 ));
             }
             Ok(Err(status)) => {
+                warn!(registry = %inner.url, code = ?status.code(), error = %status.message(), "the registry failed");
                 return Err(ExecutorError::Unavailable(format!(
-                    "the registry at {} failed: {}",
-                    inner.url,
+                    "the registry is unavailable ({}), so {what} `{id}` cannot be loaded; try \
+                     again later",
                     status.message()
                 )));
             }

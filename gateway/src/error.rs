@@ -102,6 +102,12 @@ impl RestError {
                     format!("the {service} refused the gateway's credentials; see the gateway log"),
                 )
             }
+            // The service answered, and says what it lacks (the executor without its
+            // registry): its message names the cause, and the service is not to blame.
+            ErrorKind::Unavailable if from_taskforce(&status) => {
+                warn!(code = ?status.code(), error = %cause(&status), "the {service} lacks a service it needs");
+                Self::new(ErrorKind::Unavailable, status.message())
+            }
             ErrorKind::Unavailable => {
                 warn!(code = ?status.code(), error = %cause(&status), "{service} unavailable");
                 Self::new(
@@ -138,6 +144,16 @@ impl RestError {
             | ErrorKind::MethodNotAllowed => Self(api),
         }
     }
+}
+
+/// Whether a Taskforce service made `status` (its `ErrorInfo` is of the Taskforce domain), as
+/// opposed to the transport failing to reach one.
+fn from_taskforce(status: &tonic::Status) -> bool {
+    use tonic_types::StatusExt;
+    status
+        .get_error_details()
+        .error_info()
+        .is_some_and(|info| info.domain == taskforce_proto::error::DOMAIN)
 }
 
 /// The status message followed by its source chain (`tcp connect error: Connection refused`).

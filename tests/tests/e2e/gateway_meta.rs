@@ -85,6 +85,41 @@ async fn healthz_and_readyz_follow_the_process_and_the_registry() {
 }
 
 #[tokio::test]
+async fn a_run_without_the_registry_is_a_503_that_names_the_registry_not_the_executor() {
+    let mut stack = taskforce_tests::StackOptions::full()
+        .with_executor()
+        .spawn()
+        .await
+        .expect("stack with executor starts");
+    stack.kill9().expect("kill the registry");
+    // Once the executor has lost its watch of the registry, it asks the registry for the
+    // definition, which fails: the executor is up, and the answer says what is missing.
+    let http = stack.http().clone();
+    let url = stack.url("/api/v1/execute");
+    let refused = eventually(Duration::from_secs(20), Duration::from_millis(100), || {
+        let req = http
+            .post(&url)
+            .json(&json!({"mission": "hello", "agent_id": "invoice-extractor"}));
+        async move {
+            let r = send(req).await;
+            (r.status == 503).then_some(r)
+        }
+    })
+    .await
+    .expect("runs are refused with 503 while the registry is down");
+    refused.assert_error(503, "unavailable");
+    let message = refused.body["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("registry") && !message.contains("executor is unavailable"),
+        "{message}"
+    );
+    assert!(
+        !message.contains("127.0.0.1"),
+        "no internal address: {message}"
+    );
+}
+
+#[tokio::test]
 async fn openapi_document_is_openapi_3_and_lists_every_documented_route() {
     let stack = spawn_stack().await.expect("stack starts");
     let r = send(stack.http().get(stack.url("/openapi.json"))).await;

@@ -60,18 +60,18 @@ impl Grpc {
 
     async fn registry(&self) -> Result<AgentRegistryClient<TracedChannel>> {
         let channel = connect(&self.registry, "registry", self.timeout).await?;
-        Ok(AgentRegistryClient::new(traced(
-            channel,
-            self.authorization.clone(),
-        )))
+        Ok(
+            AgentRegistryClient::new(traced(channel, self.authorization.clone()))
+                .max_decoding_message_size(taskforce_runtime::MAX_DECODING_BYTES),
+        )
     }
 
     async fn executor(&self) -> Result<ExecutorClient<TracedChannel>> {
         let channel = connect(&self.executor, "executor", self.timeout).await?;
-        Ok(ExecutorClient::new(traced(
-            channel,
-            self.authorization.clone(),
-        )))
+        Ok(
+            ExecutorClient::new(traced(channel, self.authorization.clone()))
+                .max_decoding_message_size(taskforce_runtime::MAX_DECODING_BYTES),
+        )
     }
 
     /// A unary request with the timeout as its deadline.

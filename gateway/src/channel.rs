@@ -10,9 +10,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 /// How long to wait for a PING answer before dropping the connection.
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Largest answer accepted (a full page of 1000 agents with long prompts is several MiB;
-/// tonic's default of 4 MiB is too tight).
-pub(crate) const MAX_DECODING_BYTES: usize = 64 * 1024 * 1024;
 
 /// One HTTP/2 channel to `url`, connected on first use and reconnected when it drops.
 pub fn lazy_channel(url: &str) -> Result<Channel, tonic::transport::Error> {

@@ -27,7 +27,7 @@ use tonic_health::pb::health_client::HealthClient;
 use tracing::warn;
 
 use crate::{
-    channel::{MAX_DECODING_BYTES, lazy_channel},
+    channel::lazy_channel,
     error::{GatewayError, RestError},
 };
 
@@ -103,7 +103,7 @@ impl Executors {
                 name: name.map(str::to_owned),
                 url: url.to_owned(),
                 client: ExecutorClient::new(traced(channel.clone(), authorization.clone()))
-                    .max_decoding_message_size(MAX_DECODING_BYTES),
+                    .max_decoding_message_size(taskforce_runtime::MAX_DECODING_BYTES),
                 health: HealthClient::new(channel),
             });
         }

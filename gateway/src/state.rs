@@ -11,7 +11,7 @@ use tonic_health::pb::health_client::HealthClient;
 use tracing::error;
 
 use crate::{
-    channel::{MAX_DECODING_BYTES, lazy_channel},
+    channel::lazy_channel,
     config::Config,
     error::{GatewayError, RestError},
 };
@@ -76,7 +76,7 @@ impl AppState {
             })?;
         Ok(Self(Arc::new(Shared {
             registry: AgentRegistryClient::new(traced(channel.clone(), token.clone()))
-                .max_decoding_message_size(MAX_DECODING_BYTES),
+                .max_decoding_message_size(taskforce_runtime::MAX_DECODING_BYTES),
             executors: crate::executors::Executors::parse(&config.executor_url, token)?,
             health: HealthClient::new(channel),
             max_body_bytes: config.max_body_bytes,

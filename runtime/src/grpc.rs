@@ -8,6 +8,10 @@ use tonic::{body::Body, server::NamedService, transport::Server};
 use tower::Service;
 use tracing::{info, warn};
 
+/// The largest answer a Taskforce gRPC client accepts: a page of 1000 agents with long prompts
+/// is several MiB, and tonic's default (4 MiB) is too tight.
+pub const MAX_DECODING_BYTES: usize = 64 * 1024 * 1024;
+
 /// Why a gRPC server could not serve.
 #[derive(Debug, thiserror::Error)]
 pub enum GrpcError {

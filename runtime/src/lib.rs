@@ -25,7 +25,7 @@ pub mod telemetry;
 
 use std::{net::SocketAddr, path::Path};
 
-pub use grpc::{GrpcError, serve_grpc};
+pub use grpc::{GrpcError, MAX_DECODING_BYTES, serve_grpc};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 

@@ -143,6 +143,35 @@ fn path_str(p: &Path) -> &str {
 }
 
 #[tokio::test]
+async fn a_grpc_listing_larger_than_tonics_default_limit_is_read_whole() {
+    let stack = StackOptions::full().spawn().await.expect("stack starts");
+    // 20 agents with prompts near the 256 KiB cap: one page of them is over 4 MiB.
+    let prompt = "word ".repeat(50_000);
+    for i in 0..20 {
+        let mut body = crate::helpers::agent_json(&format!("big-agent-{i:02}"));
+        body["system_prompt"] = json!(prompt);
+        let r = crate::helpers::create(&stack, &body).await;
+        assert_eq!(r.status, 201, "{}", r.text);
+    }
+    let listed = cli(
+        &stack,
+        &["--grpc", "agents", "list", "--source", "custom", "--json"],
+    )
+    .await
+    .json();
+    let big = listed["agents"].as_array().map_or(0, |a| {
+        a.iter()
+            .filter(|a| {
+                a["system_prompt"]
+                    .as_str()
+                    .is_some_and(|p| p.len() > 200_000)
+            })
+            .count()
+    });
+    assert_eq!(big, 20, "every big agent is listed");
+}
+
+#[tokio::test]
 async fn agents_round_trip_in_human_and_json_output_over_the_gateway_and_grpc() {
     let stack = StackOptions::full().spawn().await.expect("stack starts");
 

@@ -122,6 +122,17 @@ impl RestError {
                     format!("the {service} did not answer in time"),
                 )
             }
+            // No service said this: the connection broke under the call (the service died
+            // mid-stream, a reset). The service is what is missing, not a bug.
+            ErrorKind::Internal
+                if status.code() == tonic::Code::Unknown && !from_taskforce(&status) =>
+            {
+                warn!(code = ?status.code(), error = %cause(&status), "lost the connection to the {service}");
+                Self::new(
+                    ErrorKind::Unavailable,
+                    format!("the connection to the {service} was lost; try again later"),
+                )
+            }
             ErrorKind::Internal => {
                 error!(code = ?status.code(), error = %cause(&status), "{service} call failed");
                 Self::new(

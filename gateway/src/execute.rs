@@ -295,7 +295,7 @@ fn execute_request(body: ExecuteBody) -> Result<v1::ExecuteRequest, RestError> {
         (status = 404, description = "`not_found`: unknown agent or profile", body = ErrorBody),
         (status = 409, description = "`session_conflict`: the session has a live run or waits for an answer", body = ErrorBody),
         (status = 429, description = "`resource_exhausted`: the executor runs its most runs at once (`--max-live-runs`), or the API key has its most runs open (`--max-runs-per-key`); header `retry-after`", body = ErrorBody),
-        (status = 503, description = "`unavailable`: the executor is down", body = ErrorBody)))]
+        (status = 503, description = "`unavailable`: the executor is down, or the registry it needs; or the connection to it was lost during the run (the body then carries the run's `session_id`)", body = ErrorBody)))]
 #[instrument(level = "debug", skip_all, fields(agent_id = ?body.agent_id))]
 pub async fn execute(
     State(state): State<AppState>,
@@ -314,7 +314,17 @@ pub async fn execute(
     };
     let mut done = false;
     while let Some(item) = events.next().await {
-        let ev = item.map_err(executor_error)?;
+        let ev = match item {
+            Ok(ev) => ev,
+            // The run started: the client needs its session to look at what is left of it.
+            Err(status) if !out.session_id.is_empty() => {
+                let mut e = executor_error(status);
+                e.0.extra
+                    .push(("session_id".to_owned(), out.session_id.clone().into()));
+                return Err(e);
+            }
+            Err(status) => return Err(executor_error(status)),
+        };
         out.events += 1;
         if out.session_id.is_empty() {
             out.session_id.clone_from(&ev.session_id);
@@ -376,7 +386,7 @@ pub async fn execute_stream(
     let events = state.executors.execute(execute_request(body)?).await?;
     Ok(crate::sse::respond(
         events,
-        crate::sse::Native,
+        crate::sse::Native::default(),
         state.shutdown.clone(),
     ))
 }
@@ -409,7 +419,7 @@ pub async fn answer(
         .into_inner();
     Ok(crate::sse::respond(
         events,
-        crate::sse::Native,
+        crate::sse::Native::default(),
         state.shutdown.clone(),
     ))
 }

@@ -18,7 +18,6 @@ use axum::response::{
     sse::{Event, KeepAlive, Sse},
 };
 use futures::{Stream, StreamExt, stream};
-use serde_json::json;
 use taskforce_proto::{error::ErrorKind, v1};
 use tokio_util::sync::CancellationToken;
 use tonic::Streaming;
@@ -51,12 +50,21 @@ pub trait Dialect: Send + 'static {
     fn keep_alive(&self) -> bool;
 }
 
-/// Our dialect: `event: <kind>`, `data: <the event as JSON>`.
+/// Our dialect: `event: <kind>`, `data: <the event as JSON>`. It remembers the run's session and
+/// last `seq`, so an error the gateway adds (the executor's connection lost, the gateway
+/// stopping) carries the same envelope as the run's own events.
 #[derive(Debug, Default)]
-pub struct Native;
+pub struct Native {
+    session_id: String,
+    next_seq: u64,
+}
 
 impl Dialect for Native {
     fn frames(&mut self, ev: &v1::RunEvent) -> Vec<Event> {
+        if self.session_id != ev.session_id {
+            self.session_id.clone_from(&ev.session_id);
+        }
+        self.next_seq = ev.seq + 1;
         match event_json(ev).map(|(name, json)| (name, serde_json::to_string(&json))) {
             Some((name, Ok(data))) => vec![Event::default().event(name).data(data)],
             Some((name, Err(e))) => {
@@ -72,12 +80,18 @@ impl Dialect for Native {
     }
 
     fn broken(&mut self, error: RestError) -> Vec<Event> {
-        let data = json!({
-            "type": "error",
-            "code": error.0.kind.body_code().to_ascii_uppercase(),
-            "message": error.0.message,
-        });
-        vec![Event::default().event("error").data(data.to_string())]
+        let ev = v1::RunEvent {
+            session_id: self.session_id.clone(),
+            seq: self.next_seq,
+            agent_path: Vec::new(),
+            time_unix_ms: i64::try_from(taskforce_runtime::now_ms()).unwrap_or(i64::MAX),
+            frame_id: String::new(),
+            event: Some(v1::run_event::Event::Error(v1::Error {
+                code: error.0.kind.body_code().to_ascii_uppercase(),
+                message: error.0.message,
+            })),
+        };
+        self.frames(&ev)
     }
 
     fn keep_alive(&self) -> bool {

@@ -2,13 +2,17 @@
 //! with `Done{CANCELLED}`, kills the subprocess and exits cleanly; SIGKILL leaves the session
 //! `RUNNING` on disk, which the next start marks `FAILED`, and the subprocess running, which the
 //! next start kills (from its ledger). Either way the session is kept and the restarted executor
-//! serves it again.
+//! serves it again. A client of the gateway whose run's executor dies hears that the connection
+//! was lost (503 `unavailable`), with the run's session.
 
+use std::time::Duration;
+
+use serde_json::json;
 use taskforce_proto::v1::{self, run_event::Event};
-use taskforce_tests::{Stack, StackOptions, process::pid_exists};
+use taskforce_tests::{Stack, StackOptions, eventually, process::pid_exists};
 
 use crate::{
-    helpers::{RUN_TIMEOUT, create_agent_with_tools, get_session, grpc_events},
+    helpers::{RUN_TIMEOUT, SseReader, create_agent_with_tools, get_session, grpc_events, send},
     run_cancel::{SLEEPER_SCRIPT, assert_gone, sleeping_pid},
 };
 
@@ -249,4 +253,81 @@ async fn sigterm_on_the_gateway_ends_open_streams_with_a_final_event_in_each_dia
         chat_text,
         "data: ⚠️ the gateway is shutting down; the run was stopped\n\nevent: end\ndata: [DONE]\n\n"
     );
+}
+
+#[tokio::test]
+async fn an_executor_lost_mid_run_is_unavailable_with_the_session_over_sse_and_execute() {
+    let mut stack = stack().await;
+    let body = json!({"mission": "Run the long job", "agent_id": AGENT});
+    let mut sse = SseReader::open(&stack, "/api/v1/execute/stream", &body).await;
+    let (mut session, mut last_seq) = (String::new(), 0);
+    loop {
+        let (name, ev) = sse
+            .next(RUN_TIMEOUT)
+            .await
+            .expect("events until the tool starts");
+        session = ev["session_id"].as_str().unwrap_or_default().to_owned();
+        last_seq = ev["seq"].as_u64().unwrap_or_default();
+        if name == "tool_start" {
+            break;
+        }
+    }
+    let (http, url) = (stack.http().clone(), stack.url("/api/v1/execute"));
+    let plain = tokio::spawn(async move { send(http.post(url).json(&body)).await });
+    // Both runs are live in the executor before it dies.
+    let metrics = format!(
+        "http://{}/metrics",
+        stack.executor_metrics_addr().expect("executor metrics")
+    );
+    let http = stack.http().clone();
+    let both = eventually(Duration::from_secs(30), Duration::from_millis(50), || {
+        let req = http.get(&metrics);
+        async move {
+            let text = send(req).await.text;
+            text.lines()
+                .any(|l| l.trim() == "taskforce_runs_in_flight 2")
+                .then_some(())
+        }
+    })
+    .await;
+    assert!(both.is_some(), "two runs in flight");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    stack.kill9_executor().expect("executor killed");
+    let (name, error) = sse
+        .next(RUN_TIMEOUT)
+        .await
+        .expect("a last event after the executor died");
+    assert_eq!(name, "error", "{error}");
+    assert_eq!(error["code"], "UNAVAILABLE", "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("connection to the executor was lost")),
+        "{error}"
+    );
+    // The envelope of every event: the client still knows which session it was.
+    assert_eq!(error["session_id"], session.as_str(), "{error}");
+    assert!(
+        error["seq"].as_u64().is_some_and(|s| s > last_seq),
+        "{error}"
+    );
+    assert_eq!(error["frame_id"], "", "{error}");
+    assert!(
+        error["time_unix_ms"].as_i64().is_some_and(|t| t > 0),
+        "{error}"
+    );
+
+    let plain = plain.await.expect("the /execute call ends");
+    plain.assert_error(503, "unavailable");
+    assert!(
+        plain.body["session_id"]
+            .as_str()
+            .is_some_and(|s| !s.is_empty() && s != session),
+        "{}",
+        plain.text
+    );
+    // The restarted executor kills the dead one's pythons and serves again.
+    stack.restart_executor().await.expect("executor restarts");
+    assert_serves(&stack).await;
 }

@@ -260,18 +260,16 @@ async fn an_executor_lost_mid_run_is_unavailable_with_the_session_over_sse_and_e
     let mut stack = stack().await;
     let body = json!({"mission": "Run the long job", "agent_id": AGENT});
     let mut sse = SseReader::open(&stack, "/api/v1/execute/stream", &body).await;
-    let (mut session, mut last_seq) = (String::new(), 0);
-    loop {
+    let (session, last_seq) = loop {
         let (name, ev) = sse
             .next(RUN_TIMEOUT)
             .await
             .expect("events until the tool starts");
-        session = ev["session_id"].as_str().unwrap_or_default().to_owned();
-        last_seq = ev["seq"].as_u64().unwrap_or_default();
         if name == "tool_start" {
-            break;
+            let session = ev["session_id"].as_str().unwrap_or_default().to_owned();
+            break (session, ev["seq"].as_u64().unwrap_or_default());
         }
-    }
+    };
     let (http, url) = (stack.http().clone(), stack.url("/api/v1/execute"));
     let plain = tokio::spawn(async move { send(http.post(url).json(&body)).await });
     // Both runs are live in the executor before it dies.

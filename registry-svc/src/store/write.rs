@@ -56,17 +56,16 @@ impl Store {
         let path = self.custom_path(id)?;
         let _guard = self.lock();
         let current = self.read_current(id, &path, expected_version)?;
-        let old = serde_yaml::from_slice::<CustomAgentFile>(&current).ok();
-        let created = super::reconcile::served_created_at(
-            old.as_ref().and_then(|f| f.created_at.clone()),
-            &path,
-        );
+        // What the file says of itself, even when it is invalid (a PUT is how it gets fixed).
+        let (workspace_id, created_at) = match serde_yaml::from_slice::<CustomAgentFile>(&current) {
+            Ok(old) => (old.workspace_id, old.created_at),
+            Err(_) => kept_fields(&current),
+        };
+        let created = super::reconcile::served_created_at(created_at, &path);
         def.agent_id = Some(id.to_owned());
         // The workspace id stays what clients have seen, also for files written by hand.
-        def.workspace_id = Some(old.as_ref().map_or_else(
-            || definition::derived_workspace_id(id),
-            |f| f.workspace_id_or_derived(id),
-        ));
+        def.workspace_id =
+            Some(workspace_id.unwrap_or_else(|| definition::derived_workspace_id(id)));
         def.created_at = Some(created);
         def.updated_at = Some(now.to_owned());
         self.write_custom(id, &path, &def)
@@ -137,5 +136,48 @@ impl Store {
         let mut agent = self.with_runtime(agent);
         agent.revision = self.notify_upserted(&agent);
         Ok(agent)
+    }
+}
+
+/// `workspace_id` and `created_at` of a definition file that does not parse as one: from its
+/// YAML when that parses, else from its top-level `key: value` lines.
+fn kept_fields(bytes: &[u8]) -> (Option<String>, Option<String>) {
+    let text = String::from_utf8_lossy(bytes);
+    let field = |key: &str| -> Option<String> {
+        if let Ok(serde_yaml::Value::Mapping(map)) = serde_yaml::from_str(&text) {
+            return map.get(key).and_then(|v| v.as_str()).map(str::to_owned);
+        }
+        text.lines().find_map(|line| {
+            let value = line.strip_prefix(key)?.strip_prefix(':')?.trim();
+            let value = value.trim_matches(|c| c == '"' || c == '\'');
+            (!value.is_empty()).then(|| value.to_owned())
+        })
+    };
+    (field("workspace_id"), field("created_at"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kept_fields;
+
+    #[test]
+    fn an_invalid_file_still_gives_its_workspace_id_and_creation_time() {
+        let broken = b"name: W\nworkspace_id: 386b5b39-aaaa\ncreated_at: \"2026-11-27T09:26:53Z\"\n  bad: [unclosed\n";
+        assert_eq!(
+            kept_fields(broken),
+            (
+                Some("386b5b39-aaaa".to_owned()),
+                Some("2026-11-27T09:26:53Z".to_owned())
+            )
+        );
+        let wrong_schema = b"workspace_id: w-1\ncreated_at: '2026-01-01T00:00:00Z'\ntools: 3\n";
+        assert_eq!(
+            kept_fields(wrong_schema),
+            (
+                Some("w-1".to_owned()),
+                Some("2026-01-01T00:00:00Z".to_owned())
+            )
+        );
+        assert_eq!(kept_fields(b"{{{"), (None, None));
     }
 }

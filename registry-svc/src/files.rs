@@ -132,13 +132,30 @@ pub fn remove_stale_temp_files(dir: &Path, staging: &Path) -> io::Result<usize> 
 
 /// The `*.yaml` files directly in `dir` (hidden and temp files excluded), sorted.
 pub fn yaml_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    files_where(dir, is_definition_file)
+}
+
+/// The `*.yml` files directly in `dir` (not hidden), sorted: definitions under the wrong
+/// extension, which are not read.
+pub fn misnamed_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    files_where(dir, |path| {
+        path.extension().is_some_and(|e| e == "yml")
+            && path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| !n.starts_with('.'))
+    })
+}
+
+/// The regular files directly in `dir` that `wanted` picks, sorted (none when `dir` is missing).
+fn files_where(dir: &Path, wanted: impl Fn(&Path) -> bool) -> io::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     match fs::read_dir(dir) {
         Ok(rd) => {
             for entry in rd {
                 let entry = entry?;
                 let path = entry.path();
-                if is_definition_file(&path) && entry.file_type()?.is_file() {
+                if wanted(&path) && entry.file_type()?.is_file() {
                     out.push(path);
                 }
             }

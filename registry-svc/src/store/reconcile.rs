@@ -104,6 +104,19 @@ impl Store {
                 }
             }
             self.retain_diagnostics(dir, &seen);
+            // A `.yml` file is not read (the file name is the id, with one extension); say so
+            // instead of ignoring it silently.
+            for path in files::misnamed_files(dir).map_err(|e| RegistryError::io(dir, e))? {
+                let stem = files::stem(&path).unwrap_or_default();
+                self.remember_diagnostic(
+                    &path,
+                    format!(
+                        "not read: definition files end in `.{}`; rename it to `{stem}.{}`",
+                        files::EXT,
+                        files::EXT
+                    ),
+                );
+            }
             stamps.retain(|path, _| {
                 path.parent() != Some(dir) || files::stem(path).is_some_and(|id| seen.contains(id))
             });
@@ -272,7 +285,9 @@ impl Store {
                     .parent()
                     .map(|x| x.display().to_string())
                     .unwrap_or_default();
-                parent != prefix || files::stem(p).is_some_and(|s| present.contains(s))
+                parent != prefix
+                    || (files::is_definition_file(p)
+                        && files::stem(p).is_some_and(|s| present.contains(s)))
             });
         }
     }

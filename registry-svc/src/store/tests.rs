@@ -463,6 +463,28 @@ fn a_cache_that_cannot_be_opened_is_moved_aside_and_rebuilt_from_the_files() -> 
 }
 
 #[test]
+fn a_yml_file_is_not_read_and_the_diagnostics_say_so_until_it_is_gone() -> Result<()> {
+    let (_dir, store) = store_with_dev_profile()?;
+    let path = store.custom_dir().join("hand.yml");
+    write(
+        &path,
+        "name: Hand\ndescription: d\nprompt: {system_prompt: p}\ntools: {allowlist: [file_read]}\n",
+    )?;
+    store.reconcile_all()?;
+    assert!(store.get("hand").is_err(), "a .yml file is not an agent");
+    let said = store.diagnostics();
+    assert!(
+        said.iter()
+            .any(|(p, why)| p.ends_with("hand.yml") && why.contains("rename it to `hand.yaml`")),
+        "{said:?}"
+    );
+    fs::remove_file(&path).map_err(|e| RegistryError::io(&path, e))?;
+    store.reconcile_all()?;
+    assert!(store.diagnostics().is_empty(), "{:?}", store.diagnostics());
+    Ok(())
+}
+
+#[test]
 fn a_cache_another_registry_has_open_is_an_error_and_left_in_place() -> Result<()> {
     let dir = tempfile::tempdir().map_err(|e| RegistryError::io(Path::new("tmp"), e))?;
     let (root, data) = (dir.path().join("configs"), dir.path().join("data"));

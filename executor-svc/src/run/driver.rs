@@ -224,7 +224,17 @@ impl Run {
             }
             LoopEnd::Cancelled => {
                 agent_loop::close_open_calls(&mut session.messages, "the run was cancelled");
-                (Status::Cancelled, None)
+                // Nobody asked for this cancellation: say why, so it does not read as the
+                // user's.
+                let stopping = runner.shutdown.is_cancelled().then(|| {
+                    events::warning(
+                        "EXECUTOR_STOPPING",
+                        "the executor is shutting down; the run was stopped (continue the \
+                         session once it is back)"
+                            .to_owned(),
+                    )
+                });
+                (Status::Cancelled, stopping)
             }
         };
         session.status = status;

@@ -119,6 +119,14 @@ async fn sigterm_mid_run_cancels_it_kills_its_python_and_the_session_is_kept_as_
         other => panic!("the stream ends with Done: {other:?}"),
     }
     assert!(rest.iter().all(|e| e.seq > last_seq), "{rest:?}");
+    // The client is told why: the cancellation was the executor's, not the user's.
+    assert!(
+        rest.iter().any(|e| matches!(
+            &e.event,
+            Some(Event::Warning(w)) if w.code == "EXECUTOR_STOPPING"
+        )),
+        "{rest:?}"
+    );
     assert_gone(&stack, pid).await;
 
     stack.restart_executor().await.expect("executor restarts");

@@ -117,8 +117,8 @@ pub struct Config {
     pub agent_enable: String,
 
     /// The executor's global MCP servers (YAML, `mcp_servers: {name: {...}}`; a missing file
-    /// means only the built-in `m365`, which `MCP_M365_*` configure and `AGENT_ENABLE=0` turns
-    /// off with the rest).
+    /// holds none). The built-in `m365` comes on top of the file's servers unless
+    /// `MCP_M365_ENABLE=0` (`MCP_M365_*` configure it); `AGENT_ENABLE=0` turns all of them off.
     #[arg(
         long,
         env = "TASKFORCE_GLOBAL_MCP_CONFIG",

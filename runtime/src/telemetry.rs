@@ -122,6 +122,17 @@ pub fn init(service: &'static str) -> Telemetry {
     } else {
         fmt.boxed()
     };
+    // Decided per callsite: no cost per event.
+    let fmt = fmt.with_filter(
+        tracing_subscriber::filter::DynFilterFn::new(|meta, _| !sdk_export_error(meta))
+            .with_callsite_filter(|meta| {
+                if sdk_export_error(meta) {
+                    tracing::subscriber::Interest::never()
+                } else {
+                    tracing::subscriber::Interest::always()
+                }
+            }),
+    );
     let (provider, problem) = match exporter_configured().then(|| provider(service)) {
         Some(Ok(p)) => (Some(p), None),
         Some(Err(e)) => (None, Some(e)),
@@ -240,9 +251,11 @@ fn exporter_configured() -> bool {
 fn provider(
     service: &'static str,
 ) -> Result<SdkTracerProvider, opentelemetry_otlp::ExporterBuildError> {
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
-        .with_tonic()
-        .build()?;
+    let exporter = ReportedExporter::new(
+        opentelemetry_otlp::SpanExporter::builder()
+            .with_tonic()
+            .build()?,
+    );
     // The SDK's own batch processor: an ended span goes into a queue its export thread reads
     // on its schedule (or when a batch is full); the async-runtime variant woke a Tokio task
     // per span ended. The gRPC exporter's connection still runs on this (the caller's) runtime.
@@ -255,6 +268,118 @@ fn provider(
         .with_span_processor(processor)
         .with_resource(resource.build())
         .build())
+}
+
+/// How often a failing export is said again in the log.
+const EXPORT_FAILURE_REPEAT: Duration = Duration::from_secs(60);
+
+/// The OTLP exporter, reporting failed exports itself: one warning naming the error when
+/// exports start failing (then at most once a minute, with how many spans were dropped since),
+/// one line when they work again, and `taskforce_trace_export_failures_total`. The SDK's own
+/// error event per failed batch (an ERROR with an empty message, every few seconds while the
+/// collector is down) is left out of the logs.
+#[derive(Debug)]
+struct ReportedExporter<E> {
+    inner: E,
+    failing: std::sync::Mutex<Failing>,
+    failures: prometheus_client::metrics::counter::Counter,
+}
+
+/// Failed exports since the last one that worked.
+#[derive(Debug, Default)]
+struct Failing {
+    /// When the failure was last said in the log (`None`: exports work).
+    said: Option<std::time::Instant>,
+    /// Spans dropped since then.
+    dropped: u64,
+}
+
+impl<E> ReportedExporter<E> {
+    fn new(inner: E) -> Self {
+        let failures = prometheus_client::metrics::counter::Counter::default();
+        crate::metrics::register(
+            "taskforce_trace_export_failures",
+            "OTLP trace exports that failed (their spans are dropped)",
+            failures.clone(),
+        );
+        Self {
+            inner,
+            failing: std::sync::Mutex::default(),
+            failures,
+        }
+    }
+
+    fn report(&self, result: &opentelemetry_sdk::error::OTelSdkResult, spans: usize) {
+        let mut failing = self
+            .failing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match result {
+            Ok(()) => {
+                if failing.said.take().is_some() {
+                    tracing::info!(dropped_spans = failing.dropped, "trace export works again");
+                }
+                failing.dropped = 0;
+            }
+            Err(e) => {
+                self.failures.inc();
+                failing.dropped += spans as u64;
+                let due = failing
+                    .said
+                    .is_none_or(|at| at.elapsed() >= EXPORT_FAILURE_REPEAT);
+                if due {
+                    warn!(
+                        error = %e,
+                        dropped_spans = failing.dropped,
+                        "trace export failed; spans are dropped until the OTLP endpoint answers \
+                         (said again at most once a minute)"
+                    );
+                    failing.said = Some(std::time::Instant::now());
+                    failing.dropped = 0;
+                }
+            }
+        }
+    }
+}
+
+impl<E: opentelemetry_sdk::trace::SpanExporter> opentelemetry_sdk::trace::SpanExporter
+    for ReportedExporter<E>
+{
+    fn export(
+        &self,
+        batch: Vec<opentelemetry_sdk::trace::SpanData>,
+    ) -> impl std::future::Future<Output = opentelemetry_sdk::error::OTelSdkResult> + Send {
+        let spans = batch.len();
+        let exported = self.inner.export(batch);
+        async move {
+            let result = exported.await;
+            self.report(&result, spans);
+            result
+        }
+    }
+
+    fn shutdown_with_timeout(
+        &mut self,
+        timeout: Duration,
+    ) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&mut self) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.inner.set_resource(resource);
+    }
+}
+
+/// Whether a log event is the SDK's own report of a failed export batch, which
+/// [`ReportedExporter`] says better.
+fn sdk_export_error(meta: &tracing::Metadata<'_>) -> bool {
+    meta.is_event()
+        && meta.name() == "BatchSpanProcessor.ExportError"
+        && meta.target().starts_with("opentelemetry")
 }
 
 /// The span of one incoming request (`kind` "HTTP" or "gRPC", `name` its route or method),
@@ -478,6 +603,111 @@ impl<B: http_body::Body> http_body::Body for SpanBody<B> {
 mod tests {
     use super::splice_json_object;
 
+    /// An exporter whose exports fail while `failing` is set.
+    #[derive(Debug, Default)]
+    struct Flaky {
+        failing: std::sync::atomic::AtomicBool,
+    }
+
+    impl opentelemetry_sdk::trace::SpanExporter for Flaky {
+        async fn export(
+            &self,
+            _batch: Vec<opentelemetry_sdk::trace::SpanData>,
+        ) -> opentelemetry_sdk::error::OTelSdkResult {
+            if self.failing.load(std::sync::atomic::Ordering::Relaxed) {
+                Err(opentelemetry_sdk::error::OTelSdkError::InternalFailure(
+                    "tcp connect error".into(),
+                ))
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn failing_exports_are_said_once_then_their_end() {
+        use opentelemetry_sdk::trace::SpanExporter;
+        use tracing_subscriber::layer::SubscriberExt;
+
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::registry().with(
+            tracing_subscriber::fmt::layer()
+                .json()
+                .with_writer(move || writer.clone()),
+        );
+        let _default = tracing::subscriber::set_default(subscriber);
+        let exporter = super::ReportedExporter::new(Flaky::default());
+        exporter
+            .inner
+            .failing
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        for _ in 0..3 {
+            assert!(exporter.export(Vec::new()).await.is_err());
+        }
+        exporter
+            .inner
+            .failing
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        assert!(exporter.export(Vec::new()).await.is_ok());
+        assert!(exporter.export(Vec::new()).await.is_ok());
+        assert_eq!(exporter.failures.get(), 3);
+        let text = buffer.text();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines.len(),
+            2,
+            "one line when failing starts, one when it ends: {text}"
+        );
+        assert!(
+            lines[0].contains("trace export failed") && lines[0].contains("tcp connect error"),
+            "{text}"
+        );
+        assert!(lines[1].contains("trace export works again"), "{text}");
+        assert!(super::sdk_export_error(&tracing::Metadata::new(
+            "BatchSpanProcessor.ExportError",
+            "opentelemetry_sdk",
+            tracing::Level::ERROR,
+            None,
+            None,
+            None,
+            tracing::field::FieldSet::new(&[], tracing::callsite::Identifier(&CALLSITE)),
+            tracing::metadata::Kind::EVENT,
+        )));
+    }
+
+    struct Callsite;
+    static CALLSITE: Callsite = Callsite;
+    impl tracing::callsite::Callsite for Callsite {
+        fn set_interest(&self, _: tracing::subscriber::Interest) {}
+        fn metadata(&self) -> &tracing::Metadata<'_> {
+            unreachable!("not registered")
+        }
+    }
+
+    /// A log sink for tests.
+    #[derive(Clone, Default)]
+    struct Buffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl Buffer {
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().expect("buffer").clone()).expect("utf-8")
+        }
+    }
+
+    impl std::io::Write for Buffer {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .map_err(|_| std::io::ErrorKind::Other)?
+                .extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
     #[test]
     fn fields_recorded_later_join_the_stored_object() {
         let cases = [
@@ -502,23 +732,8 @@ mod tests {
 
     #[test]
     fn a_recorded_field_reaches_the_json_log_line() {
-        use std::sync::{Arc, Mutex};
         use tracing_subscriber::layer::SubscriberExt;
 
-        #[derive(Clone, Default)]
-        struct Buffer(Arc<Mutex<Vec<u8>>>);
-        impl std::io::Write for Buffer {
-            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-                self.0
-                    .lock()
-                    .map_err(|_| std::io::ErrorKind::Other)?
-                    .extend_from_slice(b);
-                Ok(b.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
         let buffer = Buffer::default();
         let writer = buffer.clone();
         let subscriber = tracing_subscriber::registry().with(
@@ -537,7 +752,7 @@ mod tests {
             span.record("trace_id", "4bf92f3577b34da6a3ce929d0e0e4736");
             span.in_scope(|| tracing::info!(n = 1, "inside"));
         });
-        let text = String::from_utf8(buffer.0.lock().expect("buffer").clone()).expect("utf-8");
+        let text = buffer.text();
         let line: serde_json::Value = serde_json::from_str(text.trim()).expect("one JSON line");
         let request = &line["spans"][0];
         assert_eq!(request["name"], "request", "{line}");

@@ -13,7 +13,7 @@ use taskforce_tests::{
     wait::eventually,
 };
 
-use crate::helpers::{agent_json, create, parse_sse};
+use crate::helpers::{agent_json, create, parse_sse, send};
 
 /// Turns picked by what the conversation last said.
 const SCRIPT: &str = r#"
@@ -190,6 +190,57 @@ async fn without_an_endpoint_nothing_is_exported_or_complained_about() {
     for word in ["OTLP", "opentelemetry", TRACE_ID] {
         assert!(!logs.contains(word), "{word} in the logs:\n{logs}");
     }
+}
+
+#[tokio::test]
+async fn an_endpoint_that_is_down_is_said_once_not_per_batch() {
+    // Nothing listens there: bound and dropped.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
+    let stack = StackOptions::full()
+        .env_all("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{closed}"))
+        .env_all("OTEL_BSP_SCHEDULE_DELAY", "50")
+        .spawn()
+        .await
+        .expect("stack starts");
+    let registry_log = stack.registry_log();
+    // Several batches fail (requests make spans; each schedule exports them).
+    let said =
+        taskforce_tests::eventually(Duration::from_secs(20), Duration::from_millis(100), || {
+            let (http, url, log) = (
+                stack.http().clone(),
+                stack.url("/api/v1/agents"),
+                registry_log.clone(),
+            );
+            async move {
+                let _ = http.get(url).send().await;
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                text.contains("trace export failed").then_some(text)
+            }
+        })
+        .await
+        .unwrap_or_else(|| panic!("the failure is said:\n{}", stack.logs()));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let metrics = send(stack.http().get(format!(
+        "http://{}/metrics",
+        stack.registry_metrics_addr().expect("registry metrics")
+    )))
+    .await
+    .text;
+    let failures: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("taskforce_trace_export_failures_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0);
+    assert!(failures >= 2.0, "several batches failed: {metrics}");
+    let text = std::fs::read_to_string(&registry_log).unwrap_or(said);
+    assert_eq!(
+        text.matches("trace export failed").count(),
+        1,
+        "once, not per batch:\n{text}"
+    );
+    assert!(!text.contains("BatchSpanProcessor.ExportError"), "{text}");
 }
 
 #[tokio::test]

@@ -190,11 +190,12 @@ pub fn router(state: AppState, config: &Config) -> Router {
         // A span per request, continuing the caller's W3C trace. Every 5xx path logs its cause
         // itself (`error`, `health`, rmcp).
         .layer(RequestSpanLayer::new(|req: &axum::extract::Request| {
-            let route = req
-                .extensions()
-                .get::<axum::extract::MatchedPath>()
-                .map_or_else(|| req.uri().path(), axum::extract::MatchedPath::as_str);
-            taskforce_runtime::telemetry::server_span(req.method().as_str(), route, req.headers())
+            // Named as the metrics label them: a client's path or method is no span name.
+            taskforce_runtime::telemetry::server_span(
+                taskforce_runtime::metrics::method_label(req.method()),
+                taskforce_runtime::metrics::route_label(req),
+                req.headers(),
+            )
         }))
 }
 

@@ -235,15 +235,38 @@ where
     }
 }
 
-/// Axum middleware counting HTTP requests by route template (`/api/v1/agents/{id}`); requests
-/// that match no route count as `unmatched`.
-pub async fn http_metrics(request: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let route = request
+/// An HTTP method as a label: the standard ones by name, any other `other` (a client's made-up
+/// method must not make a new series).
+pub fn method_label(method: &http::Method) -> &'static str {
+    match *method {
+        http::Method::GET => "GET",
+        http::Method::POST => "POST",
+        http::Method::PUT => "PUT",
+        http::Method::DELETE => "DELETE",
+        http::Method::PATCH => "PATCH",
+        http::Method::HEAD => "HEAD",
+        http::Method::OPTIONS => "OPTIONS",
+        http::Method::CONNECT => "CONNECT",
+        http::Method::TRACE => "TRACE",
+        _ => "other",
+    }
+}
+
+/// The route of a request as a label: its route template (`/api/v1/agents/{id}`), or
+/// `unmatched` when no route matched (a client's path must not make a new series).
+pub fn route_label<B>(request: &http::Request<B>) -> &str {
+    request
         .extensions()
         .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
-    let method = request.method().as_str().to_owned();
+        .map_or("unmatched", MatchedPath::as_str)
+}
+
+/// Axum middleware counting HTTP requests by route template (`/api/v1/agents/{id}`); requests
+/// that match no route count as `unmatched`, methods that are not standard as `other`.
+pub async fn http_metrics(request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let route = route_label(&request).to_owned();
+    let method = method_label(request.method()).to_owned();
     let response = next.run(request).await;
     let requests = &*REQUESTS;
     requests
@@ -264,6 +287,17 @@ pub async fn http_metrics(request: Request, next: Next) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn made_up_methods_and_paths_make_no_series_of_their_own() {
+        let audit = http::Method::from_bytes(b"AUDITA").expect("a token");
+        assert_eq!(method_label(&audit), "other");
+        assert_eq!(method_label(&http::Method::DELETE), "DELETE");
+        let request = http::Request::get("/no/such/path/abc123")
+            .body(())
+            .expect("a request");
+        assert_eq!(route_label(&request), "unmatched");
+    }
 
     #[test]
     fn a_counted_request_renders_with_its_method_and_code() {

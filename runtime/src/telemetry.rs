@@ -402,6 +402,7 @@ pub fn server_span(kind: &str, name: &str, headers: &http::HeaderMap) -> Span {
         otel.name = %format_args!("{kind} {name}"),
         otel.kind = "server",
         trace_id = inherited.map(tracing::field::display),
+        otel.status_description = tracing::field::Empty,
     );
     if inherited.is_some() {
         // Fails only when no OpenTelemetry layer is installed, and then nothing is traced.
@@ -413,6 +414,31 @@ pub fn server_span(kind: &str, name: &str, headers: &http::HeaderMap) -> Span {
         }
     }
     span
+}
+
+/// Marks `span` failed in its trace: OpenTelemetry status ERROR with `description`. The span
+/// must have been made with an empty `otel.status_description` field (the request spans of
+/// [`server_span`], and the executor's `run`, `llm` and `tool` spans are).
+pub fn fail_span(span: &Span, description: &str) {
+    span.record("otel.status_description", description);
+}
+
+/// Why a response is a server error for its trace: an HTTP 5xx, or a gRPC status that
+/// OpenTelemetry counts as the server's failure (`UNKNOWN`, `DEADLINE_EXCEEDED`,
+/// `UNIMPLEMENTED`, `INTERNAL`, `UNAVAILABLE`, `DATA_LOSS`). A client's mistake (4xx,
+/// `NOT_FOUND`, `INVALID_ARGUMENT`, ...) is not the server's error, as the semantic conventions
+/// say.
+fn server_failure(status: http::StatusCode, headers: &http::HeaderMap) -> Option<String> {
+    if status.is_server_error() {
+        return Some(format!("HTTP {}", status.as_u16()));
+    }
+    grpc_failure(headers)
+}
+
+/// [`server_failure`] of a gRPC status in `headers` (or trailers).
+fn grpc_failure(headers: &http::HeaderMap) -> Option<String> {
+    let code = headers.get("grpc-status")?.to_str().ok()?;
+    matches!(code, "2" | "4" | "12" | "13" | "14" | "15").then(|| format!("gRPC status {code}"))
 }
 
 /// A gRPC channel to another Taskforce service: every call carries the current span's trace
@@ -550,12 +576,12 @@ where
             std::task::ready!(this.inner.poll(cx))
         };
         let span = SpanEnd(this.span.take().unwrap_or_else(Span::none));
-        std::task::Poll::Ready(response.map(|r| {
-            r.map(|body| SpanBody {
-                inner: body,
-                _span: span,
-            })
-        }))
+        if let Ok(r) = &response
+            && let Some(failure) = server_failure(r.status(), r.headers())
+        {
+            fail_span(&span.0, &failure);
+        }
+        std::task::Poll::Ready(response.map(|r| r.map(|body| SpanBody { inner: body, span })))
     }
 }
 
@@ -564,14 +590,15 @@ pin_project_lite::pin_project! {
     pub struct SpanBody<B> {
         #[pin]
         inner: B,
-        _span: SpanEnd,
+        span: SpanEnd,
     }
 }
 
-/// Ends a request's span when the response body is done with. The OpenTelemetry layer takes a
-/// span's end time from its last exit, so the span is entered and left once more here: its end
-/// is the end of the response, not of the handler.
-struct SpanEnd(Span);
+/// Ends a span when dropped. The OpenTelemetry layer takes a span's end time from its last
+/// exit, so the span is entered and left once more here: its end is when its holder is done
+/// with it (a response body sent, a model's answer read), not when it was last polled.
+#[derive(Debug)]
+pub struct SpanEnd(pub Span);
 
 impl Drop for SpanEnd {
     fn drop(&mut self) {
@@ -587,7 +614,15 @@ impl<B: http_body::Body> http_body::Body for SpanBody<B> {
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        self.project().inner.poll_frame(cx)
+        let this = self.project();
+        let frame = std::task::ready!(this.inner.poll_frame(cx));
+        // A streamed gRPC answer's status comes in its trailers.
+        if let Some(Ok(frame)) = &frame
+            && let Some(failure) = frame.trailers_ref().and_then(grpc_failure)
+        {
+            fail_span(&this.span.0, &failure);
+        }
+        std::task::Poll::Ready(frame)
     }
 
     fn is_end_stream(&self) -> bool {
@@ -602,6 +637,33 @@ impl<B: http_body::Body> http_body::Body for SpanBody<B> {
 #[cfg(test)]
 mod tests {
     use super::splice_json_object;
+
+    #[test]
+    fn server_errors_fail_a_request_span_and_client_errors_do_not() {
+        let grpc = |code: &'static str| {
+            let mut h = http::HeaderMap::new();
+            h.insert("grpc-status", http::HeaderValue::from_static(code));
+            h
+        };
+        let none = http::HeaderMap::new();
+        let failure = super::server_failure;
+        assert_eq!(
+            failure(http::StatusCode::SERVICE_UNAVAILABLE, &none).as_deref(),
+            Some("HTTP 503")
+        );
+        assert_eq!(failure(http::StatusCode::NOT_FOUND, &none), None);
+        assert_eq!(
+            failure(http::StatusCode::OK, &grpc("14")).as_deref(),
+            Some("gRPC status 14")
+        );
+        for client in ["0", "3", "5", "6", "9", "16"] {
+            assert_eq!(
+                failure(http::StatusCode::OK, &grpc(client)),
+                None,
+                "{client}"
+            );
+        }
+    }
 
     /// An exporter whose exports fail while `failing` is set.
     #[derive(Debug, Default)]

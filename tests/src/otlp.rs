@@ -18,6 +18,9 @@ use opentelemetry_proto::tonic::{
     common::v1::any_value::Value as AnyValue,
 };
 
+/// `Status.code` ERROR of the OTLP protocol.
+const ERROR: i32 = 2;
+
 /// One received span, flattened.
 #[derive(Debug, Clone)]
 pub struct Span {
@@ -31,8 +34,12 @@ pub struct Span {
     pub span_id: String,
     /// Lower-case hex; empty for a root span.
     pub parent: String,
+    /// When it started, in nanoseconds since the Unix epoch.
+    pub start_unix_nano: u64,
     /// When it ended, in nanoseconds since the Unix epoch.
     pub end_unix_nano: u64,
+    /// Its status message when its status is ERROR.
+    pub error: Option<String>,
 }
 
 /// A running receiver on a loopback port; stops when dropped.
@@ -140,7 +147,13 @@ impl TraceService for Store {
                     name: span.name,
                     trace_id: hex::encode(&span.trace_id),
                     span_id: hex::encode(&span.span_id),
+                    start_unix_nano: span.start_time_unix_nano,
                     end_unix_nano: span.end_time_unix_nano,
+                    error: span
+                        .status
+                        .as_ref()
+                        .filter(|s| s.code == ERROR)
+                        .map(|s| s.message.clone()),
                     parent: hex::encode(&span.parent_span_id),
                 });
             }

@@ -6,6 +6,7 @@ use std::sync::{Arc, atomic::Ordering};
 
 use futures::{StreamExt, future::BoxFuture};
 use serde_json::Value;
+use taskforce_runtime::telemetry::{SpanEnd, fail_span};
 
 use super::{
     RunCtx,
@@ -103,15 +104,17 @@ pub async fn run(
         counts.steps += 1;
         ctx.steps_used.store(counts.steps, Ordering::Relaxed);
         let request = ctx.model.request(convo.messages(), definitions);
-        // One span per model call, open until this turn's answer is read.
-        let llm_span = tracing::info_span!(
+        // One span per model call, open until this turn's answer is read (it ends when dropped,
+        // not when the stream was made), marked failed when the call fails.
+        let llm_span = SpanEnd(tracing::info_span!(
             "llm",
             otel.name = %format_args!("llm {}", ctx.model.provider.name()),
             otel.kind = "client",
             provider = ctx.model.provider.name(),
             model = %ctx.model.model,
-        );
-        let mut stream = llm_span.in_scope(|| ctx.model.provider.stream(&request));
+            otel.status_description = tracing::field::Empty,
+        ));
+        let mut stream = llm_span.0.in_scope(|| ctx.model.provider.stream(&request));
         let asked = std::time::Instant::now();
         let mut usage_seen = (0, 0);
         let mut text = String::new();
@@ -146,19 +149,23 @@ pub async fn run(
                 })) => requested.push(Requested::Malformed { id, name, error }),
                 Some(Err(e)) => {
                     crate::metrics::llm_error(ctx.model.provider.name());
+                    let message = e.to_string();
+                    fail_span(&llm_span.0, &message);
                     return LoopEnd::Failed {
                         code: "LLM_ERROR",
-                        message: e.to_string(),
+                        message,
                     };
                 }
                 None => {
                     crate::metrics::llm_error(ctx.model.provider.name());
+                    let message = format!(
+                        "{}: the model's stream ended without finishing",
+                        ctx.model.provider.name()
+                    );
+                    fail_span(&llm_span.0, &message);
                     return LoopEnd::Failed {
                         code: "LLM_ERROR",
-                        message: format!(
-                            "{}: the model's stream ended without finishing",
-                            ctx.model.provider.name()
-                        ),
+                        message,
                     };
                 }
             }

@@ -131,8 +131,23 @@ async fn run_one(
                 otel.name = %format_args!("tool {name}"),
                 tool = name,
                 call_id = call_id,
+                otel.status_description = tracing::field::Empty,
             );
-            tracing::Instrument::instrument(call_tool(ctx, tools, orchestra, call), span).await
+            let outcome = tracing::Instrument::instrument(
+                call_tool(ctx, tools, orchestra, call),
+                span.clone(),
+            )
+            .await;
+            // A failed call is a failed span in the trace (refused by the policy, unknown tool,
+            // bad arguments, or the tool saying it failed).
+            match &outcome {
+                (Err(message), _) => taskforce_runtime::telemetry::fail_span(&span, message),
+                (Ok(ToolOutcome::Output { is_error: true, .. }), _) => {
+                    taskforce_runtime::telemetry::fail_span(&span, "the tool reported a failure");
+                }
+                _ => {}
+            }
+            outcome
         }
     };
     let duration = started.elapsed();

@@ -216,6 +216,11 @@ impl Run {
             LoopEnd::Failed { code, message } => {
                 agent_loop::close_open_calls(&mut session.messages, "the run failed");
                 warn!(session_id = %session.id, code, error = %message, "run failed");
+                // This runs in the run's span (its task is instrumented with it).
+                taskforce_runtime::telemetry::fail_span(
+                    &tracing::Span::current(),
+                    &format!("{code}: {message}"),
+                );
                 let event = Event::Error(v1::Error {
                     code: code.to_owned(),
                     message,

@@ -320,6 +320,7 @@ impl Runner {
             otel.name = %format_args!("run {}", agent.agent_id),
             session_id = %session.id,
             agent_id = %agent.agent_id,
+            otel.status_description = tracing::field::Empty,
         );
         let run = Run {
             runner: Arc::clone(self),

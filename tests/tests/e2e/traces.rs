@@ -21,7 +21,11 @@ turns:
   - match: "Read the notes"
     tool_calls: [{name: file_read, arguments: {path: notes.txt}}]
   - match: "traced notes"
+    delay_ms: 150
     text: "Done."
+  - match: "Read the lost notes"
+    tool_calls: [{name: file_read, arguments: {path: lost.txt}}]
+  - error: "the model is overloaded"
 "#;
 
 /// The caller's trace: what a client (or a proxy in front of the gateway) sends.
@@ -161,12 +165,68 @@ async fn one_run_is_one_trace_across_gateway_executor_and_registry() {
         assert_eq!(caller.service, expected, "{span:?}: {spans:#?}");
     }
 
+    // A model call's span covers the call (this one answers after 150 ms), not only its start.
+    let slowest = spans
+        .iter()
+        .filter(|g| g.name.starts_with("llm "))
+        .map(|g| g.end_unix_nano.saturating_sub(g.start_unix_nano))
+        .max()
+        .unwrap_or(0);
+    assert!(
+        slowest >= 140_000_000,
+        "llm spans last {slowest} ns: {spans:#?}"
+    );
+    assert!(spans.iter().all(|g| g.error.is_none()), "{spans:#?}");
+
     // Log lines inside the request carry the trace id.
     let log = std::fs::read_to_string(stack.executor_log()).expect("executor log");
     assert!(
         log.lines()
             .any(|l| l.contains("run ended") && l.contains(TRACE_ID)),
         "no log line of the run carries the trace id:\n{log}"
+    );
+}
+
+#[tokio::test]
+async fn failed_tool_calls_model_calls_and_runs_are_failed_spans() {
+    let received = Receiver::start().await.expect("the OTLP receiver starts");
+    let stack = traced_stack(&received, "100", "failing").await;
+    let failed_trace = "5bf92f3577b34da6a3ce929d0e0e4737";
+    let r = stack
+        .http()
+        .post(stack.url("/api/v1/execute"))
+        .header("traceparent", format!("00-{failed_trace}-{CLIENT_SPAN}-01"))
+        .json(&json!({"mission": "Read the lost notes", "agent_id": "failing"}))
+        .send()
+        .await
+        .expect("answered");
+    let result: serde_json::Value = r.json().await.expect("an ExecuteResult");
+    assert_eq!(result["status"], "failed", "{result}");
+    let errors = || -> Vec<Got> {
+        received
+            .spans()
+            .into_iter()
+            .filter(|g| g.trace_id == failed_trace && g.error.is_some())
+            .collect()
+    };
+    let all = eventually(Duration::from_secs(20), Duration::from_millis(100), || {
+        let failed = errors();
+        let has = |prefix: &str| failed.iter().any(|g| g.name.starts_with(prefix));
+        let done = has("tool file_read") && has("llm ") && has("run failing");
+        async move { done.then_some(()) }
+    })
+    .await;
+    let failed = errors();
+    assert!(all.is_some(), "failed spans: {failed:#?}\n{}", stack.logs());
+    let llm = failed.iter().find(|g| g.name.starts_with("llm "));
+    assert!(
+        llm.is_some_and(|g| g.error.as_deref().is_some_and(|e| e.contains("overloaded"))),
+        "{failed:#?}"
+    );
+    // A run that failed is no failed request: the client asked well and got its answer.
+    assert!(
+        !failed.iter().any(|g| g.name.starts_with("POST ")),
+        "{failed:#?}"
     );
 }
 

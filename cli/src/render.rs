@@ -7,13 +7,36 @@ use serde_json::Value;
 /// Longest description shown in a table cell.
 const DESCRIPTION_WIDTH: usize = 60;
 
-/// `value` as text: strings as they are, `null` as empty, anything else as compact JSON.
+/// `value` as text: strings as they are (but see [`printable`]), `null` as empty, anything else
+/// as compact JSON.
 pub fn text(value: &Value) -> String {
     match value {
         Value::Null => String::new(),
-        Value::String(s) => s.clone(),
+        Value::String(s) => printable(s),
         other => other.to_string(),
     }
+}
+
+/// `s` safe for a terminal: control characters other than line breaks and tabs are shown as
+/// escapes (`\u{1b}`), so text from an agent's author or a model (names, answers) cannot move
+/// the cursor, set the title or clear the screen of whoever reads it.
+pub fn printable(s: &str) -> String {
+    if !s.chars().any(needs_escape) {
+        return s.to_owned();
+    }
+    s.chars()
+        .fold(String::with_capacity(s.len()), |mut out, c| {
+            if needs_escape(c) {
+                let _ = write!(out, "{}", c.escape_unicode());
+            } else {
+                out.push(c);
+            }
+            out
+        })
+}
+
+fn needs_escape(c: char) -> bool {
+    c.is_control() && !matches!(c, '\n' | '\t')
 }
 
 /// A list of strings as `a, b, c` (`-` when empty).
@@ -296,6 +319,13 @@ mod tests {
         let mut buf = Vec::new();
         f(&mut buf).expect("writes to memory");
         String::from_utf8(buf).expect("UTF-8")
+    }
+
+    #[test]
+    fn control_characters_are_shown_not_sent_to_the_terminal() {
+        let evil = serde_json::json!("Evil\u{1b}]0;pwned\u{7}\r\nnext\tcol");
+        assert_eq!(text(&evil), "Evil\\u{1b}]0;pwned\\u{7}\\u{d}\nnext\tcol");
+        assert_eq!(printable("plain é"), "plain é");
     }
 
     #[test]

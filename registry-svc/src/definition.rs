@@ -152,6 +152,26 @@ impl CustomAgentFile {
     }
 }
 
+/// The file body of agent `id`'s definition, refused when the registry would not read it back
+/// (over [`crate::files::MAX_DEFINITION_BYTES`]): such an agent would be saved and then not
+/// served.
+pub fn file_text(id: &str, def: &CustomAgentFile) -> crate::error::Result<String> {
+    let yaml = to_yaml(def)?;
+    if yaml.len() as u64 > crate::files::MAX_DEFINITION_BYTES {
+        return Err(ApiError::new(
+            ErrorKind::PayloadTooLarge,
+            format!(
+                "agent {id:?}: its definition file would have {} bytes, more than the {} a \
+                 definition may have; shorten its lists or texts",
+                yaml.len(),
+                crate::files::MAX_DEFINITION_BYTES
+            ),
+        )
+        .into());
+    }
+    Ok(yaml)
+}
+
 /// The file body of a definition. Timestamps are quoted as in the seed's examples, so YAML 1.1
 /// readers (PyYAML, for one) keep them strings instead of turning them into dates.
 pub fn to_yaml(def: &CustomAgentFile) -> Result<String, serde_yaml::Error> {
@@ -265,6 +285,30 @@ pub fn validate(id: &str, def: &CustomAgentFile) -> Result<(), ApiError> {
         &def.prompt.system_prompt,
         MAX_PROMPT,
     );
+    // Texts that reach terminals (the CLI's tables) carry no control characters: an escape
+    // sequence in a name would run in the terminal of whoever lists agents.
+    for (field, value, lines) in [
+        ("name", Some(&def.name), false),
+        ("role", def.role.as_ref(), false),
+        ("project", def.project.as_ref(), false),
+        ("description", Some(&def.description), true),
+        ("system_prompt", Some(&def.prompt.system_prompt), true),
+    ] {
+        if let Some(c) = value.and_then(|v| control_char(v, lines)) {
+            bad(
+                field,
+                format!(
+                    "must not contain control characters (found U+{:04X}){}",
+                    u32::from(c),
+                    if lines {
+                        "; line breaks and tabs are fine"
+                    } else {
+                        ""
+                    }
+                ),
+            );
+        }
+    }
     if def.tools.allowlist.is_empty() {
         bad("tool_allowlist", "must name at least one tool".into());
     }
@@ -412,6 +456,13 @@ pub fn invalid_subagents(
     ApiError::invalid_subagents(&message, unknown, &available)
 }
 
+/// The first control character of `value` (line breaks and tabs allowed when `lines`).
+fn control_char(value: &str, lines: bool) -> Option<char> {
+    value
+        .chars()
+        .find(|c| c.is_control() && !(lines && matches!(c, '\n' | '\r' | '\t')))
+}
+
 fn check_len(bad: &mut impl FnMut(&str, String), field: &str, value: &str, max: usize) {
     let n = value.chars().count();
     if value.trim().is_empty() {
@@ -489,6 +540,29 @@ mod tests {
             .unwrap_or_default();
         assert!(e.contains("name: must be at most 100"), "{e}");
         assert!(e.contains("description: must be at most 500"), "{e}");
+    }
+
+    #[test]
+    fn control_characters_are_refused_but_line_breaks_in_texts_are_fine() {
+        let mut d = good();
+        d.name = "Evil\u{1b}]0;pwned\u{7}".into();
+        d.role = Some("a\nb".into());
+        d.description = "two\r\nlines\tand a tab".into();
+        d.prompt.system_prompt = "clear\u{1b}[2J".into();
+        let e = validate("abc", &d)
+            .err()
+            .map(|e| e.message)
+            .unwrap_or_default();
+        assert!(
+            e.contains("name: must not contain control characters (found U+001B)"),
+            "{e}"
+        );
+        assert!(
+            e.contains("role: must not contain control characters (found U+000A)"),
+            "{e}"
+        );
+        assert!(e.contains("system_prompt: must not contain control"), "{e}");
+        assert!(!e.contains("description"), "{e}");
     }
 
     #[test]

@@ -212,6 +212,8 @@ impl AgentRegistry for RegistryService {
         let id = spec.agent_id.clone();
         let def = convert::spec_to_file(spec);
         definition::validate(&id, &def).map_err(|e| e.to_status())?;
+        // What a save would refuse when writing the file.
+        definition::file_text(&id, &def).map_err(Status::from)?;
         let check = self.check(&id, &def).await?;
         Ok(Response::new(v1::ValidateAgentResponse {
             discovered_mcp_tools: check.discovered,

@@ -463,6 +463,25 @@ fn a_cache_that_cannot_be_opened_is_moved_aside_and_rebuilt_from_the_files() -> 
 }
 
 #[test]
+fn a_definition_the_registry_could_not_read_back_is_not_written() -> Result<()> {
+    let (_dir, store) = store_with_dev_profile()?;
+    let mut huge = agent_file();
+    huge.tools.allowlist = vec!["file_read".into(); 250_000];
+    let refused = store.create("huge", huge, "2026-11-22T09:00:00Z");
+    assert_eq!(kind_of(refused), ErrorKind::PayloadTooLarge);
+    assert!(!store.custom_dir().join("huge.yaml").exists());
+    assert_eq!(kind_of(store.get("huge")), ErrorKind::NotFound);
+    // An update to that size leaves the agent as it was.
+    let kept = store.create("kept", agent_file(), "2026-11-22T09:00:00Z")?;
+    let mut grown = agent_file();
+    grown.tools.allowlist = vec!["file_read".into(); 250_000];
+    let refused = store.update("kept", grown, &kept.version, "2026-11-22T10:00:00Z");
+    assert_eq!(kind_of(refused), ErrorKind::PayloadTooLarge);
+    assert_eq!(store.get("kept")?.version, kept.version);
+    Ok(())
+}
+
+#[test]
 fn a_yml_file_is_not_read_and_the_diagnostics_say_so_until_it_is_gone() -> Result<()> {
     let (_dir, store) = store_with_dev_profile()?;
     let path = store.custom_dir().join("hand.yml");

@@ -127,7 +127,7 @@ impl Store {
         path: &Path,
         def: &CustomAgentFile,
     ) -> Result<v1::Agent> {
-        let yaml = definition::to_yaml(def)?;
+        let yaml = definition::file_text(id, def)?;
         files::write_atomic(path, yaml.as_bytes(), &self.root.join(files::STAGING))
             .map_err(|e| RegistryError::io(path, e))?;
         let agent = convert::custom_to_proto(id, files::version_of(yaml.as_bytes()), def);

@@ -109,13 +109,14 @@ pub struct AgentRequest {
     #[serde(default, deserialize_with = "null_as_default")]
     #[schema(example = "invoice-extractor")]
     pub agent_id: String,
-    /// 1 to 100 characters.
+    /// 1 to 100 characters, no control characters.
     #[serde(default, deserialize_with = "null_as_default")]
     pub name: String,
-    /// 1 to 500 characters.
+    /// 1 to 500 characters; no control characters but line breaks and tabs.
     #[serde(default, deserialize_with = "null_as_default")]
     pub description: String,
-    /// The complete system prompt.
+    /// The complete system prompt (at most 256 KiB); no control characters but line breaks and
+    /// tabs.
     #[serde(default, deserialize_with = "null_as_default")]
     pub system_prompt: String,
     /// Native and orchestration tools the agent may use (at least one; names of
@@ -146,10 +147,11 @@ pub struct AgentRequest {
     #[serde(default, deserialize_with = "null_as_default")]
     #[schema(example = "readOnly")]
     pub mode: String,
-    /// The agent's role in a team, free text (shown by the MCP view).
+    /// The agent's role in a team, free text without control characters (shown by the MCP
+    /// view).
     #[serde(default, deserialize_with = "null_as_default")]
     pub role: String,
-    /// The project the agent works on (`list_agents` filters by it).
+    /// The project the agent works on (`list_agents` filters by it); no control characters.
     #[serde(default, deserialize_with = "null_as_default")]
     pub project: String,
     /// A directory with a `Taskfile.yml` of metadata fields: absolute, or relative to the

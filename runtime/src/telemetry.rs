@@ -518,6 +518,11 @@ impl<S, F: Clone> tower::Layer<S> for RequestSpanLayer<F> {
     }
 }
 
+/// The span of the request being served, in its extensions (when traces are exported): work
+/// the request hands to another task continues its trace by running in it.
+#[derive(Debug, Clone)]
+pub struct RequestSpan(pub Span);
+
 /// The service of [`RequestSpanLayer`].
 #[derive(Debug, Clone, Copy)]
 pub struct RequestSpanService<S, F> {
@@ -541,8 +546,12 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: http::Request<ReqBody>) -> Self::Future {
+    fn call(&mut self, mut req: http::Request<ReqBody>) -> Self::Future {
         let span = (self.make_span)(&req);
+        if !span.is_none() {
+            // For work the request hands to another task (an MCP tool call runs in rmcp's).
+            req.extensions_mut().insert(RequestSpan(span.clone()));
+        }
         let inner = span.in_scope(|| self.inner.call(req));
         SpanFuture {
             inner,

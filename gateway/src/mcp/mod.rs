@@ -26,6 +26,7 @@ use rmcp::{
     tool, tool_handler, tool_router,
 };
 use taskforce_proto::{error::ErrorKind, ids, v1};
+use taskforce_runtime::telemetry::RequestSpan;
 use tracing::{error, instrument, warn};
 
 use crate::{error::RestError, state::AppState};
@@ -218,8 +219,17 @@ impl ServerHandler for TaskforceMcp {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        // The HTTP request's span (none over stdio, or without trace export): the tool's calls
+        // to the registry continue its trace. rmcp runs the call in a task of its own.
+        let span = context
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<RequestSpan>())
+            .map_or_else(tracing::Span::none, |s| s.0.clone());
         let call = ToolCallContext::new(self, request, context);
-        self.tool_router.call(call).await.map(labelled)
+        tracing::Instrument::instrument(self.tool_router.call(call), span)
+            .await
+            .map(labelled)
     }
 
     fn get_info(&self) -> ServerConfig {

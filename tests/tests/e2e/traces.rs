@@ -188,6 +188,49 @@ async fn one_run_is_one_trace_across_gateway_executor_and_registry() {
 }
 
 #[tokio::test]
+async fn an_mcp_tool_call_is_one_trace_with_the_registry_calls_it_makes() {
+    let received = Receiver::start().await.expect("the OTLP receiver starts");
+    let stack = traced_stack(&received, "100", "shown").await;
+    let mcp_trace = "6bf92f3577b34da6a3ce929d0e0e4738";
+    let r = stack
+        .http()
+        .post(stack.url("/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("MCP-Protocol-Version", "2025-06-18")
+        .header("traceparent", format!("00-{mcp_trace}-{CLIENT_SPAN}-01"))
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "show_agent", "arguments": {"agent_name": "shown"}}}))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(r.status(), 200);
+    let of_trace = || -> Vec<Got> {
+        received
+            .spans()
+            .into_iter()
+            .filter(|g| g.trace_id == mcp_trace)
+            .collect()
+    };
+    let complete = eventually(Duration::from_secs(20), Duration::from_millis(100), || {
+        let spans = of_trace();
+        let done = spans.iter().any(|g| g.name == "POST /mcp")
+            && spans.iter().any(|g| g.service == "registry-svc");
+        async move { done.then_some(()) }
+    })
+    .await;
+    let spans = of_trace();
+    assert!(complete.is_some(), "{spans:#?}\n{}", stack.logs());
+    let request = spans
+        .iter()
+        .find(|g| g.name == "POST /mcp")
+        .unwrap_or_else(|| panic!("{spans:#?}"));
+    assert_eq!(request.parent, CLIENT_SPAN, "{spans:#?}");
+    for registry in spans.iter().filter(|g| g.name.starts_with("gRPC ")) {
+        assert_eq!(registry.parent, request.span_id, "{registry:?}: {spans:#?}");
+    }
+}
+
+#[tokio::test]
 async fn failed_tool_calls_model_calls_and_runs_are_failed_spans() {
     let received = Receiver::start().await.expect("the OTLP receiver starts");
     let stack = traced_stack(&received, "100", "failing").await;

@@ -386,9 +386,10 @@ fn sdk_export_error(meta: &tracing::Metadata<'_>) -> bool {
 /// continuing the caller's trace when the headers carry a W3C `traceparent`. Its `trace_id`
 /// field puts the trace id on every log line inside it.
 /// Without trace export ([`init`] found no OTLP endpoint) it is [`Span::none`]: nothing to
-/// continue, no trace id to put on log lines, and no cost per request.
+/// continue, no trace id to put on log lines, and no cost per request. Probes and scrapes
+/// (`/healthz`, `/readyz`, `/metrics`, `grpc.health.v1`) get none either.
 pub fn server_span(kind: &str, name: &str, headers: &http::HeaderMap) -> Span {
-    if !EXPORTING.load(std::sync::atomic::Ordering::Relaxed) {
+    if !EXPORTING.load(std::sync::atomic::Ordering::Relaxed) || is_probe(name) {
         return Span::none();
     }
     let parent =
@@ -439,6 +440,13 @@ fn server_failure(status: http::StatusCode, headers: &http::HeaderMap) -> Option
 fn grpc_failure(headers: &http::HeaderMap) -> Option<String> {
     let code = headers.get("grpc-status")?.to_str().ok()?;
     matches!(code, "2" | "4" | "12" | "13" | "14" | "15").then(|| format!("gRPC status {code}"))
+}
+
+/// Whether `name` (a route or gRPC method) is a probe or a scrape: asked every few seconds by
+/// orchestrators and Prometheus, each would be a trace of its own that says nothing.
+fn is_probe(name: &str) -> bool {
+    matches!(name, "/healthz" | "/readyz" | "/metrics")
+        || name.starts_with("/grpc.health.v1.Health/")
 }
 
 /// A gRPC channel to another Taskforce service: every call carries the current span's trace
@@ -646,6 +654,25 @@ impl<B: http_body::Body> http_body::Body for SpanBody<B> {
 #[cfg(test)]
 mod tests {
     use super::splice_json_object;
+
+    #[test]
+    fn probes_and_scrapes_are_no_traces() {
+        for probe in [
+            "/readyz",
+            "/healthz",
+            "/metrics",
+            "/grpc.health.v1.Health/Check",
+        ] {
+            assert!(super::is_probe(probe), "{probe}");
+        }
+        for call in [
+            "/api/v1/agents/{agent_id}",
+            "/taskforce.v1.Executor/Execute",
+            "/mcp",
+        ] {
+            assert!(!super::is_probe(call), "{call}");
+        }
+    }
 
     #[test]
     fn server_errors_fail_a_request_span_and_client_errors_do_not() {

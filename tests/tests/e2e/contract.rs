@@ -25,6 +25,31 @@ async fn schemathesis_finds_no_contract_failure() {
         .spawn()
         .await
         .expect("stack starts");
+    let mut out = schemathesis(&stack).await;
+    let mut report = String::from_utf8_lossy(&out.stdout).into_owned();
+    // Schemathesis's own generator can fail (a Hypothesis `FlakyFailure` while it draws a case, on
+    // a loaded machine): that is a runtime error of the tool, not a finding about the API, and
+    // it comes with no `FAILURES` section. Such a run is made once more, and that one decides.
+    let tool_error = report.contains("Runtime Error") && report.contains("hypothesis.errors");
+    if !out.status.success() && tool_error && !report.contains("FAILURES") {
+        eprintln!("schemathesis hit an error of its own; running it again:\n{report}");
+        out = schemathesis(&stack).await;
+        report = String::from_utf8_lossy(&out.stdout).into_owned();
+    }
+    assert!(
+        out.status.success(),
+        "schemathesis found failures:\n{report}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        stack.logs()
+    );
+    assert!(
+        report.contains(" passed") && !report.contains("failures"),
+        "{report}"
+    );
+}
+
+/// One run of schemathesis against `stack`'s OpenAPI document.
+async fn schemathesis(stack: &taskforce_tests::Stack) -> std::process::Output {
     let program =
         paths::schemathesis().expect("schemathesis is installed (scripts/install-test-deps.sh)");
     let mut cmd = tokio::process::Command::new(program);
@@ -44,19 +69,8 @@ async fn schemathesis_finds_no_contract_failure() {
         .current_dir(stack.root())
         .stdin(Stdio::null())
         .kill_on_drop(true);
-    let out = tokio::time::timeout(BUDGET, cmd.output())
+    tokio::time::timeout(BUDGET, cmd.output())
         .await
         .unwrap_or_else(|_| panic!("schemathesis did not finish within {BUDGET:?}"))
-        .expect("schemathesis runs");
-    let report = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "schemathesis found failures:\n{report}\n{}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        stack.logs()
-    );
-    assert!(
-        report.contains(" passed") && !report.contains("failures"),
-        "{report}"
-    );
+        .expect("schemathesis runs")
 }

@@ -308,12 +308,13 @@ async fn an_endpoint_that_is_down_is_said_once_not_per_batch() {
         .await
         .expect("stack starts");
     let registry_log = stack.registry_log();
-    // Several batches fail (requests make spans; each schedule exports them).
+    // Several batches fail (requests make spans; each schedule exports them). An agent the
+    // gateway's read model does not have is asked of the registry: a span there too.
     let said =
         taskforce_tests::eventually(Duration::from_secs(20), Duration::from_millis(100), || {
             let (http, url, log) = (
                 stack.http().clone(),
-                stack.url("/api/v1/agents"),
+                stack.url("/api/v1/agents/not-an-agent"),
                 registry_log.clone(),
             );
             async move {

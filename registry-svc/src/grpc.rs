@@ -142,6 +142,18 @@ impl AgentRegistry for RegistryService {
         let source = v1::AgentSource::try_from(r.source).map_err(|_| {
             ApiError::field("source", format!("unknown source {}", r.source)).to_status()
         })?;
+        // As over REST: a page larger than the most is refused, not quietly made smaller.
+        if r.page_size as usize > crate::store::MAX_PAGE {
+            return Err(ApiError::field(
+                "page_size",
+                format!(
+                    "must be at most {}, got {}",
+                    crate::store::MAX_PAGE,
+                    r.page_size
+                ),
+            )
+            .to_status());
+        }
         let (agents, next_page_token) = self
             .blocking(move |s| s.list(r.page_size as usize, &r.page_token, source))
             .await?;

@@ -215,6 +215,17 @@ async fn grpc_maps_conflicts_unknown_ids_and_read_only_agents_to_their_codes() {
         .await
         .expect_err("bad page token");
     assert_eq!(e.code(), Code::InvalidArgument);
+    // As over REST: a page over the most is refused, naming the field.
+    let e = client
+        .list_agents(v1::ListAgentsRequest {
+            page_size: 1001,
+            page_token: String::new(),
+            source: AgentSource::Unspecified.into(),
+        })
+        .await
+        .expect_err("too large a page");
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("page_size"), "{e:?}");
 
     assert_eq!(
         snapshot(&stack).await,

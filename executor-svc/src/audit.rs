@@ -31,7 +31,8 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    fn as_str(self) -> &'static str {
+    /// Its name in the audit line and the metrics.
+    pub fn as_str(self) -> &'static str {
         match self {
             Self::Ok => "ok",
             Self::ToolFailed => "tool_failed",

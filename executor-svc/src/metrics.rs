@@ -2,7 +2,8 @@
 //!
 //! Tool calls (seed 003 §8): `idp_tool_execution_seconds` (histogram), `idp_tool_success_total`
 //! and `idp_tool_failure_total`, labelled by `tool` and `subagent` (the sub-agent a delegation
-//! ran, empty for other tools). Global MCP servers: `taskforce_mcp_server_up` (1 up, 0 down)
+//! ran, empty for other tools); failures also by `outcome` (`tool_failed`: the tool said it
+//! failed, `error`: the call could not run, `policy_blocked`: the policy refused it). Global MCP servers: `taskforce_mcp_server_up` (1 up, 0 down)
 //! and `taskforce_mcp_server_tools`, labelled by `server`. Runs: `taskforce_runs_in_flight`,
 //! `taskforce_runs_total{status}`; model calls: `taskforce_llm_request_duration_seconds`,
 //! `taskforce_llm_tokens_total{kind}` and `taskforce_llm_errors_total`, labelled by `provider`. gRPC requests: see
@@ -44,6 +45,14 @@ struct ToolLabels {
     subagent: String,
 }
 
+/// Labels of a failed tool call: how it failed besides which.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FailureLabels {
+    tool: String,
+    subagent: String,
+    outcome: &'static str,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StatusLabel {
     status: String,
@@ -68,7 +77,7 @@ struct Metrics {
     llm_errors: Family<ProviderLabel, Counter>,
     duration: Family<ToolLabels, Histogram>,
     success: Family<ToolLabels, Counter>,
-    failure: Family<ToolLabels, Counter>,
+    failure: Family<FailureLabels, Counter>,
     server_up: Family<ServerLabels, Gauge>,
     server_tools: Family<ServerLabels, Gauge>,
 }
@@ -113,7 +122,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     );
     let duration = Family::<ToolLabels, Histogram>::new_with_constructor(histogram as fn() -> _);
     let success = Family::<ToolLabels, Counter>::default();
-    let failure = Family::<ToolLabels, Counter>::default();
+    let failure = Family::<FailureLabels, Counter>::default();
     register(
         "idp_tool_execution_seconds",
         "Duration of tool calls, sub-agent delegations included",
@@ -169,9 +178,14 @@ pub fn tool_call(tool: &str, subagent: Option<&str>, outcome: Outcome, duration:
         .observe(duration.as_secs_f64());
     match outcome {
         Outcome::Ok | Outcome::Question => metrics.success.get_or_create(&labels).inc(),
-        Outcome::ToolFailed | Outcome::Error | Outcome::Blocked => {
-            metrics.failure.get_or_create(&labels).inc()
-        }
+        Outcome::ToolFailed | Outcome::Error | Outcome::Blocked => metrics
+            .failure
+            .get_or_create(&FailureLabels {
+                tool: labels.tool,
+                subagent: labels.subagent,
+                outcome: outcome.as_str(),
+            })
+            .inc(),
     };
 }
 

@@ -262,9 +262,9 @@ async fn a_planner_delegates_merges_patches_and_refuses_what_it_must() {
     let text = scraped.text;
     for line in [
         r#"idp_tool_success_total{tool="agent_builder",subagent="builder"} 1"#,
-        r#"idp_tool_failure_total{tool="delegate_to_agent",subagent="broken"} 1"#,
+        r#"idp_tool_failure_total{tool="delegate_to_agent",subagent="broken",outcome="tool_failed"} 1"#,
         r#"idp_tool_success_total{tool="update_todolist",subagent=""} 2"#,
-        r#"idp_tool_failure_total{tool="update_todolist",subagent=""} 1"#,
+        r#"idp_tool_failure_total{tool="update_todolist",subagent="",outcome="tool_failed"} 1"#,
     ] {
         assert!(text.contains(line), "{line} in:\n{text}");
     }

@@ -49,6 +49,26 @@ pub fn is_session_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
+/// Longest `model` (an alias of the executor's `llm_config.yaml`, or a provider's model name).
+pub const MAX_MODEL: usize = 128;
+
+/// A model name, of an agent or of a request: 1 to [`MAX_MODEL`] characters, no whitespace or
+/// control characters.
+pub fn check_model(model: &str) -> Result<(), String> {
+    let n = model.chars().count();
+    if !(1..=MAX_MODEL).contains(&n) {
+        return Err(format!(
+            "must be 1 to {MAX_MODEL} characters when set, got {n}"
+        ));
+    }
+    if model.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "must not contain whitespace or control characters, got {model:?}"
+        ));
+    }
+    Ok(())
+}
+
 /// Longest executor instance name.
 pub const MAX_INSTANCE_LEN: usize = 40;
 

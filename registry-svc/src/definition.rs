@@ -26,7 +26,7 @@ pub const MAX_PATH: usize = 4096;
 /// `agent_<id>`, and OpenAI refuses tool names longer than 64 characters.
 pub const MAX_SUBAGENT_ID: usize = 64 - "agent_".len();
 /// Longest allowed `model` alias.
-pub const MAX_MODEL: usize = 128;
+pub use ids::MAX_MODEL;
 /// Most ids listed in `available_agents` of the `invalid_subagents` error: the error travels in
 /// gRPC trailers, which clients cap (16 KiB by default), and a registry may hold thousands of
 /// agents.
@@ -345,7 +345,7 @@ pub fn validate(id: &str, def: &CustomAgentFile) -> Result<(), ApiError> {
         bad("subagents", d);
     }
     if let Some(model) = def.model.as_deref()
-        && let Err(d) = check_model(model)
+        && let Err(d) = ids::check_model(model)
     {
         bad("model", d);
     }
@@ -410,22 +410,6 @@ fn subagent_problems(id: &str, subagents: &[String]) -> Vec<String> {
         }
     }
     out
-}
-
-/// A model alias: 1 to [`MAX_MODEL`] characters, no whitespace or control characters.
-fn check_model(model: &str) -> Result<(), String> {
-    let n = model.chars().count();
-    if !(1..=MAX_MODEL).contains(&n) {
-        return Err(format!(
-            "must be 1 to {MAX_MODEL} characters when set, got {n}"
-        ));
-    }
-    if model.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!(
-            "must not contain whitespace or control characters, got {model:?}"
-        ));
-    }
-    Ok(())
 }
 
 /// The stored spelling of a policy mode: `text` is matched case-insensitively with `-` and `_`

@@ -226,7 +226,24 @@ impl AgentRegistry for RegistryService {
         definition::validate(&id, &def).map_err(|e| e.to_status())?;
         // What a save would refuse when writing the file.
         definition::file_text(&id, &def).map_err(Status::from)?;
-        let check = self.check(&id, &def).await?;
+        let mut check = self.check(&id, &def).await?;
+        // Valid as an update, but not as a create: say so rather than promise a 201.
+        let existing = id.clone();
+        if let Ok(agent) = self.blocking(move |s| s.get(&existing)).await {
+            check
+                .warnings
+                .push(if agent.source == v1::AgentSource::Profile as i32 {
+                    format!(
+                        "the profile agent `{id}` exists: creating an agent with this id is a 409 \
+                     already_exists, and profile agents are read-only"
+                    )
+                } else {
+                    format!(
+                        "the agent `{id}` exists: creating one with this id is a 409 \
+                     already_exists; an update (PUT) replaces it"
+                    )
+                });
+        }
         Ok(Response::new(v1::ValidateAgentResponse {
             discovered_mcp_tools: check.discovered,
             warnings: check.warnings,

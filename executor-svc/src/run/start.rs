@@ -60,6 +60,10 @@ impl Runner {
             )
         });
         let model_name = non_empty(request.model);
+        if let Some(model) = &model_name {
+            taskforce_proto::ids::check_model(model)
+                .map_err(|e| ExecutorError::invalid("model", e))?;
+        }
         let mode = match non_empty(request.mode) {
             None => None,
             Some(text) => Some(

@@ -134,6 +134,13 @@ async fn errors_before_a_run_are_json_with_the_right_status() {
         )
         .await
         .assert_error(400, "invalid_argument");
+        // The rule of an agent's `model`, for a request's too.
+        let r = send(stack.http().post(stack.url(path)).json(
+            &json!({"mission": "Do it", "agent_id": "invoice-extractor", "model": "gpt 4o"}),
+        ))
+        .await;
+        r.assert_error(400, "invalid_argument");
+        assert!(r.text.contains("model"), "{}", r.text);
     }
 }
 

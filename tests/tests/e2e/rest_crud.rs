@@ -374,4 +374,14 @@ async fn validate_checks_a_definition_without_saving_it() {
     send(stack.http().post(&url).json(&bad))
         .await
         .assert_error(400, "invalid_tools");
+
+    // A valid definition whose id is taken: valid (as an update), and the answer says a
+    // create would be a 409.
+    let r = send(stack.http().post(&url).json(&agent_json("dev"))).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let warnings = r.body["warnings"].to_string();
+    assert!(
+        warnings.contains("`dev` exists") && warnings.contains("409"),
+        "{warnings}"
+    );
 }

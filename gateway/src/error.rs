@@ -159,7 +159,7 @@ impl RestError {
 
 /// Whether a Taskforce service made `status` (its `ErrorInfo` is of the Taskforce domain), as
 /// opposed to the transport failing to reach one.
-fn from_taskforce(status: &tonic::Status) -> bool {
+pub(crate) fn from_taskforce(status: &tonic::Status) -> bool {
     use tonic_types::StatusExt;
     status
         .get_error_details()

@@ -162,7 +162,13 @@ impl Executors {
             };
             match replica.client.clone().execute(attempt).await {
                 Ok(events) => return Ok(events.into_inner()),
-                Err(status) if status.code() == tonic::Code::Unavailable && tried < count => {
+                // Unreachable, not an executor that answered it cannot run (its registry down):
+                // another one would answer the same.
+                Err(status)
+                    if status.code() == tonic::Code::Unavailable
+                        && !crate::error::from_taskforce(&status)
+                        && tried < count =>
+                {
                     warn!(executor = replica.name.as_deref().unwrap_or_default(), error = %status.message(), "executor unavailable; starting the run on the next one");
                 }
                 Err(status) => return Err(replica.error(status)),

@@ -122,21 +122,28 @@ pub fn init(service: &'static str) -> Telemetry {
     } else {
         fmt.boxed()
     };
-    // Decided per callsite: no cost per event.
-    let fmt = fmt.with_filter(
-        tracing_subscriber::filter::DynFilterFn::new(|meta, _| !sdk_export_error(meta))
-            .with_callsite_filter(|meta| {
-                if sdk_export_error(meta) {
-                    tracing::subscriber::Interest::never()
-                } else {
-                    tracing::subscriber::Interest::always()
-                }
-            }),
-    );
     let (provider, problem) = match exporter_configured().then(|| provider(service)) {
         Some(Ok(p)) => (Some(p), None),
         Some(Err(e)) => (None, Some(e)),
         None => (None, None),
+    };
+    // Only with an exporter (the SDK's events exist only then): a per-layer filter makes the
+    // registry keep per-layer state for every span entered and left, which costs every run.
+    // Decided per callsite: no check per event.
+    let fmt = if provider.is_some() {
+        fmt.with_filter(
+            tracing_subscriber::filter::DynFilterFn::new(|meta, _| !sdk_export_error(meta))
+                .with_callsite_filter(|meta| {
+                    if sdk_export_error(meta) {
+                        tracing::subscriber::Interest::never()
+                    } else {
+                        tracing::subscriber::Interest::always()
+                    }
+                }),
+        )
+        .boxed()
+    } else {
+        fmt
     };
     let otel = provider.as_ref().map(|p| {
         opentelemetry::global::set_text_map_propagator(TextMapCompositePropagator::new(vec![

@@ -21,22 +21,15 @@ pub fn text(value: &Value) -> String {
 /// escapes (`\u{1b}`), so text from an agent's author or a model (names, answers) cannot move
 /// the cursor, set the title or clear the screen of whoever reads it.
 pub fn printable(s: &str) -> String {
-    if !s.chars().any(needs_escape) {
-        return s.to_owned();
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c.is_control() && !matches!(c, '\n' | '\t') {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
     }
-    s.chars()
-        .fold(String::with_capacity(s.len()), |mut out, c| {
-            if needs_escape(c) {
-                let _ = write!(out, "{}", c.escape_unicode());
-            } else {
-                out.push(c);
-            }
-            out
-        })
-}
-
-fn needs_escape(c: char) -> bool {
-    c.is_control() && !matches!(c, '\n' | '\t')
+    out
 }
 
 /// A list of strings as `a, b, c` (`-` when empty).

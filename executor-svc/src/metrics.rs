@@ -3,10 +3,11 @@
 //! Tool calls (seed 003 §8): `idp_tool_execution_seconds` (histogram), `idp_tool_success_total`
 //! and `idp_tool_failure_total`, labelled by `tool` and `subagent` (the sub-agent a delegation
 //! ran, empty for other tools); failures also by `outcome` (`tool_failed`: the tool said it
-//! failed, `error`: the call could not run, `policy_blocked`: the policy refused it). Global MCP servers: `taskforce_mcp_server_up` (1 up, 0 down)
-//! and `taskforce_mcp_server_tools`, labelled by `server`. Runs: `taskforce_runs_in_flight`,
-//! `taskforce_runs_total{status}`; model calls: `taskforce_llm_request_duration_seconds`,
-//! `taskforce_llm_tokens_total{kind}` and `taskforce_llm_errors_total`, labelled by `provider`. gRPC requests: see
+//! failed, `error`: the call could not run, `policy_blocked`: the policy refused it). Global MCP
+//! servers: `taskforce_mcp_server_up` (1 up, 0 down) and `taskforce_mcp_server_tools`, labelled
+//! by `server`. Runs: `taskforce_runs_in_flight`, `taskforce_runs_total{status}`; model calls:
+//! `taskforce_llm_request_duration_seconds`, `taskforce_llm_tokens_total{kind}` and
+//! `taskforce_llm_errors_total`, labelled by `provider`. gRPC requests: see
 //! `taskforce_runtime::metrics`. One process-wide registry (the runtime's): every run of the
 //! process counts into it, as a scrape expects.
 //!

@@ -389,8 +389,7 @@ async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
     let mut tried = 1;
     while minted
         && tried < state.executors.all().len()
-        && matches!(&first, Err(status) if status.code() == Code::Unavailable
-            && !crate::error::from_taskforce(status))
+        && matches!(&first, Err(status) if crate::executors::unreachable(status))
     {
         warn!(thread_id = %thread, "executor unavailable; starting the conversation on the next one");
         thread = state.executors.new_session_id();

@@ -314,17 +314,15 @@ pub async fn execute(
     };
     let mut done = false;
     while let Some(item) = events.next().await {
-        let ev = match item {
-            Ok(ev) => ev,
+        let ev = item.map_err(|status| {
+            let mut e = executor_error(status);
             // The run started: the client needs its session to look at what is left of it.
-            Err(status) if !out.session_id.is_empty() => {
-                let mut e = executor_error(status);
+            if !out.session_id.is_empty() {
                 e.0.extra
                     .push(("session_id".to_owned(), out.session_id.clone().into()));
-                return Err(e);
             }
-            Err(status) => return Err(executor_error(status)),
-        };
+            e
+        })?;
         out.events += 1;
         if out.session_id.is_empty() {
             out.session_id.clone_from(&ev.session_id);

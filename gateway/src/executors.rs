@@ -54,6 +54,13 @@ impl Replica {
     }
 }
 
+/// Whether a call failed because its executor could not be reached (so the run did not start
+/// there, and another executor may take it), not because the executor answered that it cannot
+/// run it (its registry down: every executor would answer the same).
+pub fn unreachable(status: &tonic::Status) -> bool {
+    status.code() == tonic::Code::Unavailable && !crate::error::from_taskforce(status)
+}
+
 /// The configured executors; cloning clones reference counts.
 #[derive(Clone)]
 pub struct Executors {
@@ -162,13 +169,7 @@ impl Executors {
             };
             match replica.client.clone().execute(attempt).await {
                 Ok(events) => return Ok(events.into_inner()),
-                // Unreachable, not an executor that answered it cannot run (its registry down):
-                // another one would answer the same.
-                Err(status)
-                    if status.code() == tonic::Code::Unavailable
-                        && !crate::error::from_taskforce(&status)
-                        && tried < count =>
-                {
+                Err(status) if unreachable(&status) && tried < count => {
                     warn!(executor = replica.name.as_deref().unwrap_or_default(), error = %status.message(), "executor unavailable; starting the run on the next one");
                 }
                 Err(status) => return Err(replica.error(status)),

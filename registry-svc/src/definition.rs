@@ -459,22 +459,18 @@ fn check_len(bad: &mut impl FnMut(&str, String), field: &str, value: &str, max: 
 /// Checks one MCP server entry (seed 000 §5.1: `stdio` needs `command`, `sse`/`http` need `url`;
 /// `global` needs the `name` of one of the executor's global servers and nothing else).
 pub fn validate_mcp_server(s: &McpServerConfig) -> Result<(), String> {
-    use taskforce_runtime::env::{ExpandError, is_reserved, placeholders};
     let server = taskforce_proto::v1::McpServer::from(s);
     taskforce_proto::mcp_config::validate(&server)?;
     // The server is a program or an endpoint of the agent's author: it never gets the
     // services' own secrets, so a placeholder naming one is refused when the agent is saved.
-    let values = [&server.command, &server.url]
+    let mut values = [&server.command, &server.url]
         .into_iter()
         .chain(&server.args)
         .chain(server.env.values())
         .chain(server.headers.values());
-    for value in values {
-        if let Some(name) = placeholders(value).find(|name| is_reserved(name)) {
-            return Err(ExpandError::Reserved(name.to_owned()).to_string());
-        }
-    }
-    Ok(())
+    values
+        .try_for_each(|value| taskforce_runtime::env::no_reserved_placeholder(value))
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

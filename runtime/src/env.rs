@@ -149,10 +149,17 @@ pub fn expand(
 /// placeholder naming one of the service's own secrets ([`is_reserved`]) is an error, never its
 /// value.
 pub fn expand_for_mcp_server(template: &str) -> Result<String, ExpandError> {
-    if let Some(name) = placeholders(template).find(|name| is_reserved(name)) {
-        return Err(ExpandError::Reserved(name.to_owned()));
-    }
+    no_reserved_placeholder(template)?;
     expand(template, |name| std::env::var(name).ok())
+}
+
+/// An error naming the first placeholder of `template` that names one of the service's own
+/// secrets ([`is_reserved`]), if one does: what an MCP server's configuration may not hold.
+pub fn no_reserved_placeholder(template: &str) -> Result<(), ExpandError> {
+    match placeholders(template).find(|name| is_reserved(name)) {
+        Some(name) => Err(ExpandError::Reserved(name.to_owned())),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]

@@ -38,6 +38,23 @@ fn traced_callsite(meta: &tracing::Metadata<'_>) -> bool {
     meta.is_span() && TRACED_SPANS.contains(&meta.name())
 }
 
+/// A per-layer filter letting through the spans and events of the callsites `keep` picks,
+/// decided once per callsite (the answer depends on the callsite alone), so nothing is checked
+/// per span or event.
+fn by_callsite<S>(
+    keep: fn(&tracing::Metadata<'_>) -> bool,
+) -> impl tracing_subscriber::layer::Filter<S> {
+    tracing_subscriber::filter::DynFilterFn::new(move |meta, _| keep(meta)).with_callsite_filter(
+        move |meta| {
+            if keep(meta) {
+                tracing::subscriber::Interest::always()
+            } else {
+                tracing::subscriber::Interest::never()
+            }
+        },
+    )
+}
+
 /// Whether [`init`] set up trace export: without it, [`server_span`] makes no span (a request
 /// span only carries the trace, so it would cost every request and say nothing).
 static EXPORTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -131,17 +148,8 @@ pub fn init(service: &'static str) -> Telemetry {
     // registry keep per-layer state for every span entered and left, which costs every run.
     // Decided per callsite: no check per event.
     let fmt = if provider.is_some() {
-        fmt.with_filter(
-            tracing_subscriber::filter::DynFilterFn::new(|meta, _| !sdk_export_error(meta))
-                .with_callsite_filter(|meta| {
-                    if sdk_export_error(meta) {
-                        tracing::subscriber::Interest::never()
-                    } else {
-                        tracing::subscriber::Interest::always()
-                    }
-                }),
-        )
-        .boxed()
+        fmt.with_filter(by_callsite(|meta| !sdk_export_error(meta)))
+            .boxed()
     } else {
         fmt
     };
@@ -160,16 +168,7 @@ pub fn init(service: &'static str) -> Telemetry {
             .with_context_activation(false)
             // Decided once per callsite (the answer depends on the callsite alone), so spans
             // and events the layer never sees cost no per-span check.
-            .with_filter(
-                tracing_subscriber::filter::DynFilterFn::new(|meta, _| traced_callsite(meta))
-                    .with_callsite_filter(|meta| {
-                        if traced_callsite(meta) {
-                            tracing::subscriber::Interest::always()
-                        } else {
-                            tracing::subscriber::Interest::never()
-                        }
-                    }),
-            )
+            .with_filter(by_callsite(traced_callsite))
     });
     tracing_subscriber::registry()
         .with(filter)
@@ -600,7 +599,9 @@ where
             std::task::ready!(this.inner.poll(cx))
         };
         let span = SpanEnd(this.span.take().unwrap_or_else(Span::none));
+        // Without a span (no trace export) there is no status to look for.
         if let Ok(r) = &response
+            && !span.0.is_none()
             && let Some(failure) = server_failure(r.status(), r.headers())
         {
             fail_span(&span.0, &failure);
@@ -642,6 +643,7 @@ impl<B: http_body::Body> http_body::Body for SpanBody<B> {
         let frame = std::task::ready!(this.inner.poll_frame(cx));
         // A streamed gRPC answer's status comes in its trailers.
         if let Some(Ok(frame)) = &frame
+            && !this.span.0.is_none()
             && let Some(failure) = frame.trailers_ref().and_then(grpc_failure)
         {
             fail_span(&this.span.0, &failure);

@@ -20,6 +20,16 @@ use crate::{
     tools::orchestration::Orchestrate,
 };
 
+/// A model call that failed: counted, its span marked failed, and the run's end.
+fn llm_failed(ctx: &RunCtx, span: &SpanEnd, message: String) -> LoopEnd {
+    crate::metrics::llm_error(ctx.model.provider.name());
+    fail_span(&span.0, &message);
+    LoopEnd::Failed {
+        code: "LLM_ERROR",
+        message,
+    }
+}
+
 /// How the loop ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum LoopEnd {
@@ -147,26 +157,13 @@ pub async fn run(
                 Some(Err(LlmError::MalformedToolCall {
                     id, name, error, ..
                 })) => requested.push(Requested::Malformed { id, name, error }),
-                Some(Err(e)) => {
-                    crate::metrics::llm_error(ctx.model.provider.name());
-                    let message = e.to_string();
-                    fail_span(&llm_span.0, &message);
-                    return LoopEnd::Failed {
-                        code: "LLM_ERROR",
-                        message,
-                    };
-                }
+                Some(Err(e)) => return llm_failed(ctx, &llm_span, e.to_string()),
                 None => {
-                    crate::metrics::llm_error(ctx.model.provider.name());
                     let message = format!(
                         "{}: the model's stream ended without finishing",
                         ctx.model.provider.name()
                     );
-                    fail_span(&llm_span.0, &message);
-                    return LoopEnd::Failed {
-                        code: "LLM_ERROR",
-                        message,
-                    };
+                    return llm_failed(ctx, &llm_span, message);
                 }
             }
         }

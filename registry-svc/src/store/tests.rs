@@ -453,10 +453,9 @@ fn a_cache_that_cannot_be_opened_is_moved_aside_and_rebuilt_from_the_files() -> 
     let store = Store::open(&root, &data)?;
     store.reconcile_all()?;
     assert_eq!(store.get("survivor")?.agent_id, "survivor");
-    let aside = fs::read_dir(dir.path())
-        .map_err(|e| RegistryError::io(dir.path(), e))?
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with("data.broken-"))
+    let aside = names_in(dir.path())?
+        .iter()
+        .filter(|n| n.starts_with("data.broken-"))
         .count();
     assert_eq!(aside, 1, "the broken cache is kept for inspection");
     Ok(())
@@ -516,11 +515,7 @@ fn a_cache_another_registry_has_open_is_an_error_and_left_in_place() -> Result<(
         message.contains("another process") && message.contains("--data-dir"),
         "{message}"
     );
-    let names: Vec<String> = fs::read_dir(dir.path())
-        .map_err(|e| RegistryError::io(dir.path(), e))?
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
+    let names = names_in(dir.path())?;
     assert!(
         !names.iter().any(|n| n.contains("broken")),
         "the live cache was moved aside: {names:?}"
@@ -547,11 +542,18 @@ fn a_data_dir_that_is_no_sled_database_is_an_error_and_left_alone() -> Result<()
         "#!/bin/sh\n",
         "the operator's file is untouched"
     );
-    let siblings = fs::read_dir(dir.path())
-        .map_err(|e| RegistryError::io(dir.path(), e))?
-        .count();
+    let siblings = names_in(dir.path())?.len();
     assert_eq!(siblings, 2, "nothing moved aside (configs and start.sh)");
     Ok(())
+}
+
+/// The names of the entries of `dir`.
+fn names_in(dir: &Path) -> Result<Vec<String>> {
+    Ok(fs::read_dir(dir)
+        .map_err(|e| RegistryError::io(dir, e))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect())
 }
 
 /// Writes `body` to `path`, mapping the error.

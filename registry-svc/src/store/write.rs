@@ -143,8 +143,9 @@ impl Store {
 /// YAML when that parses, else from its top-level `key: value` lines.
 fn kept_fields(bytes: &[u8]) -> (Option<String>, Option<String>) {
     let text = String::from_utf8_lossy(bytes);
+    let yaml = serde_yaml::from_str::<serde_yaml::Value>(&text).ok();
     let field = |key: &str| -> Option<String> {
-        if let Ok(serde_yaml::Value::Mapping(map)) = serde_yaml::from_str(&text) {
+        if let Some(serde_yaml::Value::Mapping(map)) = &yaml {
             return map.get(key).and_then(|v| v.as_str()).map(str::to_owned);
         }
         text.lines().find_map(|line| {

@@ -49,6 +49,35 @@ async fn traced_stack(received: &Receiver, schedule_delay_ms: &str, agent_id: &s
     stack
 }
 
+/// The spans of `trace_id` once `complete` says they all arrived (spans leave in batches), or
+/// the test fails showing what did arrive.
+async fn trace_when(
+    received: &Receiver,
+    stack: &Stack,
+    trace_id: &str,
+    complete: impl Fn(&[Got]) -> bool,
+) -> Vec<Got> {
+    let of_trace = || -> Vec<Got> {
+        received
+            .spans()
+            .into_iter()
+            .filter(|g| g.trace_id == trace_id)
+            .collect()
+    };
+    let arrived = eventually(Duration::from_secs(20), Duration::from_millis(100), || {
+        let done = complete(&of_trace());
+        async move { done.then_some(()) }
+    })
+    .await;
+    let spans = of_trace();
+    assert!(
+        arrived.is_some(),
+        "the trace is incomplete: {spans:#?}\n{}",
+        stack.logs()
+    );
+    spans
+}
+
 #[tokio::test]
 async fn one_run_is_one_trace_across_gateway_executor_and_registry() {
     let received = Receiver::start().await.expect("the OTLP receiver starts");
@@ -71,35 +100,20 @@ async fn one_run_is_one_trace_across_gateway_executor_and_registry() {
         "{text}"
     );
 
-    // Spans leave in batches: wait until each service's part of the trace has arrived.
-    let of_trace = || -> Vec<Got> {
-        received
-            .spans()
-            .into_iter()
-            .filter(|g| g.trace_id == TRACE_ID)
-            .collect()
-    };
-    let complete = eventually(Duration::from_secs(20), Duration::from_millis(100), || {
-        let spans = of_trace();
+    // Each service's part of the trace.
+    let spans = trace_when(&received, &stack, TRACE_ID, |spans| {
         let has = |service: &str, prefix: &str| {
             spans
                 .iter()
                 .any(|g| g.service == service && g.name.starts_with(prefix))
         };
-        let done = has("gateway", "POST /api/v1/execute/stream")
+        has("gateway", "POST /api/v1/execute/stream")
             && has("executor-svc", "gRPC /taskforce.v1.Executor/Execute")
             && has("executor-svc", "tool file_read")
             && has("executor-svc", "llm ")
-            && has("registry-svc", "gRPC /taskforce.v1.AgentRegistry/");
-        async move { done.then_some(()) }
+            && has("registry-svc", "gRPC /taskforce.v1.AgentRegistry/")
     })
     .await;
-    let spans = of_trace();
-    assert!(
-        complete.is_some(),
-        "the trace is incomplete: {spans:#?}\n{}",
-        stack.logs()
-    );
     let by_id: HashMap<&str, &Got> = spans.iter().map(|g| (g.span_id.as_str(), g)).collect();
     let parent_of = |g: &Got| by_id.get(g.parent.as_str()).copied();
     let find = |service: &str, prefix: &str| {
@@ -204,22 +218,11 @@ async fn an_mcp_tool_call_is_one_trace_with_the_registry_calls_it_makes() {
         .await
         .expect("answered");
     assert_eq!(r.status(), 200);
-    let of_trace = || -> Vec<Got> {
-        received
-            .spans()
-            .into_iter()
-            .filter(|g| g.trace_id == mcp_trace)
-            .collect()
-    };
-    let complete = eventually(Duration::from_secs(20), Duration::from_millis(100), || {
-        let spans = of_trace();
-        let done = spans.iter().any(|g| g.name == "POST /mcp")
-            && spans.iter().any(|g| g.service == "registry-svc");
-        async move { done.then_some(()) }
+    let spans = trace_when(&received, &stack, mcp_trace, |spans| {
+        spans.iter().any(|g| g.name == "POST /mcp")
+            && spans.iter().any(|g| g.service == "registry-svc")
     })
     .await;
-    let spans = of_trace();
-    assert!(complete.is_some(), "{spans:#?}\n{}", stack.logs());
     let request = spans
         .iter()
         .find(|g| g.name == "POST /mcp")
@@ -245,22 +248,18 @@ async fn failed_tool_calls_model_calls_and_runs_are_failed_spans() {
         .expect("answered");
     let result: serde_json::Value = r.json().await.expect("an ExecuteResult");
     assert_eq!(result["status"], "failed", "{result}");
-    let errors = || -> Vec<Got> {
-        received
-            .spans()
-            .into_iter()
-            .filter(|g| g.trace_id == failed_trace && g.error.is_some())
-            .collect()
-    };
-    let all = eventually(Duration::from_secs(20), Duration::from_millis(100), || {
-        let failed = errors();
-        let has = |prefix: &str| failed.iter().any(|g| g.name.starts_with(prefix));
-        let done = has("tool file_read") && has("llm ") && has("run failing");
-        async move { done.then_some(()) }
+    let failed: Vec<Got> = trace_when(&received, &stack, failed_trace, |spans| {
+        let has = |prefix: &str| {
+            spans
+                .iter()
+                .any(|g| g.error.is_some() && g.name.starts_with(prefix))
+        };
+        has("tool file_read") && has("llm ") && has("run failing")
     })
-    .await;
-    let failed = errors();
-    assert!(all.is_some(), "failed spans: {failed:#?}\n{}", stack.logs());
+    .await
+    .into_iter()
+    .filter(|g| g.error.is_some())
+    .collect();
     let llm = failed.iter().find(|g| g.name.starts_with("llm "));
     assert!(
         llm.is_some_and(|g| g.error.as_deref().is_some_and(|e| e.contains("overloaded"))),

@@ -354,9 +354,18 @@ async fn agents_round_trip_in_human_and_json_output_over_the_gateway_and_grpc() 
         .json(),
         json!({"agent_id": "grpc-made", "deleted": true})
     );
-    send(stack.http().get(stack.url("/api/v1/agents/grpc-made")))
+    // Deleted over gRPC, so the gateway hears of it on the registry's change stream: soon.
+    let gone =
+        taskforce_tests::eventually(Duration::from_secs(10), Duration::from_millis(50), || {
+            let req = stack.http().get(stack.url("/api/v1/agents/grpc-made"));
+            async move {
+                let r = send(req).await;
+                (r.status == 404).then_some(r)
+            }
+        })
         .await
-        .assert_error(404, "not_found");
+        .expect("the gateway no longer serves the deleted agent");
+    gone.assert_error(404, "not_found");
 
     // A deleted agent is an error naming it, in both modes.
     for mode in [&[][..], &["--grpc"][..]] {

@@ -191,7 +191,8 @@ impl Draft {
         }
     }
 
-    /// Creates `new` owned by `author`, under `parent` if given (already checked).
+    /// Creates `new`, owned by its `owner_agent` or else by `author`, under `parent` if given
+    /// (already checked). Only the orchestrator may create a task for another agent.
     fn insert(
         &mut self,
         new: &NewTask,
@@ -199,6 +200,16 @@ impl Draft {
         parent: Option<&String>,
     ) -> Result<(), OpError> {
         validate_id(&new.id).map_err(invalid)?;
+        let owner = new.owner_agent.as_deref().unwrap_or(author);
+        if owner != author {
+            if author != ORCHESTRATOR {
+                return Err(forbidden(format!(
+                    "`{author}` may create tasks only for itself, not for `{owner}`"
+                )));
+            }
+            taskforce_proto::ids::validate_agent_id(owner)
+                .map_err(|e| invalid(format!("owner_agent `{}`: {e}", shown(owner))))?;
+        }
         if self.index.contains_key(&new.id) {
             return Err(invalid(format!("task id `{}` is already in use", new.id)));
         }
@@ -216,7 +227,7 @@ impl Draft {
             title,
             status: new.status.unwrap_or(TaskStatus::Pending),
             depends_on,
-            owner_agent: author.to_owned(),
+            owner_agent: owner.to_owned(),
             parent_id: parent.cloned(),
             notes: new.notes.clone(),
             tool: new.tool.clone(),

@@ -44,7 +44,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use validate::{validate_id, validate_title};
+use validate::validate_id;
 
 /// The author name of the orchestrator, the one author that may change every task.
 pub const ORCHESTRATOR: &str = "orchestrator";
@@ -171,19 +171,33 @@ impl Plan {
         self.tasks.iter().find(|t| t.id == id)
     }
 
-    /// The id of the task a delegation works on, creating it (owned by `owner`, `PENDING`) if
-    /// needed: an existing `id` is returned as is; a new `id` is validated and created; `None`
-    /// creates a task with a fresh id `t<n>`, the smallest `n` ≥ `tasks.len() + 1` not in use.
-    /// Does not bump the version: only merged patches do.
+    /// The id of the task a delegation by `delegator` to `owner` works on, which `owner` then
+    /// owns. An existing `id` is handed to `owner` when `delegator` may (it owns the task, or is
+    /// the orchestrator); a new `id` is validated and created; `None` creates a task with a fresh
+    /// id `t<n>`, the smallest `n` ≥ `tasks.len() + 1` not in use. A new task's title is the
+    /// first line of `task`, shortened to [`MAX_TITLE_LEN`] characters. Errors name the
+    /// delegation's field at fault. Does not bump the version: only merged patches do.
     pub fn ensure_task(
         &mut self,
         id: Option<&str>,
-        title: &str,
+        task: &str,
+        delegator: &str,
         owner: &str,
     ) -> Result<String, String> {
         if let Some(id) = id
-            && self.task(id).is_some()
+            && let Some(existing) = self.tasks.iter_mut().find(|t| t.id == id)
         {
+            if existing.owner_agent != owner
+                && delegator != ORCHESTRATOR
+                && existing.owner_agent != delegator
+            {
+                return Err(format!(
+                    "`task_id`: task `{id}` is owned by `{}`; `{delegator}` may delegate only \
+                     tasks it owns",
+                    existing.owner_agent
+                ));
+            }
+            existing.owner_agent = owner.to_owned();
             return Ok(id.to_owned());
         }
         if self.tasks.len() >= MAX_TASKS {
@@ -191,10 +205,10 @@ impl Plan {
                 "the plan already has {MAX_TASKS} tasks, the most it may hold"
             ));
         }
-        let title = validate_title(title)?;
+        let title = title_of(task).ok_or("`task` must not be empty")?;
         let id = match id {
             Some(id) => {
-                validate_id(id)?;
+                validate_id(id).map_err(|e| format!("`task_id`: {e}"))?;
                 id.to_owned()
             }
             None => {
@@ -233,4 +247,17 @@ impl Plan {
             None => false,
         }
     }
+}
+
+/// A task's title from a delegation's `task` text: its first line that is not blank, trimmed,
+/// shortened to [`MAX_TITLE_LEN`] characters (ending in `…`); `None` when there is none.
+fn title_of(task: &str) -> Option<String> {
+    let line = task.lines().map(str::trim).find(|l| !l.is_empty())?;
+    if line.chars().count() <= MAX_TITLE_LEN {
+        return Some(line.to_owned());
+    }
+    let mut title: String = line.chars().take(MAX_TITLE_LEN - 1).collect();
+    title.truncate(title.trim_end().len());
+    title.push('…');
+    Some(title)
 }

@@ -117,6 +117,8 @@ pub(super) fn parse_new_task(path: &str, value: &Value) -> Result<NewTask, Strin
     let notes = opt_string(&p, v)?.unwrap_or_default();
     let (p, v) = field("tool");
     let tool = opt_string(&p, v)?;
+    let (p, v) = field("owner_agent");
+    let owner_agent = opt_string(&p, v)?.filter(|o| !o.trim().is_empty());
     Ok(NewTask {
         id,
         title,
@@ -125,6 +127,7 @@ pub(super) fn parse_new_task(path: &str, value: &Value) -> Result<NewTask, Strin
         notes,
         tool,
         params: opt_value(map.get("params")),
+        owner_agent,
     })
 }
 

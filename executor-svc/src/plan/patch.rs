@@ -62,8 +62,8 @@ pub enum Op {
     },
 }
 
-/// A task as a patch creates it. Keys it does not know (such as `owner_agent`) are ignored:
-/// the owner is always the author of the patch.
+/// A task as a patch creates it. Its owner is the patch's author unless `owner_agent` names
+/// another: only the orchestrator may create a task for another agent (to delegate it later).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "Value")]
 pub struct NewTask {
@@ -86,6 +86,9 @@ pub struct NewTask {
     /// Arguments for the tool.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub params: Option<Value>,
+    /// The agent that will own it; the author when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_agent: Option<String>,
 }
 
 /// The fields an `update` may change. `owner_agent`, `parent_id` and `id` are not among them:

@@ -24,7 +24,7 @@ use super::{
 use crate::{
     agent::AgentDef,
     llm::Message,
-    plan::TaskStatus,
+    plan::{ORCHESTRATOR, TaskStatus},
     registry::Target,
     session::{Ask, Frame},
     tools::{
@@ -195,6 +195,15 @@ fn guard(parent: &RunCtx, agent_id: &str) -> Result<(), ToolError> {
     Ok(())
 }
 
+/// Who `ctx` is in the plan: the orchestrator at the top, a sub-agent by its id.
+fn author(ctx: &RunCtx) -> &str {
+    if ctx.frame.depth == 0 {
+        ORCHESTRATOR
+    } else {
+        &ctx.agent.agent_id
+    }
+}
+
 /// A new frame for a delegation to `def`, within the budget its parent has left.
 async fn new_frame(
     parent: &RunCtx,
@@ -229,15 +238,18 @@ async fn new_frame(
     let (task_id, plan) = parent
         .orchestra
         .with(|o| {
-            let id = o
-                .plan
-                .ensure_task(request.task_id.as_deref(), &request.task, agent_id)?;
+            let id = o.plan.ensure_task(
+                request.task_id.as_deref(),
+                &request.task,
+                author(parent),
+                agent_id,
+            )?;
             o.plan.set_status(&id, TaskStatus::InProgress, None);
             Ok::<_, String>((id, o.plan.clone()))
         })
         .map_err(|reason| ToolError::InvalidArguments {
             tool: format!("{AGENT_TOOL_PREFIX}{agent_id}"),
-            reason: format!("`task_id`: {reason}"),
+            reason,
         })?;
     parent.sink.emit(plan_updated(&plan)).await;
     let facts = parent.orchestra.with(|o| o.facts.clone());

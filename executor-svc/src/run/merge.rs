@@ -7,7 +7,7 @@ use taskforce_proto::v1::{self, run_event::Event};
 
 use super::RunCtx;
 use crate::{
-    plan::{ORCHESTRATOR, Patch, RejectReason, Rejection},
+    plan::{ORCHESTRATOR, Op, Patch, RejectReason, Rejection},
     session::plan_to_proto,
     tools::{ToolError, ToolOutcome},
 };
@@ -123,14 +123,70 @@ pub(super) async fn update_plan(ctx: &RunCtx, arguments: Value) -> Result<ToolOu
                 .to_owned(),
         });
     }
-    let patch = Patch::from_json(&arguments).map_err(|reason| ToolError::InvalidArguments {
+    let invalid = |reason| ToolError::InvalidArguments {
         tool: "update_todolist".to_owned(),
         reason,
-    })?;
+    };
+    let patch = Patch::from_json(&arguments).map_err(invalid)?;
+    unknown_owner(&patch, &ctx.agent.subagents).map_or(Ok(()), |why| Err(invalid(why)))?;
     let status = merge_parsed(ctx, ORCHESTRATOR, &patch).await;
     let applied = status["applied"].as_bool().unwrap_or(false);
     Ok(ToolOutcome::Output {
         content: status.to_string(),
         is_error: !applied,
     })
+}
+
+/// Why `patch` gives a new task to an agent that is neither the orchestrator nor one of its
+/// `subagents` (a slip no delegation could ever pick up), if it does.
+fn unknown_owner(patch: &Patch, subagents: &[String]) -> Option<String> {
+    patch.ops.iter().enumerate().find_map(|(i, op)| {
+        let (Op::Add { task } | Op::AddSubtask { task, .. }) = op else {
+            return None;
+        };
+        let owner = task.owner_agent.as_deref()?;
+        (owner != ORCHESTRATOR && !subagents.iter().any(|s| s == owner)).then(|| {
+            format!(
+                "ops[{i}].task.owner_agent: `{owner}` is neither `{ORCHESTRATOR}` nor a sub-agent \
+                 of this agent ({})",
+                if subagents.is_empty() {
+                    "it has none".to_owned()
+                } else {
+                    subagents.join(", ")
+                }
+            )
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::unknown_owner;
+    use crate::plan::Patch;
+
+    #[test]
+    fn a_planned_task_goes_only_to_the_orchestrator_or_a_sub_agent() {
+        let subs = vec!["scaffold".to_owned(), "ci".to_owned()];
+        let patch = |owner: &str| {
+            Patch::from_json(&json!({"ops": [
+                {"op": "add", "task": {"id": "a", "title": "A"}},
+                {"op": "add", "task": {"id": "b", "title": "B", "owner_agent": owner}},
+            ]}))
+            .expect("patch")
+        };
+        assert_eq!(unknown_owner(&patch("scaffold"), &subs), None);
+        assert_eq!(unknown_owner(&patch("orchestrator"), &subs), None);
+        let why = unknown_owner(&patch("scafold"), &subs).expect("a typo");
+        assert!(
+            why.starts_with("ops[1].task.owner_agent: `scafold`") && why.contains("scaffold, ci"),
+            "{why}"
+        );
+        assert!(
+            unknown_owner(&patch("x"), &[])
+                .expect("none")
+                .contains("it has none")
+        );
+    }
 }

@@ -862,3 +862,82 @@ async fn parallel_questions_become_one_and_a_partial_answer_asks_for_the_rest() 
         "{plan:?}"
     );
 }
+
+/// Seed 003 §10, case B: the orchestrator plans a task, hands it to a sub-agent with a long
+/// brief, and the sub-agent's patch of its task merges.
+fn foreman(brief: &str) -> String {
+    format!(
+        r#"
+final_text: "Handed over."
+turns:
+  - tool_calls:
+      - name: update_todolist
+        arguments: {{ops: [{{op: add, task: {{id: WS-0, title: Typo, owner_agent: scafold}}}}]}}
+  - tool_calls:
+      - name: update_todolist
+        arguments: {{ops: [{{op: add, task: {{id: WS-1, title: scaffold webservice}}}}, {{op: add, task: {{id: WS-2, title: docs, owner_agent: scaffold}}}}]}}
+  - tool_calls:
+      - name: agent_scaffold
+        arguments: {{task: "{brief}", task_id: WS-1}}
+"#
+    )
+}
+
+const SCAFFOLD: &str = r#"
+turns:
+  - text: '{"result": {"artifacts": ["svc/"]}, "patch": {"base_version": 2, "ops": [{"op": "update", "task_id": "WS-1", "fields": {"status": "IN_PROGRESS", "notes": "templated"}}, {"op": "add_subtask", "parent_id": "WS-1", "task": {"id": "WS-1.c", "title": "CI"}}, {"op": "update", "task_id": "WS-2", "fields": {"notes": "mine too"}}]}}'
+"#;
+
+#[tokio::test]
+async fn a_planned_task_handed_to_a_sub_agent_is_its_to_patch_whatever_the_brief_length() {
+    let dir = tempfile::TempDir::new().expect("tmp");
+    let brief = "Create the FastAPI service with tests. ".repeat(20);
+    let foreman = foreman(brief.trim());
+    let stack = stack(
+        dir.path(),
+        &[("foreman", foreman.as_str()), ("scaffold", SCAFFOLD)],
+    )
+    .await;
+    agent(&stack, "scaffold", &["file_read"], &[], "scaffold").await;
+    agent(
+        &stack,
+        "foreman",
+        &["update_todolist"],
+        &["scaffold"],
+        "foreman",
+    )
+    .await;
+    let mut sse = SseReader::open(
+        &stack,
+        "/api/v1/execute/stream",
+        &json!({"mission": "Scaffold a service", "agent_id": "foreman"}),
+    )
+    .await;
+    let events = sse.rest(RUN_TIMEOUT).await;
+    let names = event_names(&events);
+    assert!(names.ends_with(&["final_answer", "done"]), "{names:?}");
+    let errors = named(&events, "tool_error");
+    assert_eq!(errors.len(), 1, "only the typo fails: {errors:?}");
+    let typo = errors[0]["message"].as_str().unwrap_or_default();
+    assert!(
+        typo.contains("owner_agent: `scafold`") && typo.contains("scaffold"),
+        "{typo}"
+    );
+    assert!(named(&events, "patch_rejected").is_empty(), "{names:?}");
+    let session = events[0].1["session_id"].as_str().expect("session");
+    let plan = get_session(&stack, session).await.plan.expect("plan");
+    let task = |id: &str| {
+        plan.tasks
+            .iter()
+            .find(|t| t.id == id)
+            .unwrap_or_else(|| panic!("{id} in {plan:?}"))
+    };
+    assert_eq!(plan.version, 3, "{plan:?}");
+    assert_eq!(task("WS-1").owner_agent, "scaffold");
+    assert_eq!(task("WS-1").status, "COMPLETED");
+    assert_eq!(task("WS-1").notes, "templated");
+    assert_eq!(task("WS-1.c").parent_id, "WS-1");
+    assert_eq!(task("WS-2").owner_agent, "scaffold");
+    assert_eq!(task("WS-2").notes, "mine too");
+    assert!(plan.tasks.iter().all(|t| t.id != "WS-0"), "{plan:?}");
+}

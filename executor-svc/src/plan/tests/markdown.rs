@@ -66,8 +66,10 @@ fn markdown_of_an_empty_plan() {
 #[test]
 fn markdown_shows_every_task_of_a_malformed_plan() {
     let mut plan = Plan::default();
-    plan.ensure_task(Some("a"), "A", "x").expect("a");
-    plan.ensure_task(Some("b"), "B", "x").expect("b");
+    plan.ensure_task(Some("a"), "A", ORCHESTRATOR, "x")
+        .expect("a");
+    plan.ensure_task(Some("b"), "B", ORCHESTRATOR, "x")
+        .expect("b");
     plan.tasks[0].parent_id = Some("b".into());
     plan.tasks[1].parent_id = Some("a".into());
     assert!(plan.check_invariants().is_err());

@@ -49,18 +49,26 @@ fn owner_and_orchestrator_may_update() {
 }
 
 #[test]
-fn add_makes_the_author_the_owner_whatever_the_task_says() {
+fn add_makes_the_author_the_owner_unless_the_orchestrator_names_another() {
     let mut plan = Plan::default();
     apply(
         &mut plan,
         "coder",
-        json!([{"op": "add", "task": {"id": "x", "title": "X", "owner_agent": "orchestrator"}}]),
+        json!([{"op": "add", "task": {"id": "x", "title": "X"}}]),
     )
     .expect("adds");
     let x = plan.task("x").expect("x");
     assert_eq!(x.owner_agent, "coder");
     assert_eq!(x.status, TaskStatus::Pending);
     assert_eq!(x.parent_id, None);
+    let err = apply(
+        &mut plan,
+        "coder",
+        json!([{"op": "add", "task": {"id": "y", "title": "Y", "owner_agent": "orchestrator"}}]),
+    )
+    .expect_err("a sub-agent cannot plan for the orchestrator");
+    assert_eq!(err.reason, RejectReason::Forbidden);
+    assert!(plan.task("y").is_none());
 }
 
 #[test]
@@ -156,4 +164,50 @@ fn update_depends_on_cannot_sidestep_the_unlink_policy() {
     assert_eq!(err.reason, RejectReason::Forbidden);
     plan.apply("reviewer", &drop_deps, UnlinkPolicy::DependentOwner)
         .expect("the owner may under the default");
+}
+
+#[test]
+fn only_the_orchestrator_creates_tasks_for_another_agent() {
+    let mut plan = sample();
+    apply(
+        &mut plan,
+        ORCHESTRATOR,
+        json!([{"op": "add", "task": {"id": "WS-1", "title": "Scaffold", "owner_agent": "scaffold"}}]),
+    )
+    .expect("the orchestrator plans for a sub-agent");
+    assert_eq!(plan.task("WS-1").expect("WS-1").owner_agent, "scaffold");
+    apply(
+        &mut plan,
+        "scaffold",
+        json!([{"op": "update", "task_id": "WS-1", "fields": {"status": "IN_PROGRESS"}}]),
+    )
+    .expect("its owner updates it");
+    let before = plan.clone();
+    let err = apply(
+        &mut plan,
+        "reviewer",
+        json!([{"op": "add", "task": {"id": "x", "title": "X", "owner_agent": "scaffold"}}]),
+    )
+    .expect_err("not for another");
+    assert_eq!(err.reason, RejectReason::Forbidden);
+    assert!(err.message.contains("only for itself"), "{}", err.message);
+    let err = apply(
+        &mut plan,
+        ORCHESTRATOR,
+        json!([{"op": "add", "task": {"id": "x", "title": "X", "owner_agent": "Not An Id"}}]),
+    )
+    .expect_err("bad owner");
+    assert_eq!(err.reason, RejectReason::Invalid);
+    assert!(
+        err.message.contains("owner_agent `Not An Id`"),
+        "{}",
+        err.message
+    );
+    assert_eq!(plan, before);
+    apply(
+        &mut plan,
+        "reviewer",
+        json!([{"op": "add", "task": {"id": "mine", "title": "Mine", "owner_agent": "reviewer"}}]),
+    )
+    .expect("naming itself is fine");
 }

@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use serde_json::Value;
 
 use super::strategies::{Base, Step, author, op, ops, seeded, step, text};
-use crate::plan::{Op, Patch, Plan, RejectReason, UnlinkPolicy};
+use crate::plan::{ORCHESTRATOR, Op, Patch, Plan, RejectReason, UnlinkPolicy};
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
@@ -53,7 +53,7 @@ proptest! {
                 }
                 Step::Ensure { id, title, owner } => {
                     let count = plan.tasks.len();
-                    match plan.ensure_task(id.as_deref(), &title, &owner) {
+                    match plan.ensure_task(id.as_deref(), &title, ORCHESTRATOR, &owner) {
                         Ok(got) => {
                             prop_assert!(plan.task(&got).is_some());
                             if let Some(id) = id {

@@ -84,6 +84,7 @@ fn new_task() -> impl Strategy<Value = NewTask> {
                 notes: notes.to_owned(),
                 tool,
                 params,
+                owner_agent: None,
             },
         )
 }
@@ -227,6 +228,7 @@ pub(super) fn seeded() -> Plan {
                     notes: String::new(),
                     tool: None,
                     params: None,
+                    owner_agent: None,
                 },
             })
             .collect();

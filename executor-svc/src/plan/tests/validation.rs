@@ -180,7 +180,10 @@ fn the_plan_holds_at_most_a_thousand_tasks() {
     .expect_err("full");
     assert_eq!(err.reason, RejectReason::Invalid);
     assert!(err.message.contains("1000 tasks"), "{}", err.message);
-    assert!(plan.ensure_task(None, "more", ORCHESTRATOR).is_err());
+    assert!(
+        plan.ensure_task(None, "more", ORCHESTRATOR, ORCHESTRATOR)
+            .is_err()
+    );
     plan.check_invariants().expect("valid");
 }
 

@@ -200,21 +200,82 @@ fn is_path_word(token: &str) -> bool {
         && chars.all(|c| c.is_alphanumeric() || c == '-' || c == '_')
 }
 
-/// The command paths of a command line, lower-cased: for each command in it, the words before
-/// its first token that is not a path word (`m365 spo site get --url x; m365 status` gives
-/// `[m365, spo, site, get]` and `[m365, status]`). A command that starts with something else
-/// (a quote, a path, a variable) has an empty path.
-fn command_paths(line: &str) -> Vec<Vec<String>> {
+/// One command of a command line, lower-cased: its *path*, the plain words before its first
+/// other token (`m365 spo site get` in `m365 spo site get --url x`), and its *strays*, plain
+/// unquoted words after the options that are not an option's value (`item remove` in
+/// `m365 spo list --output json item remove`): words a command-line parser may read as more
+/// of the command, so a command with strays is never taken for a read.
+#[derive(Debug, Default, PartialEq)]
+struct Command {
+    path: Vec<String>,
+    strays: Vec<String>,
+    /// Unquoted plain words in option values (`remove` in `--force remove`).
+    values: Vec<String>,
+}
+
+/// The commands of a command line (`m365 spo site get --url x; m365 status` gives two). A
+/// command that starts with something else (a quote, a path, a variable) has an empty path.
+fn commands(line: &str) -> Vec<Command> {
     line.split(separates_commands)
         .filter(|command| !command.trim().is_empty())
         .map(|command| {
-            command
-                .split_whitespace()
-                .take_while(|t| is_path_word(t))
-                .map(str::to_lowercase)
-                .collect()
+            let mut out = Command::default();
+            let mut tokens = shell_words(command).into_iter().peekable();
+            while let Some((t, false)) = tokens.peek() {
+                if !is_path_word(t) {
+                    break;
+                }
+                out.path.push(t.to_lowercase());
+                tokens.next();
+            }
+            let mut after_option = false;
+            for (token, quoted) in tokens {
+                let option = !quoted && token.starts_with('-');
+                let plain = !quoted && is_path_word(&token);
+                if plain && after_option {
+                    out.values.push(token.to_lowercase());
+                } else if plain {
+                    out.strays.push(token.to_lowercase());
+                }
+                after_option = option && !token.contains('=');
+            }
+            out
         })
         .collect()
+}
+
+/// A command's tokens split at white space outside quotes, each with whether any of it was
+/// quoted (`'Set Remove'` is one quoted token).
+fn shell_words(command: &str) -> Vec<(String, bool)> {
+    let mut out = Vec::new();
+    let (mut token, mut quoted, mut quote) = (String::new(), false, None);
+    for c in command.chars() {
+        match quote {
+            Some(q) if c == q => quote = None,
+            Some(_) => token.push(c),
+            None if c == '\'' || c == '"' => {
+                quote = Some(c);
+                quoted = true;
+            }
+            None if c.is_whitespace() => {
+                if !token.is_empty() || quoted {
+                    out.push((std::mem::take(&mut token), quoted));
+                }
+                quoted = false;
+            }
+            None => token.push(c),
+        }
+    }
+    if !token.is_empty() || quoted {
+        out.push((token, quoted));
+    }
+    out
+}
+
+/// The program a tool's command lines must start with to be judged by their verbs (the CLI
+/// for Microsoft 365 server runs `m365` commands: `rm list` is not one).
+fn program_of(tool: &str) -> Option<&'static str> {
+    (tool == "m365_run_command").then_some("m365")
 }
 
 impl Policy {
@@ -268,9 +329,13 @@ impl Policy {
                     .map(|a| a.iter().filter_map(Value::as_str).collect())
                     .unwrap_or_default();
                 let command = format!("git {}", args.join(" "));
-                // The first word that is not an option is the subcommand.
+                // The first word that is not an option is the subcommand; `--output` makes
+                // `diff`, `log` and `show` write a file.
+                let writes_file = args
+                    .iter()
+                    .any(|a| *a == "--output" || a.starts_with("--output="));
                 match args.iter().find(|a| !a.starts_with('-')) {
-                    Some(sub) if GIT_READS.contains(sub) => Access::Read,
+                    Some(sub) if GIT_READS.contains(sub) && !writes_file => Access::Read,
                     _ => write(command, false),
                 }
             }
@@ -287,15 +352,18 @@ impl Policy {
             _ => match self.command_of(arguments) {
                 // An MCP tool with a command line: each command's path decides.
                 Some(line) => {
-                    let paths = command_paths(&line);
-                    let denied = paths
+                    let commands = commands(&line);
+                    let denied = commands
                         .iter()
-                        .flatten()
+                        .flat_map(|c| c.path.iter().chain(&c.strays).chain(&c.values))
                         .any(|w| words(w).iter().any(|w| self.deny.contains(w)));
-                    let reads = !paths.is_empty()
-                        && paths
-                            .iter()
-                            .all(|p| p.last().is_some_and(|verb| self.read.contains(verb)));
+                    let program = program_of(tool);
+                    let reads = !commands.is_empty()
+                        && commands.iter().all(|c| {
+                            c.strays.is_empty()
+                                && program.is_none_or(|p| c.path.first().is_some_and(|w| w == p))
+                                && c.path.last().is_some_and(|verb| self.read.contains(verb))
+                        });
                     if !denied && reads {
                         Access::Read
                     } else {
@@ -320,11 +388,18 @@ impl Policy {
     /// its command path (an entry's words in a row in the path: `spo list add` allows
     /// `m365 spo list add --title x`, never a command that only mentions them in an option).
     fn allowlisted(&self, tool: &str, command: &str) -> bool {
+        // An MCP command line with strays is not understood: only its tool's name allows it.
+        // (git's own arguments are checked by the git tool, and it takes positionals anywhere.)
+        let mcp = !matches!(
+            tool,
+            "git" | "github" | "file_write" | "python" | "powershell"
+        );
         let tool = words(tool);
-        let paths: Vec<Vec<String>> = command_paths(command)
-            .iter()
-            .map(|path| words(&path.join(" ")))
-            .collect();
+        let commands = commands(command);
+        let paths: Vec<Vec<String>> = commands.iter().map(|c| words(&c.path.join(" "))).collect();
+        if mcp && commands.iter().any(|c| !c.strays.is_empty()) {
+            return self.allow.contains(&tool);
+        }
         let listed = |path: &[String]| {
             self.allow
                 .iter()
@@ -497,6 +572,60 @@ mod tests {
     }
 
     #[test]
+    fn read_only_sees_commands_hidden_after_options_and_lines_that_are_not_m365() {
+        let p = Policy::default();
+        let run = |tool: &str, command: &str| {
+            check(&p, Mode::ReadOnly, tool, json!({ "command": command }))
+        };
+        for command in [
+            // Not an m365 command at all.
+            "rm list",
+            "m365 spo site get; rm -rf list",
+            // More of the command after an option: `spo list item remove`.
+            "m365 spo list --output json item remove --listTitle Docs --id 1 --force",
+            "m365 spo list --output json item move --id 1",
+            // A deny verb as an unquoted option value.
+            "m365 spo list get --force remove",
+        ] {
+            assert!(
+                matches!(run("m365_run_command", command), Decision::Block { .. }),
+                "{command}"
+            );
+        }
+        let Decision::Block { reason } = run(
+            "m365_run_command",
+            "m365 spo list --output json item remove",
+        ) else {
+            panic!("blocked");
+        };
+        assert!(reason.contains("denied verb"), "{reason}");
+        // Quoted values and values after options stay values.
+        for command in [
+            "m365 entra user list --displayName 'Set Remove list'",
+            "m365 spo list list --webUrl https://contoso.sharepoint.com --output json",
+            "m365 spo site get --url x --withPermissions",
+        ] {
+            assert!(allowed(&run("m365_run_command", command)), "{command}");
+        }
+        // git: `--output` writes a file, whatever the subcommand.
+        for args in [
+            json!(["diff", "--output=notes.txt"]),
+            json!(["log", "--output", "notes.txt"]),
+        ] {
+            assert!(
+                !allowed(&check(&p, Mode::ReadOnly, "git", json!({ "args": args }))),
+                "{args}"
+            );
+        }
+        assert!(allowed(&check(
+            &p,
+            Mode::ReadOnly,
+            "git",
+            json!({"args": ["diff", "--stat"]})
+        )));
+    }
+
+    #[test]
     fn an_allowlist_entry_matches_the_command_path_of_every_command() {
         let config = PolicyConfig::from_lookup(|k| {
             (k == "AGENT_WRITE_ALLOWLIST").then(|| "spo list add, git push".to_owned())
@@ -510,6 +639,7 @@ mod tests {
         for command in [
             "m365 outlook mail send --subject 'spo list add'",
             "m365 spo list add --title a; m365 spo site remove --url x",
+            "m365 spo list add --title a item remove",
         ] {
             assert!(!allowed(&run(command)), "{command}");
         }

@@ -98,7 +98,8 @@ impl Pending {
 /// One question waiting for the user, as a frame sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Ask {
-    /// Unique among the questions waiting: `<agent_id>.<key the asker gave>`.
+    /// Unique among the questions waiting: `<agent_id>.<key the asker gave>`, with `.2`, `.3`,
+    /// ... added to a key asked again in the same round.
     pub key: String,
     /// The question.
     pub text: String,
@@ -123,6 +124,11 @@ pub struct Ask {
     /// An answer already given while other questions of its group are still open.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<Value>,
+    /// The key the asking frame knows this question by, when `key` had to differ from it to
+    /// stay unique (two delegations to one sub-agent asking the same thing: `asker.port` and
+    /// `asker.port.2`); its answer goes back under this key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asked_as: Option<String>,
 }
 
 impl Ask {

@@ -253,6 +253,7 @@ fn absorb(ctx: &RunCtx, results: Vec<Finished>, messages: &mut Vec<Message>) -> 
                     token: None,
                     task: String::new(),
                     answer: None,
+                    asked_as: None,
                 });
                 continue;
             }

@@ -27,8 +27,10 @@ pub struct Split {
     pub still: Vec<Ask>,
 }
 
-/// The pending question of a frame whose calls asked `asks` (at least one).
-pub fn pending(asks: Vec<Ask>) -> Pending {
+/// The pending question of a frame whose calls asked `asks` (at least one). A key asked twice
+/// (two delegations to one sub-agent) is made unique, so each question has its own answer.
+pub fn pending(mut asks: Vec<Ask>) -> Pending {
+    unique_keys(&mut asks);
     if let [ask] = asks.as_slice()
         && ask.token.is_none()
     {
@@ -44,6 +46,26 @@ pub fn pending(asks: Vec<Ask>) -> Pending {
         tool: NEED_USER_INPUT.to_owned(),
         question: consolidated(&asks),
         asks,
+    }
+}
+
+/// Renames every ask whose key an earlier one has (`asker.port` → `asker.port.2`), keeping the
+/// key its frame knows in [`Ask::asked_as`].
+fn unique_keys(asks: &mut [Ask]) {
+    for i in 1..asks.len() {
+        if !asks[..i].iter().any(|a| a.key == asks[i].key) {
+            continue;
+        }
+        // Past every key in use, also those still to come: a later `asker.port.2` keeps its own.
+        let base = asks[i].key.clone();
+        let Some(key) = (2..)
+            .map(|n| format!("{base}.{n}"))
+            .find(|k| !asks.iter().any(|a| &a.key == k))
+        else {
+            continue;
+        };
+        asks[i].key = key;
+        asks[i].asked_as.get_or_insert(base);
     }
 }
 
@@ -100,17 +122,53 @@ pub fn parse_reply(pending: &Pending, reply: &str) -> Result<Map<String, Value>,
     }
     let open: Vec<&Ask> = pending.asks.iter().filter(|a| a.answer.is_none()).collect();
     let mut map = Map::new();
+    // `key: value` lines; once one names an open question's key, a line naming no key goes on
+    // the value before it, and one that looks like a key but is none is refused (a typo must
+    // not drop an answer without a word).
+    let mut last: Option<String> = None;
     for line in reply.lines() {
-        let Some((key, value)) = line.split_once(':').or_else(|| line.split_once('=')) else {
-            continue;
-        };
-        let key = key.trim().trim_start_matches('-').trim();
-        if pending.asks.iter().any(|a| a.key == key) {
-            map.insert(key.to_owned(), Value::String(value.trim().to_owned()));
+        let keyed = line
+            .split_once(':')
+            .or_else(|| line.split_once('='))
+            .map(|(k, v)| (k.trim().trim_start_matches('-').trim(), v.trim()));
+        match keyed {
+            Some((key, value)) if pending.asks.iter().any(|a| a.key == key) => {
+                map.insert(key.to_owned(), Value::String(value.to_owned()));
+                last = Some(key.to_owned());
+            }
+            Some((key, _)) if last.is_some() && looks_like_key(key) => {
+                return Err(format!(
+                    "unknown answer key {key}; the open questions are: {}",
+                    keys(pending)
+                ));
+            }
+            _ => {
+                if let Some(Value::String(value)) = last.as_ref().and_then(|k| map.get_mut(k)) {
+                    value.push('\n');
+                    value.push_str(line.trim_end());
+                }
+            }
         }
     }
     if !map.is_empty() {
+        for value in map.values_mut() {
+            if let Value::String(text) = value {
+                text.truncate(text.trim_end().len());
+            }
+        }
         return Ok(map);
+    }
+    if let Some(key) = reply
+        .lines()
+        .filter_map(|l| l.split_once(':').or_else(|| l.split_once('=')))
+        .map(|(k, _)| k.trim().trim_start_matches('-').trim())
+        .find(|k| looks_like_key(k))
+        && open.len() > 1
+    {
+        return Err(format!(
+            "unknown answer key {key}; the open questions are: {}",
+            keys(pending)
+        ));
     }
     if let [only] = open.as_slice() {
         map.insert(only.key.clone(), Value::String(reply.to_owned()));
@@ -120,6 +178,17 @@ pub fn parse_reply(pending: &Pending, reply: &str) -> Result<Map<String, Value>,
         "several questions are open: answer with a JSON object (or `answers`) by key: {}",
         keys(pending)
     ))
+}
+
+/// Whether `text` has the shape of a question key (`agent.key`: a word, a dot, more words).
+fn looks_like_key(text: &str) -> bool {
+    let word = |w: &str| {
+        !w.is_empty()
+            && w.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
+    };
+    text.split_once('.')
+        .is_some_and(|(agent, rest)| word(agent) && rest.split('.').all(word))
 }
 
 fn keys(pending: &Pending) -> String {
@@ -187,7 +256,7 @@ pub fn split(pending: &Pending, answers: &Map<String, Value>) -> Result<Split, S
         }
         let answers: Map<String, Value> = group
             .iter()
-            .filter_map(|a| value(a).map(|v| (a.key.clone(), v)))
+            .filter_map(|a| value(a).map(|v| (a.asked_as.as_ref().unwrap_or(&a.key).clone(), v)))
             .collect();
         let first = &group[0];
         out.calls.push(ToolCall {
@@ -215,6 +284,7 @@ mod tests {
             token: token.map(str::to_owned),
             task: "t".into(),
             answer: None,
+            asked_as: None,
         }
     }
 
@@ -241,6 +311,31 @@ mod tests {
         assert_eq!(s.calls[0].arguments["resume_token"], "T1");
         assert_eq!(s.still.len(), 1, "b.z is asked again");
         assert_eq!(s.still[0].key, "b.z");
+    }
+
+    #[test]
+    fn a_key_asked_twice_in_a_round_is_made_unique_and_answered_back_under_its_own() {
+        let p = pending(vec![
+            ask("a.port", Some("T1"), true, None),
+            ask("a.port", Some("T2"), true, None),
+            ask("a.port.2", Some("T3"), true, None),
+        ]);
+        let keys: Vec<&str> = p.asks.iter().map(|a| a.key.as_str()).collect();
+        assert_eq!(keys, ["a.port", "a.port.3", "a.port.2"]);
+        let s = split(
+            &p,
+            &map(json!({"a.port": "80", "a.port.3": "443", "a.port.2": "22"})),
+        )
+        .expect("split");
+        let by_token = |t: &str| {
+            s.calls
+                .iter()
+                .find(|c| c.arguments["resume_token"] == t)
+                .map(|c| c.arguments["answers"].clone())
+        };
+        assert_eq!(by_token("T1"), Some(json!({"a.port": "80"})));
+        assert_eq!(by_token("T2"), Some(json!({"a.port": "443"})));
+        assert_eq!(by_token("T3"), Some(json!({"a.port.2": "22"})));
     }
 
     #[test]
@@ -284,6 +379,15 @@ mod tests {
             map(json!({"a.x": "1", "a.y": "two"}))
         );
         assert!(parse_reply(&two, "just text").is_err());
+        // A typo is refused, not dropped; a line naming no key goes on the value before it.
+        let err = parse_reply(&two, "a.x: 1\na.yy: 2").expect_err("typo");
+        assert!(err.contains("a.yy") && err.contains("`a.y`"), "{err}");
+        assert!(parse_reply(&two, "a.xx: 1\na.yy: 2").is_err());
+        assert_eq!(
+            parse_reply(&two, "a.x: first line\nsecond line\na.y: see http://x.org")
+                .expect("lines"),
+            map(json!({"a.x": "first line\nsecond line", "a.y": "see http://x.org"}))
+        );
         let one = pending(vec![ask("a.x", Some("T1"), true, None)]);
         assert_eq!(
             parse_reply(&one, "3.12").expect("single"),

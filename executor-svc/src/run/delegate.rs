@@ -505,6 +505,7 @@ async fn paused(ctx: &RunCtx, call_id: &str, frame: Frame) -> ToolOutcome {
             token: Some(token.clone()),
             task: frame.task.clone(),
             answer: None,
+            asked_as: None,
         })
         .collect();
     let questions: Vec<Value> = asks

@@ -136,8 +136,9 @@ pub struct RunCtx {
 }
 
 /// `safeWrite` confirmations of a run: the ids the user granted with this request (each used
-/// up by the call it confirms), and the ids the run asked for (stored with the session, so
-/// only a later message of the same session can grant them).
+/// up by the call it confirms, which also takes it off the session's), and the ids the session
+/// asked for and are not used yet (stored with the session, so only a later message of the
+/// same session can grant them).
 #[derive(Debug, Default)]
 pub struct Confirmations {
     /// Granted and not used yet.
@@ -161,8 +162,12 @@ impl Confirmations {
         let decision = policy.check(mode, call, &self.granted);
         match &decision {
             crate::policy::Decision::Allow if !self.granted.is_empty() => {
-                self.granted
-                    .remove(&crate::policy::confirmation_id(call.tool, call.arguments));
+                let id = crate::policy::confirmation_id(call.tool, call.arguments);
+                // Used up only here, by the call it confirms: a grant this run does not use
+                // (the model did not make the call again) can be given again.
+                if self.granted.remove(&id) {
+                    self.issued.retain(|issued| *issued != id);
+                }
             }
             crate::policy::Decision::Confirm { id, .. } if !self.issued.contains(id) => {
                 self.issued.push(id.clone());

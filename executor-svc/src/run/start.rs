@@ -110,9 +110,6 @@ impl Runner {
                         format!("`{id}` is not a confirmation this session asked for"),
                     ));
                 }
-                session
-                    .confirmations_issued
-                    .retain(|id| !confirmations.contains(id));
                 session.messages.push(Message::user(mission.clone()));
                 forget_oldest(&mut session.messages, self.budgets.memory_messages);
                 session.mission = mission;
@@ -223,6 +220,26 @@ impl Runner {
                 ..Continuation::default()
             };
             return self.launch(claim, session, agent, model, with).await;
+        }
+        // The one question's key, as shown in its `items` (sessions stored before keys existed
+        // have none: then any one key will do).
+        if let Some(unknown) = request
+            .answers
+            .keys()
+            .find(|k| !pending.asks.is_empty() && !pending.asks.iter().any(|a| &a.key == *k))
+        {
+            return Err(ExecutorError::invalid(
+                "answers",
+                format!(
+                    "unknown answer key {unknown}; the open question is: {}",
+                    pending
+                        .asks
+                        .iter()
+                        .map(|a| format!("`{}`", a.key))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
         }
         let answer = match request.answers.into_values().find(|v| !v.trim().is_empty()) {
             Some(answer) if request.answer.trim().is_empty() => answer,

@@ -941,3 +941,92 @@ async fn a_planned_task_handed_to_a_sub_agent_is_its_to_patch_whatever_the_brief
     assert_eq!(task("WS-2").notes, "mine too");
     assert!(plan.tasks.iter().all(|t| t.id != "WS-0"), "{plan:?}");
 }
+
+const TWINS: &str = r#"
+final_text: "twins answered"
+turns:
+  - tool_calls:
+      - name: agent_asker-one
+        arguments: {task: first}
+      - name: agent_asker-one
+        arguments: {task: second}
+"#;
+
+#[tokio::test]
+async fn one_sub_agent_asked_twice_in_a_round_gets_two_keys_and_two_answers() {
+    let dir = tempfile::TempDir::new().expect("tmp");
+    let stack = stack(dir.path(), &[("twins", TWINS), ("asker", ASKER)]).await;
+    agent(&stack, "asker-one", &["ask_user"], &[], "asker").await;
+    agent(&stack, "twins", &["file_read"], &["asker-one"], "twins").await;
+    let mut sse = SseReader::open(
+        &stack,
+        "/api/v1/execute/stream",
+        &json!({"mission": "Ask twice", "agent_id": "twins"}),
+    )
+    .await;
+    let first = sse.rest(RUN_TIMEOUT).await;
+    let question = named(&first, "question")[0];
+    let keys: Vec<&str> = question["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|i| i["key"].as_str())
+        .collect();
+    assert_eq!(
+        keys,
+        ["asker-one.colour", "asker-one.colour.2"],
+        "{question}"
+    );
+    let session = first[0].1["session_id"].as_str().expect("session");
+    let path = format!("/api/v1/sessions/{session}/answer");
+    // A mistyped key in `key: value` lines is refused and changes nothing.
+    let typo = send(
+        stack
+            .http()
+            .post(stack.url(&path))
+            .json(&json!({"answer": "asker-one.colour: red\nasker-one.colur.2: blue"})),
+    )
+    .await;
+    assert_eq!(typo.status, 400, "{}", typo.text);
+    assert!(typo.text.contains("asker-one.colur.2"), "{}", typo.text);
+    let mut sse = SseReader::open(
+        &stack,
+        &path,
+        &json!({"answer": "asker-one.colour: red\nasker-one.colour.2: blue"}),
+    )
+    .await;
+    let second = sse.rest(RUN_TIMEOUT).await;
+    let names = event_names(&second);
+    assert!(names.ends_with(&["final_answer", "done"]), "{names:?}");
+    let mut got: Vec<(String, String)> = named(&second, "delegation_end")
+        .iter()
+        .map(|e| {
+            let task = e["task_id"].as_str().unwrap_or_default().to_owned();
+            (
+                task,
+                e["result"]["result"]["got"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            )
+        })
+        .collect();
+    got.sort();
+    let plan = get_session(&stack, session).await.plan.expect("plan");
+    let title = |id: &str| {
+        plan.tasks
+            .iter()
+            .find(|t| t.id == id)
+            .map(|t| t.title.clone())
+            .unwrap_or_default()
+    };
+    let by_title: Vec<(String, String)> = got
+        .iter()
+        .map(|(task, answer)| (title(task), answer.clone()))
+        .collect();
+    assert!(
+        by_title.contains(&("first".into(), "red".into()))
+            && by_title.contains(&("second".into(), "blue".into())),
+        "each delegation got its own answer: {by_title:?}"
+    );
+}

@@ -7,7 +7,7 @@ use taskforce_tests::{Stack, StackOptions, mcp};
 
 use crate::helpers::{RUN_TIMEOUT, SseReader, agent_json, create, send};
 
-/// The same two turns twice, so a continued session (the confirmation) replays them.
+/// The same two turns three times, so a continued session (the confirmation) replays them.
 const SCRIPT: &str = r#"
 turns:
   - tool_calls: &calls
@@ -18,6 +18,8 @@ turns:
   - text: "Done: {{last_message}}"
   - tool_calls: *calls
   - text: "Done again: {{last_message}}"
+  - tool_calls: *calls
+  - text: "Done a third time: {{last_message}}"
 "#;
 
 async fn stack(allowlist: &str) -> Stack {
@@ -179,10 +181,20 @@ async fn default_runs_allowlisted_writes_and_safe_write_needs_a_confirmation_per
     assert_eq!(foreign.status, 400, "{}", foreign.text);
     assert!(!workspace.join("notes.txt").exists());
 
+    // A grant its run does not use (readOnly blocks the write) is not used up.
     let events = run(
         &stack,
         json!({"mission": "note it", "agent_id": "writer", "session_id": session,
-               "confirmations": [id]}),
+               "mode": "readOnly", "confirmations": [id]}),
+    )
+    .await;
+    assert_eq!(outcome(&events, "w1").0, "tool_error", "readOnly: blocked");
+    assert!(!workspace.join("notes.txt").exists());
+
+    let events = run(
+        &stack,
+        json!({"mission": "note it", "agent_id": "writer", "session_id": session,
+               "mode": "safeWrite", "confirmations": [id]}),
     )
     .await;
     assert_eq!(outcome(&events, "w1").0, "tool_end", "confirmed: runs");

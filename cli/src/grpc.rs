@@ -215,6 +215,7 @@ impl Grpc {
             answer: body.answer.clone(),
             call_id: body.call_id.clone(),
             answers: body.answers.clone().into_iter().collect(),
+            ..Default::default()
         };
         let events = self
             .call(&self.executor, "executor", client.answer(req))

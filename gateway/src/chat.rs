@@ -407,6 +407,10 @@ async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
                 .answer(v1::AnswerRequest {
                     session_id: thread.clone(),
                     answer: body.prompt.clone(),
+                    // The request's policy holds for the run its answer continues.
+                    mode: Some(mode.clone()),
+                    confirmations: confirmations.clone(),
+                    no_tools: Some(plain),
                     ..Default::default()
                 })
                 .await

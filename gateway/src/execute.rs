@@ -122,6 +122,7 @@ fn answer_request(session_id: String, body: AnswerBody) -> Result<v1::AnswerRequ
         answer: body.answer,
         call_id: body.call_id.filter(|s| !s.is_empty()),
         answers,
+        ..Default::default()
     })
 }
 

@@ -64,13 +64,7 @@ impl Runner {
             taskforce_proto::ids::check_model(model)
                 .map_err(|e| ExecutorError::invalid("model", e))?;
         }
-        let mode = match non_empty(request.mode) {
-            None => None,
-            Some(text) => Some(
-                crate::policy::Mode::parse(&text)
-                    .map_err(|e| ExecutorError::invalid("mode", e.to_string()))?,
-            ),
-        };
+        let mode = mode_of(request.mode)?;
         let confirmations = confirmations(request.confirmations)?;
         let no_tools = request.no_tools.unwrap_or(false);
         let agent = self.registry.resolve(&target).await?;
@@ -100,25 +94,13 @@ impl Runner {
                         session.id
                     )));
                 }
-                // Only what this session asked for can be granted, each once.
-                if let Some(id) = confirmations
-                    .iter()
-                    .find(|id| !session.confirmations_issued.contains(id))
-                {
-                    return Err(ExecutorError::invalid(
-                        "confirmations",
-                        format!("`{id}` is not a confirmation this session asked for"),
-                    ));
-                }
+                grant(&mut session, mode, &confirmations)?;
                 session.messages.push(Message::user(mission.clone()));
                 forget_oldest(&mut session.messages, self.budgets.memory_messages);
                 session.mission = mission;
                 // The previous turn's answer is not this mission's (until this run gives one).
                 session.final_answer.clear();
                 session.model = model_name.or(session.model);
-                if let Some(mode) = mode {
-                    session.mode = Some(mode.as_str().to_owned());
-                }
                 session
             }
             None => {
@@ -162,6 +144,9 @@ impl Runner {
                 "must not be empty (or give `answers` by question key)",
             ));
         }
+        let mode = mode_of(request.mode)?;
+        let confirmations = confirmations(request.confirmations)?;
+        let no_tools = request.no_tools.unwrap_or(false);
         let size = request.answer.len()
             + request
                 .answers
@@ -190,6 +175,7 @@ impl Runner {
                 pending.call_id
             )));
         }
+        grant(&mut session, mode, &confirmations)?;
         let agent = self
             .registry
             .resolve(&Target::Agent(session.agent_id.clone()))
@@ -217,6 +203,8 @@ impl Runner {
             session.pending = None;
             let with = Continuation {
                 resume: Some(split),
+                confirmations,
+                no_tools,
                 ..Continuation::default()
             };
             return self.launch(claim, session, agent, model, with).await;
@@ -268,6 +256,8 @@ impl Runner {
         };
         let with = Continuation {
             answered: Some(answered),
+            confirmations,
+            no_tools,
             ..Continuation::default()
         };
         self.launch(claim, session, agent, model, with).await
@@ -400,6 +390,38 @@ impl Drop for Claim {
 }
 
 /// The confirmation ids of a request: each `c-` and 12 hex digits, at most 64.
+/// A request's `mode`, checked (`None`: unset or blank).
+fn mode_of(mode: Option<String>) -> Result<Option<crate::policy::Mode>, ExecutorError> {
+    non_empty(mode)
+        .map(|text| {
+            crate::policy::Mode::parse(&text)
+                .map_err(|e| ExecutorError::invalid("mode", e.to_string()))
+        })
+        .transpose()
+}
+
+/// What a request continuing `session` sets for its run: its `mode` (kept with the session)
+/// and its `confirmations`, each of which the session must have asked for.
+fn grant(
+    session: &mut Session,
+    mode: Option<crate::policy::Mode>,
+    confirmations: &std::collections::HashSet<String>,
+) -> Result<(), ExecutorError> {
+    if let Some(id) = confirmations
+        .iter()
+        .find(|id| !session.confirmations_issued.contains(id))
+    {
+        return Err(ExecutorError::invalid(
+            "confirmations",
+            format!("`{id}` is not a confirmation this session asked for"),
+        ));
+    }
+    if let Some(mode) = mode {
+        session.mode = Some(mode.as_str().to_owned());
+    }
+    Ok(())
+}
+
 fn confirmations(ids: Vec<String>) -> Result<std::collections::HashSet<String>, ExecutorError> {
     if ids.len() > 64 {
         return Err(ExecutorError::invalid("confirmations", "at most 64 ids"));

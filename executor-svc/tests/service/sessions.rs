@@ -70,6 +70,7 @@ async fn a_question_survives_a_restart_and_the_answer_completes_the_run() {
             session_id: session_id.clone(),
             answer: "Lisbon".into(),
             call_id: Some("other".into()),
+            ..Default::default()
         })
         .await
         .expect_err("wrong call id");
@@ -83,6 +84,7 @@ async fn a_question_survives_a_restart_and_the_answer_completes_the_run() {
                 session_id: session_id.clone(),
                 answer: "Lisbon".into(),
                 call_id: Some("q1".into()),
+                ..Default::default()
             })
             .await
             .expect("answer")
@@ -112,7 +114,7 @@ async fn a_question_survives_a_restart_and_the_answer_completes_the_run() {
             session_id,
             answer: "again".into(),
             call_id: None,
-            answers: Default::default(),
+            ..Default::default()
         })
         .await
         .expect_err("nothing pending");
@@ -283,7 +285,7 @@ async fn of_many_answers_to_one_question_exactly_one_continues_the_run() {
                     session_id,
                     answer: format!("City {i}"),
                     call_id: None,
-                    answers: Default::default(),
+                    ..Default::default()
                 })
                 .await
         }

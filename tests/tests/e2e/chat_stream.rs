@@ -192,6 +192,30 @@ async fn a_thread_waiting_on_a_question_takes_the_next_prompt_as_its_answer() {
 }
 
 #[tokio::test]
+async fn the_prompt_that_answers_a_question_runs_under_its_own_mode() {
+    let stack = stack().await;
+    let (_, thread, _) = post(
+        &stack,
+        "/ai/agent/stream",
+        &json!({"prompt": "plan a trip", "mode": "default"}),
+    )
+    .await;
+    // `default` would run the allowlisted python; this prompt asks for `readOnly`.
+    let (_, _, answered) = post(
+        &stack,
+        "/ai/agent/stream",
+        &json!({"prompt": "the long job", "threadId": thread, "mode": "readOnly"}),
+    )
+    .await;
+    assert!(
+        answered.contains("\"event\":\"tool_error\",\"tool\":\"python\""),
+        "{answered}"
+    );
+    assert!(answered.ends_with(END), "{answered}");
+    assert!(!stack.executor_workspace("dev").join("ran.txt").exists());
+}
+
+#[tokio::test]
 async fn a_client_that_goes_away_cancels_the_chat_run_and_the_thread_goes_on_without_rerunning_the_tool()
  {
     let stack = stack().await;

@@ -161,6 +161,7 @@ async fn a_question_survives_a_sigtermed_executor_and_grpc_answer_finishes_the_r
         session_id: session.clone(),
         answer: "CHF".to_owned(),
         call_id: Some(call_id.to_owned()),
+        ..Default::default()
     };
     // The guard against answering another question than the one shown.
     let wrong = stack

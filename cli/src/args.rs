@@ -161,6 +161,11 @@ pub enum Command {
     Run(RunArgs),
     /// Answer the question a paused session waits on, and stream the continued run.
     Answer(AnswerArgs),
+    /// Cancel a session's live run, or the question a paused session waits on.
+    Cancel {
+        /// The session id.
+        session: String,
+    },
     /// Read sessions.
     #[command(subcommand)]
     Sessions(SessionsCommand),

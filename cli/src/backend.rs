@@ -154,6 +154,17 @@ impl Backend {
         }
     }
 
+    /// Cancels a session's live run or waiting question: `{"cancelled": bool}`.
+    pub async fn cancel(&self, id: &str) -> Result<Value> {
+        match self {
+            Self::Gateway(g) => {
+                g.post(&["api", "v1", "sessions", id, "cancel"], &Value::Null)
+                    .await
+            }
+            Self::Grpc(g) => g.cancel(id).await,
+        }
+    }
+
     /// A session.
     pub async fn session(&self, id: &str) -> Result<Value> {
         match self {

@@ -187,6 +187,18 @@ impl Grpc {
         Ok(convert::session_json(&session))
     }
 
+    /// Cancels a session's live run or waiting question.
+    pub async fn cancel(&self, id: &str) -> Result<Value> {
+        let mut client = self.executor().await?;
+        let req = self.request(v1::CancelRequest {
+            session_id: id.to_owned(),
+        });
+        let answer = self
+            .call(&self.executor, "executor", client.cancel(req))
+            .await?;
+        Ok(serde_json::json!({"cancelled": answer.cancelled}))
+    }
+
     /// Starts a run.
     pub async fn execute(&self, body: &ExecuteBody) -> Result<EventStream> {
         let mut client = self.executor().await?;

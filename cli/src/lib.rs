@@ -102,6 +102,19 @@ async fn dispatch(cli: Cli) -> Result<u8> {
         }
         Command::Run(args) => run_mission(&backend, args, &mut out, json, &hint).await,
         Command::Answer(args) => answer(&backend, args, &mut out, json, &hint).await,
+        Command::Cancel { session } => {
+            let answer = backend.cancel(&session).await?;
+            show(&mut out, json, &answer, |out, answer| {
+                if answer["cancelled"] == Value::Bool(true) {
+                    writeln!(out, "session {session}: cancelled")
+                } else {
+                    writeln!(
+                        out,
+                        "session {session}: nothing to cancel (no live run, no question waiting)"
+                    )
+                }
+            })
+        }
         Command::Sessions(SessionsCommand::Show { id }) => {
             let session = backend.session(&id).await?;
             show(&mut out, json, &session, render::session)

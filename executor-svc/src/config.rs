@@ -72,7 +72,7 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub mcp_call_timeout_ms: u64,
     /// Delete completed, failed and cancelled sessions this many hours after their last change
-    /// (0: keep them); paused sessions are kept until answered.
+    /// (0: keep them); paused sessions are kept until answered or cancelled.
     #[arg(long, env = "TASKFORCE_SESSION_TTL_HOURS", default_value_t = 168)]
     pub session_ttl_hours: u64,
     /// Most sessions stored: past it the oldest completed, failed and cancelled ones are deleted

@@ -66,7 +66,7 @@ impl Executor for ExecutorService {
     ) -> Result<Response<CancelResponse>, Status> {
         let id = request.into_inner().session_id;
         check_session_id(&id).map_err(|e| e.to_status())?;
-        let cancelled = self.runner.cancel(&id);
+        let cancelled = self.runner.cancel(&id).await.map_err(|e| e.to_status())?;
         if !cancelled
             && self
                 .runner

@@ -1,8 +1,8 @@
 //! Execution routes over the executor's gRPC API (`taskforce.v1.Executor`): run a mission to
 //! its end (`POST /api/v1/execute`), stream its events as SSE (`POST /api/v1/execute/stream`),
 //! answer a paused session's question (`POST /api/v1/sessions/{session_id}/answer`, SSE),
-//! cancel a live run (`POST /api/v1/sessions/{session_id}/cancel`) and read a session's todo
-//! plan (`GET /api/v1/sessions/{session_id}/plan`).
+//! cancel a live run or a waiting question (`POST /api/v1/sessions/{session_id}/cancel`) and
+//! read a session's todo plan (`GET /api/v1/sessions/{session_id}/plan`).
 //!
 //! Errors before a stream starts (unknown agent, empty mission) are ordinary JSON error
 //! responses. Once a stream runs, every `RunEvent` is one SSE event named after its type, with
@@ -189,7 +189,7 @@ pub struct ExecuteResultJson {
 /// Answer of `POST /api/v1/sessions/{session_id}/cancel`.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct CancelJson {
-    /// False when the session had no live run.
+    /// False when the session had neither a live run nor a question waiting.
     pub cancelled: bool,
 }
 
@@ -423,11 +423,12 @@ pub async fn answer(
     ))
 }
 
-/// Cancel the live run of a session.
+/// Cancel the live run of a session, or the question a paused session waits on (it is then
+/// `cancelled`).
 #[utoipa::path(post, path = "/api/v1/sessions/{session_id}/cancel", tag = "execution",
     params(("session_id" = String, Path, description = "The session")),
     responses(
-        (status = 200, description = "`cancelled` is false when no run was live", body = CancelJson),
+        (status = 200, description = "`cancelled` is false when no run was live and no question waited", body = CancelJson),
         (status = 400, description = "Invalid session id", body = ErrorBody),
         (status = 404, description = "`not_found`: unknown session", body = ErrorBody),
         (status = 503, description = "`unavailable`: the executor is down", body = ErrorBody),

@@ -273,7 +273,31 @@ impl Runner {
     }
 
     /// Cancels the live run of `session_id`; false when there is none.
-    pub fn cancel(&self, session_id: &str) -> bool {
+    /// Cancels the session's live run, or ends the question a paused session waits on (it is
+    /// then `cancelled`, and expires like any ended session). False when there was neither.
+    pub async fn cancel(self: &Arc<Self>, session_id: &str) -> Result<bool, crate::ExecutorError> {
+        if self.cancel_live(session_id) {
+            return Ok(true);
+        }
+        // Claimed first, so an answer cannot continue the session meanwhile.
+        let Ok(claim) = self.claim(session_id) else {
+            return Ok(self.cancel_live(session_id));
+        };
+        let Some(mut session) = self.store.get(session_id)? else {
+            return Ok(false);
+        };
+        if session.status != crate::session::Status::Paused {
+            return Ok(false);
+        }
+        session.status = crate::session::Status::Cancelled;
+        session.pending = None;
+        self.store.save(&mut session, true).await?;
+        drop(claim);
+        tracing::info!(session_id, "paused session cancelled");
+        Ok(true)
+    }
+
+    fn cancel_live(&self, session_id: &str) -> bool {
         let token = self
             .live
             .lock()

@@ -176,10 +176,20 @@ impl Runner {
             )));
         }
         grant(&mut session, mode, &confirmations)?;
-        let agent = self
+        let agent = match self
             .registry
             .resolve(&Target::Agent(session.agent_id.clone()))
-            .await?;
+            .await
+        {
+            // The session exists: what is gone is its agent, and only a cancel ends it now.
+            Err(ExecutorError::NotFound(why)) => {
+                return Err(ExecutorError::FailedPrecondition(format!(
+                    "{why}, so session `{}` cannot go on; cancel it to end its question",
+                    session.id
+                )));
+            }
+            other => other?,
+        };
         let model = self
             .router
             .resolve(session.model.as_deref().or(agent.model.as_deref()))
@@ -264,7 +274,7 @@ impl Runner {
     }
 
     /// Enters `session_id` in the live-run table, or says it already has a live run.
-    fn claim(self: &Arc<Self>, session_id: &str) -> Result<Claim, ExecutorError> {
+    pub(super) fn claim(self: &Arc<Self>, session_id: &str) -> Result<Claim, ExecutorError> {
         let cancel = self.shutdown.child_token();
         let mut live = self
             .live
@@ -372,7 +382,7 @@ struct Continuation {
 
 /// A session entered in the live-run table for a run about to start; removed again on drop
 /// unless a run took it over.
-struct Claim {
+pub(super) struct Claim {
     runner: Arc<Runner>,
     session_id: String,
     cancel: tokio_util::sync::CancellationToken,

@@ -723,6 +723,20 @@ async fn a_run_paused_on_ask_user_exits_2_and_answer_completes_it_in_both_modes(
         out.contains("answer with: taskforce --grpc answer "),
         "{out}"
     );
+    // A question nobody will answer is cancelled, over either transport.
+    let waiting = session_of(out);
+    let cancelled = cli(&stack, &["--grpc", "cancel", &waiting]).await;
+    assert!(
+        cancelled
+            .expect_code(0)
+            .contains(&format!("session {waiting}: cancelled")),
+        "{}",
+        cancelled.stdout
+    );
+    let again = cli(&stack, &["--json", "cancel", &waiting]).await.json();
+    assert_eq!(again, json!({"cancelled": false}));
+    let ended = rest(&stack, &format!("/api/v1/sessions/{waiting}")).await;
+    assert_eq!(ended["status"], "cancelled", "{ended}");
 
     // Connection flags given on the command line are in the hint, so it can be pasted as it
     // is; the token (a secret) is not.

@@ -283,6 +283,43 @@ async fn answers_that_do_not_fit_the_session_are_refused_over_rest_with_clear_er
     assert_eq!(again.status, 409, "{}", again.text);
     assert_eq!(again.body["error"], "session_conflict", "{}", again.text);
     assert!(again.text.contains("no question waiting"), "{}", again.text);
+
+    // Answers by key must use the question's key.
+    let r = post(
+        stack.url("/api/v1/execute"),
+        json!({"mission": "Total invoice 10", "agent_id": AGENT}),
+    )
+    .await;
+    assert_eq!(r.body["status"], "paused", "{}", r.text);
+    let orphan = r.body["session_id"].as_str().expect("session").to_owned();
+    let answer_url = stack.url(&format!("/api/v1/sessions/{orphan}/answer"));
+    let stray = post(answer_url.clone(), json!({"answers": {"nope": "EUR"}})).await;
+    stray.assert_error(400, "invalid_argument");
+    assert!(stray.text.contains("`asker.answer`"), "{}", stray.text);
+    // Its agent deleted, a paused session cannot go on: the answer says so, a cancel ends it.
+    let deleted = send(
+        stack
+            .http()
+            .delete(stack.url(&format!("/api/v1/agents/{AGENT}"))),
+    )
+    .await;
+    assert_eq!(deleted.status, 204, "{}", deleted.text);
+    let gone = post(answer_url, json!({"answer": "EUR"})).await;
+    assert_eq!(gone.status, 409, "{}", gone.text);
+    assert!(gone.text.contains("cancel it"), "{}", gone.text);
+    let cancel_url = stack.url(&format!("/api/v1/sessions/{orphan}/cancel"));
+    let cancelled = post(cancel_url.clone(), json!(null)).await;
+    assert_eq!(
+        cancelled.body,
+        json!({"cancelled": true}),
+        "{}",
+        cancelled.text
+    );
+    let ended = get_session(&stack, &orphan).await;
+    assert_eq!(ended.status(), v1::RunStatus::Cancelled);
+    assert!(ended.pending_question.is_none(), "{ended:?}");
+    let twice = post(cancel_url, json!(null)).await;
+    assert_eq!(twice.body, json!({"cancelled": false}), "{}", twice.text);
 }
 
 #[tokio::test]

@@ -269,12 +269,27 @@ pub fn session(out: &mut impl Write, s: &Value) -> std::io::Result<()> {
             writeln!(out, "{:<10}{value}", format!("{key}:"))?;
         }
     }
+    if let Some(e) = s["error"].as_object() {
+        writeln!(
+            out,
+            "{:<10}{}: {}",
+            "error:",
+            text(&e["code"]),
+            text(&e["message"])
+        )?;
+    }
     if let Some(q) = s["question"].as_object() {
         writeln!(out, "question ({}):", text(&q["call_id"]))?;
-        for line in text(&q["question"]).lines() {
+        let items = q["items"].as_array().filter(|i| !i.is_empty());
+        // With items, the question's text lists them too: its first line, then the items.
+        let question = text(&q["question"]);
+        let lines = question
+            .lines()
+            .take(if items.is_some() { 1 } else { usize::MAX });
+        for line in lines {
             writeln!(out, "  {line}")?;
         }
-        for item in q["items"].as_array().into_iter().flatten() {
+        for item in items.into_iter().flatten() {
             writeln!(
                 out,
                 "  - {}: {} (default: {})",
@@ -377,6 +392,33 @@ mod tests {
         assert!(text.contains("status:   paused\n"), "{text}");
         assert!(
             text.ends_with("question (c1):\n  Which currency?\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn sub_agents_questions_are_listed_once_and_an_ended_run_says_why() {
+        let s = json!({"session_id": "s", "agent_id": "boss", "status": "paused",
+            "mission": "Ship", "messages": 3, "events": 5,
+            "question": {"call_id": "n1", "question": "A sub-agent needs an answer:\n- w.v (w): Version?",
+                "items": [{"key": "w.v", "text": "Version?", "default": "1.0"}]},
+            "plan": {"version": 1, "tasks": [], "markdown": ""}});
+        let text = render(|b| session(b, &s));
+        assert!(
+            text.ends_with(
+                "question (n1):\n  A sub-agent needs an answer:\n  - w.v: Version? (default: \"1.0\")\n"
+            ),
+            "{text}"
+        );
+        let s = json!({"session_id": "s", "agent_id": "a", "status": "failed",
+            "mission": "m", "messages": 3, "events": 5,
+            "error": {"code": "TIME_BUDGET_EXCEEDED", "message": "the run did not finish within its 5s budget"},
+            "plan": {"version": 1, "tasks": [], "markdown": ""}});
+        let text = render(|b| session(b, &s));
+        assert!(
+            text.contains(
+                "error:    TIME_BUDGET_EXCEEDED: the run did not finish within its 5s budget\n"
+            ),
             "{text}"
         );
     }

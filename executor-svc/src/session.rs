@@ -238,6 +238,29 @@ pub struct Session {
     /// Plan, facts and waiting sub-agents (multi-agent orchestration).
     #[serde(default, skip_serializing_if = "Orchestration::is_empty")]
     pub orchestration: Orchestration,
+    /// Why the latest run failed or was cancelled (`None` otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<RunError>,
+}
+
+/// How a run that did not complete ended: the `error` event's code and message (or why it was
+/// cancelled), kept so that a client that was not listening can read it later.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunError {
+    /// Upper snake case (`TIME_BUDGET_EXCEEDED`, `CANCELLED`, ...).
+    pub code: String,
+    /// What happened.
+    pub message: String,
+}
+
+impl RunError {
+    /// A run error of `code` saying `message`.
+    pub fn new(code: &str, message: impl Into<String>) -> Option<Self> {
+        Some(Self {
+            code: code.to_owned(),
+            message: message.into(),
+        })
+    }
 }
 
 impl Session {
@@ -260,6 +283,7 @@ impl Session {
             next_seq: 0,
             seq_reserved: 0,
             orchestration: Orchestration::default(),
+            error: None,
         }
     }
 
@@ -287,6 +311,10 @@ impl Session {
             } else {
                 Value::Object(self.orchestration.facts.clone()).to_string()
             },
+            error: self.error.as_ref().map(|e| v1::Error {
+                code: e.code.clone(),
+                message: e.message.clone(),
+            }),
         }
     }
 }
@@ -449,6 +477,11 @@ impl SessionStore {
             };
             if session.status == Status::Running {
                 session.status = Status::Failed;
+                session.error = RunError::new(
+                    "INTERRUPTED",
+                    "the executor stopped during the run (a crash or a kill); continue the \
+                     session to go on",
+                );
                 session.updated_at = now();
                 // Events after the last save were sent too: continue past all of them.
                 session.next_seq = session

@@ -233,6 +233,10 @@ pub struct SessionJson {
     pub events: u64,
     /// Its todo plan.
     pub plan: PlanJson,
+    /// Why the latest run failed or was cancelled (`INTERRUPTED`: the executor stopped during
+    /// it); absent when it completed, paused or runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<RunErrorJson>,
 }
 
 /// The REST error for an executor status: like the registry's, but naming the executor.
@@ -491,6 +495,10 @@ pub fn session_json(s: v1::Session) -> SessionJson {
         messages: s.messages.len(),
         events: s.next_seq,
         plan: plan_json(&s.plan.unwrap_or_default()),
+        error: s.error.map(|e| RunErrorJson {
+            code: e.code,
+            message: e.message,
+        }),
         session_id: s.session_id,
         agent_id: s.agent_id,
         mission: s.mission,

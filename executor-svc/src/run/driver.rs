@@ -22,7 +22,7 @@ use super::{
 use crate::{
     agent::AgentDef,
     llm::{ResolvedModel, ToolDefinition},
-    session::{Session, Status, question_items},
+    session::{RunError, Session, Status, question_items},
     tools::{Tool, orchestration},
 };
 
@@ -198,6 +198,7 @@ impl Run {
     async fn finish(mut self, end: LoopEnd, counts: Counts, started: Instant) {
         let runner = Arc::clone(&self.runner);
         let session = &mut self.session;
+        session.error = None;
         let (status, closing) = match end {
             LoopEnd::Completed(text) => {
                 session.final_answer.clone_from(&text);
@@ -221,6 +222,7 @@ impl Run {
                     &tracing::Span::current(),
                     &format!("{code}: {message}"),
                 );
+                session.error = RunError::new(code, message.clone());
                 let event = Event::Error(v1::Error {
                     code: code.to_owned(),
                     message,
@@ -231,14 +233,16 @@ impl Run {
                 agent_loop::close_open_calls(&mut session.messages, "the run was cancelled");
                 // Nobody asked for this cancellation: say why, so it does not read as the
                 // user's.
-                let stopping = runner.shutdown.is_cancelled().then(|| {
-                    events::warning(
-                        "EXECUTOR_STOPPING",
-                        "the executor is shutting down; the run was stopped (continue the \
-                         session once it is back)"
-                            .to_owned(),
-                    )
-                });
+                let stopping = runner.shutdown.is_cancelled().then_some(
+                    "the executor is shutting down; the run was stopped (continue the session \
+                     once it is back)",
+                );
+                session.error = match stopping {
+                    Some(why) => RunError::new("EXECUTOR_STOPPING", why),
+                    None => RunError::new("CANCELLED", "the run was cancelled"),
+                };
+                let stopping =
+                    stopping.map(|why| events::warning("EXECUTOR_STOPPING", why.to_owned()));
                 (Status::Cancelled, stopping)
             }
         };

@@ -291,6 +291,8 @@ impl Runner {
         }
         session.status = crate::session::Status::Cancelled;
         session.pending = None;
+        session.error =
+            crate::session::RunError::new("CANCELLED", "cancelled while waiting for an answer");
         self.store.save(&mut session, true).await?;
         drop(claim);
         tracing::info!(session_id, "paused session cancelled");

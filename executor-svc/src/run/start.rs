@@ -318,6 +318,7 @@ impl Runner {
                 ))
             })?;
         session.status = Status::Running;
+        session.error = None;
         session.pending = None;
         let reserved = session.next_seq + events::SEQ_BLOCK;
         // The session and its first block of event numbers: one write, one flush.

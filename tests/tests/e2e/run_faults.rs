@@ -84,6 +84,10 @@ async fn llm_500s_are_retried_then_fail_the_run_with_an_error_event_and_the_exec
     let stored = get_session(&stack, failed).await;
     assert_eq!(stored.status(), v1::RunStatus::Failed, "{stored:?}");
     assert_eq!(stored.mission, "Total invoice 42");
+    // The session says why, for a client that was not listening.
+    let why = stored.error.as_ref().expect("the run's error is kept");
+    assert_eq!(why.code, "LLM_ERROR");
+    assert_eq!(why.message, message);
     fake_llm::assert_not_logged(&stack, OPENAI_KEY);
     // The failed call is counted once (its retries inside it), the good one is timed.
     let metrics = stack

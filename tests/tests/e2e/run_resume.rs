@@ -318,6 +318,18 @@ async fn answers_that_do_not_fit_the_session_are_refused_over_rest_with_clear_er
     let ended = get_session(&stack, &orphan).await;
     assert_eq!(ended.status(), v1::RunStatus::Cancelled);
     assert!(ended.pending_question.is_none(), "{ended:?}");
+    assert_eq!(
+        ended.error.as_ref().map(|e| e.code.as_str()),
+        Some("CANCELLED"),
+        "{ended:?}"
+    );
+    let shown = send(
+        stack
+            .http()
+            .get(stack.url(&format!("/api/v1/sessions/{orphan}"))),
+    )
+    .await;
+    assert_eq!(shown.body["error"]["code"], "CANCELLED", "{}", shown.text);
     let twice = post(cancel_url, json!(null)).await;
     assert_eq!(twice.body, json!({"cancelled": false}), "{}", twice.text);
 }

@@ -158,6 +158,11 @@ async fn sigkill_mid_run_leaves_a_session_the_next_start_marks_failed() {
     let stored = get_session(&stack, &session).await;
     assert_eq!(stored.status(), v1::RunStatus::Failed, "{stored:?}");
     assert_eq!(stored.mission, "Run the long job");
+    assert_eq!(
+        stored.error.as_ref().map(|e| e.code.as_str()),
+        Some("INTERRUPTED"),
+        "{stored:?}"
+    );
 
     // The session continues with a new mission.
     let events = grpc_events(

@@ -158,23 +158,61 @@ pub struct ChatBody {
 
 /// The confirmation ids a prompt grants in words: `confirm c-<12 hex>` (any case, any place).
 fn confirmations_in(prompt: &str) -> Vec<String> {
-    let words: Vec<String> = prompt
-        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
-        .map(str::to_ascii_lowercase)
-        .collect();
+    let words = id_words(prompt);
     words
         .windows(2)
         .filter(|w| w[0].starts_with("confirm"))
         .map(|w| w[1].clone())
-        .filter(|id| {
-            id.len() == 14 && id.starts_with("c-") && id[2..].bytes().all(|b| b.is_ascii_hexdigit())
-        })
+        .filter(|id| is_confirmation_id(id))
         .collect()
+}
+
+/// `text`'s words of letters, digits and `-`, lower-cased.
+fn id_words(text: &str) -> Vec<String> {
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .map(str::to_ascii_lowercase)
+        .collect()
+}
+
+/// `c-` and 12 hex digits.
+fn is_confirmation_id(id: &str) -> bool {
+    id.len() == 14 && id.starts_with("c-") && id[2..].bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// A failed tool call as the UI shows it: one line, shortened, but never without the
+/// confirmation id a `safeWrite` refusal carries (the user needs it to confirm).
+fn tool_failure(tool: &str, message: &str) -> String {
+    let mut line = format!("⚠️ {tool} failed: {}", short(message, 300));
+    for id in id_words(message).iter().filter(|w| is_confirmation_id(w)) {
+        if !line.contains(id.as_str()) {
+            line.push_str(&format!(" (confirmation id {id})"));
+        }
+    }
+    line
 }
 
 /// The seed's dialect: only the top agent's tokens and tool events, as the UI expects them.
 #[derive(Debug, Default)]
-pub struct Chat;
+pub struct Chat {
+    /// The answer so far has text: a question or an error after it starts a new paragraph
+    /// instead of running on from the model's last word.
+    spoke: bool,
+    /// The stream said why the run stops (an error, the executor stopping).
+    explained: bool,
+}
+
+impl Chat {
+    /// `text` as its own paragraph of the answer.
+    fn paragraph(&mut self, text: &str) -> Event {
+        let framed = if self.spoke {
+            text_frame(&format!("\n\n{text}"))
+        } else {
+            text_frame(text)
+        };
+        self.spoke = true;
+        framed
+    }
+}
 
 /// A tool event as compact JSON with the keys in the seed's order (`text`, `event`, `tool`).
 fn tool_frame(text: &str, event: &str, tool: &str) -> Event {
@@ -213,7 +251,10 @@ impl Dialect for Chat {
             return Vec::new();
         }
         match &ev.event {
-            Some(Ev::Token(t)) if !t.text.is_empty() => vec![text_frame(&t.text)],
+            Some(Ev::Token(t)) if !t.text.is_empty() => {
+                self.spoke = true;
+                vec![text_frame(&t.text)]
+            }
             Some(Ev::ToolStart(t)) => {
                 let args: Value = serde_json::from_str(&t.arguments_json).unwrap_or(Value::Null);
                 let what = ["command", "cmd", "query", "url", "path"]
@@ -230,25 +271,42 @@ impl Dialect for Chat {
                 )]
             }
             Some(Ev::ToolEnd(t)) if t.is_error => vec![tool_frame(
-                &format!("⚠️ {} failed: {}", t.tool, short(&t.output, 200)),
+                &tool_failure(&t.tool, &t.output),
                 "tool_error",
                 &t.tool,
             )],
             Some(Ev::ToolEnd(t)) => vec![tool_frame("✅ done", "tool_end", &t.tool)],
             Some(Ev::ToolError(t)) => vec![tool_frame(
-                &format!("⚠️ {} failed: {}", t.tool, short(&t.message, 200)),
+                &tool_failure(&t.tool, &t.message),
                 "tool_error",
                 &t.tool,
             )],
-            Some(Ev::Question(q)) => vec![text_frame(&q.question)],
-            Some(Ev::Error(e)) => vec![text_frame(&format!("⚠️ {}", e.message))],
+            Some(Ev::Question(q)) => vec![self.paragraph(&q.question)],
+            Some(Ev::Error(e)) => {
+                self.explained = true;
+                vec![self.paragraph(&format!("⚠️ {}", e.message))]
+            }
+            // The executor stopping stops the run: without a word the answer would look whole.
+            Some(Ev::Warning(w)) if w.code == "EXECUTOR_STOPPING" => {
+                self.explained = true;
+                vec![self.paragraph(&format!("⚠️ {}", w.message))]
+            }
+            Some(Ev::Done(d))
+                if d.status() == v1::RunStatus::Cancelled
+                    && !std::mem::replace(&mut self.explained, true) =>
+            {
+                vec![self.paragraph("⚠️ the run was cancelled"), end_frame()]
+            }
             Some(Ev::Done(_)) => vec![end_frame()],
             _ => Vec::new(),
         }
     }
 
     fn broken(&mut self, error: RestError) -> Vec<Event> {
-        vec![text_frame(&format!("⚠️ {}", error.0.message)), end_frame()]
+        vec![
+            self.paragraph(&format!("⚠️ {}", error.0.message)),
+            end_frame(),
+        ]
     }
 
     fn keep_alive(&self) -> bool {
@@ -268,7 +326,7 @@ fn awaits_answer(status: &tonic::Status) -> bool {
 /// How a chat run began.
 enum Opening {
     /// Its first frames, and the rest of its stream.
-    Answering(Vec<Event>, Box<Streaming<v1::RunEvent>>),
+    Answering(Vec<Event>, Box<Streaming<v1::RunEvent>>, Chat),
     /// It failed before sending anything the user would see.
     FailedEarly(String),
     /// The gateway is stopping and the run had still shown nothing.
@@ -281,7 +339,7 @@ async fn opening(
     thread: &str,
     stop: &tokio_util::sync::CancellationToken,
 ) -> Opening {
-    let mut chat = Chat;
+    let mut chat = Chat::default();
     let mut stopped = crate::sse::stopping(stop);
     loop {
         let next = tokio::select! {
@@ -306,7 +364,7 @@ async fn opening(
                 }
                 let first = chat.frames(&ev);
                 if !first.is_empty() {
-                    return Opening::Answering(first, Box::new(events));
+                    return Opening::Answering(first, Box::new(events), chat);
                 }
             }
             Some(Err(status)) => return Opening::FailedEarly(status.message().to_owned()),
@@ -423,10 +481,12 @@ async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
         other => other,
     };
     let response = match started {
-        Ok(events) if plain => respond(events.into_inner(), Chat, state.shutdown.clone()),
+        Ok(events) if plain => {
+            respond(events.into_inner(), Chat::default(), state.shutdown.clone())
+        }
         Ok(events) => match opening(events.into_inner(), &thread, &state.shutdown).await {
-            Opening::Answering(first, rest) => {
-                let rest = frames(*rest, Chat, state.shutdown.clone());
+            Opening::Answering(first, rest, chat) => {
+                let rest = frames(*rest, chat, state.shutdown.clone());
                 sse_response(stream::iter(first).chain(rest), false)
             }
             Opening::Stopped => failure(STOPPING),
@@ -434,7 +494,9 @@ async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
             Opening::FailedEarly(reason) => {
                 warn!(thread_id = %thread, reason = %reason, "the chat agent failed before answering; falling back to the plain LLM");
                 match executor.execute(request(&thread, true)).await {
-                    Ok(events) => respond(events.into_inner(), Chat, state.shutdown.clone()),
+                    Ok(events) => {
+                        respond(events.into_inner(), Chat::default(), state.shutdown.clone())
+                    }
                     Err(status) => failure(&owner.error(status).0.message),
                 }
             }
@@ -499,6 +561,88 @@ mod tests {
             .await
             .unwrap_or_default();
         assert_eq!(&wire[..], b"data: line one\ndata: line two\rdata: \n\n");
+    }
+
+    /// The wire bytes of `events` through the chat dialect.
+    async fn wire(events: Vec<Ev>) -> String {
+        let mut chat = Chat::default();
+        let frames: Vec<Event> = events
+            .into_iter()
+            .flat_map(|event| {
+                chat.frames(&v1::RunEvent {
+                    event: Some(event),
+                    ..Default::default()
+                })
+            })
+            .collect();
+        let body = crate::sse::sse_response(futures::stream::iter(frames), false).into_body();
+        let bytes = axum::body::to_bytes(body, usize::MAX)
+            .await
+            .unwrap_or_default();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    fn done(status: v1::RunStatus) -> Ev {
+        Ev::Done(v1::Done {
+            status: status.into(),
+            usage: None,
+        })
+    }
+
+    #[tokio::test]
+    async fn a_stopped_run_says_so_once_and_a_question_starts_its_own_paragraph() {
+        let token = Ev::Token(v1::Token {
+            text: "Working.".into(),
+        });
+        let question = Ev::Question(v1::Question {
+            call_id: "q".into(),
+            question: "Which site?".into(),
+            items: Vec::new(),
+        });
+        assert_eq!(
+            wire(vec![token.clone(), question, done(v1::RunStatus::Paused)]).await,
+            "data: Working.\n\ndata: \ndata: \ndata: Which site?\n\nevent: end\ndata: [DONE]\n\n"
+        );
+        let stopping = Ev::Warning(v1::Warning {
+            code: "EXECUTOR_STOPPING".into(),
+            message: "the executor is shutting down".into(),
+        });
+        let text = wire(vec![
+            token.clone(),
+            stopping,
+            done(v1::RunStatus::Cancelled),
+        ])
+        .await;
+        assert_eq!(text.matches("⚠️").count(), 1, "{text}");
+        assert!(
+            text.contains("data: ⚠️ the executor is shutting down\n\n"),
+            "{text}"
+        );
+        let text = wire(vec![token, done(v1::RunStatus::Cancelled)]).await;
+        assert!(
+            text.contains("data: ⚠️ the run was cancelled\n\n"),
+            "{text}"
+        );
+        let text = wire(vec![done(v1::RunStatus::Completed)]).await;
+        assert_eq!(text, "event: end\ndata: [DONE]\n\n");
+    }
+
+    #[test]
+    fn a_refused_write_keeps_its_confirmation_id_however_long_the_message() {
+        let message = format!(
+            "confirmation_required: `m365_run_command m365 spo list add --title Tasks` {} \
+             confirmation id c-0123456789ab",
+            "changes something; ".repeat(30)
+        );
+        let shown = tool_failure("m365_run_command", &message);
+        assert!(
+            shown.ends_with("… (confirmation id c-0123456789ab)"),
+            "{shown}"
+        );
+        assert_eq!(
+            tool_failure("git", "short c-0123456789ab"),
+            "⚠️ git failed: short c-0123456789ab"
+        );
     }
 
     #[test]

@@ -95,7 +95,13 @@ impl Runner {
                     )));
                 }
                 grant(&mut session, mode, &confirmations)?;
-                session.messages.push(Message::user(mission.clone()));
+                // A retry of a run that failed before the model answered (the chat's fallback
+                // to the plain LLM, a client trying again) asks the same once, not twice.
+                let retry = session.status == Status::Failed
+                    && matches!(session.messages.last(), Some(Message::User { content }) if *content == mission);
+                if !retry {
+                    session.messages.push(Message::user(mission.clone()));
+                }
                 forget_oldest(&mut session.messages, self.budgets.memory_messages);
                 session.mission = mission;
                 // The previous turn's answer is not this mission's (until this run gives one).

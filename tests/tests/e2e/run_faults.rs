@@ -108,6 +108,21 @@ async fn llm_500s_are_retried_then_fail_the_run_with_an_error_event_and_the_exec
         "{}",
         scraped.text
     );
+
+    // Trying the failed mission again (as the chat's fallback does) asks it once, not twice.
+    let again = execute(
+        &stack,
+        &json!({"mission": "Total invoice 42", "agent_id": "invoice-extractor", "session_id": failed}),
+    )
+    .await;
+    assert_eq!(again.body["status"], "completed", "{}", again.text);
+    let stored = get_session(&stack, failed).await;
+    let roles: Vec<&str> = stored.messages.iter().map(|m| m.role.as_str()).collect();
+    assert_eq!(roles, ["system", "user", "assistant"], "{stored:?}");
+    assert!(
+        stored.error.is_none(),
+        "a completed run clears the error: {stored:?}"
+    );
 }
 
 #[tokio::test]

@@ -108,6 +108,28 @@ impl Error {
         }
     }
 
+    /// The error that broke a run's gRPC stream: a break no service made (the connection to
+    /// the executor was lost mid-run) is `unavailable`, as the gateway reports it over REST.
+    pub fn from_stream_status(status: &tonic::Status) -> Self {
+        let broken = matches!(
+            status.code(),
+            tonic::Code::Unknown | tonic::Code::Internal | tonic::Code::Unavailable
+        ) && !taskforce_proto::error::from_taskforce(status);
+        if broken {
+            return Self::Api {
+                status: None,
+                body: json!({
+                    "error": "unavailable",
+                    "message": format!(
+                        "the connection to the executor was lost; try again later ({})",
+                        status.message()
+                    ),
+                }),
+            };
+        }
+        Self::from_status(status)
+    }
+
     /// A request body that could not be encoded.
     pub fn from_json(e: serde_json::Error) -> Self {
         Self::Input(format!("cannot encode the request: {e}"))

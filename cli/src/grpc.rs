@@ -259,7 +259,9 @@ impl Grpc {
                             None => continue,
                         },
                         Ok(None) => return None,
-                        Err(status) => return Some((Err(Error::from_status(&status)), None)),
+                        Err(status) => {
+                            return Some((Err(Error::from_stream_status(&status)), None));
+                        }
                     }
                 }
             }

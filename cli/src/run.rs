@@ -5,7 +5,7 @@
 use std::io::Write;
 
 use futures::StreamExt;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::{
     backend::EventStream,
@@ -47,6 +47,7 @@ pub async fn follow(
     answer_hint: &str,
 ) -> Result<Outcome> {
     let mut printer = Printer::default();
+    let mut last_error: Option<Value> = None;
     while let Some(event) = events.next().await {
         let event = match event {
             Ok(event) => event,
@@ -71,6 +72,9 @@ pub async fn follow(
         if event["type"] == "question" && is_top(&event) {
             printer.question = Some(event.clone());
         }
+        // The gateway ends a stream it lost the executor of with an `error` event and no
+        // `done`: that error, not a broken stream, is what ended the run.
+        last_error = (event["type"] == "error" && is_top(&event)).then(|| event.clone());
         if ends_run(&event) {
             let outcome = Outcome {
                 session_id: printer.session_id.clone(),
@@ -85,14 +89,20 @@ pub async fn follow(
     if !json {
         printer.end_line(out)?;
     }
-    let message = "the event stream ended before the run did".to_owned();
-    Err(with_session(
-        Error::Protocol {
-            service: "run stream",
-            message,
+    let error = match last_error {
+        Some(e) => Error::Api {
+            status: None,
+            body: json!({
+                "error": text(&e["code"]).to_ascii_lowercase(),
+                "message": text(&e["message"]),
+            }),
         },
-        &printer.session_id,
-    ))
+        None => Error::Protocol {
+            service: "run stream",
+            message: "the event stream ended before the run did".to_owned(),
+        },
+    };
+    Err(with_session(error, &printer.session_id))
 }
 
 /// Adds where to look next to an error that broke a run's stream.
@@ -360,6 +370,48 @@ mod tests {
             out,
             "Let me look.\n→ file_read {\"path\":\"n.txt\"}\n← file_read (3 ms): hello …\n\
              It says hello.\n\nsession s-1: completed (2 steps, 1 tool call)\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_stream_the_gateway_ended_with_an_error_is_that_error_not_a_broken_stream() {
+        let (r, _) = human(
+            vec![
+                ev("run_started", json!({"agent_id": "a"})),
+                ev(
+                    "error",
+                    json!({"code": "UNAVAILABLE", "message": "the connection to the executor was lost; try again later"}),
+                ),
+            ],
+            true,
+        )
+        .await;
+        let body = r.err().map(|e| e.to_json()).unwrap_or_default();
+        assert_eq!(body["error"], "unavailable", "{body}");
+        assert_eq!(body["session_id"], "s-1", "{body}");
+        let (r, _) = human(vec![ev("run_started", json!({"agent_id": "a"}))], true).await;
+        let body = r.err().map(|e| e.to_json()).unwrap_or_default();
+        assert_eq!(
+            body["error"], "internal",
+            "a stream that just stops: {body}"
+        );
+    }
+
+    #[test]
+    fn a_grpc_stream_that_breaks_under_a_run_is_unavailable() {
+        let broken = tonic::Status::internal("h2 protocol error: error reading a body");
+        assert_eq!(
+            Error::from_stream_status(&broken).to_json()["error"],
+            "unavailable"
+        );
+        let refused = taskforce_proto::error::ApiError::new(
+            taskforce_proto::error::ErrorKind::Internal,
+            "a bug",
+        )
+        .to_status();
+        assert_eq!(
+            Error::from_stream_status(&refused).to_json()["error"],
+            "internal"
         );
     }
 

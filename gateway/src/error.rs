@@ -104,7 +104,7 @@ impl RestError {
             }
             // The service answered, and says what it lacks (the executor without its
             // registry): its message names the cause, and the service is not to blame.
-            ErrorKind::Unavailable if from_taskforce(&status) => {
+            ErrorKind::Unavailable if taskforce_proto::error::from_taskforce(&status) => {
                 warn!(code = ?status.code(), error = %cause(&status), "the {service} lacks a service it needs");
                 Self::new(ErrorKind::Unavailable, status.message())
             }
@@ -125,7 +125,8 @@ impl RestError {
             // No service said this: the connection broke under the call (the service died
             // mid-stream, a reset). The service is what is missing, not a bug.
             ErrorKind::Internal
-                if status.code() == tonic::Code::Unknown && !from_taskforce(&status) =>
+                if status.code() == tonic::Code::Unknown
+                    && !taskforce_proto::error::from_taskforce(&status) =>
             {
                 warn!(code = ?status.code(), error = %cause(&status), "lost the connection to the {service}");
                 Self::new(
@@ -155,16 +156,6 @@ impl RestError {
             | ErrorKind::MethodNotAllowed => Self(api),
         }
     }
-}
-
-/// Whether a Taskforce service made `status` (its `ErrorInfo` is of the Taskforce domain), as
-/// opposed to the transport failing to reach one.
-pub(crate) fn from_taskforce(status: &tonic::Status) -> bool {
-    use tonic_types::StatusExt;
-    status
-        .get_error_details()
-        .error_info()
-        .is_some_and(|info| info.domain == taskforce_proto::error::DOMAIN)
 }
 
 /// The status message followed by its source chain (`tcp connect error: Connection refused`).

@@ -58,7 +58,7 @@ impl Replica {
 /// there, and another executor may take it), not because the executor answered that it cannot
 /// run it (its registry down: every executor would answer the same).
 pub fn unreachable(status: &tonic::Status) -> bool {
-    status.code() == tonic::Code::Unavailable && !crate::error::from_taskforce(status)
+    status.code() == tonic::Code::Unavailable && !taskforce_proto::error::from_taskforce(status)
 }
 
 /// The configured executors; cloning clones reference counts.

@@ -12,6 +12,15 @@ use tonic_types::{ErrorDetails, StatusExt};
 /// `ErrorInfo.domain` of Taskforce errors.
 pub const DOMAIN: &str = "taskforce.dev";
 
+/// Whether a Taskforce service made `status` (its `ErrorInfo` is of the Taskforce domain), as
+/// opposed to the transport failing to reach one or breaking under a call.
+pub fn from_taskforce(status: &Status) -> bool {
+    status
+        .get_error_details()
+        .error_info()
+        .is_some_and(|info| info.domain == DOMAIN)
+}
+
 /// Every kind of error a client can see.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {

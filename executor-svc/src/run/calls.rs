@@ -181,8 +181,20 @@ async fn run_one(
                 default,
             },
         ),
-        // Its `delegation_end` event told the stream; the model reads the request for input.
-        Ok(ToolOutcome::NeedInput { content, asks }) => (content, false, Kind::NeedInput(asks)),
+        // Its `delegation_end` event told the stream the details; the call itself ends here
+        // (its resume is a new call), and the model reads the request for input.
+        Ok(ToolOutcome::NeedInput { content, asks }) => {
+            ctx.sink
+                .emit(Event::ToolEnd(v1::ToolEnd {
+                    call_id: call_id.to_owned(),
+                    tool: name.to_owned(),
+                    output: content.clone(),
+                    is_error: false,
+                    duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
+                }))
+                .await;
+            (content, false, Kind::NeedInput(asks))
+        }
         Err(message) => {
             let message = redacted(ctx, message);
             ctx.sink
@@ -194,6 +206,10 @@ async fn run_one(
     let subagent = subagent_of(ctx, tools, requested);
     let patch_ops = patch_ops_of(requested, subagent.is_some(), &content);
     let tool = tools.get(name);
+    let input = match requested {
+        Requested::Call(c) => audit_input(&c.arguments).unwrap_or(input),
+        Requested::Malformed { .. } => input,
+    };
     audit::log(audit::Record {
         agent_id: &ctx.agent.agent_id,
         session_id: &ctx.session_id,
@@ -397,6 +413,28 @@ async fn call_tool(
 }
 
 /// `text` with the secrets the redactor recognises masked.
+/// The input of a call that resumes a sub-agent as the audit line shows it: the user's answers
+/// by key only (an answer to an own question is logged as a hash of the output, never in clear)
+/// and no live resume token. `None` for every other call (logged as the model wrote it).
+fn audit_input(arguments: &Value) -> Option<String> {
+    let Value::Object(args) = arguments else {
+        return None;
+    };
+    if !args.contains_key("resume_token") && !args.contains_key("answers") {
+        return None;
+    }
+    let mut shown = args.clone();
+    if let Some(token) = shown.get_mut("resume_token") {
+        *token = Value::String("[resume token]".into());
+    }
+    if let Some(Value::Object(answers)) = shown.get_mut("answers") {
+        for answer in answers.values_mut() {
+            *answer = Value::String("[answer]".into());
+        }
+    }
+    Some(Value::Object(shown).to_string())
+}
+
 fn redacted(ctx: &RunCtx, text: String) -> String {
     match ctx.runner.budgets.redactor.redact(&text) {
         std::borrow::Cow::Borrowed(_) => text,

@@ -989,10 +989,19 @@ async fn one_sub_agent_asked_twice_in_a_round_gets_two_keys_and_two_answers() {
     .await;
     assert_eq!(typo.status, 400, "{}", typo.text);
     assert!(typo.text.contains("asker-one.colur.2"), "{}", typo.text);
+    // Every call that started ended, also the delegations that came back with a question.
+    let top = |name: &str| {
+        named(&first, name)
+            .iter()
+            .filter(|e| e["frame_id"].as_str().is_none_or(str::is_empty))
+            .count()
+    };
+    assert_eq!(top("tool_start"), 2, "{:?}", event_names(&first));
+    assert_eq!(top("tool_end"), 2, "{:?}", event_names(&first));
     let mut sse = SseReader::open(
         &stack,
         &path,
-        &json!({"answer": "asker-one.colour: red\nasker-one.colour.2: blue"}),
+        &json!({"answer": "asker-one.colour: crimson-7f3a\nasker-one.colour.2: blue"}),
     )
     .await;
     let second = sse.rest(RUN_TIMEOUT).await;
@@ -1025,8 +1034,15 @@ async fn one_sub_agent_asked_twice_in_a_round_gets_two_keys_and_two_answers() {
         .map(|(task, answer)| (title(task), answer.clone()))
         .collect();
     assert!(
-        by_title.contains(&("first".into(), "red".into()))
+        by_title.contains(&("first".into(), "crimson-7f3a".into()))
             && by_title.contains(&("second".into(), "blue".into())),
         "each delegation got its own answer: {by_title:?}"
+    );
+    // The resume calls the executor made are audited without the user's answers or tokens.
+    let log = std::fs::read_to_string(stack.executor_log()).expect("executor log");
+    assert!(!log.contains("crimson-7f3a"), "an answer in the log");
+    assert!(
+        log.contains("[resume token]"),
+        "the resume calls are audited"
     );
 }

@@ -237,6 +237,15 @@ impl Redactor {
         })
     }
 
+    /// The same patterns without GUIDs: for what a sub-agent hands its orchestrator, whose ids
+    /// (of the work it did) are data the orchestrator acts on, while secrets stay masked.
+    pub fn without_ids(&self) -> Self {
+        Self {
+            ids: false,
+            ..self.clone()
+        }
+    }
+
     /// `text` with every recognised secret replaced by its marker; borrowed when nothing was.
     pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
         if !self.enabled {
@@ -413,6 +422,22 @@ mod tests {
     /// Fake keys built at run time, so secret scanners do not flag this file.
     fn fake(prefix: &str, body: &str, len: usize) -> String {
         format!("{prefix}{}", &body.repeat(len.div_ceil(body.len()))[..len])
+    }
+
+    #[test]
+    fn a_masked_value_keeps_the_line_break_after_it_and_ids_can_stay() {
+        let key = fake("ghp_", "aB3", 36);
+        let text = format!("- [x] t1 · notes: token={key}\n- [ ] t2 · next");
+        assert_eq!(
+            redactor().redact(&text),
+            "- [x] t1 · notes: token=[redacted:secret]\n- [ ] t2 · next"
+        );
+        let id = "deploy 550e8400-e29b-41d4-a716-446655440000 done";
+        assert_eq!(redactor().redact(id), "deploy [redacted:id] done");
+        assert!(matches!(
+            redactor().without_ids().redact(id),
+            Cow::Borrowed(_)
+        ));
     }
 
     #[test]

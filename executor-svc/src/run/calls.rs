@@ -154,7 +154,7 @@ async fn run_one(
     let (content, is_error, kind) = match outcome {
         Ok(ToolOutcome::Output { content, is_error }) => {
             // Masked before anything sees it: the stream, the model's context, the audit hash.
-            let content = redacted(ctx, cap(content, ctx.limits.max_output_bytes));
+            let content = redacted(ctx, name, cap(content, ctx.limits.max_output_bytes));
             ctx.sink
                 .emit(Event::ToolEnd(v1::ToolEnd {
                     call_id: call_id.to_owned(),
@@ -196,7 +196,7 @@ async fn run_one(
             (content, false, Kind::NeedInput(asks))
         }
         Err(message) => {
-            let message = redacted(ctx, message);
+            let message = redacted(ctx, name, message);
             ctx.sink
                 .emit(events::tool_error(call_id, name, message.clone()))
                 .await;
@@ -412,7 +412,6 @@ async fn call_tool(
     }
 }
 
-/// `text` with the secrets the redactor recognises masked.
 /// The input of a call that resumes a sub-agent as the audit line shows it: the user's answers
 /// by key only (an answer to an own question is logged as a hash of the output, never in clear)
 /// and no live resume token. `None` for every other call (logged as the model wrote it).
@@ -435,8 +434,14 @@ fn audit_input(arguments: &Value) -> Option<String> {
     Some(Value::Object(shown).to_string())
 }
 
-fn redacted(ctx: &RunCtx, text: String) -> String {
-    match ctx.runner.budgets.redactor.redact(&text) {
+/// `text`, the output of `tool`, with the secrets the redactor recognises masked (a
+/// delegation's output keeps its ids: see [`crate::redact::Redactor::without_ids`]).
+fn redacted(ctx: &RunCtx, tool: &str, text: String) -> String {
+    let redactor = &ctx.runner.budgets.redactor;
+    if crate::tools::orchestration::is_delegation(tool) {
+        return redactor.without_ids().redact(&text).into_owned();
+    }
+    match redactor.redact(&text) {
         std::borrow::Cow::Borrowed(_) => text,
         std::borrow::Cow::Owned(masked) => masked,
     }

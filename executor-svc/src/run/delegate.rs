@@ -423,7 +423,10 @@ fn structured(text: &str) -> Map<String, Value> {
 
 /// A sub-agent answered: merge its patch and facts, complete its task, build the result.
 async fn completed(ctx: &RunCtx, call_id: &str, frame: &Frame, text: &str) -> ToolOutcome {
-    let mut out = structured(text);
+    // Masked before it is read: the result, facts and patch that reach the plan, the stream
+    // and the store are what the orchestrator's model sees.
+    let redactor = ctx.runner.budgets.redactor.without_ids();
+    let mut out = structured(&redactor.redact(text));
     let result = out.remove("result").unwrap_or(Value::Null);
     let patch = out.remove("patch").filter(|p| !p.is_null());
     let facts = match out.remove("new_facts") {

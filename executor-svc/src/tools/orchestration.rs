@@ -16,6 +16,11 @@ use crate::llm::ToolDefinition;
 /// Prefix of sub-agent tool names.
 pub const AGENT_TOOL_PREFIX: &str = "agent_";
 
+/// Whether `tool` delegates to a sub-agent (`delegate_to_agent`, `agent_<id>`).
+pub fn is_delegation(tool: &str) -> bool {
+    tool == "delegate_to_agent" || tool.starts_with(AGENT_TOOL_PREFIX)
+}
+
 /// The sub-agent `named` refers to among `subagents`: its id, `agent_<id>`, or the id with `_`
 /// for `-` (the seed writes `scaffold_webservice`).
 pub fn find_subagent<'a>(subagents: &'a [String], named: &str) -> Option<&'a String> {

@@ -80,7 +80,7 @@ turns:
 
 const BUILDER: &str = r#"
 turns:
-  - text: '{"result": {"artifact": "svc.tar"}, "patch": {"base_version": 2, "ops": [{"op": "add_subtask", "parent_id": "build", "task": {"id": "build.smoke", "title": "Smoke test"}}]}, "new_facts": {"lang": "rust"}, "suggested_next_action": "review"}'
+  - text: '{"result": {"artifact": "svc.tar", "deploy_id": "550e8400-e29b-41d4-a716-446655440000", "key": "sk-proj-Zx81kQ0pLm2vN7rT4yW9aB3cD6eF1gH5"}, "patch": {"base_version": 2, "ops": [{"op": "add_subtask", "parent_id": "build", "task": {"id": "build.smoke", "title": "Smoke test"}}]}, "new_facts": {"lang": "rust"}, "suggested_next_action": "review"}'
 "#;
 
 const REVIEWER: &str = r#"
@@ -230,6 +230,33 @@ async fn a_planner_delegates_merges_patches_and_refuses_what_it_must() {
     assert_eq!(task("build")["status"], "COMPLETED");
     assert_eq!(task("build")["owner_agent"], "builder");
     assert_eq!(task("build")["result"]["artifact"], "svc.tar");
+    // A sub-agent's result keeps its ids (the orchestrator acts on them) and loses its secrets,
+    // alike in the plan, the stream and what the orchestrator's model read.
+    let result = &task("build")["result"];
+    assert_eq!(result["deploy_id"], "550e8400-e29b-41d4-a716-446655440000");
+    assert_eq!(result["key"], "[redacted:api-key]", "{result}");
+    let read = named(&events, "tool_end")
+        .into_iter()
+        .find(|e| e["tool"] == "agent_builder")
+        .map(|e| e["output"].as_str().unwrap_or_default().to_owned())
+        .expect("the builder's result");
+    assert!(
+        read.contains("550e8400-e29b-41d4-a716-446655440000") && !read.contains("sk-proj-"),
+        "{read}"
+    );
+    for name in [
+        "delegation_end",
+        "plan_updated",
+        "patch_applied",
+        "tool_end",
+    ] {
+        assert!(
+            !named(&events, name)
+                .iter()
+                .any(|e| e.to_string().contains("sk-proj-")),
+            "a secret in {name}"
+        );
+    }
     assert_eq!(task("build.smoke")["parent_id"], "build");
     assert_eq!(task("build.smoke")["status"], "PENDING");
     assert_eq!(task("review")["status"], "COMPLETED");

@@ -56,6 +56,12 @@ impl Gateway {
 
     /// The URL of `segments` below the base (each segment percent-encoded).
     fn url(&self, segments: &[&str]) -> Result<Url> {
+        // A URL would read these as "this" and "the parent" path segment, not as an id.
+        if let Some(dots) = segments.iter().find(|s| matches!(**s, "." | "..")) {
+            return Err(Error::Input(format!(
+                "`{dots}` is not a valid id (letters, digits, `-` and `_`)"
+            )));
+        }
         let mut url = self.base.clone();
         url.path_segments_mut()
             .map_err(|()| Error::Input(format!("{} cannot be a base URL", self.base)))?

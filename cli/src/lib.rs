@@ -56,7 +56,14 @@ pub async fn main(cli: Cli) -> u8 {
     let result = tokio::select! {
         r = dispatch(cli) => r,
         _ = tokio::signal::ctrl_c() => {
-            eprintln!("\ninterrupted");
+            let message = "interrupted (Ctrl-C); a run in progress is cancelled with its stream";
+            if json {
+                // The error body's shape, as every other error with --json (the run's events
+                // on stdout carry its session_id).
+                eprintln!("{}", serde_json::json!({"error": "interrupted", "message": message}));
+            } else {
+                eprintln!("\n{message}");
+            }
             return EXIT_INTERRUPTED;
         }
     };
@@ -193,6 +200,20 @@ async fn run_mission(
 ) -> Result<u8> {
     if args.mission.trim().is_empty() {
         return Err(Error::Usage("the mission must not be empty".to_owned()));
+    }
+    // `--session` continues a session: a mistyped or expired id must not start an empty
+    // conversation that looks like a continued one (the API allows new ids; this flag does not).
+    if let Some(id) = &args.session {
+        backend.session(id).await.map_err(|e| match e {
+            Error::Api { status, mut body } if body["error"] == "not_found" => {
+                body["message"] = Value::String(format!(
+                    "session `{id}` does not exist, so there is nothing to continue; leave out \
+                     --session to start a new one"
+                ));
+                Error::Api { status, body }
+            }
+            other => other,
+        })?;
     }
     let body = ExecuteBody {
         mission: args.mission,

@@ -902,6 +902,52 @@ async fn bad_input_is_a_clear_error_on_stderr_with_a_nonzero_exit() {
         );
     }
 
+    // `--session` continues a session: an id that is none is an error, in both modes, and no
+    // session is made under it; `..` is no id either.
+    for mode in [&[][..], &["--grpc"][..]] {
+        let args: Vec<&str> = mode
+            .iter()
+            .copied()
+            .chain([
+                "run",
+                "--profile",
+                "dev",
+                "--session",
+                "no-such-session",
+                "Go on",
+            ])
+            .collect();
+        let out = cli(&stack, &args).await;
+        out.expect_code(1);
+        assert!(
+            out.stderr.contains("`no-such-session` does not exist"),
+            "{}",
+            out.stderr
+        );
+        let shown = cli(
+            &stack,
+            &mode
+                .iter()
+                .copied()
+                .chain(["--json", "sessions", "show", ".."])
+                .collect::<Vec<_>>(),
+        )
+        .await;
+        shown.expect_code(1);
+        assert!(
+            shown.stderr.contains("invalid_argument"),
+            "{}",
+            shown.stderr
+        );
+    }
+    let never = send(
+        stack
+            .http()
+            .get(stack.url("/api/v1/sessions/no-such-session")),
+    )
+    .await;
+    assert_eq!(never.status, 404, "{}", never.text);
+
     // A definition file that is not there, or not a definition.
     let missing = stack.root().join("missing.yaml");
     let out = cli(&stack, &["agents", "create", "-f", path_str(&missing)]).await;

@@ -405,6 +405,9 @@ async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
     if body.prompt.trim().is_empty() {
         return with_thread(failure("the prompt is empty"), &thread);
     }
+    if body.prompt.len() > taskforce_proto::MAX_MISSION_BYTES {
+        return with_thread(failure("the prompt is longer than 256 KiB"), &thread);
+    }
     let settings = &state.chat;
     if let Some(limit) = &settings.rate_limit
         && !limit.admit(&thread, std::time::Instant::now())

@@ -26,6 +26,9 @@ pub mod v1 {
     tonic::include_proto!("taskforce.v1");
 }
 
+/// The longest mission (a chat's prompt) and answer a run takes, in bytes.
+pub const MAX_MISSION_BYTES: usize = 256 * 1024;
+
 /// Encoded `FileDescriptorSet` of every Taskforce proto (and its imports), for server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/taskforce_descriptor.bin"));

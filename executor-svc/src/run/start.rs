@@ -16,7 +16,7 @@ use crate::{
 };
 
 /// Longest accepted mission or answer, in bytes.
-const MAX_TEXT: usize = 256 * 1024;
+const MAX_TEXT: usize = taskforce_proto::MAX_MISSION_BYTES;
 
 impl Runner {
     /// Starts a run for `request` and returns its event stream.

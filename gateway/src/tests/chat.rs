@@ -80,6 +80,20 @@ async fn a_bad_thread_id_is_a_text_then_the_end() {
 }
 
 #[tokio::test]
+async fn a_prompt_over_256_kib_is_named_a_prompt() {
+    let app = chat_app("chat").await;
+    let body = serde_json::json!({"prompt": "x".repeat(taskforce_proto::MAX_MISSION_BYTES + 1)})
+        .to_string();
+    let r = call(&app, Method::POST, "/ai/agent/stream", &[JSON], Some(&body)).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let body = String::from_utf8_lossy(&r.raw);
+    assert!(
+        body.starts_with("data: ⚠️ the prompt is longer than 256 KiB") && body.ends_with(END),
+        "{body}"
+    );
+}
+
+#[tokio::test]
 async fn prompts_over_the_per_thread_limit_get_a_text_and_the_end() {
     let app = app(Config {
         executor_url: serve_executor().await,

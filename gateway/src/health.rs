@@ -1,5 +1,6 @@
 //! `/healthz` (the process is up) and `/readyz` (the registry and at least one executor answer
-//! `grpc.health.v1` SERVING; executors that do not are listed).
+//! `grpc.health.v1` SERVING and take the gateway's service token; executors that do not are
+//! listed).
 
 use std::time::Duration;
 
@@ -11,7 +12,10 @@ use axum::{
 use serde::Serialize;
 use taskforce_proto::{
     error::ErrorKind,
-    v1::{agent_registry_server::SERVICE_NAME, executor_server::SERVICE_NAME as EXECUTOR_SERVICE},
+    v1::{
+        self, agent_registry_server::SERVICE_NAME,
+        executor_server::SERVICE_NAME as EXECUTOR_SERVICE,
+    },
 };
 use tonic::transport::Channel;
 use tonic_health::pb::{
@@ -52,28 +56,46 @@ pub async fn healthz() -> Json<StatusJson> {
 }
 
 /// Readiness: the registry and at least one executor answer their gRPC health checks with
-/// SERVING (with several executors, one that is down is listed but does not make the gateway
-/// unready: new runs go to the others).
+/// SERVING and accept the gateway's credentials (with several executors, one that is down is
+/// listed but does not make the gateway unready: new runs go to the others).
 #[utoipa::path(get, path = "/readyz", tag = "ops",
     responses(
         (status = 200, description = "Ready; `executors_down` lists executors that are down while another serves", body = StatusJson, example = json!({"status": "ready"})),
-        (status = 503, description = "`unavailable`: the registry, or every executor, is down or not serving (the message names which), or the gateway is stopping", body = ErrorBody)))]
+        (status = 503, description = "`unavailable`: the registry, or every executor, is down, not serving or refuses the gateway's TASKFORCE_SERVICE_TOKEN (the message names which), or the gateway is stopping", body = ErrorBody)))]
 pub async fn readyz(State(state): State<AppState>) -> Response {
     if state.shutdown.is_cancelled() {
         return RestError::new(ErrorKind::Unavailable, "the gateway is shutting down")
             .into_response();
     }
+    let mut registry_client = state.registry.clone();
     let registry = check(
         state.health.clone(),
         SERVICE_NAME,
         "the registry".to_owned(),
+        async move {
+            registry_client
+                .get_agent(probe(v1::GetAgentRequest {
+                    agent_id: PROBE_ID.to_owned(),
+                }))
+                .await
+                .map(drop)
+        },
     );
     let executors = futures::future::join_all(state.executors.all().iter().map(|r| {
         let who = match &r.name {
             Some(name) => format!("the executor `{name}` ({})", r.url),
             None => format!("the executor ({})", r.url),
         };
-        check(r.health.clone(), EXECUTOR_SERVICE, who)
+        let mut client = r.client.clone();
+        let credentials = async move {
+            client
+                .get_session(probe(v1::GetSessionRequest {
+                    session_id: PROBE_ID.to_owned(),
+                }))
+                .await
+                .map(drop)
+        };
+        check(r.health.clone(), EXECUTOR_SERVICE, who, credentials)
     }));
     let (registry, executors) = tokio::join!(registry, executors);
     let serving = executors.iter().filter(|e| e.is_ok()).count();
@@ -94,11 +116,54 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
     }
 }
 
-/// Asks `who`'s health service about `service`; `Err` says what is wrong.
+/// What readiness asks for behind each service's key check: an agent and a session that do
+/// not exist (a `not_found` means the gateway's credentials were accepted).
+const PROBE_ID: &str = "readyz-probe";
+
+fn probe<T>(message: T) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(message);
+    req.set_timeout(READY_TIMEOUT);
+    req.metadata_mut().insert(
+        taskforce_runtime::telemetry::PROBE_HEADER,
+        tonic::metadata::MetadataValue::from_static("readyz"),
+    );
+    req
+}
+
+/// Asks `who`'s health service about `service`, then whether `who` takes the gateway's own
+/// credentials (`credentials`, a read behind its key check: a service that refuses
+/// `TASKFORCE_SERVICE_TOKEN` would fail every call while its health check says SERVING);
+/// `Err` says what is wrong.
 async fn check(
-    mut health: HealthClient<Channel>,
+    health: HealthClient<Channel>,
     service: &str,
     who: String,
+    credentials: impl std::future::Future<Output = Result<(), tonic::Status>>,
+) -> Result<(), String> {
+    serving(health, service, &who).await?;
+    match tokio::time::timeout(READY_TIMEOUT, credentials).await {
+        Ok(Err(status))
+            if matches!(
+                status.code(),
+                tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
+            ) =>
+        {
+            warn!(service, code = ?status.code(), error = %cause(&status), "a service refuses the gateway's credentials");
+            Err(format!(
+                "{who} refuses the gateway's credentials (check TASKFORCE_SERVICE_TOKEN and that \
+                 its key has the scopes the gateway needs)"
+            ))
+        }
+        // Any answer past the key check (here: not found), or trouble the health check sees.
+        _ => Ok(()),
+    }
+}
+
+/// Asks `who`'s health service about `service`.
+async fn serving(
+    mut health: HealthClient<Channel>,
+    service: &str,
+    who: &str,
 ) -> Result<(), String> {
     let mut req = tonic::Request::new(HealthCheckRequest {
         service: service.to_owned(),

@@ -395,7 +395,10 @@ fn sdk_export_error(meta: &tracing::Metadata<'_>) -> bool {
 /// continue, no trace id to put on log lines, and no cost per request. Probes and scrapes
 /// (`/healthz`, `/readyz`, `/metrics`, `grpc.health.v1`) get none either.
 pub fn server_span(kind: &str, name: &str, headers: &http::HeaderMap) -> Span {
-    if !EXPORTING.load(std::sync::atomic::Ordering::Relaxed) || is_probe(name) {
+    if !EXPORTING.load(std::sync::atomic::Ordering::Relaxed)
+        || is_probe(name)
+        || headers.contains_key(PROBE_HEADER)
+    {
         return Span::none();
     }
     let parent =
@@ -447,6 +450,10 @@ fn grpc_failure(headers: &http::HeaderMap) -> Option<String> {
     let code = headers.get("grpc-status")?.to_str().ok()?;
     matches!(code, "2" | "4" | "12" | "13" | "14" | "15").then(|| format!("gRPC status {code}"))
 }
+
+/// Marks a call made by a probe (the gateway's `/readyz` checking that the services take its
+/// token): like the probe itself, it makes no trace.
+pub const PROBE_HEADER: &str = "x-taskforce-probe";
 
 /// Whether `name` (a route or gRPC method) is a probe or a scrape: asked every few seconds by
 /// orchestrators and Prometheus, each would be a trace of its own that says nothing.

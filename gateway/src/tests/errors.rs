@@ -139,6 +139,54 @@ async fn ready_when_the_registry_serves_and_not_while_stopping() {
 }
 
 #[tokio::test]
+async fn not_ready_while_the_registry_refuses_the_gateways_token() {
+    // The registry's own serving path, with API keys.
+    let keys = taskforce_runtime::auth::Keys::parse(
+        "keys:\n- {name: gateway, token: right-token-0123456789, scopes: [admin]}\n",
+        "the test",
+    )
+    .expect("keys");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let stop = CancellationToken::new();
+    let server = tokio::spawn(taskforce_runtime::serve_grpc(
+        tonic::transport::Server::builder(),
+        listener,
+        taskforce_proto::v1::agent_registry_server::AgentRegistryServer::new(FakeRegistry::new(
+            0, 10,
+        )),
+        Some(keys),
+        stop.clone(),
+        async {},
+        std::time::Duration::from_secs(1),
+    ));
+    for (token, ready) in [
+        (Some("wrong-token-0123456789"), false),
+        (None, false),
+        (Some("right-token-0123456789"), true),
+    ] {
+        let mut config = Config::with_registry(format!("http://{addr}"));
+        config.auth.service_token = token.map(str::to_owned);
+        let r = get(&app(config), "/readyz").await;
+        if ready {
+            assert_eq!(r.status, StatusCode::OK, "{token:?}: {}", r.body);
+        } else {
+            assert_error(&r, StatusCode::SERVICE_UNAVAILABLE, "unavailable");
+            let message = r.body["message"].as_str().unwrap_or_default();
+            assert!(
+                message.contains("the registry refuses the gateway's credentials")
+                    && message.contains("TASKFORCE_SERVICE_TOKEN"),
+                "{token:?}: {message}"
+            );
+        }
+    }
+    stop.cancel();
+    let _ = server.await;
+}
+
+#[tokio::test]
 async fn registry_internals_stay_out_of_5xx_bodies() {
     let app = fake_app(&FakeRegistry::new(0, 10)).await;
     let r = get(&app, "/api/v1/agents/broken-agent").await;

@@ -199,6 +199,14 @@ async fn one_run_is_one_trace_across_gateway_executor_and_registry() {
             .any(|l| l.contains("run ended") && l.contains(TRACE_ID)),
         "no log line of the run carries the trace id:\n{log}"
     );
+    // The readiness probes the stack's start made (each asking the registry and the executor
+    // whether they take the gateway's token) are no traces, like the probes themselves.
+    let probes: Vec<Got> = received
+        .spans()
+        .into_iter()
+        .filter(|g| g.name.contains("readyz") || g.name.ends_with("/GetSession"))
+        .collect();
+    assert!(probes.is_empty(), "{probes:#?}");
 }
 
 #[tokio::test]

@@ -237,17 +237,19 @@ impl Redactor {
         })
     }
 
-    /// The same patterns without GUIDs: for what a sub-agent hands its orchestrator, whose ids
-    /// (of the work it did) are data the orchestrator acts on, while secrets stay masked.
-    pub fn without_ids(&self) -> Self {
-        Self {
-            ids: false,
-            ..self.clone()
-        }
-    }
-
     /// `text` with every recognised secret replaced by its marker; borrowed when nothing was.
     pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        self.mask(text, self.ids)
+    }
+
+    /// [`Redactor::redact`] keeping GUIDs: for what a sub-agent hands its orchestrator (the ids
+    /// of the work it did are data the orchestrator acts on) and for the arguments a tool call
+    /// shows, while secrets stay masked.
+    pub fn redact_keeping_ids<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        self.mask(text, false)
+    }
+
+    fn mask<'a>(&self, text: &'a str, ids: bool) -> Cow<'a, str> {
         if !self.enabled {
             return Cow::Borrowed(text);
         }
@@ -262,7 +264,7 @@ impl Redactor {
         }
         let pairs = self.pairs.find_iter(text);
         found.extend(pairs.filter_map(|m| Some((secret_value(m)?, Shape::Secret))));
-        if self.ids {
+        if ids {
             found.extend(guids(text).map(|r| (r, Shape::Id)));
         }
         for regex in &self.extra {
@@ -435,7 +437,7 @@ mod tests {
         let id = "deploy 550e8400-e29b-41d4-a716-446655440000 done";
         assert_eq!(redactor().redact(id), "deploy [redacted:id] done");
         assert!(matches!(
-            redactor().without_ids().redact(id),
+            redactor().redact_keeping_ids(id),
             Cow::Borrowed(_)
         ));
     }

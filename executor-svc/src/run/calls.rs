@@ -110,11 +110,19 @@ async fn run_one(
         Requested::Call(c) => c.arguments.to_string(),
         Requested::Malformed { .. } => String::new(),
     };
+    // The stream shows the call without the secrets the model put in it (a password in a
+    // command line); the call itself, and the model's context, keep them.
+    let shown = ctx
+        .runner
+        .budgets
+        .redactor
+        .redact_keeping_ids(&input)
+        .into_owned();
     ctx.sink
         .emit(Event::ToolStart(v1::ToolStart {
             call_id: call_id.to_owned(),
             tool: name.to_owned(),
-            arguments_json: input.clone(),
+            arguments_json: shown,
         }))
         .await;
     let (outcome, audit_outcome) = match requested {
@@ -438,10 +446,12 @@ fn audit_input(arguments: &Value) -> Option<String> {
 /// delegation's output keeps its ids: see [`crate::redact::Redactor::without_ids`]).
 fn redacted(ctx: &RunCtx, tool: &str, text: String) -> String {
     let redactor = &ctx.runner.budgets.redactor;
-    if crate::tools::orchestration::is_delegation(tool) {
-        return redactor.without_ids().redact(&text).into_owned();
-    }
-    match redactor.redact(&text) {
+    let masked = if crate::tools::orchestration::is_delegation(tool) {
+        redactor.redact_keeping_ids(&text)
+    } else {
+        redactor.redact(&text)
+    };
+    match masked {
         std::borrow::Cow::Borrowed(_) => text,
         std::borrow::Cow::Owned(masked) => masked,
     }

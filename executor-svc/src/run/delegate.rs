@@ -425,8 +425,7 @@ fn structured(text: &str) -> Map<String, Value> {
 async fn completed(ctx: &RunCtx, call_id: &str, frame: &Frame, text: &str) -> ToolOutcome {
     // Masked before it is read: the result, facts and patch that reach the plan, the stream
     // and the store are what the orchestrator's model sees.
-    let redactor = ctx.runner.budgets.redactor.without_ids();
-    let mut out = structured(&redactor.redact(text));
+    let mut out = structured(&ctx.runner.budgets.redactor.redact_keeping_ids(text));
     let result = out.remove("result").unwrap_or(Value::Null);
     let patch = out.remove("patch").filter(|p| !p.is_null());
     let facts = match out.remove("new_facts") {

@@ -22,6 +22,8 @@ turns:
     text: "hi"
   - match: "the secrets"
     tool_calls: [{name: file_read, arguments: {path: secrets.txt}}]
+  - match: "open the vault"
+    tool_calls: [{name: file_read, arguments: {path: "vault-sk-proj-Zx81kQ0pLm2vN7rT4yW9aB3cD6eF1gH5.txt"}}]
   - match: "redacted"
     text: "masked"
   - match: "plan a trip"
@@ -348,4 +350,26 @@ async fn planted_secrets_in_tool_output_reach_neither_the_stream_nor_the_model_n
         assert!(!context.contains(secret), "{secret} in the model's context");
         assert!(!log.contains(secret), "{secret} in the log");
     }
+
+    // A secret the model writes into a call's arguments is not shown in its `tool_start`
+    // (the call itself keeps it), over REST and in the chat.
+    let (_, _, body) = post(
+        &stack,
+        "/api/v1/execute/stream",
+        &json!({"mission": "open the vault", "profile": "dev"}),
+    )
+    .await;
+    assert!(body.contains("vault-[redacted:api-key].txt"), "{body}");
+    assert!(!body.contains(PLANTED[1]), "{body}");
+    let (_, _, chat) = post(
+        &stack,
+        "/ai/agent/stream",
+        &json!({"prompt": "open the vault"}),
+    )
+    .await;
+    assert!(
+        chat.contains("running: file_read vault-[redacted:api-key].txt"),
+        "{chat}"
+    );
+    assert!(!chat.contains(PLANTED[1]), "{chat}");
 }

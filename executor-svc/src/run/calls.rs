@@ -443,7 +443,7 @@ fn audit_input(arguments: &Value) -> Option<String> {
 }
 
 /// `text`, the output of `tool`, with the secrets the redactor recognises masked (a
-/// delegation's output keeps its ids: see [`crate::redact::Redactor::without_ids`]).
+/// delegation's output keeps its ids: see [`crate::redact::Redactor::redact_keeping_ids`]).
 fn redacted(ctx: &RunCtx, tool: &str, text: String) -> String {
     let redactor = &ctx.runner.budgets.redactor;
     let masked = if crate::tools::orchestration::is_delegation(tool) {

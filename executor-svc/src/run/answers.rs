@@ -191,7 +191,8 @@ fn looks_like_key(text: &str) -> bool {
         .is_some_and(|(agent, rest)| word(agent) && rest.split('.').all(word))
 }
 
-fn keys(pending: &Pending) -> String {
+/// The keys of `pending`'s questions, as a message lists them (`` `a.x`, `b.y` ``).
+pub fn keys(pending: &Pending) -> String {
     pending
         .asks
         .iter()

@@ -236,12 +236,7 @@ impl Runner {
                 "answers",
                 format!(
                     "unknown answer key {unknown}; the open question is: {}",
-                    pending
-                        .asks
-                        .iter()
-                        .map(|a| format!("`{}`", a.key))
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    answers::keys(&pending)
                 ),
             ));
         }

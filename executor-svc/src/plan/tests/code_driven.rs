@@ -3,9 +3,7 @@
 use serde_json::json;
 
 use super::sample;
-use crate::plan::{
-    MAX_TITLE_LEN, NewTask, ORCHESTRATOR, Op, Patch, Plan, TaskStatus, UnlinkPolicy,
-};
+use crate::plan::{MAX_TITLE_LEN, ORCHESTRATOR, Patch, Plan, TaskStatus, UnlinkPolicy};
 
 #[test]
 fn ensure_task_creates_fresh_ids() {
@@ -52,20 +50,10 @@ fn ensure_task_returns_existing_ids_and_validates_new_ones() {
 #[test]
 fn a_delegated_task_belongs_to_the_agent_it_went_to() {
     let mut plan = Plan::default();
-    let planned = NewTask {
-        id: "WS-1".into(),
-        title: "scaffold webservice".into(),
-        status: None,
-        depends_on: Vec::new(),
-        notes: String::new(),
-        tool: None,
-        params: None,
-        owner_agent: None,
-    };
-    let add = Patch {
-        base_version: None,
-        ops: vec![Op::Add { task: planned }],
-    };
+    let add = Patch::from_json(&json!({"ops": [
+        {"op": "add", "task": {"id": "WS-1", "title": "scaffold webservice"}},
+    ]}))
+    .expect("patch");
     plan.apply(ORCHESTRATOR, &add, UnlinkPolicy::default())
         .expect("planned");
     // The orchestrator hands its task over; the sub-agent may then update it.

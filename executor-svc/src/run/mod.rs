@@ -272,7 +272,6 @@ impl Runner {
         }
     }
 
-    /// Cancels the live run of `session_id`; false when there is none.
     /// Cancels the session's live run, or ends the question a paused session waits on (it is
     /// then `cancelled`, and expires like any ended session). False when there was neither.
     pub async fn cancel(self: &Arc<Self>, session_id: &str) -> Result<bool, crate::ExecutorError> {
@@ -299,6 +298,7 @@ impl Runner {
         Ok(true)
     }
 
+    /// Cancels the live run of `session_id`; false when there is none.
     fn cancel_live(&self, session_id: &str) -> bool {
         let token = self
             .live

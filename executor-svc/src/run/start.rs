@@ -401,7 +401,6 @@ impl Drop for Claim {
     }
 }
 
-/// The confirmation ids of a request: each `c-` and 12 hex digits, at most 64.
 /// A request's `mode`, checked (`None`: unset or blank).
 fn mode_of(mode: Option<String>) -> Result<Option<crate::policy::Mode>, ExecutorError> {
     non_empty(mode)
@@ -434,6 +433,7 @@ fn grant(
     Ok(())
 }
 
+/// The confirmation ids of a request: each `c-` and 12 hex digits, at most 64.
 fn confirmations(ids: Vec<String>) -> Result<std::collections::HashSet<String>, ExecutorError> {
     if ids.len() > 64 {
         return Err(ExecutorError::invalid("confirmations", "at most 64 ids"));

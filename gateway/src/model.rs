@@ -287,6 +287,11 @@ pub struct ProfileAgentJson {
     pub mcp_servers: Vec<McpServerJson>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub llm: Option<LlmJson>,
+    /// When its file was created (RFC 3339; its modification time where the file system keeps
+    /// no creation time), as for custom agents and MCP `list_agents`.
+    pub created_at: String,
+    /// When its file was last modified (RFC 3339).
+    pub updated_at: String,
     /// Opaque; also sent as the `ETag`.
     pub version: String,
     // The runtime facts come last (see `CustomAgentJson`).
@@ -380,6 +385,8 @@ impl AgentJson {
                     config_path: l.config_path,
                     default_model: l.default_model,
                 }),
+                created_at: p.created_at,
+                updated_at: p.updated_at,
                 status,
                 last_task,
                 version,

@@ -94,8 +94,8 @@ fn profile_agents_have_the_documented_shape() {
                 config_path: "configs/llm_config.yaml".into(),
                 default_model: "main".into(),
             }),
-            created_at: String::new(),
-            updated_at: String::new(),
+            created_at: "2026-11-20T08:00:00Z".into(),
+            updated_at: "2026-11-21T08:00:00Z".into(),
             description: "Development profile".into(),
         })),
         ..Default::default()
@@ -111,6 +111,8 @@ fn profile_agents_have_the_documented_shape() {
             "tools_config": [{"type": "web_search", "module": "", "params": {"max_results": 5}}],
             "mcp_servers": [{"type": "http", "url": "http://localhost:9000/mcp"}],
             "llm": {"config_path": "configs/llm_config.yaml", "default_model": "main"},
+            "created_at": "2026-11-20T08:00:00Z",
+            "updated_at": "2026-11-21T08:00:00Z",
             "status": "idle",
             "last_task": null,
             "version": "fedcba9876543210"

@@ -295,6 +295,11 @@ async fn profile_agents_are_read_only() {
         .assert_error(409, "read_only");
     assert_eq!(std::fs::read(&profile).expect("dev.yaml"), before);
     assert!(!stack.custom_dir().join("dev.yaml").exists());
+    // Its times are its file's, as for custom agents (RFC 3339).
+    let got = send(stack.http().get(stack.url("/api/v1/agents/dev"))).await;
+    for field in ["created_at", "updated_at"] {
+        assert!(is_utc_timestamp(&got.body[field]), "{field}: {}", got.text);
+    }
 }
 
 #[tokio::test]

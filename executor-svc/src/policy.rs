@@ -129,10 +129,12 @@ impl PolicyConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Access {
     Read,
-    /// A write; `denied` when a deny verb names it.
+    /// A write; `denied` when a deny verb names it; `understood` unless it is an MCP command
+    /// line with strays (then only its tool's name can allowlist it).
     Write {
         command: String,
         denied: bool,
+        understood: bool,
     },
 }
 
@@ -321,7 +323,11 @@ impl Policy {
         {
             return Access::Read;
         }
-        let write = |command: String, denied: bool| Access::Write { command, denied };
+        let write = |command: String, denied: bool| Access::Write {
+            command,
+            denied,
+            understood: true,
+        };
         match tool {
             "git" => {
                 let args: Vec<&str> = arguments["args"]
@@ -367,7 +373,11 @@ impl Policy {
                     if !denied && reads {
                         Access::Read
                     } else {
-                        write(format!("{tool} {line}"), denied)
+                        Access::Write {
+                            command: format!("{tool} {line}"),
+                            denied,
+                            understood: commands.iter().all(|c| c.strays.is_empty()),
+                        }
                     }
                 }
                 // Without one, its name (chosen by the server, not the model).
@@ -387,19 +397,17 @@ impl Policy {
     /// Whether the operator allowlisted this write: its tool by name, or every command in it by
     /// its command path (an entry's words in a row in the path: `spo list add` allows
     /// `m365 spo list add --title x`, never a command that only mentions them in an option).
-    fn allowlisted(&self, tool: &str, command: &str) -> bool {
-        // An MCP command line with strays is not understood: only its tool's name allows it.
-        // (git's own arguments are checked by the git tool, and it takes positionals anywhere.)
-        let mcp = !matches!(
-            tool,
-            "git" | "github" | "file_write" | "python" | "powershell"
-        );
+    /// A command that is not `understood` (see [`Access::Write`]) is allowlisted only by its
+    /// tool's name.
+    fn allowlisted(&self, tool: &str, command: &str, understood: bool) -> bool {
         let tool = words(tool);
-        let commands = commands(command);
-        let paths: Vec<Vec<String>> = commands.iter().map(|c| words(&c.path.join(" "))).collect();
-        if mcp && commands.iter().any(|c| !c.strays.is_empty()) {
+        if !understood {
             return self.allow.contains(&tool);
         }
+        let paths: Vec<Vec<String>> = commands(command)
+            .iter()
+            .map(|c| words(&c.path.join(" ")))
+            .collect();
         let listed = |path: &[String]| {
             self.allow
                 .iter()
@@ -419,11 +427,15 @@ impl Policy {
         let Some(mode) = mode else {
             return Decision::Allow;
         };
-        let (command, denied) = match self.classify(call.tool, call.arguments) {
+        let (command, denied, understood) = match self.classify(call.tool, call.arguments) {
             Access::Read => return Decision::Allow,
-            Access::Write { command, denied } => (command, denied),
+            Access::Write {
+                command,
+                denied,
+                understood,
+            } => (command, denied, understood),
         };
-        let listed = self.allowlisted(call.tool, &command);
+        let listed = self.allowlisted(call.tool, &command, understood);
         match mode {
             Mode::ReadOnly => Decision::Block {
                 reason: if denied {

@@ -197,8 +197,8 @@ impl Run {
     /// Stores the outcome, frees the session, then sends the closing events.
     async fn finish(mut self, end: LoopEnd, counts: Counts, started: Instant) {
         let runner = Arc::clone(&self.runner);
+        // `launch` cleared the last run's `error`: only a failure or a cancel sets it here.
         let session = &mut self.session;
-        session.error = None;
         let (status, closing) = match end {
             LoopEnd::Completed(text) => {
                 session.final_answer.clone_from(&text);

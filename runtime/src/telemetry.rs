@@ -25,13 +25,19 @@ use opentelemetry_sdk::{
 use tonic::transport::Channel;
 use tracing::{Span, warn};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
-use tracing_subscriber::{EnvFilter, Layer, layer::SubscriberExt, util::SubscriberInitExt};
+use tracing_subscriber::{
+    EnvFilter, Layer, filter::LevelFilter, layer::SubscriberExt, util::SubscriberInitExt,
+};
 
 /// The spans that become OpenTelemetry spans: each request served ([`server_span`]), each run,
 /// model call and tool call. Other spans (a handler's `#[instrument]`) and log events stay in
 /// the logs only: a trace shows the hops and the work, at a cost a busy service can carry (a
-/// span's parent is its nearest traced ancestor).
+/// span's parent is its nearest traced ancestor). All are made at [`TRACED_LEVEL`].
 const TRACED_SPANS: [&str; 4] = ["request", "run", "llm", "tool"];
+
+/// The level of the [`TRACED_SPANS`] (`info_span!`), the most verbose the OpenTelemetry layer
+/// asks for.
+const TRACED_LEVEL: LevelFilter = LevelFilter::INFO;
 
 /// Whether spans of this callsite reach the OpenTelemetry layer.
 fn traced_callsite(meta: &tracing::Metadata<'_>) -> bool {
@@ -41,18 +47,41 @@ fn traced_callsite(meta: &tracing::Metadata<'_>) -> bool {
 /// A per-layer filter letting through the spans and events of the callsites `keep` picks,
 /// decided once per callsite (the answer depends on the callsite alone), so nothing is checked
 /// per span or event.
+///
+/// `most_verbose` is the most verbose level `keep` lets through (or the global filter lets
+/// reach it). Without it a per-layer filter makes the whole subscriber's level hint "any", and
+/// every `log` record of a dependency (sled writes a `trace!` per page it reads) is built and
+/// offered to the subscriber only to be dropped.
 fn by_callsite<S>(
     keep: fn(&tracing::Metadata<'_>) -> bool,
+    most_verbose: Option<LevelFilter>,
 ) -> impl tracing_subscriber::layer::Filter<S> {
-    tracing_subscriber::filter::DynFilterFn::new(move |meta, _| keep(meta)).with_callsite_filter(
-        move |meta| {
+    let filter = tracing_subscriber::filter::DynFilterFn::new(move |meta, _| keep(meta))
+        .with_callsite_filter(move |meta| {
             if keep(meta) {
                 tracing::subscriber::Interest::always()
             } else {
                 tracing::subscriber::Interest::never()
             }
-        },
+        });
+    match most_verbose {
+        Some(level) => filter.with_max_level_hint(level),
+        None => filter,
+    }
+}
+
+/// The log layer's filter when traces are exported: everything `global` lets through but the
+/// SDK's own reports of failed exports ([`ReportedExporter`] says them better).
+fn log_filter<S>(global: &EnvFilter) -> impl tracing_subscriber::layer::Filter<S> + use<S> {
+    by_callsite(
+        |meta| !sdk_export_error(meta),
+        <EnvFilter as Layer<tracing_subscriber::Registry>>::max_level_hint(global),
     )
+}
+
+/// The OpenTelemetry layer's filter: the [`TRACED_SPANS`] only.
+fn traced_filter<S>() -> impl tracing_subscriber::layer::Filter<S> {
+    by_callsite(traced_callsite, Some(TRACED_LEVEL))
 }
 
 /// Whether [`init`] set up trace export: without it, [`server_span`] makes no span (a request
@@ -148,8 +177,7 @@ pub fn init(service: &'static str) -> Telemetry {
     // registry keep per-layer state for every span entered and left, which costs every run.
     // Decided per callsite: no check per event.
     let fmt = if provider.is_some() {
-        fmt.with_filter(by_callsite(|meta| !sdk_export_error(meta)))
-            .boxed()
+        fmt.with_filter(log_filter(&filter)).boxed()
     } else {
         fmt
     };
@@ -168,7 +196,7 @@ pub fn init(service: &'static str) -> Telemetry {
             .with_context_activation(false)
             // Decided once per callsite (the answer depends on the callsite alone), so spans
             // and events the layer never sees cost no per-span check.
-            .with_filter(by_callsite(traced_callsite))
+            .with_filter(traced_filter())
     });
     tracing_subscriber::registry()
         .with(filter)
@@ -670,6 +698,36 @@ impl<B: http_body::Body> http_body::Body for SpanBody<B> {
 #[cfg(test)]
 mod tests {
     use super::splice_json_object;
+
+    /// With trace export, the subscriber still tells `log` and `tracing` how verbose it is at
+    /// most: a per-layer filter without a level hint makes it "any level", and every `log`
+    /// record of a dependency is then built and offered only to be dropped.
+    #[test]
+    fn filtered_layers_keep_the_level_hint() {
+        use opentelemetry::trace::TracerProvider;
+        use tracing::Subscriber;
+        use tracing_subscriber::{EnvFilter, Layer, filter::LevelFilter, layer::SubscriberExt};
+
+        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+        for (directives, want) in [
+            ("info", LevelFilter::INFO),
+            ("warn", LevelFilter::INFO),
+            ("debug,h2=trace", LevelFilter::TRACE),
+        ] {
+            let global = EnvFilter::new(directives);
+            let log = tracing_subscriber::fmt::layer()
+                .with_writer(std::io::sink)
+                .with_filter(super::log_filter(&global));
+            let otel = tracing_opentelemetry::layer()
+                .with_tracer(provider.tracer("test"))
+                .with_filter(super::traced_filter());
+            let subscriber = tracing_subscriber::registry()
+                .with(global)
+                .with(log)
+                .with(otel);
+            assert_eq!(subscriber.max_level_hint(), Some(want), "{directives}");
+        }
+    }
 
     #[test]
     fn probes_and_scrapes_are_no_traces() {

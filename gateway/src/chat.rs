@@ -226,7 +226,7 @@ fn tool_frame(text: &str, event: &str, tool: &str) -> Event {
 }
 
 /// At most `max` characters of `text`, on one line.
-fn short(text: &str, max: usize) -> String {
+pub(crate) fn short(text: &str, max: usize) -> String {
     let line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
     match line.char_indices().nth(max) {
         Some((end, _)) => format!("{}…", &line[..end]),

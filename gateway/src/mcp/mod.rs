@@ -89,7 +89,8 @@ impl TaskforceMcp {
         let name = args.agent_name;
         ids::validate_agent_id(&name).map_err(|e| {
             format!(
-                "ValidationError: invalid agent_name {name:?}: {e} (names match [a-z0-9][a-z0-9-_]{{2,63}})"
+                "ValidationError: invalid agent_name {:?}: {e} (names match [a-z0-9][a-z0-9-_]{{2,63}})",
+                crate::chat::short(&name, 80)
             )
         })?;
         let mut agents = self.state.registry.clone();

@@ -1,9 +1,10 @@
 //! The MCP tools' inputs and outputs (seed 001), and how a registry agent plus its metadata
 //! becomes one. Field names are normative; `source` is ours (additive).
 //!
-//! Profile agents are listed too: they have no workspace, role or project, so `role`,
-//! `project` and `workspace_id` are empty strings and `metadata` is empty; `created_at` and
-//! `updated_at` are their file's times.
+//! Profile agents are listed too: they have no workspace, role or project, so `role` and
+//! `project` are empty strings and `metadata` is empty; their `workspace_id` is a UUID derived
+//! from the profile's name (stable, as a custom agent's); `created_at` and `updated_at` are
+//! their file's times.
 
 use std::collections::BTreeMap;
 
@@ -25,6 +26,10 @@ pub const STATUS_NAMES: [&str; 2] = ["idle", "busy"];
 #[schemars(crate = "rmcp::schemars")]
 pub struct ShowAgentArgs {
     /// The agent's name (its id, as `list_agents` shows it), e.g. `invoice-extractor`.
+    #[schemars(
+        length(min = 3, max = 64),
+        regex(pattern = r"^[a-z0-9][a-z0-9_-]{2,63}$")
+    )]
     pub agent_name: String,
 }
 
@@ -34,6 +39,7 @@ pub struct ShowAgentArgs {
 pub struct ListAgentsArgs {
     /// Only agents with this status: `idle` or `busy`.
     #[serde(default)]
+    #[schemars(extend("enum" = ["idle", "busy", null]))]
     pub status_filter: Option<String>,
     /// Only agents of this project (exact match; `""` matches agents without a project).
     #[serde(default)]
@@ -56,7 +62,7 @@ pub struct AgentDetail {
     pub name: String,
     /// `custom` or `profile`.
     pub source: String,
-    /// A UUID, stable for the agent's lifetime (empty for profile agents).
+    /// A UUID, stable for the agent's lifetime (for a profile agent, derived from its name).
     pub workspace_id: String,
     /// `idle` or `busy`.
     pub status: String,
@@ -135,6 +141,16 @@ pub struct AgentFacts {
     pub updated_at: String,
 }
 
+/// The `workspace_id` of profile `name`: a name-based UUID (v5), the same for the profile
+/// every time, and unlike any custom agent's (theirs are derived from `taskforce:agent:<id>`).
+fn profile_workspace_id(name: &str) -> String {
+    uuid::Uuid::new_v5(
+        &uuid::Uuid::NAMESPACE_URL,
+        format!("taskforce:profile:{name}").as_bytes(),
+    )
+    .to_string()
+}
+
 impl AgentFacts {
     /// The facts of a registry agent; `None` for one without a definition (a registry bug).
     pub fn from_proto(agent: v1::Agent) -> Option<Self> {
@@ -175,6 +191,7 @@ impl AgentFacts {
                 if facts.name.is_empty() {
                     facts.name = p.profile;
                 }
+                facts.workspace_id = profile_workspace_id(&facts.name);
                 facts.created_at = p.created_at;
                 facts.updated_at = p.updated_at;
             }

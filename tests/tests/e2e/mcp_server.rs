@@ -269,6 +269,7 @@ async fn unknown_and_invalid_names_are_tool_errors() {
             show("Not A Name"),
             show("../etc/passwd"),
             show("ab"),
+            show(&"x".repeat(100_000)),
             json!({"tool": "show_agent", "args": {}}),
             json!({"tool": "show_agent", "args": {"agent_name": 123}}),
             list(json!({"status_filter": 5})),
@@ -287,8 +288,16 @@ async fn unknown_and_invalid_names_are_tool_errors() {
             "{invalid}"
         );
     }
+    // A long name is quoted, not echoed in full.
+    let long = tool_error(&r[4]);
+    assert!(
+        long.contains("ValidationError") && long.contains("xxxx…") && long.len() < 400,
+        "{} bytes: {}",
+        long.len(),
+        &long[..long.len().min(400)]
+    );
     // Arguments that do not fit the input schema are a ValidationError too (seed 001).
-    for (result, problem) in r[4..]
+    for (result, problem) in r[5..]
         .iter()
         .zip(["agent_name", "invalid type", "invalid type"])
     {

@@ -166,6 +166,27 @@ async fn http_transport_enforces_origin_host_and_protocol_rules() {
         "{}",
         ok.text
     );
+    // The input schemas say the limits the server enforces.
+    let schema = |tool: &str| {
+        ok.body["result"]["tools"]
+            .as_array()
+            .and_then(|tools| tools.iter().find(|t| t["name"] == tool))
+            .map(|t| t["inputSchema"]["properties"].clone())
+            .unwrap_or_default()
+    };
+    let name = &schema("show_agent")["agent_name"];
+    assert_eq!(
+        (&name["minLength"], &name["maxLength"], &name["pattern"]),
+        (&json!(3), &json!(64), &json!("^[a-z0-9][a-z0-9_-]{2,63}$")),
+        "{}",
+        ok.text
+    );
+    assert_eq!(
+        schema("list_agents")["status_filter"]["enum"],
+        json!(["idle", "busy", null]),
+        "{}",
+        ok.text
+    );
 
     let evil = raw_post(
         &stack,

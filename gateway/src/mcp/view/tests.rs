@@ -87,7 +87,7 @@ fn list_view_counts_every_field_but_shows_only_listed_values() {
 }
 
 #[test]
-fn profile_agents_have_no_workspace_role_or_project_and_their_file_times() {
+fn profile_agents_have_a_name_uuid_no_role_or_project_and_their_file_times() {
     let agent = v1::Agent {
         agent_id: "dev".into(),
         source: v1::AgentSource::Profile as i32,
@@ -100,9 +100,13 @@ fn profile_agents_have_no_workspace_role_or_project_and_their_file_times() {
         last_task: "triage".into(),
         ..Default::default()
     };
-    let f = facts(agent);
+    let f = facts(agent.clone());
     assert_eq!((f.source, f.has_workspace), ("profile", false));
     assert_eq!(f.last_task.as_deref(), Some("triage"));
+    // Seed 001: `workspace_id` is a UUID for every agent; a profile's is its name's, stable.
+    let id = uuid::Uuid::parse_str(&f.workspace_id).expect("a UUID");
+    assert_eq!(facts(agent).workspace_id, id.to_string());
+    assert_ne!(id.to_string(), super::profile_workspace_id("ops"));
     let out = serde_json::to_value(f.into_summary(vec![])).expect("serialisable");
     assert_eq!(out["role"], "");
     assert_eq!(out["created_at"], "2026-11-20T08:00:00Z");

@@ -179,7 +179,15 @@ pub fn router(state: AppState, config: &Config) -> Router {
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
         .layer(map_response(error::json_errors))
         .with_state(state)
-        .route_service("/mcp", mcp)
+        .route_service(
+            "/mcp",
+            tower::ServiceBuilder::new()
+                .layer(axum::middleware::from_fn_with_state(
+                    config.max_body_bytes,
+                    mcp::check_message,
+                ))
+                .service(mcp),
+        )
         // API keys (when configured): before anything else runs, after metrics and tracing see
         // the request, so refusals are counted and traced.
         .layer(auth)

@@ -5,7 +5,8 @@
 //! The MCP specification's security rules are enforced by rmcp before a request reaches a tool:
 //! `Host` must be an allowed name (DNS rebinding), a present `Origin` must be an allowed origin
 //! (403 otherwise), an unsupported `MCP-Protocol-Version` is a 400 and an unknown method a
-//! JSON-RPC `-32601`.
+//! JSON-RPC `-32601`. Before rmcp, [`check_message`] answers what is not a JSON-RPC 2.0 message
+//! with the JSON-RPC error for it.
 
 use std::{net::IpAddr, sync::Arc};
 
@@ -101,6 +102,144 @@ pub fn http_service(state: &AppState, config: &Config) -> McpHttpService {
         Arc::new(NeverSessionManager::default()),
         http,
     )
+}
+
+/// JSON-RPC 2.0's error codes for a message that is not JSON, not a request, or a request
+/// whose params do not fit its method.
+const PARSE_ERROR: i64 = -32700;
+const INVALID_REQUEST: i64 = -32600;
+const INVALID_PARAMS: i64 = -32602;
+
+/// Checks a JSON `POST` to `/mcp` before rmcp reads it, answering with JSON-RPC's own errors:
+/// - a body that is not JSON: parse error (-32700), HTTP 400;
+/// - not one JSON-RPC 2.0 message (a batch, another `jsonrpc`, no `method`, an `id` that is
+///   neither a string nor a number): invalid request (-32600), HTTP 400;
+/// - a `tools/call` without a tool `name`, or whose `arguments` are not an object: invalid
+///   params (-32602), HTTP 200 like every JSON-RPC error answer;
+/// - a body over `limit` bytes (`--max-body-bytes`): invalid request, HTTP 413.
+///
+/// rmcp answers the first two with a plain-text 415 (the status of a wrong `Content-Type`, which
+/// a client cannot tell apart) and the third with "method not found". Other requests (another
+/// `Content-Type`, other methods) reach rmcp unchanged.
+pub async fn check_message(
+    axum::extract::State(limit): axum::extract::State<usize>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let json = request
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("application/json")
+        });
+    if request.method() != http::Method::POST || !json {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
+        return rpc_error(
+            http::StatusCode::PAYLOAD_TOO_LARGE,
+            &serde_json::Value::Null,
+            INVALID_REQUEST,
+            &format!("the request body is over {limit} bytes (the gateway's --max-body-bytes)"),
+        );
+    };
+    if let Err((status, id, code, message)) = message_problem(&bytes) {
+        return rpc_error(status, &id, code, &message);
+    }
+    next.run(axum::extract::Request::from_parts(
+        parts,
+        axum::body::Body::from(bytes),
+    ))
+    .await
+}
+
+/// What is wrong with `body` as one JSON-RPC 2.0 message for `/mcp`: the HTTP status, the id
+/// to answer (`null` when there is none to use), the JSON-RPC code and the message.
+fn message_problem(body: &[u8]) -> Result<(), (http::StatusCode, serde_json::Value, i64, String)> {
+    use serde_json::Value;
+    let bad = http::StatusCode::BAD_REQUEST;
+    let message: Value = serde_json::from_slice(body)
+        .map_err(|e| (bad, Value::Null, PARSE_ERROR, format!("parse error: {e}")))?;
+    let Value::Object(message) = message else {
+        let what = if message.is_array() {
+            "a batch; send one JSON-RPC message per request"
+        } else {
+            "not a JSON-RPC message (a JSON object)"
+        };
+        return Err((
+            bad,
+            Value::Null,
+            INVALID_REQUEST,
+            format!("invalid request: {what}"),
+        ));
+    };
+    let id = message.get("id").cloned().unwrap_or(Value::Null);
+    let answer_id = if id.is_string() || id.is_number() {
+        id.clone()
+    } else {
+        Value::Null
+    };
+    let invalid = |what: &str| {
+        Err((
+            bad,
+            answer_id.clone(),
+            INVALID_REQUEST,
+            format!("invalid request: {what}"),
+        ))
+    };
+    if message.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return invalid("`jsonrpc` must be \"2.0\"");
+    }
+    if message.contains_key("id") && !(id.is_string() || id.is_number()) {
+        return invalid("`id` must be a string or a number");
+    }
+    let Some(method) = message.get("method") else {
+        // A client's answer to a server request.
+        if message.contains_key("result") || message.contains_key("error") {
+            return Ok(());
+        }
+        return invalid("no `method`");
+    };
+    let Some(method) = method.as_str() else {
+        return invalid("`method` must be a string");
+    };
+    if method != "tools/call" {
+        return Ok(());
+    }
+    let params = message.get("params");
+    let problem = match params {
+        Some(Value::Object(p)) => match (p.get("name"), p.get("arguments")) {
+            (Some(Value::String(_)), None | Some(Value::Object(_) | Value::Null)) => return Ok(()),
+            (Some(Value::String(_)), Some(_)) => "`arguments` must be an object",
+            _ => "`name` (the tool's name, a string) is missing",
+        },
+        _ => "`params` must be an object with the tool's `name` and its `arguments`",
+    };
+    Err((
+        http::StatusCode::OK,
+        answer_id,
+        INVALID_PARAMS,
+        format!("invalid params: {problem}"),
+    ))
+}
+
+/// A JSON-RPC error answer.
+fn rpc_error(
+    status: http::StatusCode,
+    id: &serde_json::Value,
+    code: i64,
+    message: &str,
+) -> axum::response::Response {
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {"code": code, "message": message},
+    });
+    axum::response::IntoResponse::into_response((status, axum::Json(body)))
 }
 
 /// Serves the MCP server on stdin/stdout until the client closes stdin or `shutdown` fires.

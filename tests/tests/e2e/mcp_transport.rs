@@ -136,6 +136,11 @@ async fn stdio_mode_keeps_stdout_for_the_protocol() {
 
 /// A raw JSON-RPC POST to `/mcp` with `headers`.
 async fn raw_post(stack: &Stack, headers: &[(&str, &str)], body: Value) -> Reply {
+    raw_text_post(stack, headers, &body.to_string()).await
+}
+
+/// A POST to `/mcp` of `body` as it is, with `headers`.
+async fn raw_text_post(stack: &Stack, headers: &[(&str, &str)], body: &str) -> Reply {
     let mut req = stack
         .http()
         .post(stack.url("/mcp"))
@@ -144,7 +149,7 @@ async fn raw_post(stack: &Stack, headers: &[(&str, &str)], body: Value) -> Reply
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
-    send(req.body(body.to_string())).await
+    send(req.body(body.to_owned())).await
 }
 
 #[tokio::test]
@@ -228,4 +233,100 @@ async fn http_transport_enforces_origin_host_and_protocol_rules() {
     )
     .await;
     assert_eq!(get.status, 405, "{}", get.text);
+}
+
+/// What is not a JSON-RPC 2.0 message gets JSON-RPC's own error for it, as JSON: not JSON is a
+/// parse error, not a request an invalid request (both HTTP 400), a `tools/call` whose params
+/// do not fit invalid params; a wrong `Content-Type` stays a 415.
+#[tokio::test]
+async fn malformed_messages_get_json_rpc_errors() {
+    let stack = metadata_stack().spawn().await.expect("stack starts");
+    let version = ("MCP-Protocol-Version", "2025-06-18");
+    let cases: [(&str, u16, Value, i64, &str); 9] = [
+        ("{not json", 400, Value::Null, -32700, "parse error"),
+        ("", 400, Value::Null, -32700, "parse error"),
+        (
+            r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#,
+            400,
+            Value::Null,
+            -32600,
+            "batch",
+        ),
+        (
+            r#"{"jsonrpc":"1.0","id":3,"method":"ping"}"#,
+            400,
+            json!(3),
+            -32600,
+            "jsonrpc",
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}"#,
+            400,
+            Value::Null,
+            -32600,
+            "`id`",
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":"x"}"#,
+            400,
+            json!("x"),
+            -32600,
+            "no `method`",
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"show_agent","arguments":["ws"]}}"#,
+            200,
+            json!(4),
+            -32602,
+            "`arguments` must be an object",
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":6,"method":"tools/call"}"#,
+            200,
+            json!(6),
+            -32602,
+            "`params`",
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"arguments":{}}}"#,
+            200,
+            json!(7),
+            -32602,
+            "`name`",
+        ),
+    ];
+    for (body, status, id, code, says) in cases {
+        let r = raw_text_post(&stack, &[version], body).await;
+        assert_eq!(r.status, status, "{body}: {}", r.text);
+        assert_eq!(r.body["jsonrpc"], "2.0", "{body}: {}", r.text);
+        assert_eq!(r.body["id"], id, "{body}: {}", r.text);
+        assert_eq!(r.body["error"]["code"], code, "{body}: {}", r.text);
+        let message = r.body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(says), "{body}: {}", r.text);
+    }
+    // A well-formed call still reaches its tool; a wrong Content-Type is still rmcp's 415.
+    let ok = raw_post(
+        &stack,
+        &[version],
+        json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call",
+            "params": {"name": "list_agents", "arguments": {}}}),
+    )
+    .await;
+    assert_eq!(ok.status, 200, "{}", ok.text);
+    assert!(
+        ok.body["result"]["structuredContent"]["agents"].is_array(),
+        "{}",
+        ok.text
+    );
+    let plain = send(
+        stack
+            .http()
+            .post(stack.url("/mcp"))
+            .header("content-type", "text/plain")
+            .header("accept", "application/json, text/event-stream")
+            .header(version.0, version.1)
+            .body("{}"),
+    )
+    .await;
+    assert_eq!(plain.status, 415, "{}", plain.text);
 }

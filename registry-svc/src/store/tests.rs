@@ -28,6 +28,21 @@ fn agent_file() -> CustomAgentFile {
     }
 }
 
+/// Opens the store at `data` again after the test dropped it. sled's background threads let go
+/// of the cache's file lock shortly after the last handle is dropped, not at once: until then an
+/// open is refused as "another process is using the cache", so it is tried again for a while.
+fn reopen(root: &Path, data: &Path) -> Result<Store> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match Store::open(root, data) {
+            Err(e) if std::time::Instant::now() < deadline && e.to_string().contains("lock") => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            opened => return opened,
+        }
+    }
+}
+
 /// A reconciled store over a temporary config directory with one profile, `dev`.
 fn store_with_dev_profile() -> Result<(tempfile::TempDir, Store)> {
     let dir = tempfile::tempdir().map_err(|e| RegistryError::io(Path::new("tmp"), e))?;
@@ -195,7 +210,7 @@ fn busy_holds_for_its_lease_and_survives_a_reopen() -> Result<()> {
     store.flush()?;
     drop(store);
 
-    let store = Store::open(&root, &data)?;
+    let store = reopen(&root, &data)?;
     store.reconcile_all()?;
     assert_eq!(
         status(&store)?,
@@ -272,7 +287,7 @@ fn revisions_keep_growing_across_a_reopen() -> Result<()> {
     let store = Store::open(&root, &data)?;
     let before = store.create("alpha", agent_file(), "2026-11-22T09:00:00Z")?;
     drop(store);
-    let store = Store::open(&root, &data)?;
+    let store = reopen(&root, &data)?;
     let after = store.create("beta", agent_file(), "2026-11-22T09:00:00Z")?;
     assert!(
         after.revision > before.revision,
@@ -450,7 +465,7 @@ fn a_cache_that_cannot_be_opened_is_moved_aside_and_rebuilt_from_the_files() -> 
     drop(store);
     // Garbage where sled keeps its configuration.
     fs::write(data.join("conf"), b"\xff\xfe not sled").map_err(|e| RegistryError::io(&data, e))?;
-    let store = Store::open(&root, &data)?;
+    let store = reopen(&root, &data)?;
     store.reconcile_all()?;
     assert_eq!(store.get("survivor")?.agent_id, "survivor");
     let aside = names_in(dir.path())?

@@ -168,6 +168,24 @@ impl Orchestration {
     pub fn is_empty(&self) -> bool {
         self.plan.tasks.is_empty() && self.facts.is_empty() && self.frames.is_empty()
     }
+
+    /// Ends the sub-agents waiting for answers: each one's task still in progress fails with
+    /// `error` (`{"code", "message"}`), as a sub-agent cancelled while running does.
+    pub fn end_waiting(&mut self, error: &Value) {
+        for frame in std::mem::take(&mut self.frames).into_values() {
+            let in_progress =
+                self.plan.tasks.iter().any(|t| {
+                    t.id == frame.task_id && t.status == crate::plan::TaskStatus::InProgress
+                });
+            if in_progress {
+                self.plan.set_status(
+                    &frame.task_id,
+                    crate::plan::TaskStatus::Failed,
+                    Some(serde_json::json!({ "error": error })),
+                );
+            }
+        }
+    }
 }
 
 /// A sub-agent's frame, stored while it waits for answers.
@@ -214,6 +232,11 @@ pub struct Session {
     /// `safeWrite` confirmation ids its runs asked for and the user has not granted yet.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub confirmations_issued: Vec<String>,
+    /// Confirmation ids already used up by the call they allowed (the latest
+    /// [`MAX_ISSUED_CONFIRMATIONS`](crate::run::MAX_ISSUED_CONFIRMATIONS)), so granting one again
+    /// is refused for what it is.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub confirmations_used: Vec<String>,
     /// Where it stands.
     pub status: Status,
     /// The question a paused session waits on.
@@ -273,6 +296,7 @@ impl Session {
             model,
             mode: None,
             confirmations_issued: Vec::new(),
+            confirmations_used: Vec::new(),
             status: Status::Running,
             pending: None,
             messages: Vec::new(),

@@ -181,8 +181,14 @@ fn is_confirmation_id(id: &str) -> bool {
 
 /// A failed tool call as the UI shows it: one line, shortened, but never without the
 /// confirmation id a `safeWrite` refusal carries (the user needs it to confirm).
+/// The executor's message already names the tool (`file_read failed: …`, `git: MCP server …`):
+/// that prefix is not said twice.
 fn tool_failure(tool: &str, message: &str) -> String {
-    let mut line = format!("⚠️ {tool} failed: {}", short(message, 300));
+    let reason = message
+        .strip_prefix(tool)
+        .and_then(|rest| rest.strip_prefix(" failed: ").or(rest.strip_prefix(": ")))
+        .unwrap_or(message);
+    let mut line = format!("⚠️ {tool} failed: {}", short(reason, 300));
     for id in id_words(message).iter().filter(|w| is_confirmation_id(w)) {
         if !line.contains(id.as_str()) {
             line.push_str(&format!(" (confirmation id {id})"));
@@ -514,7 +520,7 @@ async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
 /// 004's framing.
 #[utoipa::path(post, path = "/ai/agent/stream", tag = "chat", request_body = ChatBody,
     responses(
-        (status = 200, description = "`text/event-stream` in seed 004's framing: tokens as `data: <text>`, tool events as `data: {\"text\",\"event\",\"tool\"}`, failures as a `data: ⚠️ …` text, then `event: end` + `data: [DONE]`; header `x-thread-id`", content_type = "text/event-stream", body = crate::sse::SseEvent),
+        (status = 200, description = "`text/event-stream` in the chat UI's framing: tokens as `data: <text>`, tool events as `data: {\"text\",\"event\",\"tool\"}`, failures as a `data: ⚠️ …` text, then `event: end` + `data: [DONE]`; header `x-thread-id`", content_type = "text/event-stream", body = crate::sse::SseEvent),
         (status = 400, description = "The body is not a JSON object, or not `application/json`", body = crate::error::ErrorBody),
         (status = 429, description = "`resource_exhausted`: the API key has its most runs open (`--max-runs-per-key`); header `retry-after`", body = crate::error::ErrorBody)))]
 #[instrument(level = "debug", skip_all)]
@@ -645,6 +651,23 @@ mod tests {
         assert_eq!(
             tool_failure("git", "short c-0123456789ab"),
             "⚠️ git failed: short c-0123456789ab"
+        );
+    }
+
+    #[test]
+    fn a_failure_names_its_tool_once() {
+        assert_eq!(
+            tool_failure("file_read", "file_read failed: notes.txt: no such file"),
+            "⚠️ file_read failed: notes.txt: no such file"
+        );
+        assert_eq!(
+            tool_failure("git", "git: MCP server `x` is unavailable"),
+            "⚠️ git failed: MCP server `x` is unavailable"
+        );
+        assert_eq!(
+            tool_failure("git", "gitlab failed: no"),
+            "⚠️ git failed: gitlab failed: no",
+            "only the tool's own name is taken off"
         );
     }
 

@@ -121,6 +121,7 @@ impl Run {
             confirmations: Arc::new(std::sync::Mutex::new(super::Confirmations {
                 granted: std::mem::take(&mut self.confirmations),
                 issued: std::mem::take(&mut self.session.confirmations_issued),
+                used: std::mem::take(&mut self.session.confirmations_used),
             })),
         });
         // `launch` stored the session as running before the stream was returned.
@@ -183,13 +184,14 @@ impl Run {
         counts.steps += sub.steps;
         counts.tool_calls += sub.tool_calls;
         self.session.orchestration = orchestra.snapshot();
-        self.session.confirmations_issued = std::mem::take(
-            &mut ctx
+        {
+            let mut books = ctx
                 .confirmations
                 .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .issued,
-        );
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            self.session.confirmations_issued = std::mem::take(&mut books.issued);
+            self.session.confirmations_used = std::mem::take(&mut books.used);
+        }
         self.finish(end, counts, started).await;
         drop(in_flight);
     }

@@ -145,6 +145,15 @@ pub struct Confirmations {
     pub granted: std::collections::HashSet<String>,
     /// Asked for, oldest first.
     pub issued: Vec<String>,
+    /// Used up by the call they allowed, oldest first.
+    pub used: Vec<String>,
+}
+
+/// Appends `id` to `ids`, keeping the latest [`MAX_ISSUED_CONFIRMATIONS`].
+fn remember(ids: &mut Vec<String>, id: String) {
+    ids.push(id);
+    let over = ids.len().saturating_sub(MAX_ISSUED_CONFIRMATIONS);
+    ids.drain(..over);
 }
 
 /// Most confirmation ids a session keeps asking for.
@@ -167,12 +176,15 @@ impl Confirmations {
                 // (the model did not make the call again) can be given again.
                 if self.granted.remove(&id) {
                     self.issued.retain(|issued| *issued != id);
+                    if !self.used.contains(&id) {
+                        remember(&mut self.used, id);
+                    }
                 }
             }
             crate::policy::Decision::Confirm { id, .. } if !self.issued.contains(id) => {
-                self.issued.push(id.clone());
-                let over = self.issued.len().saturating_sub(MAX_ISSUED_CONFIRMATIONS);
-                self.issued.drain(..over);
+                // The same call made again asks again, with the same id.
+                self.used.retain(|used| used != id);
+                remember(&mut self.issued, id.clone());
             }
             _ => {}
         }
@@ -288,10 +300,13 @@ impl Runner {
         if session.status != crate::session::Status::Paused {
             return Ok(false);
         }
+        const WHY: &str = "cancelled while waiting for an answer";
         session.status = crate::session::Status::Cancelled;
         session.pending = None;
-        session.error =
-            crate::session::RunError::new("CANCELLED", "cancelled while waiting for an answer");
+        session.error = crate::session::RunError::new("CANCELLED", WHY);
+        session
+            .orchestration
+            .end_waiting(&serde_json::json!({"code": "CANCELLED", "message": WHY}));
         self.store.save(&mut session, true).await?;
         drop(claim);
         tracing::info!(session_id, "paused session cancelled");

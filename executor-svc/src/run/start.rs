@@ -422,10 +422,15 @@ fn grant(
         .iter()
         .find(|id| !session.confirmations_issued.contains(id))
     {
-        return Err(ExecutorError::invalid(
-            "confirmations",
-            format!("`{id}` is not a confirmation this session asked for"),
-        ));
+        let why = if session.confirmations_used.contains(id) {
+            format!(
+                "`{id}` was already used: a confirmation allows one call, and the call asks \
+                 again if it is made again"
+            )
+        } else {
+            format!("`{id}` is not a confirmation this session asked for")
+        };
+        return Err(ExecutorError::invalid("confirmations", why));
     }
     if let Some(mode) = mode {
         session.mode = Some(mode.as_str().to_owned());

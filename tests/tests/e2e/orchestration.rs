@@ -636,6 +636,58 @@ async fn a_question_two_levels_down_bubbles_up_survives_sigkill_and_resumes_its_
     assert_eq!(again.status, 409, "{}", again.text);
 }
 
+const ASKING_LEAF: &str = r#"
+turns:
+  - tool_calls:
+      - name: ask_user
+        arguments: {question: Which version?, key: version}
+  - text: '{"result": {"version": "{{last_message}}"}}'
+"#;
+
+#[tokio::test]
+async fn cancelling_a_paused_orchestration_fails_the_task_its_sub_agent_was_on() {
+    let dir = tempfile::TempDir::new().expect("tmp");
+    let stack = stack(dir.path(), &[("lead", LEAD), ("mid", ASKING_LEAF)]).await;
+    agent(&stack, "mid", &["ask_user"], &[], "mid").await;
+    agent(&stack, "lead", &["file_read"], &["mid"], "lead").await;
+
+    let mut sse = SseReader::open(
+        &stack,
+        "/api/v1/execute/stream",
+        &json!({"mission": "Release it", "agent_id": "lead"}),
+    )
+    .await;
+    let first = sse.rest(RUN_TIMEOUT).await;
+    assert_eq!(first[first.len() - 1].1["status"], "paused", "{first:?}");
+    let session = first[0].1["session_id"]
+        .as_str()
+        .expect("session")
+        .to_owned();
+    let paused = get_session(&stack, &session).await;
+    let plan = paused.plan.expect("plan");
+    assert_eq!(plan.tasks.len(), 1, "{plan:?}");
+    assert_eq!(plan.tasks[0].status, "IN_PROGRESS", "{plan:?}");
+
+    let cancel = send(
+        stack
+            .http()
+            .post(stack.url(&format!("/api/v1/sessions/{session}/cancel"))),
+    )
+    .await;
+    assert_eq!(cancel.status, 200, "{}", cancel.text);
+    let ended = get_session(&stack, &session).await;
+    assert_eq!(ended.status(), v1::RunStatus::Cancelled, "{ended:?}");
+    let plan = ended.plan.expect("plan");
+    assert_eq!(
+        plan.tasks[0].status, "FAILED",
+        "no work left in progress: {plan:?}"
+    );
+    assert!(
+        plan.tasks[0].result_json.contains("CANCELLED"),
+        "the task says why: {plan:?}"
+    );
+}
+
 /// The example the README walks through: `configs/examples/orchestration`, served as shipped.
 #[tokio::test]
 async fn the_shipped_orchestration_example_runs_as_the_readme_shows() {

@@ -179,6 +179,13 @@ async fn default_runs_allowlisted_writes_and_safe_write_needs_a_confirmation_per
     })))
     .await;
     assert_eq!(foreign.status, 400, "{}", foreign.text);
+    assert!(
+        foreign
+            .text
+            .contains("is not a confirmation this session asked for"),
+        "{}",
+        foreign.text
+    );
     assert!(!workspace.join("notes.txt").exists());
 
     // A grant its run does not use (readOnly blocks the write) is not used up.
@@ -207,6 +214,11 @@ async fn default_runs_allowlisted_writes_and_safe_write_needs_a_confirmation_per
     })))
     .await;
     assert_eq!(again.status, 400, "granted once: {}", again.text);
+    assert!(
+        again.text.contains("was already used"),
+        "the refusal says why: {}",
+        again.text
+    );
 
     let bad = send(
         stack

@@ -138,13 +138,16 @@ pub fn yaml_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
 /// The `*.yml` files directly in `dir` (not hidden), sorted: definitions under the wrong
 /// extension, which are not read.
 pub fn misnamed_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
-    files_where(dir, |path| {
-        path.extension().is_some_and(|e| e == "yml")
-            && path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| !n.starts_with('.'))
-    })
+    files_where(dir, is_misnamed)
+}
+
+/// Whether `path` names a definition under the wrong extension (`*.yml`, not hidden).
+pub fn is_misnamed(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "yml")
+        && path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| !n.starts_with('.'))
 }
 
 /// The regular files directly in `dir` that `wanted` picks, sorted (none when `dir` is missing).

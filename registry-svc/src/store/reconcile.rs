@@ -107,15 +107,7 @@ impl Store {
             // A `.yml` file is not read (the file name is the id, with one extension); say so
             // instead of ignoring it silently.
             for path in files::misnamed_files(dir).map_err(|e| RegistryError::io(dir, e))? {
-                let stem = files::stem(&path).unwrap_or_default();
-                self.remember_diagnostic(
-                    &path,
-                    format!(
-                        "not read: definition files end in `.{}`; rename it to `{stem}.{}`",
-                        files::EXT,
-                        files::EXT
-                    ),
-                );
+                self.remember_diagnostic(&path, misnamed(&path));
             }
             stamps.retain(|path, _| {
                 path.parent() != Some(dir) || files::stem(path).is_some_and(|id| seen.contains(id))
@@ -128,12 +120,29 @@ impl Store {
     pub fn reconcile_path(&self, path: &Path) -> Result<ReconcileStats> {
         let mut stats = ReconcileStats::default();
         let Some(source) = self.source_of(path) else {
+            self.reconcile_misnamed(path);
             return Ok(stats);
         };
         let mut stamps = self.lock();
         stats.files = 1;
         self.reconcile_file(source, path, &mut stamps, &mut stats)?;
         Ok(stats)
+    }
+
+    /// Says, or stops saying, that `path` (a `.yml` file in a definitions directory, created,
+    /// renamed or deleted) is not read: as soon as it changes, not only at the next full pass.
+    fn reconcile_misnamed(&self, path: &Path) {
+        let in_definitions = path
+            .parent()
+            .is_some_and(|dir| dir == self.custom_dir || dir == self.root);
+        if !in_definitions || !files::is_misnamed(path) {
+            return;
+        }
+        if path.is_file() {
+            self.remember_diagnostic(path, misnamed(path));
+        } else {
+            self.forget_diagnostic(path);
+        }
     }
 
     pub(super) fn source_of(&self, path: &Path) -> Option<AgentSource> {
@@ -291,6 +300,16 @@ impl Store {
             });
         }
     }
+}
+
+/// Why a `.yml` file is not read.
+fn misnamed(path: &Path) -> String {
+    let stem = files::stem(path).unwrap_or_default();
+    format!(
+        "not read: definition files end in `.{}`; rename it to `{stem}.{}`",
+        files::EXT,
+        files::EXT
+    )
 }
 
 /// Parses and validates one file into an `Agent`, or says why it cannot be served.

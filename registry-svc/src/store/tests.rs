@@ -514,6 +514,27 @@ fn a_yml_file_is_not_read_and_the_diagnostics_say_so_until_it_is_gone() -> Resul
     fs::remove_file(&path).map_err(|e| RegistryError::io(&path, e))?;
     store.reconcile_all()?;
     assert!(store.diagnostics().is_empty(), "{:?}", store.diagnostics());
+
+    // The watcher's path, one file at a time, says the same at once.
+    write(&path, "name: Hand\n")?;
+    store.reconcile_path(&path)?;
+    assert!(
+        store
+            .diagnostics()
+            .iter()
+            .any(|(p, why)| p.ends_with("hand.yml") && why.contains("rename it")),
+        "{:?}",
+        store.diagnostics()
+    );
+    fs::remove_file(&path).map_err(|e| RegistryError::io(&path, e))?;
+    store.reconcile_path(&path)?;
+    assert!(store.diagnostics().is_empty(), "{:?}", store.diagnostics());
+    let elsewhere = store.custom_dir().join("sub").join("x.yml");
+    store.reconcile_path(&elsewhere)?;
+    assert!(
+        store.diagnostics().is_empty(),
+        "only the definitions' directories"
+    );
     Ok(())
 }
 

@@ -229,7 +229,7 @@ pub struct RunArgs {
     /// The agent to run (custom or profile).
     #[arg(long, value_name = "ID")]
     pub agent: Option<String>,
-    /// A profile agent to run (seed 000's CLI).
+    /// A profile agent to run (as the older profile-based CLI did).
     #[arg(long, value_name = "NAME")]
     pub profile: Option<String>,
     /// A model alias of the executor's `llm_config.yaml`.

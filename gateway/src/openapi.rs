@@ -54,7 +54,7 @@ use crate::{
         (name = "agents", description = "Custom agents (editable) and profile agents (read-only)"),
         (name = "execution", description = "Running agents: missions, event streams (SSE), answers, cancellation"),
         (name = "tools", description = "The tool catalog allowlists are checked against"),
-        (name = "chat", description = "Seed 004's chat endpoints: the chat agent or the plain LLM in the chat UI's SSE framing"),
+        (name = "chat", description = "The chat endpoints: the chat agent or the plain LLM in the chat UI's SSE framing"),
         (name = "ops", description = "Probes and this document")
     )
 )]

@@ -18,7 +18,8 @@ pub struct Config {
     #[arg(
         long,
         env = "TASKFORCE_REGISTRY_URL",
-        default_value = "http://127.0.0.1:50051"
+        default_value = "http://127.0.0.1:50051",
+        value_parser = taskforce_runtime::service_url
     )]
     pub registry_url: String,
     /// Where sessions (sled) and default agent workspaces live.
@@ -178,6 +179,35 @@ impl Config {
         config
     }
 
+    /// The checks that span several flags (clap checks each alone): the ports the tools may
+    /// connect to leave out the executor's own and the registry's, which a tool could otherwise
+    /// call (`--tool-connect-ports any` is the operator's explicit choice and passes).
+    pub fn check(&self) -> Result<(), String> {
+        use crate::tools::native::ConnectPorts;
+        let allowed = &self.tools.tool_connect_ports;
+        if *allowed == ConnectPorts::Any {
+            return Ok(());
+        }
+        let mut own = vec![("--listen", self.listen.port())];
+        if let Ok(port) = taskforce_runtime::check_service_url(&self.registry_url) {
+            own.push(("--registry-url", port));
+        }
+        if let Ok(addr) = self.metrics_listen.trim().parse::<SocketAddr>() {
+            own.push(("--metrics-listen", addr.port()));
+        }
+        match own
+            .into_iter()
+            .find(|(_, port)| *port != 0 && allowed.allows(*port))
+        {
+            Some((flag, port)) => Err(format!(
+                "--tool-connect-ports (TASKFORCE_TOOL_CONNECT_PORTS) allows port {port}, the port \
+                 of {flag}: python, git and powershell could call the services there; leave it \
+                 out, or serve on another port"
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// The wall-clock budget of one run.
     pub fn run_budget(&self) -> Duration {
         Duration::from_secs(self.max_run_secs)
@@ -236,5 +266,39 @@ mod tests {
             let e = Config::try_parse_from(["executor-svc", flag, value]).expect_err(flag);
             assert!(e.to_string().contains(flag), "{e}");
         }
+    }
+
+    #[test]
+    fn unusable_urls_and_ports_are_refused_at_start() {
+        for url in ["notaurl", "ftp://127.0.0.1:50051", "http://127.0.0.1:99999"] {
+            let e = Config::try_parse_from(["executor-svc", "--registry-url", url]).expect_err(url);
+            assert!(e.to_string().contains("--registry-url"), "{e}");
+        }
+        for port in ["8o", "0", "65536", ""] {
+            let e = Config::try_parse_from(["executor-svc", "--tool-connect-ports", port])
+                .expect_err(port);
+            assert!(e.to_string().contains("--tool-connect-ports"), "{e}");
+        }
+        let parse = |args: &[&str]| {
+            let argv = ["executor-svc"].iter().chain(args).copied();
+            Config::try_parse_from(argv).expect("parses")
+        };
+        assert_eq!(parse(&[]).check(), Ok(()), "the defaults pass");
+        let registry_on_443 = parse(&["--registry-url", "https://registry.internal"]);
+        let e = registry_on_443
+            .check()
+            .expect_err("443 is a default tool port");
+        assert!(
+            e.contains("port 443") && e.contains("--registry-url"),
+            "{e}"
+        );
+        let own = parse(&["--listen", "127.0.0.1:80"])
+            .check()
+            .expect_err("own port");
+        assert!(own.contains("--listen"), "{own}");
+        let any = parse(&["--listen", "127.0.0.1:80", "--tool-connect-ports", "ANY"]);
+        assert_eq!(any.check(), Ok(()), "`any` is the operator's choice");
+        let none = parse(&["--listen", "127.0.0.1:80", "--tool-connect-ports", "none"]);
+        assert_eq!(none.check(), Ok(()));
     }
 }

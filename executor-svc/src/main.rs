@@ -13,6 +13,12 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
+    if let Err(e) = config.check() {
+        use clap::CommandFactory;
+        Config::command()
+            .error(clap::error::ErrorKind::ArgumentConflict, e)
+            .exit();
+    }
     let telemetry = runtime::telemetry::init("executor-svc");
     runtime::protect_secrets();
     let listener = runtime::bind(config.listen, config.addr_file.as_deref())

@@ -1,6 +1,8 @@
 //! Subprocess tools through the real binaries (issue 13): a model's `python` call sees none of
 //! the executor's secrets in its environment, cannot write outside its workspace (Landlock,
-//! where the kernel enforces it; the executor logs when it does not), and can write inside.
+//! where the kernel enforces it; the executor logs when it does not), and can write inside; it
+//! cannot connect to the services' ports (Landlock, kernel 6.7+) nor, even when the executor
+//! runs as root, read a service's environment (`/proc/<pid>/environ`: no capabilities).
 
 use serde_json::json;
 use taskforce_tests::StackOptions;
@@ -9,22 +11,32 @@ use crate::helpers::{RUN_TIMEOUT, SseReader, create_agent_with_tools};
 
 const SECRET: &str = "ghp-confinement-test-secret-0123456789";
 
+/// Python code that reports, in words the test looks for, what it could reach; the registry's
+/// port and pid are in `target.txt` in its workspace.
+fn probe_code(outside: &str) -> String {
+    format!(
+        "import os, socket\n\
+         port, pid = open('target.txt').read().split()\n\
+         print('SECRET-SEEN' if any('{SECRET}' in v for v in os.environ.values()) else 'NO-SECRET')\n\
+         try:\n    open({outside:?}, 'w').write('x')\n    print('WROTE-OUTSIDE')\n\
+         except OSError as e:\n    print('REFUSED', e.errno)\n\
+         try:\n    socket.create_connection(('127.0.0.1', int(port)), timeout=5).close()\n    print('REACHED-REGISTRY')\n\
+         except OSError as e:\n    print('NET-REFUSED', e.errno)\n\
+         try:\n    open('/proc/%s/environ' % pid, 'rb').read()\n    print('READ-ENVIRON')\n\
+         except OSError as e:\n    print('ENVIRON-REFUSED', e.errno)\n\
+         print('CAPS', [l.split()[1] for l in open('/proc/self/status') if l.startswith(('CapEff', 'CapBnd'))])\n\
+         open('inside.txt', 'w').write('ok')\n\
+         print('WROTE-INSIDE')\n"
+    )
+}
+
 #[tokio::test]
 async fn python_sees_no_secrets_and_writes_only_in_its_workspace() {
     let outside_dir = tempfile::tempdir().expect("temp dir");
     let outside = outside_dir.path().join("escaped.txt");
-    let code = format!(
-        "import os\n\
-         print('SECRET-SEEN' if any('{SECRET}' in v for v in os.environ.values()) else 'NO-SECRET')\n\
-         try:\n    open({outside:?}, 'w').write('x')\n    print('WROTE-OUTSIDE')\n\
-         except OSError as e:\n    print('REFUSED', e.errno)\n\
-         open('inside.txt', 'w').write('ok')\n\
-         print('WROTE-INSIDE')\n",
-        outside = outside.display().to_string()
-    );
     let script = format!(
         "turns:\n  - tool_calls:\n      - name: python\n        id: py\n        arguments:\n          code: {}\n  - text: \"done\"\n",
-        serde_json::to_string(&code).expect("JSON string")
+        serde_json::to_string(&probe_code(&outside.display().to_string())).expect("JSON string")
     );
     let stack = StackOptions::full()
         .with_executor()
@@ -34,6 +46,14 @@ async fn python_sees_no_secrets_and_writes_only_in_its_workspace() {
         .await
         .expect("stack starts");
     create_agent_with_tools(&stack, "pythonist", &["python"]).await;
+    let workspace = stack.executor_workspace("pythonist");
+    std::fs::create_dir_all(&workspace).expect("workspace");
+    let registry_pid = stack.registry_pid().expect("registry pid");
+    std::fs::write(
+        workspace.join("target.txt"),
+        format!("{} {registry_pid}", stack.registry_addr().port()),
+    )
+    .expect("target written");
     let mut sse = SseReader::open(
         &stack,
         "/api/v1/execute/stream",
@@ -58,6 +78,17 @@ async fn python_sees_no_secrets_and_writes_only_in_its_workspace() {
     }
     assert!(output.contains("REFUSED"), "{output}");
     assert!(!outside.exists(), "python wrote {}", outside.display());
+    // No capabilities, even as root: a non-dumpable service's environment stays closed.
+    assert!(output.contains("ENVIRON-REFUSED"), "{output}");
+    assert!(
+        output.contains("'0000000000000000', '0000000000000000'"),
+        "no effective and no bounding capabilities: {output}"
+    );
+    if log.contains("partially-enforced") {
+        eprintln!("note: this kernel has no Landlock network rules; the port check is skipped");
+        return;
+    }
+    assert!(output.contains("NET-REFUSED 13"), "{output}");
 }
 
 #[tokio::test]

@@ -9,8 +9,8 @@ use clap::builder::BoolishValueParser;
 use secrecy::{ExposeSecret, SecretString};
 
 use super::{
-    DEFAULT_GITHUB_API_URL, DEFAULT_WEB_SEARCH_URL, NativeToolsConfig, ResourceLimits,
-    SandboxConfig, SandboxMode,
+    ConnectPorts, DEFAULT_GITHUB_API_URL, DEFAULT_WEB_SEARCH_URL, NativeToolsConfig,
+    ResourceLimits, SandboxConfig, SandboxMode,
 };
 
 /// Flags of the native tools.
@@ -70,6 +70,10 @@ pub struct NativeToolsArgs {
     /// Processes and threads of the executor's user while a tool runs (0: no limit).
     #[arg(long, env = "TASKFORCE_TOOL_PROCESSES", default_value_t = ResourceLimits::default().processes)]
     pub tool_processes: u64,
+    /// The TCP ports `python`, `git` and `powershell` may connect to (Landlock, kernel 6.7+):
+    /// comma-separated, `none`, or `any`; never the services' own ports.
+    #[arg(long, env = "TASKFORCE_TOOL_CONNECT_PORTS", default_value_t = ConnectPorts::default())]
+    pub tool_connect_ports: ConnectPorts,
 }
 
 impl NativeToolsArgs {
@@ -98,6 +102,7 @@ impl NativeToolsArgs {
                     open_files: self.tool_open_files,
                     processes: self.tool_processes,
                 },
+                connect_ports: self.tool_connect_ports.clone(),
             },
             ..NativeToolsConfig::default()
         }

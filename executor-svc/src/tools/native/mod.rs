@@ -57,7 +57,7 @@ pub use guard::NetGuard;
 pub use html::html_to_text;
 pub use python::{Powershell, Python, powershell_available};
 pub use sandbox::{
-    LandlockState, ResourceLimits, Sandbox, SandboxConfig, SandboxError, SandboxMode,
+    ConnectPorts, LandlockState, ResourceLimits, Sandbox, SandboxConfig, SandboxError, SandboxMode,
 };
 pub use search::WebSearch;
 

@@ -1,6 +1,7 @@
 //! `taskforce-sandbox`, the launcher every `python`, `git` and `powershell` subprocess starts
-//! through: it confines itself (resource limits; Landlock, or bubblewrap) with safe APIs, then
-//! `exec`s the real program, which inherits the confinement. The workspace forbids `unsafe`, so
+//! through: it confines itself (resource limits; Landlock, or bubblewrap; the TCP ports it may
+//! connect to; no capabilities) with safe APIs, then `exec`s the real program, which inherits
+//! the confinement. The workspace forbids `unsafe`, so
 //! a `pre_exec` hook in the executor is not an option; a separate program is.
 //!
 //! Exit codes follow the shell's: 126 when the sandbox could not be set up, 127 when the program
@@ -15,12 +16,12 @@ use std::{
 
 use clap::{Parser, ValueEnum};
 use landlock::{
-    ABI, Access, AccessFs, CompatLevel, Compatible, Ruleset, RulesetAttr, RulesetCreatedAttr,
-    RulesetError, RulesetStatus, Scope, path_beneath_rules,
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, RulesetError, RulesetStatus, Scope, path_beneath_rules,
 };
 use nix::sys::resource::{Resource, getrlimit, setrlimit};
 
-use super::ResourceLimits;
+use super::{ConnectPorts, ResourceLimits};
 
 /// Exit code when the sandbox cannot be set up (the shell's "cannot execute").
 pub const EXIT_SETUP: u8 = 126;
@@ -82,6 +83,9 @@ pub struct LauncherArgs {
     /// The bubblewrap binary, for `--confine bwrap`.
     #[arg(long, default_value = "bwrap")]
     pub bwrap: PathBuf,
+    /// The TCP ports the program may connect to: `any`, `none`, or `53,80,443`.
+    #[arg(long, default_value = "any")]
+    pub connect_ports: ConnectPorts,
     /// Apply the confinement, print how much of Landlock is enforced, and exit.
     #[arg(long)]
     pub probe: bool,
@@ -108,6 +112,7 @@ impl LauncherArgs {
             processes: limits.processes,
             confine,
             bwrap: bwrap.to_path_buf(),
+            connect_ports: ConnectPorts::Any,
             probe: false,
             command: Vec::new(),
         }
@@ -137,6 +142,8 @@ impl LauncherArgs {
             confine.into(),
             "--bwrap".into(),
             self.bwrap.clone().into(),
+            "--connect-ports".into(),
+            self.connect_ports.to_string().into(),
         ]);
         if self.probe {
             out.push("--probe".into());
@@ -187,6 +194,9 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             }
         }
         Confine::Bwrap => {
+            if let Err(e) = restrict_connections(&args.connect_ports) {
+                return fail(EXIT_SETUP, &format!("cannot set up Landlock: {e}"));
+            }
             if args.probe {
                 println!("bwrap");
                 return ExitCode::SUCCESS;
@@ -204,6 +214,12 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     let Some(program) = program else {
         return fail(EXIT_SETUP, "no program to run");
     };
+    // bubblewrap drops them itself (`--cap-drop ALL`), after it has used them.
+    if args.confine != Confine::Bwrap
+        && let Err(e) = drop_capabilities()
+    {
+        return fail(EXIT_SETUP, &format!("cannot drop capabilities: {e}"));
+    }
     let e = Command::new(&program).args(&rest).exec();
     let code = if e.kind() == std::io::ErrorKind::NotFound {
         EXIT_NOT_FOUND
@@ -247,16 +263,42 @@ fn apply_limits(args: &LauncherArgs) -> nix::Result<()> {
     Ok(())
 }
 
+/// Drops every capability this process has, the bounding set included, so the program runs
+/// with none, even as root: without `CAP_SYS_PTRACE` and `CAP_DAC_OVERRIDE` it cannot read the
+/// services' `/proc/<pid>/environ` (they are non-dumpable), and an empty bounding set keeps
+/// `exec` from granting root its capabilities again. A launcher without capabilities (any
+/// other user) has nothing to drop.
+fn drop_capabilities() -> Result<(), caps::errors::CapsError> {
+    use caps::{CapSet, Capability};
+    if caps::has_cap(None, CapSet::Effective, Capability::CAP_SETPCAP)? {
+        caps::clear(None, CapSet::Bounding)?;
+    }
+    for set in [
+        CapSet::Ambient,
+        CapSet::Inheritable,
+        CapSet::Effective,
+        CapSet::Permitted,
+    ] {
+        caps::clear(None, set)?;
+    }
+    Ok(())
+}
+
 /// Restricts this process (and what it `exec`s) to writing under the workspace, the writable
-/// directories and a few devices; reads stay allowed everywhere. Best effort: on a kernel
-/// without Landlock the status says `NotEnforced`.
+/// directories and a few devices, and to connecting to the allowed TCP ports; reads stay
+/// allowed everywhere. Best effort: on a kernel without Landlock the status says
+/// `NotEnforced`, and on one before 6.7 (no network rules) `PartiallyEnforced`.
 fn landlock(args: &LauncherArgs) -> Result<RulesetStatus, RulesetError> {
     let abi = TARGET_ABI;
     let write = AccessFs::from_write(abi);
     let dirs = std::iter::once(&args.workspace).chain(&args.writable);
-    let status = Ruleset::default()
+    let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
-        .handle_access(write)?
+        .handle_access(write)?;
+    if let ConnectPorts::Only(_) = args.connect_ports {
+        ruleset = ruleset.handle_access(AccessNet::ConnectTcp)?;
+    }
+    let status = ruleset
         .scope(Scope::from_all(abi))?
         .create()?
         .add_rules(path_beneath_rules(dirs, write))?
@@ -264,8 +306,34 @@ fn landlock(args: &LauncherArgs) -> Result<RulesetStatus, RulesetError> {
             WRITABLE_DEVICES,
             AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev,
         ))?
+        .add_rules(port_rules(&args.connect_ports))?
         .restrict_self()?;
     Ok(status.ruleset)
+}
+
+/// In `bwrap` mode, before bubblewrap starts: only the connection rules of [`landlock`].
+fn restrict_connections(ports: &ConnectPorts) -> Result<(), RulesetError> {
+    if *ports == ConnectPorts::Any {
+        return Ok(());
+    }
+    Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(AccessNet::ConnectTcp)?
+        .create()?
+        .add_rules(port_rules(ports))?
+        .restrict_self()?;
+    Ok(())
+}
+
+/// One rule per allowed port.
+fn port_rules(ports: &ConnectPorts) -> impl Iterator<Item = Result<NetPort, RulesetError>> + '_ {
+    let ports = match ports {
+        ConnectPorts::Any => &[][..],
+        ConnectPorts::Only(ports) => ports.as_slice(),
+    };
+    ports
+        .iter()
+        .map(|port| Ok(NetPort::new(*port, AccessNet::ConnectTcp)))
 }
 
 /// bubblewrap's arguments before the program: the whole file system read-only, fresh `/dev`,
@@ -274,6 +342,8 @@ fn landlock(args: &LauncherArgs) -> Result<RulesetStatus, RulesetError> {
 fn bwrap_args(args: &LauncherArgs) -> Vec<OsString> {
     let mut out: Vec<OsString> = [
         "--die-with-parent",
+        "--cap-drop",
+        "ALL",
         "--unshare-pid",
         "--unshare-ipc",
         "--unshare-uts",
@@ -319,6 +389,12 @@ mod tests {
         assert_eq!(parsed.writable, vec![PathBuf::from("/tmp/t")]);
         assert_eq!(parsed.open_files, limits.open_files);
         assert_eq!(parsed.confine, Confine::LandlockRequired);
+        assert_eq!(parsed.connect_ports, ConnectPorts::Any);
+        a.connect_ports = ConnectPorts::default();
+        let mut argv: Vec<OsString> = vec!["taskforce-sandbox".into()];
+        argv.extend(a.to_args());
+        let parsed = LauncherArgs::try_parse_from(argv).expect("parse");
+        assert_eq!(parsed.connect_ports, ConnectPorts::Only(vec![53, 80, 443]));
         assert!(
             !parsed.probe,
             "a program's own --probe is not the launcher's"

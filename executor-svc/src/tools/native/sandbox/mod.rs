@@ -66,6 +66,81 @@ impl Default for ResourceLimits {
     }
 }
 
+/// The TCP ports a tool's programs may connect to (Landlock, kernel 6.7+): by default DNS, HTTP
+/// and HTTPS, so `git clone https://…` and `pip download` work while the services' own ports
+/// (the registry's gRPC, the executor's, the gateway's) stay out of reach of a program that
+/// would use them to leave its sandbox (asking the registry to validate an agent whose MCP
+/// server is any command, say).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConnectPorts {
+    /// No restriction (`any`).
+    Any,
+    /// Only these ports (`none`: no TCP connection at all).
+    Only(Vec<u16>),
+}
+
+impl Default for ConnectPorts {
+    fn default() -> Self {
+        Self::Only(vec![53, 80, 443])
+    }
+}
+
+impl ConnectPorts {
+    /// Whether a connection to `port` is allowed.
+    pub fn allows(&self, port: u16) -> bool {
+        match self {
+            Self::Any => true,
+            Self::Only(ports) => ports.contains(&port),
+        }
+    }
+}
+
+impl std::str::FromStr for ConnectPorts {
+    type Err = String;
+
+    /// `any`, `none`, or comma-separated ports (`53,80,443`).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        if s.eq_ignore_ascii_case("any") {
+            return Ok(Self::Any);
+        }
+        if s.eq_ignore_ascii_case("none") {
+            return Ok(Self::Only(Vec::new()));
+        }
+        let mut ports = Vec::new();
+        for part in s.split(',') {
+            let part = part.trim();
+            match part.parse::<u16>() {
+                Ok(port) if port > 0 => {
+                    if !ports.contains(&port) {
+                        ports.push(port);
+                    }
+                }
+                _ => {
+                    return Err(format!(
+                        "`{part}` is not a TCP port (1-65535); give ports separated by commas \
+                         (53,80,443), `any` or `none`"
+                    ));
+                }
+            }
+        }
+        Ok(Self::Only(ports))
+    }
+}
+
+impl fmt::Display for ConnectPorts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Any => f.write_str("any"),
+            Self::Only(ports) if ports.is_empty() => f.write_str("none"),
+            Self::Only(ports) => {
+                let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
+                f.write_str(&ports.join(","))
+            }
+        }
+    }
+}
+
 /// The sandbox settings of [`super::NativeToolsConfig`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxConfig {
@@ -80,6 +155,8 @@ pub struct SandboxConfig {
     pub bwrap_bin: PathBuf,
     /// The resource limits.
     pub limits: ResourceLimits,
+    /// `TASKFORCE_TOOL_CONNECT_PORTS`: the TCP ports the programs may connect to.
+    pub connect_ports: ConnectPorts,
 }
 
 impl Default for SandboxConfig {
@@ -90,6 +167,7 @@ impl Default for SandboxConfig {
             launcher: None,
             bwrap_bin: PathBuf::from("bwrap"),
             limits: ResourceLimits::default(),
+            connect_ports: ConnectPorts::default(),
         }
     }
 }
@@ -254,13 +332,15 @@ impl Sandbox {
             (_, true) => Confine::LandlockRequired,
             (_, false) => Confine::Landlock,
         };
-        LauncherArgs::new(
+        let mut args = LauncherArgs::new(
             workspace,
             writable,
             &self.config.limits,
             confine,
             &self.config.bwrap_bin,
-        )
+        );
+        args.connect_ports = self.config.connect_ports.clone();
+        args
     }
 
     /// `program args` wrapped for the sandbox, with a fresh temp dir; blocking (creates the dir,

@@ -11,9 +11,13 @@ const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 /// How long to wait for a PING answer before dropping the connection.
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// One HTTP/2 channel to `url`, connected on first use and reconnected when it drops.
-pub fn lazy_channel(url: &str) -> Result<Channel, tonic::transport::Error> {
-    Ok(Endpoint::from_shared(url.to_owned())?
+/// One HTTP/2 channel to `url`, connected on first use and reconnected when it drops; `Err`
+/// says why `url` cannot work (checked here, at start: a lazy channel would only report it as
+/// a lost connection on every call).
+pub fn lazy_channel(url: &str) -> Result<Channel, String> {
+    taskforce_runtime::check_service_url(url)?;
+    Ok(Endpoint::from_shared(url.trim().to_owned())
+        .map_err(|e| format!("`{url}`: {e}"))?
         .connect_timeout(CONNECT_TIMEOUT)
         .tcp_nodelay(true)
         .http2_keep_alive_interval(KEEPALIVE_INTERVAL)

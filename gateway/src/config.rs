@@ -31,7 +31,8 @@ pub struct Config {
     pub listen: SocketAddr,
     /// The registry's gRPC endpoint. The connection is made lazily, so the gateway starts (and
     /// answers 503) while the registry is not up yet.
-    #[arg(long, env = "TASKFORCE_REGISTRY_URL", default_value = DEFAULT_REGISTRY_URL)]
+    #[arg(long, env = "TASKFORCE_REGISTRY_URL", default_value = DEFAULT_REGISTRY_URL,
+          value_parser = taskforce_runtime::service_url)]
     pub registry_url: String,
     /// The executors' gRPC endpoints (`/api/v1/execute`, sessions): one URL; or several
     /// comma-separated `NAME=URL` entries, each NAME the executor's `--instance` (new runs take

@@ -20,21 +20,17 @@ pub enum GatewayError {
     /// A flag or environment variable has an unusable value.
     #[error("invalid configuration: {0}")]
     Config(String),
-    /// `--registry-url` is not a valid endpoint URI.
-    #[error("invalid registry url {url:?}: {source}")]
+    /// `--registry-url` is not a usable endpoint URL.
+    #[error("--registry-url: {reason}")]
     RegistryUrl {
-        /// The value given.
-        url: String,
-        /// Why tonic refused it.
-        source: tonic::transport::Error,
+        /// Why it cannot be used (naming the value).
+        reason: String,
     },
-    /// `--executor-url` is not a valid endpoint URI.
-    #[error("invalid executor url {url:?}: {source}")]
+    /// An `--executor-url` entry is not a usable endpoint URL.
+    #[error("--executor-url: {reason}")]
     ExecutorUrl {
-        /// The value given.
-        url: String,
-        /// Why tonic refused it.
-        source: tonic::transport::Error,
+        /// Why it cannot be used (naming the value).
+        reason: String,
     },
     /// The MCP server could not start or failed (stdio mode).
     #[error("mcp server error: {0}")]

@@ -102,10 +102,8 @@ impl Executors {
                     "`{entry}` has no name: with several executors each entry is NAME=URL (the executor's --instance)"
                 )));
             }
-            let channel = lazy_channel(url).map_err(|source| GatewayError::ExecutorUrl {
-                url: url.to_owned(),
-                source,
-            })?;
+            let channel =
+                lazy_channel(url).map_err(|reason| GatewayError::ExecutorUrl { reason })?;
             replicas.push(Replica {
                 name: name.map(str::to_owned),
                 url: url.to_owned(),

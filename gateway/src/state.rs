@@ -69,11 +69,8 @@ impl AppState {
         };
         let keys = config.auth.keys("gateway", &listeners)?;
         let token = config.auth.outgoing()?;
-        let channel =
-            lazy_channel(&config.registry_url).map_err(|source| GatewayError::RegistryUrl {
-                url: config.registry_url.clone(),
-                source,
-            })?;
+        let channel = lazy_channel(&config.registry_url)
+            .map_err(|reason| GatewayError::RegistryUrl { reason })?;
         Ok(Self(Arc::new(Shared {
             registry: AgentRegistryClient::new(traced(channel.clone(), token.clone()))
                 .max_decoding_message_size(taskforce_runtime::MAX_DECODING_BYTES),

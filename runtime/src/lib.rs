@@ -36,6 +36,61 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// Checks a service URL given on the command line (`--registry-url`, `--executor-url`, the OTLP
+/// endpoint): `http://` or `https://`, a host, and a port that is one (1-65535) if given. The
+/// connections are made lazily, so a URL that cannot work must be refused here, at start, not
+/// reported later as a lost connection. Returns the port (the scheme's default if none is given).
+pub fn check_service_url(url: &str) -> Result<u16, String> {
+    let trimmed = url.trim();
+    let uri: http::Uri = trimmed
+        .parse()
+        .map_err(|e| format!("`{trimmed}` is not a URL ({e}); expected http://HOST:PORT"))?;
+    let default_port = match uri.scheme_str() {
+        Some("http") => 80,
+        Some("https") => 443,
+        Some(other) => {
+            return Err(format!(
+                "`{trimmed}` has the scheme `{other}`; expected http:// or https://"
+            ));
+        }
+        None => {
+            return Err(format!(
+                "`{trimmed}` has no scheme; expected http://HOST:PORT"
+            ));
+        }
+    };
+    let Some(authority) = uri.authority() else {
+        return Err(format!(
+            "`{trimmed}` names no host; expected http://HOST:PORT"
+        ));
+    };
+    if authority.host().is_empty() {
+        return Err(format!(
+            "`{trimmed}` names no host; expected http://HOST:PORT"
+        ));
+    }
+    // The text after the host's last `:` (not one inside an IPv6 address's brackets).
+    let port = authority
+        .as_str()
+        .rsplit_once(':')
+        .map(|(_, port)| port)
+        .filter(|port| !port.contains(']'));
+    match port {
+        None => Ok(default_port),
+        Some(port) => match port.parse::<u16>() {
+            Ok(p) if p > 0 => Ok(p),
+            _ => Err(format!(
+                "`{trimmed}` has the port `{port}`, which is not one (1-65535)"
+            )),
+        },
+    }
+}
+
+/// [`check_service_url`] as a clap value parser: the URL, trimmed.
+pub fn service_url(url: &str) -> Result<String, String> {
+    check_service_url(url).map(|_| url.trim().to_owned())
+}
+
 /// A value of an environment switch that is neither on nor off.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{name} must be 1, true, yes or on, or 0, false, no or off (any case); got {value:?}")]
@@ -191,6 +246,26 @@ pub fn protect_secrets() {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn service_urls_need_a_scheme_a_host_and_a_real_port() {
+        assert_eq!(check_service_url("http://127.0.0.1:50051"), Ok(50051));
+        assert_eq!(check_service_url(" https://registry "), Ok(443));
+        assert_eq!(check_service_url("http://[::1]:8080/"), Ok(8080));
+        assert_eq!(check_service_url("http://[::1]"), Ok(80));
+        for (bad, says) in [
+            ("notaurl", "no scheme"),
+            ("ftp://127.0.0.1:21", "scheme `ftp`"),
+            ("http://127.0.0.1:99999", "port `99999`"),
+            ("http://127.0.0.1:0", "port `0`"),
+            ("http://", "not a URL"),
+            ("", "not a URL"),
+        ] {
+            let err = check_service_url(bad).expect_err(bad);
+            assert!(err.contains(says), "{bad}: {err}");
+        }
+    }
     use super::default_level;
 
     #[cfg(target_os = "linux")]

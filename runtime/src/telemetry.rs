@@ -282,13 +282,24 @@ fn exporter_configured() -> bool {
         && !std::env::var("OTEL_SDK_DISABLED").is_ok_and(|v| v.eq_ignore_ascii_case("true"))
 }
 
-fn provider(
-    service: &'static str,
-) -> Result<SdkTracerProvider, opentelemetry_otlp::ExporterBuildError> {
+fn provider(service: &'static str) -> Result<SdkTracerProvider, String> {
+    // The exporter connects lazily: an endpoint that cannot work is said now, not as failed
+    // exports later.
+    for var in [
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+    ] {
+        if let Ok(url) = std::env::var(var)
+            && !url.trim().is_empty()
+        {
+            crate::check_service_url(&url).map_err(|e| format!("{var}: {e}"))?;
+        }
+    }
     let exporter = ReportedExporter::new(
         opentelemetry_otlp::SpanExporter::builder()
             .with_tonic()
-            .build()?,
+            .build()
+            .map_err(|e| e.to_string())?,
     );
     // The SDK's own batch processor: an ended span goes into a queue its export thread reads
     // on its schedule (or when a batch is full); the async-runtime variant woke a Tokio task

@@ -43,7 +43,7 @@ impl GlobalMcpFile {
         let bad = |e: String| RegistryError::Config(format!("{}: {e}", path.display()));
         match std::fs::read(path) {
             Ok(bytes) => {
-                let f: Self = serde_yaml::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+                let f: Self = crate::files::yaml(&bytes).map_err(|e| bad(e.to_string()))?;
                 for (id, s) in &f.mcp_servers {
                     if s.is_global() {
                         return Err(bad(format!(

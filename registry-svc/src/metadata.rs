@@ -278,8 +278,8 @@ fn humanize(d: Duration) -> String {
 }
 
 /// The tasks of a Taskfile's text that are fields: those with a `desc`.
-fn field_tasks(bytes: &[u8]) -> Result<BTreeMap<String, TaskDecl>, serde_yaml::Error> {
-    let file: Taskfile = serde_yaml::from_slice(bytes)?;
+fn field_tasks(bytes: &[u8]) -> Result<BTreeMap<String, TaskDecl>, crate::files::YamlError> {
+    let file: Taskfile = crate::files::yaml(bytes)?;
     Ok(file
         .tasks
         .into_iter()
@@ -291,7 +291,9 @@ fn field_tasks(bytes: &[u8]) -> Result<BTreeMap<String, TaskDecl>, serde_yaml::E
 /// `include_in_list` (no value yet), and the command its errors name. The entry point of the
 /// fuzz targets in `fuzz/`; not part of the API.
 #[doc(hidden)]
-pub fn read_taskfile(bytes: &[u8]) -> Result<BTreeMap<String, (Field, String)>, serde_yaml::Error> {
+pub fn read_taskfile(
+    bytes: &[u8],
+) -> Result<BTreeMap<String, (Field, String)>, crate::files::YamlError> {
     Ok(field_tasks(bytes)?
         .into_iter()
         .map(|(name, decl)| {

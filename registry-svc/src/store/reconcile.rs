@@ -317,13 +317,12 @@ fn load(source: AgentSource, id: &str, version: String, bytes: &[u8]) -> Result<
     ids::validate_agent_id(id).map_err(|e| format!("file name is not a valid agent id: {e}"))?;
     match source {
         AgentSource::Profile => {
-            let f: ProfileFile =
-                serde_yaml::from_slice(bytes).map_err(|e| format!("invalid YAML: {e}"))?;
+            let f: ProfileFile = files::yaml(bytes).map_err(|e| format!("invalid YAML: {e}"))?;
             Ok(convert::profile_to_proto(id, version, &f))
         }
         AgentSource::Custom | AgentSource::Unspecified => {
             let f: CustomAgentFile =
-                serde_yaml::from_slice(bytes).map_err(|e| format!("invalid YAML: {e}"))?;
+                files::yaml(bytes).map_err(|e| format!("invalid YAML: {e}"))?;
             definition::validate(id, &f)
                 .map_err(|e| format!("invalid definition: {}", with_named_entries(&e)))?;
             Ok(convert::custom_to_proto(id, version, &f))

@@ -539,6 +539,36 @@ fn a_yml_file_is_not_read_and_the_diagnostics_say_so_until_it_is_gone() -> Resul
 }
 
 #[test]
+fn a_deeply_nested_file_is_skipped_with_a_diagnostic_and_the_others_serve() -> Result<()> {
+    let (_dir, store) = store_with_dev_profile()?;
+    let n = 200_000;
+    let deep = store.custom_dir().join("deep.yaml");
+    write(
+        &deep,
+        &format!(
+            "name: D\ndescription: d\nprompt: {{system_prompt: p}}\ntools: {{allowlist: [file_read]}}\nrole: {}{}\n",
+            "[".repeat(n),
+            "]".repeat(n)
+        ),
+    )?;
+    let fine = store.custom_dir().join("fine.yaml");
+    write(
+        &fine,
+        "name: F\ndescription: d\nprompt: {system_prompt: p}\ntools: {allowlist: [file_read]}\n",
+    )?;
+    store.reconcile_all()?;
+    assert!(store.get("fine").is_ok(), "the other files serve");
+    assert!(store.get("deep").is_err());
+    let said = store.diagnostics();
+    assert!(
+        said.iter()
+            .any(|(p, why)| p.ends_with("deep.yaml") && why.contains("nested more than")),
+        "{said:?}"
+    );
+    Ok(())
+}
+
+#[test]
 fn a_cache_another_registry_has_open_is_an_error_and_left_in_place() -> Result<()> {
     let dir = tempfile::tempdir().map_err(|e| RegistryError::io(Path::new("tmp"), e))?;
     let (root, data) = (dir.path().join("configs"), dir.path().join("data"));

@@ -285,7 +285,12 @@ impl Keys {
 }
 
 fn bearer(headers: &http::HeaderMap) -> Result<&str, Denied> {
-    let value = headers.get(AUTHORIZATION).ok_or(Denied::Missing)?;
+    let mut values = headers.get_all(AUTHORIZATION).iter();
+    let value = values.next().ok_or(Denied::Missing)?;
+    // Two credentials are one too many: which would count is not the caller's guess to make.
+    if values.next().is_some() {
+        return Err(Denied::Several);
+    }
     let value = value.to_str().map_err(|_| Denied::Malformed)?;
     let (scheme, token) = value.split_once(' ').ok_or(Denied::Malformed)?;
     if !scheme.eq_ignore_ascii_case("bearer") || token.trim().is_empty() {
@@ -397,6 +402,8 @@ pub enum Denied {
     Missing,
     /// Not `Bearer <token>` (401).
     Malformed,
+    /// More than one `Authorization` header (401).
+    Several,
     /// No key has this token (401).
     Invalid,
     /// The key lacks the scope (403).
@@ -421,6 +428,7 @@ impl Denied {
                 "authentication required: send `Authorization: Bearer <API key>`".to_owned()
             }
             Self::Malformed => "the Authorization header must be `Bearer <API key>`".to_owned(),
+            Self::Several => "send one Authorization header, not several".to_owned(),
             Self::Invalid => "the API key is not valid".to_owned(),
             Self::Forbidden { key, needs } => {
                 format!("the API key {key:?} lacks the `{needs}` scope this call needs")
@@ -432,7 +440,7 @@ impl Denied {
     pub fn challenge(&self) -> HeaderValue {
         let value = match self {
             Self::Missing => format!("Bearer realm=\"{REALM}\""),
-            Self::Malformed | Self::Invalid => {
+            Self::Malformed | Self::Several | Self::Invalid => {
                 format!("Bearer realm=\"{REALM}\", error=\"invalid_token\"")
             }
             Self::Forbidden { needs, .. } => {
@@ -648,6 +656,17 @@ keys:
             keys.check(&headers(Some("bearer ops-token-0123456789")), write)
                 .is_ok()
         );
+        // Two keys, in either order, are refused: neither wins silently.
+        for [first, second] in [
+            ["Bearer nope-nope-nope-nope", "Bearer ops-token-0123456789"],
+            ["Bearer ops-token-0123456789", "Bearer nope-nope-nope-nope"],
+        ] {
+            let mut two = headers(Some(first));
+            two.append(AUTHORIZATION, HeaderValue::from_static(second));
+            let denied = keys.check(&two, write).expect_err("two credentials");
+            assert_eq!(denied, Denied::Several);
+            assert!(denied.message().contains("one Authorization header"));
+        }
         assert_eq!(keys.check(&headers(None), Access::Public), Ok(None));
         assert_eq!(
             keys.check(&headers(None), Access::AnyKey),

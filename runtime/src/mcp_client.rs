@@ -64,10 +64,45 @@ pub enum ConnectError {
     Protocol(String),
 }
 
+/// An `rmcp` error as a user reads it: without the Rust type paths its messages carry
+/// (`Transport [rmcp::transport::worker::WorkerTransport<…>] error: …`), which say nothing to a
+/// user and show the service's internals.
+pub fn readable(error: &dyn std::fmt::Display) -> String {
+    let text = error.to_string();
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    while let Some(open) = rest.find('[') {
+        let (before, from) = rest.split_at(open);
+        // The bracketed span, brackets nested inside it included.
+        let mut depth = 0usize;
+        let close = from.char_indices().find_map(|(i, c)| {
+            match c {
+                '[' => depth += 1,
+                ']' => depth -= 1,
+                _ => {}
+            }
+            (depth == 0).then_some(i)
+        });
+        match close {
+            Some(close) if from[..close].contains("::") => {
+                out.push_str(before.trim_end());
+                rest = &from[close + 1..];
+            }
+            _ => {
+                out.push_str(before);
+                out.push('[');
+                rest = &from[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Starts (stdio) or connects to (streamable HTTP) `server` and completes the MCP handshake.
 /// Not bounded by a timeout: callers wrap it (see [`connect_and_list`]).
 pub async fn connect(server: &v1::McpServer) -> Result<McpClient, ConnectError> {
-    let protocol = |e: &dyn std::fmt::Display| ConnectError::Protocol(e.to_string());
+    let protocol = |e: &dyn std::fmt::Display| ConnectError::Protocol(readable(e));
     match server.r#type.as_str() {
         "stdio" => {
             let transport = spawn_stdio(server)?;
@@ -92,7 +127,7 @@ pub async fn connect(server: &v1::McpServer) -> Result<McpClient, ConnectError> 
                 } else {
                     ""
                 };
-                ConnectError::Protocol(format!("{e}{hint}"))
+                ConnectError::Protocol(format!("{}{hint}", readable(&e)))
             })
         }
     }
@@ -103,7 +138,7 @@ pub async fn list_tools(client: &McpClient) -> Result<Vec<DiscoveredTool>, Conne
     let tools = client
         .list_all_tools()
         .await
-        .map_err(|e| ConnectError::Protocol(e.to_string()))?;
+        .map_err(|e| ConnectError::Protocol(readable(&e)))?;
     Ok(tools
         .into_iter()
         .map(|t| DiscoveredTool {
@@ -163,6 +198,17 @@ fn expand(value: &str, field: impl FnOnce() -> String) -> Result<String, Connect
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rmcp_errors_lose_their_type_paths() {
+        let raw = "Send message error Transport [rmcp::transport::worker::WorkerTransport<rmcp::transport::streamable_http_client::StreamableHttpClientWorker<reqwest::async_impl::client::Client>>] error: Unexpected content type: Some(\"text/plain\"), when send initialize request";
+        assert_eq!(
+            readable(&raw),
+            "Send message error Transport error: Unexpected content type: Some(\"text/plain\"), when send initialize request"
+        );
+        assert_eq!(readable(&"args[1] and [a] stay"), "args[1] and [a] stay");
+        assert_eq!(readable(&"unclosed [x::y"), "unclosed [x::y");
+    }
 
     #[tokio::test]
     async fn an_unset_placeholder_names_the_field_and_the_variable_and_starts_nothing() {

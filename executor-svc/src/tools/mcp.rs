@@ -445,7 +445,7 @@ impl Tool for McpTool {
                     Err(ToolError::ServerUnavailable {
                         tool,
                         server: server.label.clone(),
-                        reason: e.to_string(),
+                        reason: taskforce_runtime::mcp_client::readable(&e),
                     })
                 }
             }

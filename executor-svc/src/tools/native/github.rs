@@ -53,7 +53,12 @@ fn check_path(path: &str) -> Result<(), String> {
         ));
     }
     let route = path.split(['?', '#']).next().unwrap_or(path);
-    if route.split('/').any(|seg| seg == ".." || seg == ".")
+    // The URL parser reads `%2e` as a dot in dot segments (`%2e%2e`, `.%2E`): so does this.
+    let dot_segment = |seg: &str| {
+        let seg = seg.to_ascii_lowercase().replace("%2e", ".");
+        seg == ".." || seg == "."
+    };
+    if route.split('/').any(dot_segment)
         || path.contains(char::is_whitespace)
         || path.contains('\\')
     {
@@ -107,6 +112,17 @@ impl Tool for GitHub {
             );
             let url = reqwest::Url::parse(&url)
                 .map_err(|e| failed(TOOL, format!("bad GitHub API URL: {e}")))?;
+            // However the path was spelled, the call (and the token) stay under the API's base.
+            let base = reqwest::Url::parse(&self.config.github_api_url)
+                .map_err(|e| failed(TOOL, format!("bad GitHub API URL: {e}")))?;
+            if url.origin() != base.origin()
+                || !url.path().starts_with(base.path().trim_end_matches('/'))
+            {
+                return Err(invalid(format!(
+                    "`path` {:?} leads outside the GitHub API",
+                    args.path
+                )));
+            }
             let auth = match token {
                 Some(t) => {
                     let mut value =
@@ -178,6 +194,10 @@ mod tests {
             "repos/o/r",
             "//evil.example/x",
             "/repos/../user",
+            "/%2e%2e/outside-prefix",
+            "/%2E%2E/x",
+            "/.%2e/x",
+            "/repos/%2e/x",
             "/a b",
             "/x\\y",
         ] {

@@ -268,7 +268,7 @@ pub struct AnswerArgs {
 /// `taskforce sessions ...`.
 #[derive(Debug, Subcommand)]
 pub enum SessionsCommand {
-    /// A session: status, pending question, final answer, conversation, plan.
+    /// A session: status, mission, question or final answer, error, plan (`--json`: the REST body).
     Show {
         /// The session id.
         id: String,

@@ -225,7 +225,21 @@ async fn run_mission(
         confirmations: args.confirmations,
     };
     let events = backend.execute(&body).await?;
+    follow(events, out, json, hint).await
+}
+
+/// Follows a run's stream to its end ([`run::follow`]), saying on stderr why a run failed or
+/// was cancelled; the run's exit code.
+async fn follow(
+    events: backend::EventStream,
+    out: &mut impl Write,
+    json: bool,
+    hint: &str,
+) -> Result<u8> {
     let outcome = run::follow(events, out, json, hint).await?;
+    if let Some(line) = outcome.stderr_line(json) {
+        eprintln!("{line}");
+    }
     Ok(outcome.exit_code())
 }
 
@@ -247,6 +261,5 @@ async fn answer(
         ));
     }
     let events = backend.answer(&args.session, &body).await?;
-    let outcome = run::follow(events, out, json, hint).await?;
-    Ok(outcome.exit_code())
+    follow(events, out, json, hint).await
 }

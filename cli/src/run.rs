@@ -24,9 +24,38 @@ pub struct Outcome {
     pub session_id: String,
     /// `completed`, `paused`, `failed`, `cancelled` (from the top agent's `done`).
     pub status: String,
+    /// The top agent's last `error` event (`code`, `message`), if any.
+    pub error: Option<(String, String)>,
 }
 
 impl Outcome {
+    /// What stderr says about a run that failed or was cancelled (stdout has its events): a
+    /// sentence, or with `--json` the error body with the session. `None` for other runs.
+    pub fn stderr_line(&self, json: bool) -> Option<String> {
+        if self.exit_code() != 1 {
+            return None;
+        }
+        let (code, message) = self.error.clone().unwrap_or_else(|| {
+            (
+                self.status.to_ascii_uppercase(),
+                format!("the run {}", self.status),
+            )
+        });
+        Some(if json {
+            json!({
+                "error": code.to_ascii_lowercase(),
+                "message": message,
+                "session_id": self.session_id,
+            })
+            .to_string()
+        } else {
+            format!(
+                "error: the run {}: {code}: {message} (session {})",
+                self.status, self.session_id
+            )
+        })
+    }
+
     /// The process exit code: 0 completed, 2 paused on a question, 1 otherwise.
     pub fn exit_code(&self) -> u8 {
         match self.status.as_str() {
@@ -48,6 +77,7 @@ pub async fn follow(
 ) -> Result<Outcome> {
     let mut printer = Printer::default();
     let mut last_error: Option<Value> = None;
+    let mut run_error: Option<(String, String)> = None;
     while let Some(event) = events.next().await {
         let event = match event {
             Ok(event) => event,
@@ -75,10 +105,14 @@ pub async fn follow(
         // The gateway ends a stream it lost the executor of with an `error` event and no
         // `done`: that error, not a broken stream, is what ended the run.
         last_error = (event["type"] == "error" && is_top(&event)).then(|| event.clone());
+        if let Some(e) = &last_error {
+            run_error = Some((text(&e["code"]), text(&e["message"])));
+        }
         if ends_run(&event) {
             let outcome = Outcome {
                 session_id: printer.session_id.clone(),
                 status: text(&event["status"]),
+                error: run_error,
             };
             if !json {
                 printer.summary(out, &outcome, &event, answer_hint)?;
@@ -363,7 +397,8 @@ mod tests {
             r.ok(),
             Some(Outcome {
                 session_id: "s-1".into(),
-                status: "completed".into()
+                status: "completed".into(),
+                error: None,
             })
         );
         assert_eq!(
@@ -452,13 +487,33 @@ mod tests {
                 ev("token", json!({"text": "top"})),
                 sub,
                 sub_done,
+                ev(
+                    "error",
+                    json!({"code": "LLM_ERROR", "message": "overloaded"}),
+                ),
                 ev("done", json!({"status": "failed"})),
             ],
             false,
         )
         .await;
-        assert_eq!(r.map(|o| o.exit_code()).ok(), Some(1));
+        let outcome = r.expect("ends");
+        assert_eq!(outcome.exit_code(), 1);
         assert!(out.starts_with("top\n[researcher] sub text\n"), "{out}");
+        // stdout has the events; stderr says why the exit code is 1.
+        assert_eq!(
+            outcome.stderr_line(false).as_deref(),
+            Some("error: the run failed: LLM_ERROR: overloaded (session s-1)")
+        );
+        let body: Value =
+            serde_json::from_str(&outcome.stderr_line(true).expect("a line")).expect("JSON");
+        assert_eq!(body["error"], "llm_error");
+        assert_eq!(body["session_id"], "s-1");
+        let completed = Outcome {
+            status: "completed".into(),
+            error: None,
+            ..outcome
+        };
+        assert_eq!(completed.stderr_line(false), None);
     }
 
     #[tokio::test]

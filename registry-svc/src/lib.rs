@@ -61,6 +61,14 @@ pub async fn run(
                 .map_err(|e| RegistryError::Config(format!("listener: {e}")))?],
         )
         .map_err(|e| RegistryError::Config(e.to_string()))?;
+    // A mistyped directory would otherwise be made, and an empty registry served from it.
+    if !config.config_dir.is_dir() {
+        return Err(RegistryError::Config(format!(
+            "--config-dir (TASKFORCE_CONFIG_DIR) {} is not a directory: point it at the \
+             directory that holds the profiles and custom/ (create it first for an empty registry)",
+            config.config_dir.display()
+        )));
+    }
     // The model providers' keys (the variables the llm_config.yaml beside the agents names for
     // them, when there is one) are never an MCP server's to read, here or in the executor.
     if let Ok(text) = std::fs::read_to_string(config.config_dir.join("llm_config.yaml")) {

@@ -356,7 +356,10 @@ impl AuthArgs {
             None => match listeners.iter().find(|a| !a.ip().is_loopback()) {
                 Some(addr) => Err(AuthError::Unprotected { addr: *addr }),
                 None => {
-                    info!(service, "authentication off: every listener is on loopback");
+                    info!(
+                        service,
+                        "authentication off: the API listens on loopback only (the metrics listener needs no key wherever it is)"
+                    );
                     Ok(None)
                 }
             },

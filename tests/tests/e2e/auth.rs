@@ -385,7 +385,7 @@ async fn the_cli_sends_its_token() {
 
 /// Starts `binary` with `args` and no keys in its environment; returns its exit status (or
 /// `None` if it is still running after `wait`) and its stderr.
-async fn start(
+pub(crate) async fn start(
     binary: &str,
     args: &[&str],
     wait: Duration,

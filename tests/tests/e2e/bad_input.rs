@@ -420,3 +420,66 @@ async fn bad_listing_parameters_are_400() {
         r.assert_error(400, "invalid_argument");
     }
 }
+
+#[tokio::test]
+async fn unusable_directories_and_urls_stop_a_service_at_start_naming_the_flag() {
+    use std::time::Duration;
+    let wait = Duration::from_secs(30);
+    for (binary, args, flag) in [
+        (
+            "registry-svc",
+            vec![
+                "--listen",
+                "127.0.0.1:0",
+                "--metrics-listen",
+                "",
+                "--config-dir",
+                "no-such-dir",
+            ],
+            "--config-dir",
+        ),
+        (
+            "executor-svc",
+            vec![
+                "--listen",
+                "127.0.0.1:0",
+                "--metrics-listen",
+                "",
+                "--registry-url",
+                "notaurl",
+            ],
+            "--registry-url",
+        ),
+        (
+            "gateway",
+            vec![
+                "--listen",
+                "127.0.0.1:0",
+                "--registry-url",
+                "ftp://127.0.0.1:50051",
+            ],
+            "--registry-url",
+        ),
+        (
+            "gateway",
+            vec![
+                "--listen",
+                "127.0.0.1:0",
+                "--executor-url",
+                "e0=http://127.0.0.1:99999",
+            ],
+            "--executor-url",
+        ),
+    ] {
+        let (code, stderr, dir) = crate::auth::start(binary, &args, wait).await;
+        assert!(
+            code.is_some_and(|c| c != 0),
+            "{binary} {args:?} must not start: {code:?} {stderr}"
+        );
+        assert!(stderr.contains(flag), "{binary} names {flag}: {stderr}");
+        assert!(
+            !dir.path().join("no-such-dir").exists(),
+            "nothing is made for a mistyped directory"
+        );
+    }
+}

@@ -61,7 +61,8 @@ pub struct Config {
         long,
         env = "TASKFORCE_MCP_ALLOWED_ORIGINS",
         value_delimiter = ',',
-        default_value = DEFAULT_MCP_ALLOWED_ORIGINS
+        default_value = DEFAULT_MCP_ALLOWED_ORIGINS,
+        value_parser = origin
     )]
     pub mcp_allowed_origins: Vec<String>,
     /// `Host` values `/mcp` accepts (comma-separated names, `name:port` for one port), against
@@ -70,7 +71,8 @@ pub struct Config {
     #[arg(long, env = "TASKFORCE_MCP_ALLOWED_HOSTS", value_delimiter = ',')]
     pub mcp_allowed_hosts: Vec<String>,
     /// The agent (custom id or profile) that serves `/ai/agent/stream` and `/ai/stream`.
-    #[arg(long, env = "TASKFORCE_CHAT_AGENT", default_value = DEFAULT_CHAT_AGENT)]
+    #[arg(long, env = "TASKFORCE_CHAT_AGENT", default_value = DEFAULT_CHAT_AGENT,
+          value_parser = agent_id)]
     pub chat_agent: String,
     /// The policy mode of `/ai/agent/stream` requests that name none (seed 004 §7).
     #[arg(long, env = "AGENT_DEFAULT_MODE", default_value = "readOnly")]
@@ -170,6 +172,34 @@ fn agent_enable(value: &str) -> Result<bool, taskforce_runtime::BadSwitch> {
     taskforce_runtime::switch("AGENT_ENABLE", Some(value), true)
 }
 
+/// An `--mcp-allowed-origins` entry: `*`, or an origin as browsers send it
+/// (`scheme://host[:port]`, no path); an empty entry (a trailing comma) is skipped later.
+fn origin(entry: &str) -> Result<String, String> {
+    let entry = entry.trim();
+    if entry.is_empty() || entry == "*" {
+        return Ok(entry.to_owned());
+    }
+    let bad = || {
+        format!(
+            "`{entry}` is not an origin: expected `*` or scheme://host[:port], such as http://localhost"
+        )
+    };
+    let uri: http::Uri = entry.parse().map_err(|_| bad())?;
+    let plain = uri.scheme().is_some()
+        && uri.authority().is_some_and(|a| !a.host().is_empty())
+        && matches!(uri.path(), "" | "/")
+        && uri.query().is_none();
+    plain.then(|| entry.to_owned()).ok_or_else(bad)
+}
+
+/// `--chat-agent`: an agent id (custom or profile), checked at start, not on every prompt.
+fn agent_id(id: &str) -> Result<String, String> {
+    let id = id.trim();
+    taskforce_proto::ids::validate_agent_id(id)
+        .map(|()| id.to_owned())
+        .map_err(|e| e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,5 +275,34 @@ mod tests {
             ..Config::default()
         };
         assert!(c.validate().is_ok());
+    }
+
+    #[tokio::test]
+    async fn origins_urls_and_the_chat_agent_are_checked_at_start() {
+        for (flag, value) in [
+            ("--mcp-allowed-origins", "not an origin"),
+            ("--mcp-allowed-origins", "http://localhost/path"),
+            ("--chat-agent", "BAD AGENT"),
+            ("--registry-url", "notaurl"),
+        ] {
+            let e = Config::try_parse_from(["gateway", flag, value]).expect_err(value);
+            assert!(e.to_string().contains(flag), "{e}");
+        }
+        let ok = Config::try_parse_from([
+            "gateway",
+            "--mcp-allowed-origins",
+            "*,https://app.example:8443,",
+            "--chat-agent",
+            "dev",
+        ]);
+        assert!(ok.is_ok(), "{ok:?}");
+        let twice = crate::executors::Executors::parse(
+            "e0=http://127.0.0.1:50052,e1=http://127.0.0.1:50052",
+            None,
+        );
+        let Err(e) = twice else {
+            panic!("one executor under two names");
+        };
+        assert!(e.to_string().contains("given twice"), "{e}");
     }
 }

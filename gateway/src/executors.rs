@@ -102,6 +102,13 @@ impl Executors {
                     "`{entry}` has no name: with several executors each entry is NAME=URL (the executor's --instance)"
                 )));
             }
+            if let Some(other) = replicas.iter().find(|r| r.url == url) {
+                return Err(bad(format!(
+                    "`{url}` is given twice (as `{}` and `{}`): each executor once",
+                    other.name.as_deref().unwrap_or_default(),
+                    name.unwrap_or_default()
+                )));
+            }
             let channel =
                 lazy_channel(url).map_err(|reason| GatewayError::ExecutorUrl { reason })?;
             replicas.push(Replica {

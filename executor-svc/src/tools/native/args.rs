@@ -17,14 +17,16 @@ use super::{
 #[derive(Debug, Clone, clap::Args)]
 pub struct NativeToolsArgs {
     /// Search URL prefix of `web_search`; the URL-encoded query is appended.
-    #[arg(long, env = "TASKFORCE_WEB_SEARCH_URL", default_value = DEFAULT_WEB_SEARCH_URL)]
+    #[arg(long, env = "TASKFORCE_WEB_SEARCH_URL", default_value = DEFAULT_WEB_SEARCH_URL,
+          value_parser = taskforce_runtime::service_url)]
     pub web_search_url: String,
     /// Address ranges the web tools may reach although they are not public (CIDRs or single
     /// addresses, comma-separated).
     #[arg(long, env = "TASKFORCE_WEB_ALLOW_NETS", value_delimiter = ',', value_parser = parse_net)]
     pub web_allow_nets: Vec<ipnet::IpNet>,
     /// GitHub REST API base URL (GitHub Enterprise: `https://HOST/api/v3`).
-    #[arg(long, env = "GITHUB_API_URL", default_value = DEFAULT_GITHUB_API_URL)]
+    #[arg(long, env = "GITHUB_API_URL", default_value = DEFAULT_GITHUB_API_URL,
+          value_parser = taskforce_runtime::service_url)]
     pub github_api_url: String,
     /// GitHub token of the `github` tool (without one, only unauthenticated reads).
     #[arg(long, env = "GITHUB_TOKEN", hide_env_values = true, value_parser = secret)]

@@ -57,12 +57,17 @@ pub async fn main(cli: Cli) -> u8 {
         r = dispatch(cli) => r,
         _ = tokio::signal::ctrl_c() => {
             let message = "interrupted (Ctrl-C); a run in progress is cancelled with its stream";
+            let session = run::following();
             if json {
                 // The error body's shape, as every other error with --json (the run's events
                 // on stdout carry its session_id).
                 eprintln!("{}", serde_json::json!({"error": "interrupted", "message": message}));
-            } else {
+            } else if session.is_empty() {
                 eprintln!("\n{message}");
+            } else {
+                eprintln!(
+                    "\n{message}\nsession {session}: `taskforce sessions show {session}` shows how it ended"
+                );
             }
             return EXIT_INTERRUPTED;
         }

@@ -13,12 +13,18 @@ fn main() -> ExitCode {
         Err(e) => {
             // --help and --version are not errors; anything else is bad usage (exit 64, so
             // that 2 keeps meaning "a run paused on a question").
-            let _ = e.print();
-            return if e.use_stderr() {
-                ExitCode::from(EXIT_USAGE)
+            if !e.use_stderr() {
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            // With --json, the error body every other error has, for the script reading it.
+            if std::env::args_os().skip(1).any(|a| a == "--json") {
+                let message = sentence(&e.render().to_string());
+                eprintln!("{}", taskforce_cli::error::Error::Usage(message).to_json());
             } else {
-                ExitCode::SUCCESS
-            };
+                let _ = e.print();
+            }
+            return ExitCode::from(EXIT_USAGE);
         }
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -32,4 +38,15 @@ fn main() -> ExitCode {
         }
     };
     ExitCode::from(runtime.block_on(taskforce_cli::main(cli)))
+}
+
+/// clap's error as one line: what it says before the usage and tips, without `error: `.
+fn sentence(rendered: &str) -> String {
+    let said: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.is_empty() && !l.starts_with("Usage:"))
+        .collect();
+    let said = said.join(" ");
+    said.strip_prefix("error: ").unwrap_or(&said).to_owned()
 }

@@ -14,6 +14,15 @@ use crate::{
     render::{clip, text},
 };
 
+/// The session of the run being followed, once its first event named it: what an interrupted
+/// CLI tells the user to look up (a process follows one run at a time).
+static FOLLOWING: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+
+/// The session of the run being followed (empty before its first event).
+pub fn following() -> String {
+    FOLLOWING.lock().map(|s| s.clone()).unwrap_or_default()
+}
+
 /// Widest tool argument or output shown on a line.
 const LINE_WIDTH: usize = 100;
 
@@ -98,6 +107,9 @@ pub async fn follow(
             && let Some(id) = event["session_id"].as_str()
         {
             id.clone_into(&mut printer.session_id);
+            if let Ok(mut following) = FOLLOWING.lock() {
+                id.clone_into(&mut following);
+            }
         }
         if event["type"] == "question" && is_top(&event) {
             printer.question = Some(event.clone());

@@ -1099,4 +1099,89 @@ async fn bad_input_is_a_clear_error_on_stderr_with_a_nonzero_exit() {
             out.stderr
         );
     }
+    // With --json, clap's refusals are the same error body as every other error.
+    for args in [
+        &["--json", "run", "Do it"][..],
+        &["--json", "--timeout", "abc", "agents", "list"][..],
+    ] {
+        let out = cli(&stack, args).await;
+        out.expect_code(64);
+        let body: serde_json::Value = serde_json::from_str(out.stderr.trim())
+            .unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {}", out.stderr));
+        assert_eq!(body["error"], "invalid_argument", "{body}");
+        assert!(
+            body["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{body}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn ctrl_c_cancels_the_run_exits_130_and_names_the_session() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    const SCRIPT: &str = r#"
+turns:
+  - tool_calls:
+      - name: python
+        id: py
+        arguments: {code: "import time\ntime.sleep(60)"}
+  - text: "never reached in time"
+"#;
+    let stack = StackOptions::full()
+        .with_executor()
+        .llm_script(SCRIPT)
+        .spawn()
+        .await
+        .expect("stack starts");
+    create_agent_with_tools(&stack, "sleeper", &["python"]).await;
+    let bin = paths::cli().expect("the taskforce CLI is built");
+    let mut child = tokio::process::Command::new(bin)
+        .args(["run", "--agent", "sleeper", "Wait for it"])
+        .env("TASKFORCE_GATEWAY_URL", stack.gateway_url())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the CLI starts");
+    // The tool call's line means the run (and its session) is under way.
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let started = tokio::time::timeout(CLI_TIMEOUT, async {
+        while let Ok(Some(line)) = stdout.next_line().await {
+            if line.starts_with("→ python") {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(started, Ok(true), "the run's tool call was shown");
+    let pid = child.id().expect("running").to_string();
+    let sent = tokio::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .await
+        .expect("kill runs");
+    assert!(sent.success());
+    let out = tokio::time::timeout(CLI_TIMEOUT, child.wait_with_output())
+        .await
+        .expect("the CLI exits after Ctrl-C")
+        .expect("output");
+    assert_eq!(out.status.code(), Some(130));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("interrupted (Ctrl-C)"), "{stderr}");
+    let session = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("session "))
+        .and_then(|rest| rest.split_once(':'))
+        .map(|(id, _)| id.to_owned())
+        .unwrap_or_else(|| panic!("no session line: {stderr}"));
+    // The session the CLI named is the run it cancelled.
+    let path = format!("/api/v1/sessions/{session}");
+    let ended = taskforce_tests::eventually(CLI_TIMEOUT, Duration::from_millis(50), || async {
+        let r = send(stack.http().get(stack.url(&path))).await;
+        (r.status == 200 && r.body["status"] == "cancelled").then_some(r.body)
+    })
+    .await;
+    assert!(ended.is_some(), "session {session} ends cancelled");
 }

@@ -83,7 +83,8 @@ pub struct Config {
     /// Close an MCP connection unused for this many seconds (0: keep until shutdown).
     #[arg(long, env = "TASKFORCE_MCP_IDLE_SECS", default_value_t = 600)]
     pub mcp_idle_secs: u64,
-    /// Deepest delegation: orchestrator → A → B is two hops; a third is refused.
+    /// Deepest delegation: orchestrator → A → B is two hops; a third is refused (0: agents may
+    /// not delegate at all).
     #[arg(long, env = "TASKFORCE_MAX_DELEGATION_HOPS", default_value_t = 2)]
     pub max_delegation_hops: u32,
 

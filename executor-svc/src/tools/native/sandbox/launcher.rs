@@ -1,8 +1,8 @@
 //! `taskforce-sandbox`, the launcher every `python`, `git` and `powershell` subprocess starts
 //! through: it confines itself (resource limits; Landlock, or bubblewrap; the TCP ports it may
 //! connect to; no capabilities) with safe APIs, then `exec`s the real program, which inherits
-//! the confinement. The workspace forbids `unsafe`, so
-//! a `pre_exec` hook in the executor is not an option; a separate program is.
+//! the confinement. The workspace forbids `unsafe`, so a `pre_exec` hook in the executor is not
+//! an option; a separate program is.
 //!
 //! Exit codes follow the shell's: 126 when the sandbox could not be set up, 127 when the program
 //! was not found; the reason goes to stderr, where the tool output shows it.

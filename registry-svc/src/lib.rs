@@ -69,6 +69,12 @@ pub async fn run(
             config.config_dir.display()
         )));
     }
+    // Read before the cache is rebuilt, so a bad file stops the start at once.
+    let global = catalog::GlobalMcpFile::load(&config.catalog_file()).map_err(|e| {
+        RegistryError::Config(format!(
+            "--catalog-mcp-file (TASKFORCE_CATALOG_MCP_FILE): {e}"
+        ))
+    })?;
     // The model providers' keys (the variables the llm_config.yaml beside the agents names for
     // them, when there is one) are never an MCP server's to read, here or in the executor.
     if let Ok(text) = std::fs::read_to_string(config.config_dir.join("llm_config.yaml")) {
@@ -93,7 +99,6 @@ pub async fn run(
     let catalog = Arc::new(catalog::ToolCatalog::new(Duration::from_millis(
         config.mcp_discovery_timeout_ms,
     )));
-    let global = catalog::GlobalMcpFile::load(&config.catalog_file())?;
 
     let tasks = CancellationToken::new();
     let discovery = tokio::spawn(Arc::clone(&catalog).run_global_discovery(

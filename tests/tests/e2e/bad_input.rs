@@ -439,6 +439,18 @@ async fn unusable_directories_and_urls_stop_a_service_at_start_naming_the_flag()
             "--config-dir",
         ),
         (
+            "registry-svc",
+            vec![
+                "--listen",
+                "127.0.0.1:0",
+                "--metrics-listen",
+                "",
+                "--catalog-mcp-file",
+                ".",
+            ],
+            "--catalog-mcp-file",
+        ),
+        (
             "executor-svc",
             vec![
                 "--listen",

@@ -18,6 +18,9 @@ pub const MAX_FLOW_DEPTH: usize = 1000;
 /// A YAML text that cannot be read.
 #[derive(Debug, thiserror::Error)]
 pub enum YamlError {
+    /// Nothing but whitespace.
+    #[error("the file is empty")]
+    Empty,
     /// Flow collections nested past [`MAX_FLOW_DEPTH`], refused before parsing.
     #[error("`[` and `{{` nested more than {MAX_FLOW_DEPTH} levels deep")]
     TooDeep,
@@ -31,6 +34,11 @@ pub enum YamlError {
 /// brackets without reading quotes, so text with more than that many unclosed `[` or `{` in
 /// its strings is refused too.
 pub fn yaml<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, YamlError> {
+    // Editors on Windows start UTF-8 files with a byte order mark; YAML allows it.
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(YamlError::Empty);
+    }
     let mut depth = 0usize;
     for b in bytes {
         match b {
@@ -64,11 +72,41 @@ pub const MAX_DEFINITION_BYTES: u64 = 2 * 1024 * 1024;
 
 /// The bytes of `path`, or `Ok(None)` when it holds more than `max` (only `max + 1` are read).
 pub fn read_at_most(path: &Path, max: u64) -> io::Result<Option<Vec<u8>>> {
+    // Opening a named pipe would wait for a writer, holding the store's lock: only regular
+    // files are opened, and a symbolic link is not followed (the watcher would not see edits
+    // of its target, so it would be served stale).
+    let kind = fs::symlink_metadata(path)?.file_type();
+    if !kind.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "not a regular file but {}; definitions are plain files (copy the file here \
+                 instead of linking it)",
+                kind_name(kind)
+            ),
+        ));
+    }
     let mut bytes = Vec::new();
     File::open(path)?
         .take(max.saturating_add(1))
         .read_to_end(&mut bytes)?;
     Ok((u64::try_from(bytes.len()).unwrap_or(u64::MAX) <= max).then_some(bytes))
+}
+
+/// What a directory entry that is not a regular file is, for a diagnostic.
+fn kind_name(kind: fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_symlink() {
+        "a symbolic link"
+    } else if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a named pipe"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "a device"
+    }
 }
 
 /// The version of a definition: the first 16 hex digits of the SHA-256 of its file's bytes, so
@@ -101,10 +139,30 @@ pub fn times(path: &Path) -> (String, String) {
 /// cannot be used (a read-only config root, another file system than `path`'s), the temp file is
 /// written beside `path` instead.
 pub fn write_atomic(path: &Path, bytes: &[u8], staging: &Path) -> io::Result<()> {
-    write_via(path, bytes, staging).or_else(|_| write_via(path, bytes, parent(path)?))
+    write_atomic_if(path, bytes, staging, || true).map(drop)
 }
 
-fn write_via(path: &Path, bytes: &[u8], staging: &Path) -> io::Result<()> {
+/// [`write_atomic`], but only if `unchanged()` still holds right before the rename (after the
+/// fsync, the slow part): `Ok(false)`, with nothing written, when it does not. A hand edit that
+/// lands while an API write is on its way to disk is then a conflict instead of being
+/// overwritten; only one landing in the microseconds between that check and the rename can
+/// still be.
+pub fn write_atomic_if(
+    path: &Path,
+    bytes: &[u8],
+    staging: &Path,
+    unchanged: impl Fn() -> bool,
+) -> io::Result<bool> {
+    write_via(path, bytes, staging, &unchanged)
+        .or_else(|_| write_via(path, bytes, parent(path)?, &unchanged))
+}
+
+fn write_via(
+    path: &Path,
+    bytes: &[u8],
+    staging: &Path,
+    unchanged: &dyn Fn() -> bool,
+) -> io::Result<bool> {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let dir = parent(path)?;
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
@@ -123,10 +181,13 @@ fn write_via(path: &Path, bytes: &[u8], staging: &Path) -> io::Result<()> {
         };
         f.write_all(bytes)?;
         f.sync_all()?;
+        if !unchanged() {
+            return Ok(false);
+        }
         fs::rename(&tmp, path)?;
-        sync_dir(dir)
+        sync_dir(dir).map(|()| true)
     })();
-    if result.is_err() {
+    if !matches!(result, Ok(true)) {
         let _ = fs::remove_file(&tmp);
     }
     result
@@ -169,14 +230,16 @@ pub fn remove_stale_temp_files(dir: &Path, staging: &Path) -> io::Result<usize> 
 }
 
 /// The `*.yaml` files directly in `dir` (hidden and temp files excluded), sorted.
+/// Entries that are not regular files (links, pipes, directories) are listed too: reading one
+/// is refused with a diagnostic ([`read_at_most`]) rather than skipped without a word.
 pub fn yaml_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
-    files_where(dir, is_definition_file)
+    files_where(dir, is_definition_file, true)
 }
 
 /// The `*.yml` files directly in `dir` (not hidden), sorted: definitions under the wrong
 /// extension, which are not read.
 pub fn misnamed_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
-    files_where(dir, is_misnamed)
+    files_where(dir, is_misnamed, false)
 }
 
 /// Whether `path` names a definition under the wrong extension (`*.yml`, not hidden).
@@ -189,14 +252,18 @@ pub fn is_misnamed(path: &Path) -> bool {
 }
 
 /// The regular files directly in `dir` that `wanted` picks, sorted (none when `dir` is missing).
-fn files_where(dir: &Path, wanted: impl Fn(&Path) -> bool) -> io::Result<Vec<PathBuf>> {
+fn files_where(
+    dir: &Path,
+    wanted: impl Fn(&Path) -> bool,
+    any_type: bool,
+) -> io::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     match fs::read_dir(dir) {
         Ok(rd) => {
             for entry in rd {
                 let entry = entry?;
                 let path = entry.path();
-                if wanted(&path) && entry.file_type()?.is_file() {
+                if wanted(&path) && (any_type || entry.file_type()?.is_file()) {
                     out.push(path);
                 }
             }
@@ -224,6 +291,19 @@ pub fn stem(path: &Path) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_write_whose_file_changed_meanwhile_writes_nothing() -> io::Result<()> {
+        let root = tempfile::tempdir()?;
+        let (p, staging) = (root.path().join("a.yaml"), root.path().join(STAGING));
+        write_atomic(&p, b"hand edit", &staging)?;
+        assert!(!write_atomic_if(&p, b"api write", &staging, || false)?);
+        assert_eq!(fs::read(&p)?, b"hand edit");
+        assert_eq!(fs::read_dir(&staging)?.count(), 0, "no staged file is left");
+        assert!(write_atomic_if(&p, b"api write", &staging, || true)?);
+        assert_eq!(fs::read(&p)?, b"api write");
+        Ok(())
+    }
 
     #[test]
     fn deep_flow_nesting_is_refused_before_the_parser_sees_it() {

@@ -22,7 +22,7 @@ const DEBOUNCE: Duration = Duration::from_millis(25);
 /// The installed file watcher and its events; made before the first reconcile so that no edit
 /// is missed, then handed to [`run`].
 pub struct Installed {
-    _watcher: Option<notify::RecommendedWatcher>,
+    watcher: Option<notify::RecommendedWatcher>,
     events: mpsc::UnboundedReceiver<Event>,
 }
 
@@ -37,10 +37,7 @@ pub fn install(store: &Store) -> Installed {
             None
         }
     };
-    Installed {
-        _watcher: watcher,
-        events,
-    }
+    Installed { watcher, events }
 }
 
 /// Applies watched changes and reconciles every `interval` until `stop` fires.
@@ -51,9 +48,10 @@ pub async fn run(
     stop: CancellationToken,
 ) {
     let Installed {
-        _watcher,
+        mut watcher,
         events: mut rx,
     } = installed;
+    let custom_dir = store.custom_dir().to_path_buf();
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
@@ -72,6 +70,24 @@ pub async fn run(
                 }
             }
         }
+        // A watch follows the directory it was set on: `custom/` removed and made again (a
+        // `git checkout` of a branch without it and back, a restore from a backup) needs a new
+        // one, and everything in it a reconcile.
+        if batch.contains(&custom_dir) {
+            full = true;
+            if let Some(w) = watcher.as_mut()
+                && custom_dir.is_dir()
+            {
+                match w.watch(&custom_dir, RecursiveMode::NonRecursive) {
+                    Ok(()) => {
+                        debug!(dir = %custom_dir.display(), "watching the custom agents' directory again")
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "cannot watch the custom agents' directory again; relying on the periodic reconcile")
+                    }
+                }
+            }
+        }
         let store = Arc::clone(&store);
         let result = tokio::task::spawn_blocking(move || {
             if full {
@@ -80,9 +96,13 @@ pub async fn run(
                     debug!(?s, "periodic reconcile");
                 })
             } else {
-                batch
-                    .iter()
-                    .try_for_each(|p| store.reconcile_path(p).map(|_| ()))
+                // One path that fails is said; the batch's other paths still count.
+                for p in &batch {
+                    if let Err(e) = store.reconcile_path(p) {
+                        warn!(path = %p.display(), error = %e, "reconciling a changed file failed; the periodic reconcile retries");
+                    }
+                }
+                Ok(())
             }
         })
         .await;

@@ -209,8 +209,32 @@ impl Store {
                 }
                 return Ok(());
             }
-            Err(e) => return Err(RegistryError::io(path, e)),
+            // One file that cannot be read (permissions, a link, a pipe) is that file's
+            // problem, said in the diagnostics; the others are served.
+            Err(e) => {
+                let reason = format!("cannot be read: {e}");
+                return self.skip_invalid(source, &id, path, reason, stats);
+            }
         };
+        // One id, one agent: a file taking an id the other kind already serves (a hand-written
+        // `custom/dev.yaml` beside the `dev` profile) is refused, as the API refuses it.
+        let other = match source {
+            AgentSource::Profile => AgentSource::Custom,
+            AgentSource::Custom | AgentSource::Unspecified => AgentSource::Profile,
+        };
+        if self.tree(other).contains_key(id.as_bytes())? {
+            let reason = match other {
+                AgentSource::Profile => format!(
+                    "the id {id:?} is the profile configs/{id}.{}'s; rename this file",
+                    files::EXT
+                ),
+                AgentSource::Custom | AgentSource::Unspecified => format!(
+                    "the id {id:?} is the custom agent custom/{id}.{}'s; rename this file",
+                    files::EXT
+                ),
+            };
+            return self.skip_invalid(source, &id, path, reason, stats);
+        }
         let version = files::version_of(&bytes);
         if let Some(cached) = tree.get(id.as_bytes())?
             && v1::Agent::decode(cached.as_ref())

@@ -569,6 +569,94 @@ fn a_deeply_nested_file_is_skipped_with_a_diagnostic_and_the_others_serve() -> R
 }
 
 #[test]
+fn entries_that_are_no_plain_files_are_diagnosed_never_opened_and_the_rest_serves() -> Result<()> {
+    let (dir, store) = store_with_dev_profile()?;
+    let custom = store.custom_dir().to_path_buf();
+    fn io(p: &Path) -> impl Fn(std::io::Error) -> RegistryError + '_ {
+        move |e| RegistryError::io(p, e)
+    }
+    // A named pipe: opening it would wait for a writer forever, holding the store's lock.
+    let pipe = custom.join("pipe.yaml");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&pipe)
+        .status()
+        .map_err(io(&pipe))?;
+    assert!(made.success(), "mkfifo");
+    // A symbolic link: edits of its target would never be seen.
+    let target = dir.path().join("elsewhere.yaml");
+    write(&target, HAND)?;
+    let link = custom.join("linked.yaml");
+    std::os::unix::fs::symlink(&target, &link).map_err(io(&link))?;
+    // A directory under a definition's name.
+    let folder = custom.join("folder.yaml");
+    fs::create_dir(&folder).map_err(io(&folder))?;
+    write(&custom.join("fine.yaml"), HAND)?;
+
+    store.reconcile_all()?;
+    assert!(store.get("fine").is_ok(), "the plain file serves");
+    let said = store.diagnostics();
+    for (name, kind) in [
+        ("pipe.yaml", "a named pipe"),
+        ("linked.yaml", "a symbolic link"),
+        ("folder.yaml", "a directory"),
+    ] {
+        assert!(
+            said.iter()
+                .any(|(p, why)| p.ends_with(name) && why.contains(kind)),
+            "{name}: {said:?}"
+        );
+        let id = name.trim_end_matches(".yaml");
+        assert!(store.get(id).is_err(), "{id} is not served");
+    }
+    // The watcher's path says the same, one file at a time, and never blocks on the pipe.
+    store.reconcile_path(&pipe)?;
+    store.reconcile_path(&link)?;
+    // The API does not write through them either.
+    let err = store
+        .update("linked", agent_file(), "", "2026-11-22T09:00:00Z")
+        .expect_err("a link is not the API's to replace");
+    assert!(err.to_string().contains("symbolic link"), "{err}");
+    Ok(())
+}
+
+#[test]
+fn a_custom_file_may_not_take_a_profiles_id() -> Result<()> {
+    let (_dir, store) = store_with_dev_profile()?;
+    let shadow = store.custom_dir().join("dev.yaml");
+    write(&shadow, HAND)?;
+    store.reconcile_all()?;
+    let Some(v1::agent::Kind::Profile(_)) = store.get("dev")?.kind else {
+        panic!("the profile keeps its id");
+    };
+    let said = store.diagnostics();
+    assert!(
+        said.iter()
+            .any(|(p, why)| p.ends_with("custom/dev.yaml") && why.contains("profile")),
+        "{said:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_byte_order_mark_is_read_past_and_an_empty_file_says_so() -> Result<()> {
+    let (_dir, store) = store_with_dev_profile()?;
+    write(
+        &store.custom_dir().join("bom.yaml"),
+        &format!("\u{feff}{HAND}"),
+    )?;
+    write(&store.custom_dir().join("blank.yaml"), " \n")?;
+    store.reconcile_all()?;
+    assert!(store.get("bom").is_ok(), "{:?}", store.diagnostics());
+    let said = store.diagnostics();
+    assert!(
+        said.iter()
+            .any(|(p, why)| p.ends_with("blank.yaml") && why.contains("the file is empty")),
+        "{said:?}"
+    );
+    Ok(())
+}
+
+#[test]
 fn a_cache_another_registry_has_open_is_an_error_and_left_in_place() -> Result<()> {
     let dir = tempfile::tempdir().map_err(|e| RegistryError::io(Path::new("tmp"), e))?;
     let (root, data) = (dir.path().join("configs"), dir.path().join("data"));

@@ -42,7 +42,7 @@ impl Store {
         def.updated_at = Some(now.to_owned());
         // A new agent starts with no runtime history, even if an old one had this id.
         self.forget_facts(id)?;
-        self.write_custom(id, &path, &def)
+        self.write_custom(id, &path, &def, None)
     }
 
     /// Replaces a custom agent, keeping its `created_at`.
@@ -68,7 +68,8 @@ impl Store {
             Some(workspace_id.unwrap_or_else(|| definition::derived_workspace_id(id)));
         def.created_at = Some(created);
         def.updated_at = Some(now.to_owned());
-        self.write_custom(id, &path, &def)
+        let checked = files::version_of(&current);
+        self.write_custom(id, &path, &def, Some(&checked))
     }
 
     /// Deletes a custom agent; returns the revision of the deletion.
@@ -95,8 +96,25 @@ impl Store {
         path: &Path,
         expected_version: &str,
     ) -> Result<Vec<u8>> {
-        let bytes = match fs::read(path) {
-            Ok(b) => b,
+        let bytes = match files::read_at_most(path, files::MAX_DEFINITION_BYTES) {
+            Ok(Some(b)) => b,
+            Ok(None) => {
+                return Err(ApiError::new(
+                    ErrorKind::ReadOnly,
+                    format!(
+                        "agent {id:?}'s definition file is larger than {} bytes; fix it by hand",
+                        files::MAX_DEFINITION_BYTES
+                    ),
+                )
+                .into());
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+                return Err(ApiError::new(
+                    ErrorKind::ReadOnly,
+                    format!("agent {id:?}'s definition file {e}; the API does not change it"),
+                )
+                .into());
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let err = if self.profile.contains_key(id)? {
                     ApiError::new(
@@ -121,15 +139,47 @@ impl Store {
         Ok(bytes)
     }
 
+    /// Writes `def` as `id`'s file if the file is still what the caller checked: absent for a
+    /// create (`expected` `None`), at version `expected` for an update. A hand edit that landed
+    /// meanwhile is a conflict, not overwritten.
     pub(super) fn write_custom(
         &self,
         id: &str,
         path: &Path,
         def: &CustomAgentFile,
+        expected: Option<&str>,
     ) -> Result<v1::Agent> {
         let yaml = definition::file_text(id, def)?;
-        files::write_atomic(path, yaml.as_bytes(), &self.root.join(files::STAGING))
-            .map_err(|e| RegistryError::io(path, e))?;
+        let unchanged = || match expected {
+            None => {
+                fs::symlink_metadata(path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+            }
+            Some(version) => fs::read(path).is_ok_and(|b| files::version_of(&b) == version),
+        };
+        let written = files::write_atomic_if(
+            path,
+            yaml.as_bytes(),
+            &self.root.join(files::STAGING),
+            unchanged,
+        )
+        .map_err(|e| RegistryError::io(path, e))?;
+        if !written {
+            let err = match expected {
+                None => ApiError::new(
+                    ErrorKind::AlreadyExists,
+                    format!(
+                        "agent {id:?} already exists: its file appeared while this one was written"
+                    ),
+                ),
+                Some(_) => ApiError::new(
+                    ErrorKind::VersionConflict,
+                    format!(
+                        "agent {id:?} was changed on disk while this update was written; get it again and retry"
+                    ),
+                ),
+            };
+            return Err(err.into());
+        }
         let agent = convert::custom_to_proto(id, files::version_of(yaml.as_bytes()), def);
         self.custom.insert(id, agent.encode_to_vec())?;
         self.forget_diagnostic(path);

@@ -94,6 +94,42 @@ async fn a_hand_written_file_is_served_changed_and_removed_within_a_second() {
 }
 
 #[tokio::test]
+async fn a_custom_directory_removed_and_made_again_is_watched_again() {
+    let stack = spawn_registry().await.expect("stack starts");
+    let custom = stack.custom_dir();
+    // What `git checkout` of a branch without custom agents, and back, does to the directory.
+    std::fs::remove_dir_all(&custom).expect("custom/ removed");
+    std::fs::create_dir(&custom).expect("custom/ made again");
+    std::fs::write(
+        custom.join("restored.yaml"),
+        hand_written_yaml("restored", "Back."),
+    )
+    .expect("write by hand");
+    until(
+        EDIT_VISIBLE_WITHIN,
+        "a file in the re-made directory",
+        || get_agent(&stack, "restored"),
+        |r| description_is(r, "Back."),
+    )
+    .await
+    .expect("served");
+    // Edits after that are seen as quickly as before (not at the next full reconcile).
+    std::fs::write(
+        custom.join("restored.yaml"),
+        hand_written_yaml("restored", "Edited."),
+    )
+    .expect("edit by hand");
+    until(
+        EDIT_VISIBLE_WITHIN,
+        "an edit in the re-made directory",
+        || get_agent(&stack, "restored"),
+        |r| description_is(r, "Edited."),
+    )
+    .await
+    .expect("served");
+}
+
+#[tokio::test]
 async fn invalid_files_are_skipped_and_listed_as_diagnostics_while_the_rest_keeps_serving() {
     let stack = spawn_stack().await.expect("stack starts");
     let custom = stack.custom_dir();

@@ -236,12 +236,20 @@ impl Store {
             return self.skip_invalid(source, &id, path, reason, stats);
         }
         let version = files::version_of(&bytes);
-        if let Some(cached) = tree.get(id.as_bytes())?
-            && v1::Agent::decode(cached.as_ref())
-                .is_ok_and(|a| a.version == version && has_times(&a))
+        let cached = tree
+            .get(id.as_bytes())?
+            .and_then(|c| v1::Agent::decode(c.as_ref()).ok());
+        if cached
+            .as_ref()
+            .is_some_and(|a| a.version == version && has_times(a))
         {
             return Ok(());
         }
+        // The times this agent was served with until this change of its file.
+        let before = match cached.and_then(|a| a.kind) {
+            Some(v1::agent::Kind::Custom(c)) => Some((c.created_at, c.updated_at)),
+            _ => None,
+        };
         match load(source, &id, version, &bytes) {
             Ok(mut agent) => {
                 match &mut agent.kind {
@@ -249,7 +257,7 @@ impl Store {
                         (p.created_at, p.updated_at) = files::times(path);
                     }
                     Some(v1::agent::Kind::Custom(c)) => {
-                        served_times(&mut c.created_at, &mut c.updated_at, path);
+                        served_times(&mut c.created_at, &mut c.updated_at, path, before);
                     }
                     None => {}
                 }
@@ -386,15 +394,32 @@ fn has_times(agent: &v1::Agent) -> bool {
 /// A custom agent's times as served: the registry writes both (RFC 3339) on every create and
 /// update; a hand-written file may leave them out or hold something else (`yesterday`), and
 /// then the file's own times stand in, so clients always get RFC 3339. The file is not changed.
-fn served_times(created_at: &mut String, updated_at: &mut String, path: &Path) {
-    if is_rfc3339(created_at) && is_rfc3339(updated_at) {
-        return;
-    }
+///
+/// `before` is what the agent was served with until this change of its file (seen while the
+/// registry ran): a hand edit that leaves `updated_at` as it was (or older) is served with the
+/// file's modification time, so `updated_at` moves with every change; a file without
+/// `created_at` keeps the one it was served with (an editor's save by rename gives the file a
+/// new creation time). A file read for the first time (at start, after a `git checkout`) is
+/// served with the times it holds.
+fn served_times(
+    created_at: &mut String,
+    updated_at: &mut String,
+    path: &Path,
+    before: Option<(String, String)>,
+) {
     let (created, modified) = files::times(path);
+    let (created_before, updated_before) = before.unzip();
     if !is_rfc3339(created_at) {
-        *created_at = created;
+        *created_at = created_before.filter(|t| is_rfc3339(t)).unwrap_or(created);
     }
-    if !is_rfc3339(updated_at) {
+    let stood_still = match (
+        chrono::DateTime::parse_from_rfc3339(updated_at),
+        updated_before.map(|t| chrono::DateTime::parse_from_rfc3339(&t)),
+    ) {
+        (Ok(now), Some(Ok(before))) => now <= before,
+        _ => false,
+    };
+    if !is_rfc3339(updated_at) || stood_still {
         *updated_at = modified;
     }
 }

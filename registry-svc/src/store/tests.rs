@@ -182,6 +182,59 @@ fn hand_written_times_that_are_missing_or_not_rfc3339_are_served_as_the_files_ti
 }
 
 #[test]
+fn a_hand_edit_moves_updated_at_and_keeps_created_at() -> Result<()> {
+    let (_dir, mut store) = store_with_dev_profile()?;
+    store.racy = Duration::ZERO;
+    let times = |store: &Store, id: &str| -> Result<(String, String)> {
+        let Some(v1::agent::Kind::Custom(c)) = store.get(id)?.kind else {
+            panic!("{id} is a custom agent");
+        };
+        Ok((c.created_at, c.updated_at))
+    };
+    // A file that records its times, as the API writes them, read for the first time: served
+    // with them.
+    let recorded = store.custom_dir().join("recorded.yaml");
+    let stamped =
+        format!("{HAND}created_at: '2026-11-20T08:00:00Z'\nupdated_at: '2026-11-20T08:00:00Z'\n");
+    write(&recorded, &stamped)?;
+    store.reconcile_all()?;
+    assert_eq!(
+        times(&store, "recorded")?,
+        (
+            "2026-11-20T08:00:00Z".to_owned(),
+            "2026-11-20T08:00:00Z".to_owned()
+        )
+    );
+    // Edited by hand, the field left as it was: updated_at is the file's time now.
+    write(
+        &recorded,
+        &stamped.replace("Made by hand", "Edited by hand"),
+    )?;
+    store.reconcile_path(&recorded)?;
+    let (created, updated) = times(&store, "recorded")?;
+    assert_eq!(created, "2026-11-20T08:00:00Z");
+    assert_eq!(
+        updated,
+        files::times(&recorded).1,
+        "the edit moved updated_at"
+    );
+
+    // A file without times, saved the way editors do (a new file renamed over it): it keeps
+    // the created_at it was first served with.
+    let bare = store.custom_dir().join("bare.yaml");
+    write(&bare, HAND)?;
+    store.reconcile_path(&bare)?;
+    let (first_created, _) = times(&store, "bare")?;
+    std::thread::sleep(Duration::from_millis(1100));
+    let saved = store.custom_dir().join(".bare.yaml.swp");
+    write(&saved, &HAND.replace("Made by hand", "Saved again"))?;
+    fs::rename(&saved, &bare).map_err(|e| RegistryError::io(&bare, e))?;
+    store.reconcile_path(&bare)?;
+    assert_eq!(times(&store, "bare")?.0, first_created);
+    Ok(())
+}
+
+#[test]
 fn busy_holds_for_its_lease_and_survives_a_reopen() -> Result<()> {
     let dir = tempfile::tempdir().map_err(|e| RegistryError::io(Path::new("tmp"), e))?;
     let (root, data) = (dir.path().join("configs"), dir.path().join("data"));

@@ -117,8 +117,16 @@ impl Default for NativeToolsConfig {
 }
 
 impl NativeToolsConfig {
-    /// Start-up checks of the subprocess sandbox (see [`Sandbox::check`]); blocking, briefly.
+    /// Start-up checks of the subprocess sandbox (see [`Sandbox::check`]); blocking, briefly. An
+    /// interpreter that is not there is said (the `python` tool's calls fail until it is
+    /// installed), not refused: agents without `python` run as ever.
     pub fn check(&self) -> Result<(), SandboxError> {
+        if which::which(&self.python_bin).is_err() {
+            tracing::warn!(
+                python = %self.python_bin.display(),
+                "the python tool's interpreter (--python, TASKFORCE_PYTHON) is not found; its calls fail until it is installed"
+            );
+        }
         Sandbox::new(self.sandbox.clone()).check()
     }
 }

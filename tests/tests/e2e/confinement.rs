@@ -22,6 +22,12 @@ fn probe_code(outside: &str) -> String {
          except OSError as e:\n    print('REFUSED', e.errno)\n\
          try:\n    socket.create_connection(('127.0.0.1', int(port)), timeout=5).close()\n    print('REACHED-REGISTRY')\n\
          except OSError as e:\n    print('NET-REFUSED', e.errno)\n\
+         try:\n    socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262).connect(('127.0.0.1', int(port)))\n    print('REACHED-BY-MPTCP')\n\
+         except OSError as e:\n    print('MPTCP-REFUSED', e.errno)\n\
+         try:\n    socket.socket().sendto(b'x', socket.MSG_FASTOPEN, ('127.0.0.1', int(port)))\n    print('REACHED-BY-FAST-OPEN')\n\
+         except OSError as e:\n    print('FAST-OPEN-REFUSED', e.errno)\n\
+         try:\n    socket.socket().bind(('127.0.0.1', 0))\n    print('BOUND-EPHEMERAL')\n\
+         except OSError as e:\n    print('EPHEMERAL-REFUSED', e.errno)\n\
          try:\n    open('/proc/%s/environ' % pid, 'rb').read()\n    print('READ-ENVIRON')\n\
          except OSError as e:\n    print('ENVIRON-REFUSED', e.errno)\n\
          print('CAPS', [l.split()[1] for l in open('/proc/self/status') if l.startswith(('CapEff', 'CapBnd'))])\n\
@@ -89,6 +95,10 @@ async fn python_sees_no_secrets_and_writes_only_in_its_workspace() {
         return;
     }
     assert!(output.contains("NET-REFUSED 13"), "{output}");
+    // Where Landlock does not look: seccomp refuses MPTCP and TCP Fast Open.
+    assert!(output.contains("MPTCP-REFUSED 13"), "{output}");
+    assert!(output.contains("FAST-OPEN-REFUSED 13"), "{output}");
+    assert!(output.contains("BOUND-EPHEMERAL"), "{output}");
 }
 
 #[tokio::test]

@@ -220,6 +220,15 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     {
         return fail(EXIT_SETUP, &format!("cannot drop capabilities: {e}"));
     }
+    if args.connect_ports != ConnectPorts::Any {
+        let applied = connection_filter().and_then(|f| seccompiler::apply_filter(&f));
+        if let Err(e) = applied {
+            return fail(
+                EXIT_SETUP,
+                &format!("cannot set up the seccomp filter: {e}"),
+            );
+        }
+    }
     let e = Command::new(&program).args(&rest).exec();
     let code = if e.kind() == std::io::ErrorKind::NotFound {
         EXIT_NOT_FOUND
@@ -296,7 +305,7 @@ fn landlock(args: &LauncherArgs) -> Result<RulesetStatus, RulesetError> {
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(write)?;
     if let ConnectPorts::Only(_) = args.connect_ports {
-        ruleset = ruleset.handle_access(AccessNet::ConnectTcp)?;
+        ruleset = ruleset.handle_access(AccessNet::ConnectTcp | AccessNet::BindTcp)?;
     }
     let status = ruleset
         .scope(Scope::from_all(abi))?
@@ -311,6 +320,47 @@ fn landlock(args: &LauncherArgs) -> Result<RulesetStatus, RulesetError> {
     Ok(status.ruleset)
 }
 
+/// What backs the TCP port rule where Landlock does not look, refused with `EACCES`: MPTCP
+/// sockets (their connections pass the TCP hooks by), TCP Fast Open sends (they connect in
+/// `sendto`/`sendmsg`, not `connect`), and io_uring (its operations pass seccomp by).
+fn connection_filter() -> Result<seccompiler::BpfProgram, seccompiler::Error> {
+    use std::collections::BTreeMap;
+
+    use seccompiler::{
+        SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op, SeccompCondition as Cond,
+        SeccompFilter, SeccompRule,
+    };
+    const IPPROTO_MPTCP: u64 = 262;
+    const MSG_FASTOPEN: u64 = 0x2000_0000;
+    let fast_open = |flags: u8| -> Result<SeccompRule, seccompiler::Error> {
+        Ok(SeccompRule::new(vec![Cond::new(
+            flags,
+            Len::Dword,
+            Op::MaskedEq(MSG_FASTOPEN),
+            MSG_FASTOPEN,
+        )?])?)
+    };
+    let rules = BTreeMap::from([
+        (
+            libc::SYS_socket,
+            vec![SeccompRule::new(vec![Cond::new(
+                2,
+                Len::Dword,
+                Op::Eq,
+                IPPROTO_MPTCP,
+            )?])?],
+        ),
+        (libc::SYS_sendto, vec![fast_open(3)?]),
+        (libc::SYS_sendmsg, vec![fast_open(2)?]),
+        (libc::SYS_sendmmsg, vec![fast_open(3)?]),
+        (libc::SYS_io_uring_setup, vec![]),
+    ]);
+    let denied = SeccompAction::Errno(u32::try_from(libc::EACCES).unwrap_or(13));
+    let arch = std::env::consts::ARCH.try_into()?;
+    let filter = SeccompFilter::new(rules, SeccompAction::Allow, denied, arch)?;
+    Ok(filter.try_into()?)
+}
+
 /// In `bwrap` mode, before bubblewrap starts: only the connection rules of [`landlock`].
 fn restrict_connections(ports: &ConnectPorts) -> Result<(), RulesetError> {
     if *ports == ConnectPorts::Any {
@@ -318,22 +368,27 @@ fn restrict_connections(ports: &ConnectPorts) -> Result<(), RulesetError> {
     }
     Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
-        .handle_access(AccessNet::ConnectTcp)?
+        .handle_access(AccessNet::ConnectTcp | AccessNet::BindTcp)?
         .create()?
         .add_rules(port_rules(ports))?
         .restrict_self()?;
     Ok(())
 }
 
-/// One rule per allowed port.
+/// One rule per allowed port, and binding only to a port the kernel picks (port 0): a program
+/// that listened on a fixed port could take a service's port while it restarts.
 fn port_rules(ports: &ConnectPorts) -> impl Iterator<Item = Result<NetPort, RulesetError>> + '_ {
-    let ports = match ports {
-        ConnectPorts::Any => &[][..],
-        ConnectPorts::Only(ports) => ports.as_slice(),
+    let (ports, ephemeral) = match ports {
+        ConnectPorts::Any => (&[][..], None),
+        ConnectPorts::Only(ports) => (
+            ports.as_slice(),
+            Some(Ok(NetPort::new(0, AccessNet::BindTcp))),
+        ),
     };
     ports
         .iter()
         .map(|port| Ok(NetPort::new(*port, AccessNet::ConnectTcp)))
+        .chain(ephemeral)
 }
 
 /// bubblewrap's arguments before the program: the whole file system read-only, fresh `/dev`,

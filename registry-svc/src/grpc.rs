@@ -75,6 +75,26 @@ impl RegistryService {
                 )
                 .to_status());
             }
+            // The agent's tools write in its workspace: over the config directory they could
+            // write agent definitions (an MCP server is any command), which this registry serves.
+            let (dir, root) = (
+                tokio::fs::canonicalize(&dir).await.unwrap_or(dir),
+                tokio::fs::canonicalize(self.store.root())
+                    .await
+                    .unwrap_or_else(|_| self.store.root().to_path_buf()),
+            );
+            let definitions = ["custom", "catalog", "mcp"].map(|d| root.join(d));
+            if root.starts_with(&dir) || definitions.iter().any(|d| dir.starts_with(d)) {
+                return Err(ApiError::field(
+                    "workspace",
+                    format!(
+                        "{ws:?} holds the registry's config directory or lies among its \
+                         definitions, where the agent's tools could write agent definitions; give \
+                         it a directory of its own"
+                    ),
+                )
+                .to_status());
+            }
         }
         catalog::check_agent_mcp(def, self.catalog.discovery_timeout())
             .await

@@ -295,6 +295,14 @@ async fn a_relative_workspace_is_resolved_by_the_registry_for_the_executor() {
     assert_eq!(r.status, 201, "{}", r.text);
     // What a user wrote stays as written; the executor gets the resolved path.
     assert_eq!(r.body["workspace"], "workspaces/notes", "{}", r.text);
+    // A workspace over the definitions would let the agent's tools write agents: refused.
+    for over in [".", "custom", ".."] {
+        let mut body = agent_json("definition-writer");
+        body["workspace"] = json!(over);
+        let r = create(&stack, &body).await;
+        assert_eq!(r.status, 400, "{over}: {}", r.text);
+        assert!(r.text.contains("config directory"), "{over}: {}", r.text);
+    }
 
     let r = send(
         stack

@@ -47,6 +47,10 @@ pub struct Config {
     /// The `task` binary that collects workspace metadata (a name in `PATH`, or a path).
     #[arg(long, env = "TASKFORCE_TASK_BIN", default_value = "task")]
     pub task_bin: std::path::PathBuf,
+    /// `taskforce-sandbox`, the executor's tool launcher, through which metadata tasks run
+    /// confined to their workspace (default: next to this binary, when it is there).
+    #[arg(long, env = "TASKFORCE_TASK_LAUNCHER")]
+    pub task_launcher: Option<PathBuf>,
     /// Timeout of one metadata field (one task), in milliseconds.
     #[arg(long, env = "TASKFORCE_METADATA_TIMEOUT_MS", default_value_t = 5000,
           value_parser = clap::value_parser!(u64).range(1..))]
@@ -78,6 +82,13 @@ impl Config {
     pub fn metadata_settings(&self) -> crate::metadata::Settings {
         crate::metadata::Settings {
             task_bin: self.task_bin.clone(),
+            launcher: self.task_launcher.clone().or_else(|| {
+                let beside = std::env::current_exe()
+                    .ok()?
+                    .parent()?
+                    .join("taskforce-sandbox");
+                beside.is_file().then_some(beside)
+            }),
             field_timeout: std::time::Duration::from_millis(self.metadata_timeout_ms),
             ttl: std::time::Duration::from_secs(self.metadata_ttl_secs),
             max_parallel: self.metadata_parallelism,

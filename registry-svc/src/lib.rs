@@ -69,6 +69,14 @@ pub async fn run(
             config.config_dir.display()
         )));
     }
+    if let Some(launcher) = config.task_launcher.as_deref()
+        && !launcher.is_file()
+    {
+        return Err(RegistryError::Config(format!(
+            "--task-launcher (TASKFORCE_TASK_LAUNCHER) {} does not exist",
+            launcher.display()
+        )));
+    }
     // Read before the cache is rebuilt, so a bad file stops the start at once.
     let global = catalog::GlobalMcpFile::load(&config.catalog_file()).map_err(|e| {
         RegistryError::Config(format!(

@@ -47,6 +47,10 @@ pub type Metadata = BTreeMap<String, Field>;
 pub struct Settings {
     /// The `task` program (a name looked up in `PATH`, or a path).
     pub task_bin: PathBuf,
+    /// `taskforce-sandbox`: tasks run through it, confined as the executor's tools are
+    /// (writes only in the workspace, TCP only to ports 53, 80 and 443, no capabilities).
+    /// `None`: they run directly, which is said once.
+    pub launcher: Option<PathBuf>,
     /// Timeout of one field.
     pub field_timeout: Duration,
     /// How long a workspace's result is reused.
@@ -63,6 +67,7 @@ pub struct Collector {
     permits: Arc<Semaphore>,
     cache: Mutex<HashMap<PathBuf, (Instant, Shared)>>,
     missing_task: Once,
+    unconfined: Once,
 }
 
 impl Collector {
@@ -73,6 +78,7 @@ impl Collector {
             settings,
             cache: Mutex::new(HashMap::new()),
             missing_task: Once::new(),
+            unconfined: Once::new(),
         }
     }
 
@@ -175,9 +181,25 @@ impl Collector {
             .acquire()
             .await
             .map_err(|_| format!("Command '{shown}' was not run: the service is stopping"))?;
-        // A task sees only a few variables of this process (never its service token).
-        let mut cmd =
-            tokio::process::Command::from(minimal_command(&self.settings.task_bin, &TOOL_ENV));
+        // A task sees only a few variables of this process (never its service token). Its
+        // commands come from the workspace, which the agent's own tools may write: it runs
+        // confined like them.
+        let mut cmd = match &self.settings.launcher {
+            Some(launcher) => {
+                let mut cmd = tokio::process::Command::from(minimal_command(launcher, &TOOL_ENV));
+                cmd.arg("--workspace")
+                    .arg(workspace)
+                    .args(["--connect-ports", "53,80,443", "--"])
+                    .arg(&self.settings.task_bin);
+                cmd
+            }
+            None => {
+                self.unconfined.call_once(|| {
+                    warn!("taskforce-sandbox was not found (--task-launcher): workspace metadata tasks run unconfined, as this service's user");
+                });
+                tokio::process::Command::from(minimal_command(&self.settings.task_bin, &TOOL_ENV))
+            }
+        };
         cmd.arg("--silent")
             .arg("--taskfile")
             .arg(TASKFILE)

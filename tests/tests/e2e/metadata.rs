@@ -224,3 +224,43 @@ async fn tasks_do_not_see_the_registry_environment() {
     let log = std::fs::read_to_string(stack.registry_log()).unwrap_or_default();
     assert!(!log.contains(SECRET), "the secret is in the registry log");
 }
+
+#[tokio::test]
+async fn tasks_run_confined_to_their_workspace_like_the_agents_tools() {
+    let stack = metadata_stack().spawn().await.expect("stack starts");
+    // The agent's own tools can write its Taskfile: what it runs may not write elsewhere or
+    // call the services.
+    let outside = stack.root().join("planted-by-a-task.txt");
+    let taskfile = format!(
+        "version: '3'\ntasks:\n  inside:\n    desc: Writes in the workspace\n    cmds: ['echo ok > here.txt && cat here.txt']\n  \
+         outside:\n    desc: Writes outside\n    cmds: ['echo pwned > {}']\n  \
+         registry:\n    desc: Calls the registry\n    cmds: ['python3 -c \"import socket; socket.create_connection((\\\"127.0.0.1\\\", {}), timeout=3)\"']\n",
+        outside.display(),
+        stack.registry_addr().port()
+    );
+    let ws = workspace(&stack, "confined", Some(&taskfile));
+    create_agent(&stack, "confined-agent", "Setup", Some(&ws)).await;
+    let r = metadata(&stack, "confined-agent", "").await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.body["metadata"]["inside"]["value"], "ok", "{}", r.text);
+    let log = std::fs::read_to_string(stack.registry_log()).unwrap_or_default();
+    if log.contains("run unconfined") {
+        eprintln!("note: no taskforce-sandbox beside the registry; confinement not checked");
+        return;
+    }
+    assert!(
+        !outside.exists(),
+        "a task wrote outside its workspace: {}",
+        r.text
+    );
+    assert!(
+        r.body["metadata"]["outside"]["error"].is_string(),
+        "{}",
+        r.text
+    );
+    assert!(
+        r.body["metadata"]["registry"]["error"].is_string(),
+        "{}",
+        r.text
+    );
+}

@@ -75,29 +75,27 @@ pub fn read_at_most(path: &Path, max: u64) -> io::Result<Option<Vec<u8>>> {
     // Opening a named pipe would wait for a writer, holding the store's lock: only regular
     // files are opened, and a symbolic link is not followed (the watcher would not see edits
     // of its target, so it would be served stale).
-    let kind = fs::symlink_metadata(path)?.file_type();
-    if !kind.is_file() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!(
-                "not a regular file but {}; definitions are plain files (copy the file here \
-                 instead of linking it)",
-                kind_name(kind)
-            ),
-        ));
-    }
+    not_plain(fs::symlink_metadata(path)?.file_type())?;
+    // Opened without waiting and without following a link, then checked again: a pipe or a
+    // link put in its place since is refused too, not waited on.
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(path)?;
+    not_plain(file.metadata()?.file_type())?;
     let mut bytes = Vec::new();
-    File::open(path)?
-        .take(max.saturating_add(1))
-        .read_to_end(&mut bytes)?;
+    file.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
     Ok((u64::try_from(bytes.len()).unwrap_or(u64::MAX) <= max).then_some(bytes))
 }
 
-/// What a directory entry that is not a regular file is, for a diagnostic.
-fn kind_name(kind: fs::FileType) -> &'static str {
+/// `Err` (`InvalidInput`, saying what it is instead) unless `kind` is a regular file.
+fn not_plain(kind: fs::FileType) -> io::Result<()> {
     use std::os::unix::fs::FileTypeExt;
-    if kind.is_symlink() {
-        "a symbolic link"
+    let what = if kind.is_file() {
+        return Ok(());
+    } else if kind.is_symlink() {
+        "a symbolic link; copy the file here instead of linking it"
     } else if kind.is_dir() {
         "a directory"
     } else if kind.is_fifo() {
@@ -106,7 +104,11 @@ fn kind_name(kind: fs::FileType) -> &'static str {
         "a socket"
     } else {
         "a device"
-    }
+    };
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("not a regular file but {what}; definitions are plain files"),
+    ))
 }
 
 /// The version of a definition: the first 16 hex digits of the SHA-256 of its file's bytes, so

@@ -101,6 +101,7 @@ impl Store {
                     tree.remove(&key)?;
                     stats.removed += 1;
                     self.notify(ChangeKind::Deleted, &id, source, None);
+                    self.reread_other(source, &id, &mut stats)?;
                 }
             }
             self.retain_diagnostics(dir, &seen);
@@ -206,6 +207,7 @@ impl Store {
                 if tree.remove(id.as_bytes())?.is_some() {
                     stats.removed += 1;
                     self.notify(ChangeKind::Deleted, &id, source, None);
+                    self.reread_other(source, &id, stats)?;
                 }
                 return Ok(());
             }
@@ -218,10 +220,7 @@ impl Store {
         };
         // One id, one agent: a file taking an id the other kind already serves (a hand-written
         // `custom/dev.yaml` beside the `dev` profile) is refused, as the API refuses it.
-        let other = match source {
-            AgentSource::Profile => AgentSource::Custom,
-            AgentSource::Custom | AgentSource::Unspecified => AgentSource::Profile,
-        };
+        let other = other_kind(source);
         if self.tree(other).contains_key(id.as_bytes())? {
             let reason = match other {
                 AgentSource::Profile => format!(
@@ -267,6 +266,26 @@ impl Store {
                 self.notify_upserted(&self.with_runtime(agent));
             }
             Err(reason) => return self.skip_invalid(source, &id, path, reason, stats),
+        }
+        Ok(())
+    }
+
+    /// After `source`'s agent `id` went away: the other kind's file of that id, refused while
+    /// this one held the id, is read again (and served).
+    fn reread_other(
+        &self,
+        source: AgentSource,
+        id: &str,
+        stats: &mut ReconcileStats,
+    ) -> Result<()> {
+        let other = other_kind(source);
+        let name = format!("{id}.{}", files::EXT);
+        let path = match other {
+            AgentSource::Profile => self.root.join(name),
+            AgentSource::Custom | AgentSource::Unspecified => self.custom_dir.join(name),
+        };
+        if self.diagnostic(&path).is_some() {
+            self.read_file(other, &path, stats)?;
         }
         Ok(())
     }
@@ -331,6 +350,14 @@ impl Store {
                         && files::stem(p).is_some_and(|s| present.contains(s)))
             });
         }
+    }
+}
+
+/// The other kind of definition file (profiles and custom agents share the ids).
+fn other_kind(source: AgentSource) -> AgentSource {
+    match source {
+        AgentSource::Profile => AgentSource::Custom,
+        AgentSource::Custom | AgentSource::Unspecified => AgentSource::Profile,
     }
 }
 
@@ -424,10 +451,16 @@ fn served_times(
     }
 }
 
-/// The `created_at` an update keeps: the file's, as [`served_times`] serves it.
-pub(super) fn served_created_at(written: Option<String>, path: &Path) -> String {
+/// The `created_at` an update keeps: the file's, else the one served for it (as
+/// [`served_times`] serves it), else the file's own creation time.
+pub(super) fn served_created_at(
+    written: Option<String>,
+    served: Option<String>,
+    path: &Path,
+) -> String {
     written
         .filter(|t| is_rfc3339(t))
+        .or(served.filter(|t| is_rfc3339(t)))
         .unwrap_or_else(|| files::times(path).0)
 }
 

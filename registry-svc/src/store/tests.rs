@@ -231,6 +231,13 @@ fn a_hand_edit_moves_updated_at_and_keeps_created_at() -> Result<()> {
     fs::rename(&saved, &bare).map_err(|e| RegistryError::io(&bare, e))?;
     store.reconcile_path(&bare)?;
     assert_eq!(times(&store, "bare")?.0, first_created);
+    // An update keeps it too (the file never held one).
+    std::thread::sleep(Duration::from_millis(1100));
+    let updated = store.update("bare", agent_file(), "", "2026-11-27T10:00:00Z")?;
+    let Some(v1::agent::Kind::Custom(c)) = updated.kind else {
+        panic!("a custom agent");
+    };
+    assert_eq!(c.created_at, first_created);
     Ok(())
 }
 
@@ -687,6 +694,14 @@ fn a_custom_file_may_not_take_a_profiles_id() -> Result<()> {
             .any(|(p, why)| p.ends_with("custom/dev.yaml") && why.contains("profile")),
         "{said:?}"
     );
+    // The profile's file goes: the custom file that was refused for its id now serves.
+    let profile = store.root().join("dev.yaml");
+    fs::remove_file(&profile).map_err(|e| RegistryError::io(&profile, e))?;
+    store.reconcile_path(&profile)?;
+    let Some(v1::agent::Kind::Custom(_)) = store.get("dev")?.kind else {
+        panic!("the custom file serves once the id is free");
+    };
+    assert!(store.diagnostics().is_empty(), "{:?}", store.diagnostics());
     Ok(())
 }
 

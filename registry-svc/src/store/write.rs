@@ -57,11 +57,23 @@ impl Store {
         let _guard = self.lock();
         let current = self.read_current(id, &path, expected_version)?;
         // What the file says of itself, even when it is invalid (a PUT is how it gets fixed).
-        let (workspace_id, created_at) = match serde_yaml::from_slice::<CustomAgentFile>(&current) {
+        let (workspace_id, created_at) = match files::yaml::<CustomAgentFile>(&current) {
             Ok(old) => (old.workspace_id, old.created_at),
             Err(_) => kept_fields(&current),
         };
-        let created = super::reconcile::served_created_at(created_at, &path);
+        // The created_at clients saw: the file's, else what was served for it.
+        let served = match self
+            .custom
+            .get(id)?
+            .and_then(|a| v1::Agent::decode(a.as_ref()).ok())
+        {
+            Some(v1::Agent {
+                kind: Some(v1::agent::Kind::Custom(c)),
+                ..
+            }) => Some(c.created_at),
+            _ => None,
+        };
+        let created = super::reconcile::served_created_at(created_at, served, &path);
         def.agent_id = Some(id.to_owned());
         // The workspace id stays what clients have seen, also for files written by hand.
         def.workspace_id =
@@ -111,7 +123,14 @@ impl Store {
             Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
                 return Err(ApiError::new(
                     ErrorKind::ReadOnly,
-                    format!("agent {id:?}'s definition file {e}; the API does not change it"),
+                    format!("agent {id:?}'s definition file is {e}; the API does not change it"),
+                )
+                .into());
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                return Err(ApiError::new(
+                    ErrorKind::ReadOnly,
+                    format!("agent {id:?}'s definition file cannot be read ({e}); fix its permissions by hand"),
                 )
                 .into());
             }

@@ -72,17 +72,25 @@ pub const MAX_DEFINITION_BYTES: u64 = 2 * 1024 * 1024;
 
 /// The bytes of `path`, or `Ok(None)` when it holds more than `max` (only `max + 1` are read).
 pub fn read_at_most(path: &Path, max: u64) -> io::Result<Option<Vec<u8>>> {
-    // Opening a named pipe would wait for a writer, holding the store's lock: only regular
-    // files are opened, and a symbolic link is not followed (the watcher would not see edits
-    // of its target, so it would be served stale).
-    not_plain(fs::symlink_metadata(path)?.file_type())?;
-    // Opened without waiting and without following a link, then checked again: a pipe or a
-    // link put in its place since is refused too, not waited on.
+    // Opening a named pipe would wait for a writer, holding the store's lock, and the watcher
+    // would not see edits of a link's target (it would be served stale): the file is opened
+    // without waiting and without following a link, and only a regular file is read. One
+    // check, at the open itself, so nothing swapped in before it slips through.
     use std::os::unix::fs::OpenOptionsExt;
     let file = fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
-        .open(path)?;
+        .open(path)
+        .map_err(|e| {
+            // `O_NOFOLLOW` on a link answers ELOOP: say what it is.
+            let link = e.raw_os_error() == Some(libc::ELOOP)
+                && fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+            if link {
+                plain_only("a symbolic link; copy the file here instead of linking it")
+            } else {
+                e
+            }
+        })?;
     not_plain(file.metadata()?.file_type())?;
     let mut bytes = Vec::new();
     file.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
@@ -94,8 +102,6 @@ fn not_plain(kind: fs::FileType) -> io::Result<()> {
     use std::os::unix::fs::FileTypeExt;
     let what = if kind.is_file() {
         return Ok(());
-    } else if kind.is_symlink() {
-        "a symbolic link; copy the file here instead of linking it"
     } else if kind.is_dir() {
         "a directory"
     } else if kind.is_fifo() {
@@ -105,10 +111,15 @@ fn not_plain(kind: fs::FileType) -> io::Result<()> {
     } else {
         "a device"
     };
-    Err(io::Error::new(
+    Err(plain_only(what))
+}
+
+/// The error of a definition that is `what` instead of a regular file.
+fn plain_only(what: &str) -> io::Error {
+    io::Error::new(
         io::ErrorKind::InvalidInput,
         format!("not a regular file but {what}; definitions are plain files"),
-    ))
+    )
 }
 
 /// The version of a definition: the first 16 hex digits of the SHA-256 of its file's bytes, so

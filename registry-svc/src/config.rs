@@ -83,10 +83,7 @@ impl Config {
         crate::metadata::Settings {
             task_bin: self.task_bin.clone(),
             launcher: self.task_launcher.clone().or_else(|| {
-                let beside = std::env::current_exe()
-                    .ok()?
-                    .parent()?
-                    .join("taskforce-sandbox");
+                let beside = taskforce_runtime::sandbox::launcher_beside_exe();
                 beside.is_file().then_some(beside)
             }),
             field_timeout: std::time::Duration::from_millis(self.metadata_timeout_ms),

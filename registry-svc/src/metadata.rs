@@ -17,7 +17,10 @@ use std::{
 use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
 use serde::Deserialize;
 use serde_json::Value;
-use taskforce_runtime::env::{TOOL_ENV, minimal_command};
+use taskforce_runtime::{
+    env::{TOOL_ENV, minimal_command},
+    sandbox::{Confine, ConnectPorts, LauncherArgs, ResourceLimits},
+};
 use tokio::{io::AsyncReadExt, sync::Semaphore};
 use tracing::{debug, warn};
 
@@ -186,11 +189,19 @@ impl Collector {
         // confined like them.
         let mut cmd = match &self.settings.launcher {
             Some(launcher) => {
+                // The limits and ports of the executor's tools, by default: a task is no more
+                // trusted than the tool that may have written it.
+                let mut args = LauncherArgs::new(
+                    workspace,
+                    Vec::new(),
+                    &ResourceLimits::default(),
+                    Confine::Landlock,
+                    Path::new("bwrap"),
+                );
+                args.connect_ports = ConnectPorts::default();
+                args.command = vec![self.settings.task_bin.clone().into()];
                 let mut cmd = tokio::process::Command::from(minimal_command(launcher, &TOOL_ENV));
-                cmd.arg("--workspace")
-                    .arg(workspace)
-                    .args(["--connect-ports", "53,80,443", "--"])
-                    .arg(&self.settings.task_bin);
+                cmd.args(args.to_args());
                 cmd
             }
             None => {

@@ -11,6 +11,7 @@
 //! - [`auth`]: API keys with scopes, one tower layer for REST, `/mcp` and gRPC.
 //! - [`env`]: `${VAR}` placeholders, the one expander every configuration uses.
 //! - [`metrics`]: the process-wide Prometheus registry, `/metrics`, HTTP and gRPC request metrics.
+//! - [`sandbox`]: the command line of `taskforce-sandbox`, the tool and task launcher.
 //! - [`telemetry`]: logs and OpenTelemetry traces.
 //! - `mcp_client` (feature `mcp-client`): connecting to an MCP server through `rmcp`, shared by
 //!   the registry (discovery) and the executor (tool calls).
@@ -21,6 +22,7 @@ mod grpc;
 #[cfg(feature = "mcp-client")]
 pub mod mcp_client;
 pub mod metrics;
+pub mod sandbox;
 pub mod telemetry;
 
 use std::{net::SocketAddr, path::Path};

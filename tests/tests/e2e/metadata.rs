@@ -234,7 +234,8 @@ async fn tasks_run_confined_to_their_workspace_like_the_agents_tools() {
     let taskfile = format!(
         "version: '3'\ntasks:\n  inside:\n    desc: Writes in the workspace\n    cmds: ['echo ok > here.txt && cat here.txt']\n  \
          outside:\n    desc: Writes outside\n    cmds: ['echo pwned > {}']\n  \
-         registry:\n    desc: Calls the registry\n    cmds: ['python3 -c \"import socket; socket.create_connection((\\\"127.0.0.1\\\", {}), timeout=3)\"']\n",
+         registry:\n    desc: Calls the registry\n    cmds: ['python3 -c \"import socket; socket.create_connection((\\\"127.0.0.1\\\", {}), timeout=3)\"']\n  \
+         files:\n    desc: Open files limit\n    cmds: ['python3 -c \"import resource; print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])\"']\n",
         outside.display(),
         stack.registry_addr().port()
     );
@@ -263,4 +264,6 @@ async fn tasks_run_confined_to_their_workspace_like_the_agents_tools() {
         "{}",
         r.text
     );
+    // The tools' resource limits too (open files: 256 by default).
+    assert_eq!(r.body["metadata"]["files"]["value"], 256, "{}", r.text);
 }

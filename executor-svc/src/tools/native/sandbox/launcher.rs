@@ -10,23 +10,20 @@
 use std::{
     ffi::OsString,
     os::unix::process::CommandExt,
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, ExitCode},
 };
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, Ruleset, RulesetAttr,
     RulesetCreatedAttr, RulesetError, RulesetStatus, Scope, path_beneath_rules,
 };
 use nix::sys::resource::{Resource, getrlimit, setrlimit};
 
-use super::{ConnectPorts, ResourceLimits};
-
-/// Exit code when the sandbox cannot be set up (the shell's "cannot execute").
-pub const EXIT_SETUP: u8 = 126;
-/// Exit code when the program is not found (the shell's "command not found").
-pub const EXIT_NOT_FOUND: u8 = 127;
+pub use taskforce_runtime::sandbox::{
+    Confine, ConnectPorts, EXIT_NOT_FOUND, EXIT_SETUP, LauncherArgs, ResourceLimits,
+};
 
 /// The Landlock ABI the ruleset is written for: write rights of V5 (device ioctls included)
 /// and V6's scopes (no signals to, no abstract sockets of, processes outside the sandbox).
@@ -40,119 +37,6 @@ const WRITABLE_DEVICES: [&str; 5] = [
     "/dev/tty",
     "/dev/random",
 ];
-
-/// How the launcher confines the program after the resource limits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Confine {
-    /// Landlock; without kernel support the program runs with the limits only.
-    Landlock,
-    /// Landlock, and refuse to run the program without it.
-    LandlockRequired,
-    /// bubblewrap: a read-only root with the workspace and the temp dir bound writable.
-    Bwrap,
-}
-
-/// The launcher's command line; [`LauncherArgs::to_args`] writes it, the binary parses it.
-#[derive(Debug, Clone, Parser)]
-#[command(
-    name = "taskforce-sandbox",
-    about = "Runs a tool program confined to its workspace"
-)]
-pub struct LauncherArgs {
-    /// The directory the program may write under (its working directory).
-    #[arg(long)]
-    pub workspace: PathBuf,
-    /// More directories the program may write under (the per-call temp dir).
-    #[arg(long)]
-    pub writable: Vec<PathBuf>,
-    /// CPU seconds per process (0: unchanged).
-    #[arg(long, default_value_t = 0)]
-    pub cpu_seconds: u64,
-    /// Address space per process in bytes (0: unchanged).
-    #[arg(long, default_value_t = 0)]
-    pub address_space: u64,
-    /// Open files per process (0: unchanged).
-    #[arg(long, default_value_t = 0)]
-    pub open_files: u64,
-    /// Processes of the user, this one's children included (0: unchanged).
-    #[arg(long, default_value_t = 0)]
-    pub processes: u64,
-    /// How to confine the file system.
-    #[arg(long, value_enum, default_value_t = Confine::Landlock)]
-    pub confine: Confine,
-    /// The bubblewrap binary, for `--confine bwrap`.
-    #[arg(long, default_value = "bwrap")]
-    pub bwrap: PathBuf,
-    /// The TCP ports the program may connect to: `any`, `none`, or `53,80,443`.
-    #[arg(long, default_value = "any")]
-    pub connect_ports: ConnectPorts,
-    /// Apply the confinement, print how much of Landlock is enforced, and exit.
-    #[arg(long)]
-    pub probe: bool,
-    /// The program and its arguments.
-    #[arg(last = true)]
-    pub command: Vec<OsString>,
-}
-
-impl LauncherArgs {
-    /// The arguments to start the launcher with (the program and its arguments come after).
-    pub fn new(
-        workspace: &Path,
-        writable: Vec<PathBuf>,
-        limits: &ResourceLimits,
-        confine: Confine,
-        bwrap: &Path,
-    ) -> Self {
-        Self {
-            workspace: workspace.to_path_buf(),
-            writable,
-            cpu_seconds: limits.cpu_seconds,
-            address_space: limits.address_space_bytes,
-            open_files: limits.open_files,
-            processes: limits.processes,
-            confine,
-            bwrap: bwrap.to_path_buf(),
-            connect_ports: ConnectPorts::Any,
-            probe: false,
-            command: Vec::new(),
-        }
-    }
-
-    /// The command line, `--` and the program included.
-    pub fn to_args(&self) -> Vec<OsString> {
-        let mut out: Vec<OsString> = vec!["--workspace".into(), self.workspace.clone().into()];
-        for w in &self.writable {
-            out.extend(["--writable".into(), w.clone().into()]);
-        }
-        for (flag, v) in [
-            ("--cpu-seconds", self.cpu_seconds),
-            ("--address-space", self.address_space),
-            ("--open-files", self.open_files),
-            ("--processes", self.processes),
-        ] {
-            out.extend([flag.into(), v.to_string().into()]);
-        }
-        let confine = match self.confine {
-            Confine::Landlock => "landlock",
-            Confine::LandlockRequired => "landlock-required",
-            Confine::Bwrap => "bwrap",
-        };
-        out.extend([
-            "--confine".into(),
-            confine.into(),
-            "--bwrap".into(),
-            self.bwrap.clone().into(),
-            "--connect-ports".into(),
-            self.connect_ports.to_string().into(),
-        ]);
-        if self.probe {
-            out.push("--probe".into());
-        }
-        out.push("--".into());
-        out.extend(self.command.iter().cloned());
-        out
-    }
-}
 
 /// What [`run`] prints for `--probe`: how much of the Landlock ruleset the kernel enforces.
 pub fn status_word(status: &RulesetStatus) -> &'static str {
@@ -425,37 +309,6 @@ fn bwrap_args(args: &LauncherArgs) -> Vec<OsString> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_command_line_round_trips() {
-        let limits = ResourceLimits::default();
-        let mut a = LauncherArgs::new(
-            Path::new("/ws"),
-            vec![PathBuf::from("/tmp/t")],
-            &limits,
-            Confine::LandlockRequired,
-            Path::new("bwrap"),
-        );
-        a.command = vec!["python3".into(), "-".into(), "--probe".into()];
-        let mut argv: Vec<OsString> = vec!["taskforce-sandbox".into()];
-        argv.extend(a.to_args());
-        let parsed = LauncherArgs::try_parse_from(argv).expect("parse");
-        assert_eq!(parsed.workspace, Path::new("/ws"));
-        assert_eq!(parsed.writable, vec![PathBuf::from("/tmp/t")]);
-        assert_eq!(parsed.open_files, limits.open_files);
-        assert_eq!(parsed.confine, Confine::LandlockRequired);
-        assert_eq!(parsed.connect_ports, ConnectPorts::Any);
-        a.connect_ports = ConnectPorts::default();
-        let mut argv: Vec<OsString> = vec!["taskforce-sandbox".into()];
-        argv.extend(a.to_args());
-        let parsed = LauncherArgs::try_parse_from(argv).expect("parse");
-        assert_eq!(parsed.connect_ports, ConnectPorts::Only(vec![53, 80, 443]));
-        assert!(
-            !parsed.probe,
-            "a program's own --probe is not the launcher's"
-        );
-        assert_eq!(parsed.command, a.command);
-    }
 
     #[test]
     fn bwrap_binds_the_workspace_writable_over_a_read_only_root() {

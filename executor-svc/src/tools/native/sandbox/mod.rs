@@ -22,9 +22,7 @@ use tracing::{info, warn};
 use super::failed;
 use crate::tools::ToolError;
 use launcher::{Confine, LauncherArgs};
-
-/// The launcher's file name, looked up next to the executor's binary.
-pub const LAUNCHER_NAME: &str = "taskforce-sandbox";
+pub use taskforce_runtime::sandbox::{ConnectPorts, LAUNCHER_NAME, ResourceLimits};
 
 /// How subprocess tools are confined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -37,108 +35,6 @@ pub enum SandboxMode {
     /// No launcher: the program runs directly.
     #[value(alias = "off")]
     None,
-}
-
-/// Per-process resource limits of a tool's programs (setrlimit); 0 leaves one unchanged.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResourceLimits {
-    /// CPU seconds per process (`RLIMIT_CPU`): `TASKFORCE_TOOL_CPU_SECONDS`, default 60.
-    pub cpu_seconds: u64,
-    /// Address space per process (`RLIMIT_AS`): `TASKFORCE_TOOL_MEMORY_MB`, default 2048 MiB.
-    pub address_space_bytes: u64,
-    /// Open files per process (`RLIMIT_NOFILE`): `TASKFORCE_TOOL_OPEN_FILES`, default 256.
-    pub open_files: u64,
-    /// Processes and threads of the executor's user (`RLIMIT_NPROC`, counted per user, the
-    /// executor's own threads included, and not enforced for root): `TASKFORCE_TOOL_PROCESSES`,
-    /// default 512, which stops a fork bomb well before it hurts the host while leaving the
-    /// executor's few dozen threads and several concurrent tool calls room.
-    pub processes: u64,
-}
-
-impl Default for ResourceLimits {
-    fn default() -> Self {
-        Self {
-            cpu_seconds: 60,
-            address_space_bytes: 2048 * 1024 * 1024,
-            open_files: 256,
-            processes: 512,
-        }
-    }
-}
-
-/// The TCP ports a tool's programs may connect to (Landlock, kernel 6.7+): by default DNS, HTTP
-/// and HTTPS, so `git clone https://…` and `pip download` work while the services' own ports
-/// (the registry's gRPC, the executor's, the gateway's) stay out of reach of a program that
-/// would use them to leave its sandbox (asking the registry to validate an agent whose MCP
-/// server is any command, say).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ConnectPorts {
-    /// No restriction (`any`).
-    Any,
-    /// Only these ports (`none`: no TCP connection at all).
-    Only(Vec<u16>),
-}
-
-impl Default for ConnectPorts {
-    fn default() -> Self {
-        Self::Only(vec![53, 80, 443])
-    }
-}
-
-impl ConnectPorts {
-    /// Whether a connection to `port` is allowed.
-    pub fn allows(&self, port: u16) -> bool {
-        match self {
-            Self::Any => true,
-            Self::Only(ports) => ports.contains(&port),
-        }
-    }
-}
-
-impl std::str::FromStr for ConnectPorts {
-    type Err = String;
-
-    /// `any`, `none`, or comma-separated ports (`53,80,443`).
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let s = s.trim();
-        if s.eq_ignore_ascii_case("any") {
-            return Ok(Self::Any);
-        }
-        if s.eq_ignore_ascii_case("none") {
-            return Ok(Self::Only(Vec::new()));
-        }
-        let mut ports = Vec::new();
-        for part in s.split(',') {
-            let part = part.trim();
-            match part.parse::<u16>() {
-                Ok(port) if port > 0 => {
-                    if !ports.contains(&port) {
-                        ports.push(port);
-                    }
-                }
-                _ => {
-                    return Err(format!(
-                        "`{part}` is not a TCP port (1-65535); give ports separated by commas \
-                         (53,80,443), `any` or `none`"
-                    ));
-                }
-            }
-        }
-        Ok(Self::Only(ports))
-    }
-}
-
-impl fmt::Display for ConnectPorts {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Any => f.write_str("any"),
-            Self::Only(ports) if ports.is_empty() => f.write_str("none"),
-            Self::Only(ports) => {
-                let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
-                f.write_str(&ports.join(","))
-            }
-        }
-    }
 }
 
 /// The sandbox settings of [`super::NativeToolsConfig`].
@@ -246,7 +142,10 @@ impl Sandbox {
     /// The sandbox for `config`; the launcher defaults to the executor binary's directory (or
     /// its parent when that is cargo's `deps/`, where test binaries live).
     pub fn new(config: SandboxConfig) -> Self {
-        let launcher = config.launcher.clone().unwrap_or_else(default_launcher);
+        let launcher = config
+            .launcher
+            .clone()
+            .unwrap_or_else(taskforce_runtime::sandbox::launcher_beside_exe);
         Self { config, launcher }
     }
 
@@ -387,16 +286,6 @@ impl Sandbox {
             _temp: Some(temp),
         })
     }
-}
-
-/// `taskforce-sandbox` next to the running executable (leaving cargo's `deps/`).
-fn default_launcher() -> PathBuf {
-    let exe = std::env::current_exe().unwrap_or_default();
-    let mut dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
-    if !dir.join(LAUNCHER_NAME).is_file() && dir.file_name().is_some_and(|n| n == "deps") {
-        dir.pop();
-    }
-    dir.join(LAUNCHER_NAME)
 }
 
 /// A per-call temp dir (mode 0700) under the system's, removed with everything in it on drop

@@ -52,13 +52,18 @@ fn check_path(path: &str) -> Result<(), String> {
             "`path` must be an API path starting with `/`, such as /repos/OWNER/REPO, not {path:?}"
         ));
     }
-    let route = path.split(['?', '#']).next().unwrap_or(path);
-    // The URL parser reads `%2e` as a dot in dot segments (`%2e%2e`, `.%2E`): so does this.
-    let dot_segment = |seg: &str| {
-        let seg = seg.to_ascii_lowercase().replace("%2e", ".");
-        seg == ".." || seg == "."
-    };
-    if route.split('/').any(dot_segment)
+    // The URL parser reads `%2e` as a dot in dot segments (`%2e%2e`, `.%2E`), and a server or
+    // proxy behind the API's base may read `%2f` and `%5c` as separators (`a%2f..%2fadmin`):
+    // so does this, so no spelling of a dot segment gets through.
+    let route = path
+        .split(['?', '#'])
+        .next()
+        .unwrap_or(path)
+        .to_ascii_lowercase()
+        .replace("%2e", ".")
+        .replace("%2f", "/")
+        .replace("%5c", "/");
+    if route.split('/').any(|seg| seg == ".." || seg == ".")
         || path.contains(char::is_whitespace)
         || path.contains('\\')
     {
@@ -190,6 +195,8 @@ mod tests {
     #[test]
     fn api_paths_must_be_plain() {
         assert!(check_path("/repos/o/r/issues?state=open&per_page=5").is_ok());
+        // An encoded slash inside a name (a branch `feature/x`) is not a step up.
+        assert!(check_path("/repos/o/r/branches/feature%2Fx").is_ok());
         for bad in [
             "repos/o/r",
             "//evil.example/x",
@@ -198,6 +205,8 @@ mod tests {
             "/%2E%2E/x",
             "/.%2e/x",
             "/repos/%2e/x",
+            "/repos/o/r%2f..%2f..%2fadmin",
+            "/repos/o/r%5C..",
             "/a b",
             "/x\\y",
         ] {

@@ -252,7 +252,12 @@ fn check_config_reads(args: &[String], positionals: &[&str]) -> Result<(), Refus
 /// one).
 fn check_url(url: &str, root: &Path, base: &Path) -> Result<(), Refusal> {
     let only = "only https:// URLs, remote names and repositories inside the workspace are allowed";
-    if url.contains("::") {
+    // git reads `<transport>::<address>` when the URL starts with a scheme's characters
+    // followed by `::` (not a `::` later on, as in `https://[::1]/`).
+    let scheme_len = url
+        .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+        .unwrap_or(url.len());
+    if url[scheme_len..].starts_with("::") {
         return Err(refuse(
             url,
             "`<transport>::` addresses (ext::, fd::) make git run programs",
@@ -347,6 +352,7 @@ mod tests {
             &["config", "get", "user.name"],
             &["grep", "-n", "-e", "/etc/passwd", "--", "sub"],
             &["clone", "https://github.com/o/r.git", "sub/r"],
+            &["clone", "https://[::1]:8443/r.git"],
             &["clone", "--depth", "1", "sub", "copy"],
             &["remote", "add", "origin", "https://example.com/r.git"],
             &["remote", "-v"],
@@ -411,6 +417,8 @@ mod tests {
         let (_d, root) = ws();
         for url in [
             "ext::sh -c touch% /tmp/pwned",
+            "EXT::sh",
+            "my-helper+x::addr",
             "fd::3",
             "ssh://host/r",
             "git@host:r.git",

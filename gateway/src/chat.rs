@@ -297,6 +297,15 @@ impl Dialect for Chat {
                 self.explained = true;
                 vec![self.paragraph(&format!("⚠️ {}", w.message))]
             }
+            // An answer the model cut off or declined is shown, and said to be one.
+            Some(Ev::Warning(w))
+                if matches!(
+                    w.code.as_str(),
+                    "OUTPUT_TRUNCATED" | "CONTENT_FILTERED" | "MODEL_REFUSED"
+                ) =>
+            {
+                vec![self.paragraph(&format!("⚠️ {}", w.message))]
+            }
             Some(Ev::Done(d))
                 if d.status() == v1::RunStatus::Cancelled
                     && !std::mem::replace(&mut self.explained, true) =>
@@ -627,13 +636,35 @@ mod tests {
             text.contains("data: ⚠️ the executor is shutting down\n\n"),
             "{text}"
         );
-        let text = wire(vec![token, done(v1::RunStatus::Cancelled)]).await;
+        let text = wire(vec![token.clone(), done(v1::RunStatus::Cancelled)]).await;
         assert!(
             text.contains("data: ⚠️ the run was cancelled\n\n"),
             "{text}"
         );
         let text = wire(vec![done(v1::RunStatus::Completed)]).await;
         assert_eq!(text, "event: end\ndata: [DONE]\n\n");
+        // An answer cut off at the token limit is shown, and said to be cut off.
+        let truncated = Ev::Warning(v1::Warning {
+            code: "OUTPUT_TRUNCATED".into(),
+            message: "the answer is cut off".into(),
+        });
+        let other = Ev::Warning(v1::Warning {
+            code: "MCP_SERVER_DISCONNECTED".into(),
+            message: "not for the reader".into(),
+        });
+        let text = wire(vec![
+            token.clone(),
+            other,
+            truncated,
+            done(v1::RunStatus::Completed),
+        ])
+        .await;
+        assert!(
+            text.starts_with("data: Working.\n\n")
+                && text.contains("data: ⚠️ the answer is cut off\n\n")
+                && !text.contains("not for the reader"),
+            "{text}"
+        );
     }
 
     #[test]

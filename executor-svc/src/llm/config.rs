@@ -45,10 +45,30 @@ pub struct ModelConfig {
     pub model: String,
     /// Default temperature for requests through this alias.
     #[serde(default)]
-    pub temperature: Option<f32>,
+    pub temperature: Option<f64>,
     /// Default output token cap for requests through this alias.
     #[serde(default)]
     pub max_tokens: Option<u32>,
+}
+
+/// The name of the output token cap in an OpenAI-compatible request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MaxTokensField {
+    /// `max_completion_tokens`.
+    MaxCompletionTokens,
+    /// `max_tokens` (deprecated by OpenAI).
+    MaxTokens,
+}
+
+impl MaxTokensField {
+    /// The JSON field name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::MaxCompletionTokens => "max_completion_tokens",
+            Self::MaxTokens => "max_tokens",
+        }
+    }
 }
 
 /// Which protocol a provider speaks.
@@ -89,6 +109,12 @@ pub struct ProviderConfig {
     /// Azure OpenAI: deployment in the path, `api-version` query, `api-key` header.
     #[serde(default)]
     pub azure: Option<AzureConfig>,
+    /// OpenAI: the request field of the output token cap (a model alias's `max_tokens`):
+    /// `max_completion_tokens` (what OpenAI and Azure OpenAI take; their reasoning models refuse
+    /// the older name) or `max_tokens` (what other OpenAI-compatible servers take). Default: the
+    /// first for Azure and `api.openai.com`, the second for any other server.
+    #[serde(default)]
+    pub max_tokens_field: Option<MaxTokensField>,
     /// OpenAI: ask for usage in the stream (`stream_options.include_usage`); turn off for servers
     /// that reject the field.
     #[serde(default = "yes")]

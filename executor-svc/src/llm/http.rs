@@ -114,6 +114,9 @@ impl Endpoint {
                 .headers(self.headers.clone())
                 .header(header::CONTENT_TYPE, "application/json")
                 .header(header::ACCEPT, "text/event-stream")
+                // The stream is read as it comes: no compression (a proxy would otherwise be
+                // free to choose one, RFC 9110 §12.5.3).
+                .header(header::ACCEPT_ENCODING, "identity")
                 .body(body.clone());
             debug!(provider = %self.provider, attempt, "sending LLM request");
             let (error, retry_after) =
@@ -143,14 +146,17 @@ impl Endpoint {
                     Ok(Ok(mut response)) => {
                         let status = response.status().as_u16();
                         let retry_after = retry_after(response.headers());
-                        let message = self.error_message(&mut response).await;
+                        let (message, code) = self.error_body(&mut response).await;
                         let error = LlmError::Status {
                             provider: self.provider.clone(),
                             status,
                             message,
                             attempts: attempt,
                         };
-                        if !(status == 408 || status == 429 || status >= 500) {
+                        // A 429 for an exhausted quota (OpenAI's `insufficient_quota`) is not a
+                        // rate limit: waiting does not help.
+                        let quota = code.as_deref() == Some("insufficient_quota");
+                        if !(status == 408 || status == 429 || status >= 500) || quota {
                             return Err(error);
                         }
                         (error, retry_after)
@@ -175,6 +181,11 @@ impl Endpoint {
     /// The server's error message from an error body (OpenAI, Anthropic and Ollama shapes), or an
     /// excerpt of the body.
     pub async fn error_message(&self, response: &mut Response) -> String {
+        self.error_body(response).await.0
+    }
+
+    /// [`Self::error_message`], and the error's `code` (or `type`) when the body has one.
+    async fn error_body(&self, response: &mut Response) -> (String, Option<String>) {
         let status = response.status();
         let mut body = Vec::new();
         let read = async {
@@ -192,10 +203,17 @@ impl Endpoint {
             debug!(provider = %self.provider, "error body did not arrive in time");
         }
         let text = String::from_utf8_lossy(&body);
-        let message = serde_json::from_str::<serde_json::Value>(&text)
-            .ok()
-            .and_then(|json| {
-                let error = json.get("error").unwrap_or(&json);
+        let json = serde_json::from_str::<serde_json::Value>(&text).ok();
+        let error = json.as_ref().map(|json| json.get("error").unwrap_or(json));
+        let field = |name: &str| {
+            error
+                .and_then(|e| e.get(name))
+                .and_then(|v| v.as_str())
+                .map(str::to_owned)
+        };
+        let code = field("code").or_else(|| field("type"));
+        let message = error
+            .and_then(|error| {
                 error
                     .get("message")
                     .and_then(|m| m.as_str())
@@ -210,7 +228,7 @@ impl Endpoint {
                     excerpt(trimmed)
                 }
             });
-        self.scrub(&message)
+        (self.scrub(&message), code)
     }
 }
 

@@ -37,7 +37,7 @@ pub struct ResolvedModel {
     /// The provider's model name.
     pub model: String,
     /// Temperature from the alias.
-    pub temperature: Option<f32>,
+    pub temperature: Option<f64>,
     /// Output cap from the alias.
     pub max_tokens: Option<u32>,
     /// Why this runs on a scripted provider, if it does.
@@ -168,6 +168,21 @@ impl LlmRouter {
 
         let mut aliases = BTreeMap::new();
         for (alias, m) in &config.models {
+            if let (Some(t), Some(entry)) = (m.temperature, config.providers.get(&m.provider)) {
+                // What the provider's API accepts, so a typo is a start-up error, not a 400
+                // on every run.
+                let max = if entry.kind == ProviderType::Anthropic {
+                    1.0
+                } else {
+                    2.0
+                };
+                if !(0.0..=max).contains(&t) {
+                    return Err(LlmError::Config(format!(
+                        "model `{alias}`: temperature {t} is out of range for provider `{}` (0 to {max})",
+                        m.provider
+                    )));
+                }
+            }
             let resolved = route(&m.provider, m.model.clone(), m.temperature, m.max_tokens)
                 .map_err(|e| LlmError::Config(format!("model `{alias}`: {e}")))?;
             aliases.insert(alias.clone(), resolved);

@@ -63,6 +63,10 @@ pub struct Turn {
     /// Pause before the turn's first event, in milliseconds.
     #[serde(default)]
     pub delay_ms: u64,
+    /// End the turn with this stop reason as a provider would say it (`max_tokens`, `length`,
+    /// `content_filter`, `refusal`, ...) instead of a normal end (or tool use).
+    #[serde(default)]
+    pub stop_reason: Option<String>,
 }
 
 /// One scripted tool call.
@@ -246,10 +250,10 @@ impl ScriptedProvider {
                 output_tokens,
             })),
         ));
-        let stop_reason = if turn.tool_calls.is_empty() {
-            StopReason::EndTurn
-        } else {
-            StopReason::ToolUse
+        let stop_reason = match &turn.stop_reason {
+            Some(wire) => StopReason::from_wire(wire),
+            None if turn.tool_calls.is_empty() => StopReason::EndTurn,
+            None => StopReason::ToolUse,
         };
         out.push((delay, Ok(LlmEvent::Done { stop_reason })));
         out

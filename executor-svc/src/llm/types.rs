@@ -116,7 +116,7 @@ pub struct LlmRequest<'a> {
     pub tools: Cow<'a, [ToolDefinition]>,
     /// Sampling temperature; the provider's default when unset.
     #[serde(default)]
-    pub temperature: Option<f32>,
+    pub temperature: Option<f64>,
     /// Cap on output tokens; the provider's default when unset (Anthropic needs one: 4096).
     #[serde(default)]
     pub max_tokens: Option<u32>,
@@ -143,18 +143,38 @@ pub enum StopReason {
     MaxTokens,
     /// A content filter stopped it.
     ContentFilter,
+    /// It declined to answer (Anthropic's `refusal`, OpenAI's `refusal` text).
+    Refusal,
     /// Anything else the provider said, verbatim.
     Other(String),
 }
 
 impl StopReason {
+    /// The warning a final answer that ended this way gets (code, message): the text is cut
+    /// off or is no answer, though the turn ended normally on the wire.
+    pub fn answer_warning(&self) -> Option<(&'static str, &'static str)> {
+        match self {
+            Self::EndTurn | Self::ToolUse | Self::Other(_) => None,
+            Self::MaxTokens => Some((
+                "OUTPUT_TRUNCATED",
+                "the model stopped at its output token limit (the model's max_tokens), so the answer is cut off",
+            )),
+            Self::ContentFilter => Some((
+                "CONTENT_FILTERED",
+                "the provider's content filter stopped the answer, so it is incomplete",
+            )),
+            Self::Refusal => Some(("MODEL_REFUSED", "the model declined to answer")),
+        }
+    }
+
     /// Maps an OpenAI `finish_reason` or an Anthropic `stop_reason`.
     pub fn from_wire(reason: &str) -> Self {
         match reason {
             "stop" | "end_turn" | "stop_sequence" => Self::EndTurn,
             "tool_calls" | "function_call" | "tool_use" => Self::ToolUse,
             "length" | "max_tokens" => Self::MaxTokens,
-            "content_filter" | "refusal" => Self::ContentFilter,
+            "content_filter" => Self::ContentFilter,
+            "refusal" => Self::Refusal,
             other => Self::Other(other.to_owned()),
         }
     }

@@ -15,7 +15,7 @@ use super::{
     delegate, events,
 };
 use crate::{
-    llm::{LlmError, LlmEvent, Message, ToolCall, ToolDefinition},
+    llm::{LlmError, LlmEvent, Message, StopReason, ToolCall, ToolDefinition},
     session::{Ask, Pending},
     tools::orchestration::Orchestrate,
 };
@@ -129,7 +129,7 @@ pub async fn run(
         let mut usage_seen = (0, 0);
         let mut text = String::new();
         let mut requested = Vec::new();
-        loop {
+        let stopped: StopReason = loop {
             let next = tokio::select! {
                 () = ctx.cancel.cancelled() => return LoopEnd::Cancelled,
                 next = stream.next() => next,
@@ -145,18 +145,26 @@ pub async fn run(
                     counts.output_tokens += usage.output_tokens;
                     usage_seen = (usage.input_tokens, usage.output_tokens);
                 }
-                Some(Ok(LlmEvent::Done { .. })) => {
+                Some(Ok(LlmEvent::Done { stop_reason })) => {
                     crate::metrics::llm_call(
                         ctx.model.provider.name(),
                         asked.elapsed(),
                         usage_seen.0,
                         usage_seen.1,
                     );
-                    break;
+                    break stop_reason;
                 }
                 Some(Err(LlmError::MalformedToolCall {
-                    id, name, error, ..
-                })) => requested.push(Requested::Malformed { id, name, error }),
+                    id,
+                    name,
+                    raw,
+                    error,
+                })) => requested.push(Requested::Malformed {
+                    id,
+                    name,
+                    raw,
+                    error,
+                }),
                 Some(Err(e)) => return llm_failed(ctx, &llm_span, e.to_string()),
                 None => {
                     let message = format!(
@@ -166,7 +174,7 @@ pub async fn run(
                     return llm_failed(ctx, &llm_span, message);
                 }
             }
-        }
+        };
         drop(stream);
         drop(llm_span);
         convo.messages().push(Message::Assistant {
@@ -174,6 +182,12 @@ pub async fn run(
             tool_calls: requested.iter().map(as_tool_call).collect(),
         });
         if requested.is_empty() {
+            // A cut-off or declined answer is still the answer, but not as if it were whole.
+            if let Some((code, message)) = stopped.answer_warning() {
+                ctx.sink
+                    .emit(events::warning(code, message.to_owned()))
+                    .await;
+            }
             return LoopEnd::Completed(text);
         }
         counts.tool_calls += u32::try_from(requested.len()).unwrap_or(u32::MAX);
@@ -281,10 +295,12 @@ fn absorb(ctx: &RunCtx, results: Vec<Finished>, messages: &mut Vec<Message>) -> 
 fn as_tool_call(requested: &Requested) -> ToolCall {
     match requested {
         Requested::Call(call) => call.clone(),
-        Requested::Malformed { id, name, .. } => ToolCall {
+        // The model reads back what it wrote, next to the error result that explains it: as the
+        // text it was (OpenAI's wire carries arguments as text; Anthropic's, an object, gets `{}`).
+        Requested::Malformed { id, name, raw, .. } => ToolCall {
             id: id.clone(),
             name: name.clone(),
-            arguments: Value::Object(serde_json::Map::new()),
+            arguments: Value::String(raw.clone()),
         },
     }
 }
@@ -355,5 +371,19 @@ mod tests {
         }
         close_open_calls(&mut messages, "cancelled");
         assert_eq!(messages.len(), 4, "nothing left open");
+    }
+
+    #[test]
+    fn a_malformed_call_keeps_the_text_the_model_wrote() {
+        let malformed = Requested::Malformed {
+            id: "m1".into(),
+            name: "file_read".into(),
+            raw: "{\"path\": b.txt}".into(),
+            error: "expected value".into(),
+        };
+        assert_eq!(
+            as_tool_call(&malformed).arguments,
+            json!("{\"path\": b.txt}")
+        );
     }
 }

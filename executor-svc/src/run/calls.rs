@@ -33,6 +33,8 @@ pub enum Requested {
         id: String,
         /// Tool name.
         name: String,
+        /// The arguments as the model wrote them.
+        raw: String,
         /// The parser's complaint.
         error: String,
     },

@@ -31,6 +31,23 @@ async fn rate_limit_is_retried_after_the_servers_retry_after() {
         started.elapsed()
     );
     assert_eq!(server.seen().len(), 2);
+    // Read uncompressed, as it comes.
+    assert_eq!(server.seen()[0].headers["accept-encoding"], "identity");
+}
+
+#[tokio::test]
+async fn an_exhausted_quota_is_not_retried() {
+    let quota = Reply::status(
+        429,
+        json!({ "error": { "message": "You exceeded your current quota", "type": "insufficient_quota", "code": "insufficient_quota" } }),
+    );
+    let server = FakeServer::start(vec![quota, text_reply(&["never"])]).await;
+    let err = provider(&server, "")
+        .complete(&request())
+        .await
+        .expect_err("a quota error");
+    assert!(err.to_string().contains("current quota"), "{err}");
+    assert_eq!(server.seen().len(), 1, "retried: {err}");
 }
 
 #[tokio::test]

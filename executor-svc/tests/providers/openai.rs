@@ -79,7 +79,11 @@ async fn text_stream_yields_deltas_then_usage_then_done() {
     assert_eq!(body["model"], "gpt-test");
     assert_eq!(body["stream"], true);
     assert_eq!(body["stream_options"]["include_usage"], true);
+    // Another OpenAI-compatible server gets the older name of the cap; the temperature goes out
+    // as configured, not widened from an f32 (0.5 is exact either way: see below).
     assert_eq!(body["max_tokens"], 100);
+    assert!(body.get("max_completion_tokens").is_none(), "{body}");
+    assert_eq!(body["temperature"], 0.5);
     assert_eq!(
         body["messages"][0],
         json!({ "role": "system", "content": "be brief" })
@@ -240,6 +244,44 @@ async fn azure_addressing_uses_deployment_api_version_and_api_key_header() {
     assert_eq!(seen.headers["api-key"], KEY);
     assert_eq!(seen.headers["x-trace"], "abc");
     assert!(!seen.headers.contains_key("authorization"));
+    // Azure's reasoning deployments refuse `max_tokens`.
+    assert_eq!(seen.body["max_completion_tokens"], 100);
+    assert!(seen.body.get("max_tokens").is_none(), "{}", seen.body);
+}
+
+#[tokio::test]
+async fn the_cap_field_and_temperature_are_sent_as_configured() {
+    let server = FakeServer::start(vec![text_reply(&["hi"])]).await;
+    let p = provider(&server, "max_tokens_field: max_completion_tokens");
+    let mut req = request();
+    req.temperature = Some(0.2);
+    p.complete(&req).await.expect("response");
+    let body = &server.seen()[0].body;
+    assert_eq!(body["max_completion_tokens"], 100);
+    assert!(body.get("max_tokens").is_none(), "{body}");
+    // 0.2, not 0.20000000298023224 (an f32 widened).
+    assert_eq!(body["temperature"].to_string(), "0.2");
+}
+
+#[tokio::test]
+async fn a_refusal_is_the_answer_text_and_the_turn_ends_as_a_refusal() {
+    let frames = vec![
+        chunk(
+            json!({ "role": "assistant", "content": null, "refusal": "" }),
+            None,
+        ),
+        chunk(json!({ "refusal": "I'm sorry, " }), None),
+        chunk(json!({ "refusal": "I cannot help with that." }), None),
+        chunk(json!({}), Some("stop")),
+        done(),
+    ];
+    let server = FakeServer::start(vec![Reply::sse(frames)]).await;
+    let response = provider(&server, "")
+        .complete(&request())
+        .await
+        .expect("response");
+    assert_eq!(response.text, "I'm sorry, I cannot help with that.");
+    assert_eq!(response.stop_reason, StopReason::Refusal);
 }
 
 #[tokio::test]

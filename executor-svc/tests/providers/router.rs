@@ -183,6 +183,27 @@ fn scripts_load_relative_to_the_config_and_from_the_environment() {
 }
 
 #[test]
+fn a_temperature_the_provider_refuses_is_a_start_up_error() {
+    let config = |provider: &str, t: f64| {
+        LlmConfig::from_yaml(&format!(
+            "providers: {{a: {{type: anthropic, base_url: 'http://127.0.0.1:9'}}, o: {{type: openai, base_url: 'http://127.0.0.1:9'}}}}\n\
+             models: {{main: {{provider: {provider}, model: m, temperature: {t}}}}}"
+        ))
+        .expect("config")
+    };
+    let none = Env::from_pairs::<&str, &str>([]);
+    let build = |c: &LlmConfig| LlmRouter::new(c, Path::new("."), &none).map(drop);
+    // Anthropic takes 0 to 1, OpenAI 0 to 2.
+    let err = build(&config("a", 1.2)).expect_err("out of Anthropic's range");
+    assert!(
+        err.to_string().contains("temperature 1.2") && err.to_string().contains("0 to 1"),
+        "{err}"
+    );
+    assert!(build(&config("o", 1.2)).is_ok());
+    assert!(build(&config("o", -0.1)).is_err());
+}
+
+#[test]
 fn api_keys_never_print() {
     let key = secrecy::SecretString::from("sk-secret-value");
     assert!(!format!("{key:?}").contains("secret-value"), "{key:?}");

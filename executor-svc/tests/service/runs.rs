@@ -210,6 +210,40 @@ async fn a_profile_runs_when_no_agent_id_is_given() {
 }
 
 #[tokio::test]
+async fn an_answer_cut_off_at_the_token_limit_completes_with_a_warning() {
+    let dir = TempDir::new().expect("tmp");
+    let registry = FakeRegistry::start().await;
+    let script = "turns:\n  - {match: total, text: The invoice total is 12, stop_reason: max_tokens}\n  - {match: secret, text: I cannot, stop_reason: refusal}\n";
+    let mut executor = Executor::start(&setup(&dir, &registry, script, 10)).await;
+    let mut warned = Vec::new();
+    for ask in ["the total?", "the secret?"] {
+        let events = collect(
+            executor
+                .client
+                .execute(mission(ask))
+                .await
+                .expect("execute")
+                .into_inner(),
+        )
+        .await;
+        assert_eq!(done_status(&events), RunStatus::Completed, "{events:?}");
+        // The warning comes before the answer it is about.
+        let k = kinds(&events);
+        let (w, a) = (
+            k.iter().position(|k| *k == "warning"),
+            k.iter().position(|k| *k == "final"),
+        );
+        assert!(w.is_some() && w < a, "{k:?}");
+        warned.extend(events.iter().filter_map(|e| match &e.event {
+            Some(Event::Warning(w)) => Some(w.code.clone()),
+            _ => None,
+        }));
+    }
+    assert_eq!(warned, ["OUTPUT_TRUNCATED", "MODEL_REFUSED"]);
+    executor.stop().await;
+}
+
+#[tokio::test]
 async fn a_client_that_drops_the_stream_cancels_the_run() {
     let dir = TempDir::new().expect("tmp");
     let registry = FakeRegistry::start().await;

@@ -35,6 +35,9 @@ struct Choice {
 struct Delta {
     #[serde(default)]
     content: Option<String>,
+    /// The model's refusal, streamed instead of `content`.
+    #[serde(default)]
+    refusal: Option<String>,
     #[serde(default)]
     tool_calls: Option<Vec<ToolCallDelta>>,
 }
@@ -81,6 +84,8 @@ pub(super) struct ChunkDecoder {
     calls: Vec<PartialCall>,
     stop: Option<StopReason>,
     usage: Option<Usage>,
+    /// The model streamed a refusal: the turn ends as one, whatever the finish reason says.
+    refused: bool,
 }
 
 type Out = VecDeque<Result<LlmEvent, LlmError>>;
@@ -148,6 +153,7 @@ impl ChunkDecoder {
         let stop_reason = match self.stop.take() {
             // Ollama says "stop" even when it called tools.
             Some(StopReason::EndTurn) | None if had_calls => StopReason::ToolUse,
+            Some(StopReason::EndTurn) | None if self.refused => StopReason::Refusal,
             Some(reason) => reason,
             None => StopReason::EndTurn,
         };
@@ -188,6 +194,11 @@ impl Decode for ChunkDecoder {
         if let Some(choice) = chunk.choices.and_then(|c| c.into_iter().next()) {
             if let Some(delta) = choice.delta {
                 if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
+                    out.push_back(Ok(LlmEvent::TextDelta(text)));
+                }
+                // The refusal is what the model said: the user reads it, the history keeps it.
+                if let Some(text) = delta.refusal.filter(|t| !t.is_empty()) {
+                    self.refused = true;
                     out.push_back(Ok(LlmEvent::TextDelta(text)));
                 }
                 for call in delta.tool_calls.into_iter().flatten() {

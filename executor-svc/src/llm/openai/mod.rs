@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::{
     LlmError, LlmEvent, LlmProvider, LlmRequest, LlmStream, Message,
-    config::ProviderConfig,
+    config::{MaxTokensField, ProviderConfig},
     env::Env,
     http::{Endpoint, parse_url},
     stream::{decode_chunks, sse_stream},
@@ -29,6 +29,7 @@ pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 pub struct OpenAiProvider {
     endpoint: Arc<Endpoint>,
     stream_usage: bool,
+    max_tokens_field: MaxTokensField,
 }
 
 impl OpenAiProvider {
@@ -62,10 +63,18 @@ impl OpenAiProvider {
                 (url, auth)
             }
         };
+        let max_tokens_field = config.max_tokens_field.unwrap_or(
+            if config.azure.is_some() || url.host_str() == Some("api.openai.com") {
+                MaxTokensField::MaxCompletionTokens
+            } else {
+                MaxTokensField::MaxTokens
+            },
+        );
         let endpoint = Endpoint::new(name, config, env, url, auth.into_iter().collect(), key)?;
         Ok(Self {
             endpoint: Arc::new(endpoint),
             stream_usage: config.stream_usage,
+            max_tokens_field,
         })
     }
 }
@@ -76,7 +85,7 @@ impl LlmProvider for OpenAiProvider {
     }
 
     fn stream(&self, request: &LlmRequest<'_>) -> LlmStream {
-        let body = request_body(request, self.stream_usage);
+        let body = request_body(request, self.stream_usage, self.max_tokens_field);
         let decoder = ChunkDecoder::new(self.endpoint.provider.clone());
         sse_stream(Arc::clone(&self.endpoint), body, decoder)
     }
@@ -91,7 +100,11 @@ pub fn decode_body(chunks: &[&[u8]]) -> Vec<Result<LlmEvent, LlmError>> {
 }
 
 /// The JSON body of a streamed chat completion.
-fn request_body(request: &LlmRequest<'_>, stream_usage: bool) -> Vec<u8> {
+fn request_body(
+    request: &LlmRequest<'_>,
+    stream_usage: bool,
+    max_tokens_field: MaxTokensField,
+) -> Vec<u8> {
     let messages: Vec<Value> = request.messages.iter().map(wire_message).collect();
     let mut body = json!({ "model": request.model, "messages": messages, "stream": true });
     if stream_usage {
@@ -112,7 +125,7 @@ fn request_body(request: &LlmRequest<'_>, stream_usage: bool) -> Vec<u8> {
         body["temperature"] = json!(temperature);
     }
     if let Some(max_tokens) = request.max_tokens {
-        body["max_tokens"] = json!(max_tokens);
+        body[max_tokens_field.as_str()] = json!(max_tokens);
     }
     // Serialising a `Value` cannot fail.
     serde_json::to_vec(&body).unwrap_or_default()

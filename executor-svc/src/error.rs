@@ -34,6 +34,13 @@ pub enum ExecutorError {
     /// The session store failed.
     #[error("session store: {0}")]
     Store(#[from] sled::Error),
+    /// The session store did not finish a flush in time (sled's flush does not return on a
+    /// disk that takes no more writes).
+    #[error(
+        "the session store did not finish writing within {} s (a full or failing disk?)",
+        .0.as_secs()
+    )]
+    StoreStalled(std::time::Duration),
     /// A stored session could not be decoded or encoded.
     #[error("session encoding: {0}")]
     Encoding(#[from] serde_json::Error),
@@ -66,7 +73,9 @@ impl ExecutorError {
             Self::InvalidArgument { .. } => ErrorKind::InvalidArgument,
             Self::NotFound(_) => ErrorKind::NotFound,
             Self::FailedPrecondition(_) | Self::AwaitingAnswer(_) => ErrorKind::SessionConflict,
-            Self::Unavailable(_) => ErrorKind::Unavailable,
+            Self::Unavailable(_) | Self::Store(sled::Error::Io(_)) | Self::StoreStalled(_) => {
+                ErrorKind::Unavailable
+            }
             Self::Busy(_) => ErrorKind::ResourceExhausted,
             Self::Llm(_) => ErrorKind::InvalidArgument,
             Self::Store(_)
@@ -82,6 +91,18 @@ impl ExecutorError {
     pub fn to_status(&self) -> Status {
         let api = match self {
             Self::InvalidArgument { field, message } => ApiError::field(*field, message.clone()),
+            // The disk (full, failing): the operator can act on it, so it is said.
+            Self::Store(sled::Error::Io(e)) => {
+                tracing::error!(error = %self, "the session store failed");
+                let e = taskforce_runtime::describe_io(e);
+                ApiError::new(
+                    ErrorKind::Unavailable,
+                    format!(
+                        "the executor cannot store sessions ({e}); free space on its --data-dir \
+                         and restart it"
+                    ),
+                )
+            }
             Self::Store(_) | Self::Encoding(_) | Self::Join(_) | Self::Server(_) => {
                 tracing::error!(error = %self, "internal error");
                 ApiError::new(ErrorKind::Internal, "internal error in the executor")
@@ -96,6 +117,7 @@ impl ExecutorError {
             | Self::FailedPrecondition(_)
             | Self::Busy(_)
             | Self::Unavailable(_)
+            | Self::StoreStalled(_)
             | Self::Llm(_)
             | Self::Config(_) => ApiError::new(self.kind(), self.to_string()),
         };

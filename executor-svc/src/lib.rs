@@ -202,7 +202,7 @@ pub async fn run_with(
     };
     let metrics = taskforce_runtime::metrics::listen(
         &config.metrics_listen,
-        metrics::router(Arc::clone(mcp.global())),
+        metrics::router(Arc::clone(mcp.global()), store.fault().clone()),
         tasks.clone(),
     )
     .await
@@ -218,6 +218,7 @@ pub async fn run_with(
     ));
 
     let draining = Arc::clone(&runner);
+    let fault = runner.store().fault().clone();
     // Runs are cancelled with the shutdown; they get to send `Done` before streams close, and
     // connections that stay open (idle HTTP/2 clients) get a grace period, then are dropped.
     let result = taskforce_runtime::serve_grpc(
@@ -232,6 +233,7 @@ pub async fn run_with(
             }
         },
         SHUTDOWN_GRACE * 2,
+        fault,
     )
     .await;
     tasks.cancel();
@@ -257,7 +259,8 @@ pub async fn run_with(
     mcp.close().await;
     let store = runner.store().clone();
     drop(runner);
-    let flushed = tokio::task::spawn_blocking(move || store.flush()).await?;
+    // A full or failing disk can keep sled's flush from ever returning: the stop goes on.
+    let flushed = store.flush().await;
     info!("executor stopped");
     result?;
     flushed

@@ -274,21 +274,29 @@ async fn scrape() -> impl IntoResponse {
     taskforce_runtime::metrics::scrape()
 }
 
-/// `/readyz`: the executor serves; the global MCP servers' health says how well.
-async fn ready(State(global): State<Arc<GlobalServers>>) -> impl IntoResponse {
+/// `/readyz`: the executor serves (503 once its session store failed); the global MCP
+/// servers' health says how well.
+async fn ready(
+    State((global, fault)): State<(Arc<GlobalServers>, taskforce_runtime::Fault)>,
+) -> axum::response::Response {
     let health = global.health();
+    if let Some(cause) = fault.get() {
+        let body =
+            serde_json::json!({ "status": "unavailable", "reason": cause, "mcp_servers": health });
+        return (http::StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
+    }
     let status = if health.values().all(|h| h.state == "up") {
         "ready"
     } else {
         "degraded"
     };
-    Json(serde_json::json!({ "status": status, "mcp_servers": health }))
+    Json(serde_json::json!({ "status": status, "mcp_servers": health })).into_response()
 }
 
 /// The metrics listener's routes: `/metrics` and `/readyz`.
-pub fn router(global: Arc<GlobalServers>) -> Router {
+pub fn router(global: Arc<GlobalServers>, fault: taskforce_runtime::Fault) -> Router {
     Router::new()
         .route("/metrics", get(scrape))
         .route("/readyz", get(ready))
-        .with_state(global)
+        .with_state((global, fault))
 }

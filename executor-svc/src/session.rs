@@ -436,7 +436,6 @@ fn ended_at(value: &[u8]) -> Option<String> {
 /// The sled-backed session store.
 #[derive(Debug, Clone)]
 pub struct SessionStore {
-    db: sled::Db,
     sessions: sled::Tree,
     /// Per live run, the `seq` below which events may have been sent (see
     /// [`SessionStore::reserve_seqs`]): what a session stored mid-run cannot know.
@@ -447,6 +446,9 @@ pub struct SessionStore {
     tokens: crate::token::TokenKey,
     /// Sessions stored, and the most to keep (0: no limit); past it the oldest ended ones go.
     stored: Arc<Stored>,
+    /// Set when a write failed: sled refuses every write after its first I/O error (a full
+    /// disk), so no run can be stored until the executor is restarted.
+    fault: taskforce_runtime::Fault,
 }
 
 /// The count of stored sessions against its limit.
@@ -459,16 +461,53 @@ struct Stored {
 }
 
 /// Group commit: writers that need their write on disk count themselves in, and one flush at a
-/// time covers everyone counted before it started. Flushes run on tokio's blocking pool with
-/// `sled::Db::flush`, never many at once on sled's own small pool: concurrent `flush_async`
+/// time covers everyone counted before it started. Flushes run `sled::Db::flush` on the
+/// [`Flusher`]'s thread, never many at once on sled's own small pool: concurrent `flush_async`
 /// calls there can occupy every thread of it while waiting for the log writes that pool was to
 /// run, which deadlocked the store under load.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct GroupCommit {
     /// Bumped after each write that must become durable.
     written: AtomicU64,
     /// Held while a flush runs; the `written` count the last finished flush covered.
     flushed: tokio::sync::Mutex<u64>,
+    flusher: Flusher,
+}
+
+type FlushReply = tokio::sync::oneshot::Sender<sled::Result<usize>>;
+
+/// sled's flush, on a thread of its own: on a disk that takes no more writes it never returns,
+/// and a tokio blocking thread stuck in it would keep the runtime, and the process, from
+/// ending. The thread ends when the store is dropped (after a flush in progress returns).
+#[derive(Debug)]
+struct Flusher(std::sync::mpsc::Sender<FlushReply>);
+
+impl Flusher {
+    fn start(db: sled::Db) -> Result<Self, ExecutorError> {
+        let (tx, rx) = std::sync::mpsc::channel::<FlushReply>();
+        std::thread::Builder::new()
+            .name("session-flush".into())
+            .spawn(move || {
+                while let Ok(reply) = rx.recv() {
+                    let _ = reply.send(db.flush());
+                }
+            })
+            .map_err(|e| ExecutorError::Config(format!("cannot start the flush thread: {e}")))?;
+        Ok(Self(tx))
+    }
+
+    /// Flushes, waiting at most `within`; past it the store is taken as broken.
+    async fn flush(&self, within: Duration) -> Result<(), ExecutorError> {
+        let stopped =
+            || ExecutorError::Unavailable("the session store's flush thread stopped".into());
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.0.send(tx).map_err(|_| stopped())?;
+        match tokio::time::timeout(within, rx).await {
+            Ok(Ok(flushed)) => flushed.map(drop).map_err(ExecutorError::from),
+            Ok(Err(_)) => Err(stopped()),
+            Err(_) => Err(ExecutorError::StoreStalled(within)),
+        }
+    }
 }
 
 impl SessionStore {
@@ -483,13 +522,18 @@ impl SessionStore {
             .open()?;
         let sessions = db.open_tree("sessions")?;
         let seqs = db.open_tree("seq_reserved")?;
+        let flusher = Flusher::start(db)?;
         let store = Self {
-            db,
             sessions,
             seqs,
-            durability: Arc::default(),
+            durability: Arc::new(GroupCommit {
+                written: AtomicU64::new(0),
+                flushed: tokio::sync::Mutex::new(0),
+                flusher,
+            }),
             tokens: crate::token::TokenKey::load_or_create(dir)?,
             stored: Arc::default(),
+            fault: taskforce_runtime::Fault::default(),
         };
         let mut orphaned = 0usize;
         let mut count = 0usize;
@@ -544,8 +588,34 @@ impl SessionStore {
         }
     }
 
+    /// Set once a write failed (see the field).
+    pub fn fault(&self) -> &taskforce_runtime::Fault {
+        &self.fault
+    }
+
+    /// Refuses new work while the store cannot write.
+    pub fn writable(&self) -> Result<(), ExecutorError> {
+        match self.fault.get() {
+            None => Ok(()),
+            Some(cause) => Err(ExecutorError::Unavailable(format!(
+                "the executor cannot store sessions until it is restarted: {cause}. Free space \
+                 on its --data-dir and restart it"
+            ))),
+        }
+    }
+
     /// Stores `session` (stamping `updated_at`); with `durable`, waits until it is on disk.
+    /// A failure marks the store broken (see [`Self::fault`]).
     pub async fn save(&self, session: &mut Session, durable: bool) -> Result<(), ExecutorError> {
+        let saved = self.save_inner(session, durable).await;
+        if let Err(e @ (ExecutorError::Store(_) | ExecutorError::StoreStalled(_))) = &saved {
+            self.fault
+                .set(format!("its session store failed to write ({e})"));
+        }
+        saved
+    }
+
+    async fn save_inner(&self, session: &mut Session, durable: bool) -> Result<(), ExecutorError> {
         session.updated_at = now();
         let value = serde_json::to_vec(session)?;
         if self
@@ -565,8 +635,7 @@ impl SessionStore {
         Ok(())
     }
 
-    /// Returns once every write made before the call is on disk (within [`FLUSH_TIMEOUT`]; past
-    /// it the write is reported and left to sled's periodic flush).
+    /// Returns once every write made before the call is on disk, within [`FLUSH_TIMEOUT`].
     async fn make_durable(&self, session_id: &str) -> Result<(), ExecutorError> {
         let group = &self.durability;
         let mine = group.written.fetch_add(1, Ordering::SeqCst) + 1;
@@ -577,18 +646,16 @@ impl SessionStore {
                 return Ok(());
             }
             let upto = group.written.load(Ordering::SeqCst);
-            let db = self.db.clone();
-            tokio::task::spawn_blocking(move || db.flush()).await??;
+            group.flusher.flush(FLUSH_TIMEOUT).await?;
             *flushed = upto;
             Ok::<(), ExecutorError>(())
         };
+        // Waiting for the flush lock counts too: behind a stalled flush, every write stalls.
         match tokio::time::timeout(FLUSH_TIMEOUT, flush).await {
             Ok(result) => result,
-            Err(_) => {
-                warn!(session_id, "session flush timed out");
-                Ok(())
-            }
+            Err(_) => Err(ExecutorError::StoreStalled(FLUSH_TIMEOUT)),
         }
+        .inspect_err(|e| tracing::debug!(session_id, error = %e, "session flush failed"))
     }
 
     /// Deletes ended sessions (completed, failed, cancelled) last updated before `cutoff`;
@@ -730,9 +797,11 @@ impl SessionStore {
     }
 
     /// Writes everything to disk (on shutdown). Blocking: call from `spawn_blocking`.
-    pub fn flush(&self) -> Result<(), ExecutorError> {
-        self.db.flush()?;
-        Ok(())
+    pub async fn flush(&self) -> Result<(), ExecutorError> {
+        self.durability
+            .flusher
+            .flush(taskforce_runtime::EXIT_WAIT)
+            .await
     }
 }
 

@@ -44,10 +44,44 @@ impl RegistryError {
     }
 }
 
+/// Whether `e` says the disk (or the user's quota) is full.
+pub fn is_disk_full(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+    )
+}
+
 impl From<RegistryError> for Status {
     fn from(e: RegistryError) -> Self {
         match e {
             RegistryError::Api(api) => api.to_status(),
+            // Nothing was written (the write path undoes a file change its cache update did not
+            // follow): say why, so the operator frees space instead of reading logs.
+            RegistryError::Io { ref source, .. } if is_disk_full(source) => {
+                tracing::error!(error = %e, "a write failed: the disk is full");
+                ApiError::new(
+                    ErrorKind::Unavailable,
+                    format!(
+                        "the registry cannot write: {}; nothing was changed",
+                        taskforce_runtime::describe_io(source)
+                    ),
+                )
+                .to_status()
+            }
+            RegistryError::Cache(sled::Error::Io(ref source)) => {
+                tracing::error!(error = %e, "the cache failed");
+                ApiError::new(
+                    ErrorKind::Unavailable,
+                    format!(
+                        "the registry's cache cannot be written ({}); nothing was changed. Free \
+                         space on its --data-dir and restart it: it rebuilds the cache from the \
+                         YAML files",
+                        taskforce_runtime::describe_io(source)
+                    ),
+                )
+                .to_status()
+            }
             internal @ (RegistryError::Io { .. }
             | RegistryError::Cache(_)
             | RegistryError::Yaml(_)

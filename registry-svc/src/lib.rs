@@ -142,6 +142,7 @@ pub async fn run(
         shutdown,
         async move { stop_tasks.cancel() },
         SHUTDOWN_GRACE,
+        store.fault().clone(),
     )
     .await;
     // The server may have ended on its own: the background tasks stop with it.
@@ -150,7 +151,22 @@ pub async fn run(
     if let Some(task) = metrics_task {
         let _ = task.await;
     }
-    let flushed = tokio::task::spawn_blocking(move || store.flush()).await?;
+    // A full or failing disk can keep sled's flush from ever returning: the stop goes on (the
+    // cache is reconciled with the files at the next start).
+    let flushed = match tokio::time::timeout(
+        taskforce_runtime::EXIT_WAIT,
+        tokio::task::spawn_blocking(move || store.flush()),
+    )
+    .await
+    {
+        Ok(flushed) => flushed?,
+        Err(_) => {
+            tracing::error!(
+                "the cache did not finish its last flush in time; the next start reconciles it with the files"
+            );
+            Ok(())
+        }
+    };
     info!("registry stopped");
     result.map_err(|e| RegistryError::Config(e.to_string()))?;
     flushed

@@ -10,8 +10,11 @@ use taskforce_runtime as runtime;
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    runtime::run_main(serve())?
+}
+
+async fn serve() -> anyhow::Result<()> {
     let config = Config::parse();
     let telemetry = runtime::telemetry::init("registry-svc");
     runtime::protect_secrets();

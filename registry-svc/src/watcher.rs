@@ -88,6 +88,7 @@ pub async fn run(
                 }
             }
         }
+        let fault = store.fault().clone();
         let store = Arc::clone(&store);
         let result = tokio::task::spawn_blocking(move || {
             if full {
@@ -108,6 +109,10 @@ pub async fn run(
         .await;
         match result {
             Ok(Ok(())) => {}
+            // sled refuses every write after its first I/O error: only a restart mends it.
+            Ok(Err(e @ crate::error::RegistryError::Cache(sled::Error::Io(_)))) => {
+                fault.set(format!("its cache failed to write ({e})"));
+            }
             Ok(Err(e)) => warn!(error = %e, "reconcile failed; will retry"),
             Err(e) => warn!(error = %e, "reconcile task failed"),
         }

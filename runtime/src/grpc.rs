@@ -12,6 +12,47 @@ use tracing::{info, warn};
 /// is several MiB, and tonic's default (4 MiB) is too tight.
 pub const MAX_DECODING_BYTES: usize = 64 * 1024 * 1024;
 
+/// A fault that keeps a service from doing its work until it is restarted, such as its store
+/// failing to write (a full disk: sled refuses every write after its first I/O error). Set
+/// once, by whoever meets it; [`serve_grpc`] then reports the service NOT_SERVING, so a
+/// gateway sends new work elsewhere and an orchestrator's health probe restarts it.
+#[derive(Debug, Clone)]
+pub struct Fault(std::sync::Arc<tokio::sync::watch::Sender<Option<String>>>);
+
+impl Default for Fault {
+    fn default() -> Self {
+        Self(std::sync::Arc::new(tokio::sync::watch::Sender::new(None)))
+    }
+}
+
+impl Fault {
+    /// Records `cause` (the first one is kept) and logs it once.
+    pub fn set(&self, cause: impl std::fmt::Display) {
+        self.0.send_if_modified(|current| {
+            if current.is_some() {
+                return false;
+            }
+            let cause = cause.to_string();
+            tracing::error!(cause = %cause, "the service cannot do its work until it is restarted; it reports NOT_SERVING");
+            *current = Some(cause);
+            true
+        });
+    }
+
+    /// The cause, once set.
+    pub fn get(&self) -> Option<String> {
+        self.0.borrow().clone()
+    }
+
+    /// Resolves once a cause is set.
+    async fn occurred(&self) {
+        let mut rx = self.0.subscribe();
+        if rx.wait_for(Option::is_some).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
 /// Why a gRPC server could not serve.
 #[derive(Debug, thiserror::Error)]
 pub enum GrpcError {
@@ -30,6 +71,9 @@ pub enum GrpcError {
 /// `shutdown` fires. Then both health entries turn NOT_SERVING,
 /// `drain` runs (a service lets its streams finish), and connections still open `grace` after
 /// the shutdown (idle HTTP/2 clients, watch streams) are dropped: a stop never waits on clients.
+/// Once `fault` is set, both health entries turn NOT_SERVING while the server goes on answering
+/// (its calls say what is wrong).
+#[allow(clippy::too_many_arguments)]
 pub async fn serve_grpc<S, D>(
     builder: Server,
     listener: TcpListener,
@@ -38,6 +82,7 @@ pub async fn serve_grpc<S, D>(
     shutdown: CancellationToken,
     drain: D,
     grace: Duration,
+    fault: Fault,
 ) -> Result<(), GrpcError>
 where
     S: Service<http::Request<Body>, Error = Infallible>
@@ -59,6 +104,7 @@ where
         .unwrap_or_default();
     info!(service = S::NAME, addr = %addr, "gRPC listening");
     let stopping = shutdown.clone();
+    let faulted = health.clone();
     // Each call runs in a span that continues the caller's trace (see `crate::telemetry`).
     let tracing = crate::telemetry::RequestSpanLayer::new(|req: &http::Request<Body>| {
         crate::telemetry::server_span("gRPC", req.uri().path(), req.headers())
@@ -84,8 +130,17 @@ where
         shutdown.cancelled().await;
         tokio::time::sleep(grace).await;
     };
+    let not_serving = async move {
+        fault.occurred().await;
+        faulted
+            .set_service_status("", tonic_health::ServingStatus::NotServing)
+            .await;
+        faulted.set_not_serving::<S>().await;
+        std::future::pending::<()>().await;
+    };
     tokio::select! {
         r = server => Ok(r?),
+        () = not_serving => Ok(()),
         () = grace_period => {
             warn!(grace_secs = grace.as_secs(), "connections still open after the grace period; closing them");
             Ok(())

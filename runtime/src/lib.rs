@@ -27,9 +27,36 @@ pub mod telemetry;
 
 use std::{net::SocketAddr, path::Path};
 
-pub use grpc::{GrpcError, MAX_DECODING_BYTES, serve_grpc};
+pub use grpc::{Fault, GrpcError, MAX_DECODING_BYTES, serve_grpc};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+
+/// How long a service's exit waits for blocking work still running (a store's flush that a
+/// full or failing disk keeps from finishing): the process ends anyway.
+pub const EXIT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Runs a service's `main` on a multi-threaded tokio runtime that, once `main` returns, waits at
+/// most [`EXIT_WAIT`] for blocking tasks (tokio's own `#[tokio::main]` waits for them without
+/// end, so one stuck write would keep the process from exiting).
+pub fn run_main<F: std::future::Future>(main: F) -> std::io::Result<F::Output> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let out = runtime.block_on(main);
+    runtime.shutdown_timeout(EXIT_WAIT);
+    Ok(out)
+}
+
+/// An I/O error in words for a client: a full disk (or quota) as such, since some stores (sled)
+/// hand on such errors with their debug text as the message.
+pub fn describe_io(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
+            "no space left on the device".to_owned()
+        }
+        _ => e.to_string(),
+    }
+}
 
 /// Milliseconds since the Unix epoch (0 if the clock is before it).
 pub fn now_ms() -> u64 {

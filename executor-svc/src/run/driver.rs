@@ -249,16 +249,31 @@ impl Run {
             }
         };
         session.status = status;
-        crate::metrics::run_ended(status.as_str());
         // Every event still to come: the closing one (if any) and `Done`.
         session.next_seq = self.sink.next_seq().await + 1 + u64::from(closing.is_some());
         session.seq_reserved = 0;
         // On disk before the client hears how the run ended (`done`, the ExecuteResult): a
         // crash right after must not turn a completed run into a failed one. Concurrent runs
-        // share one flush (the store's group commit).
-        if let Err(e) = runner.store.save(session, true).await {
-            warn!(session_id = %session.id, error = %e, "cannot store the session");
-        }
+        // share one flush (the store's group commit). A run whose end could not be stored
+        // did not end as it would say: it failed, and says why.
+        let (status, closing) = match runner.store.save(session, true).await {
+            Ok(()) => (status, closing),
+            Err(e) => {
+                warn!(session_id = %session.id, error = %e, "cannot store the session");
+                let message = format!(
+                    "the session could not be stored ({e}), so this run's outcome is lost; the \
+                     executor needs space on its --data-dir and a restart"
+                );
+                session.status = Status::Failed;
+                session.error = RunError::new("STORE_FAILED", message.clone());
+                let event = Event::Error(v1::Error {
+                    code: "STORE_FAILED".to_owned(),
+                    message,
+                });
+                (Status::Failed, Some(event))
+            }
+        };
+        crate::metrics::run_ended(status.as_str());
         if let Ok(mut live) = runner.live.lock() {
             live.remove(&session.id);
         }

@@ -310,6 +310,7 @@ impl Runner {
         with: Continuation,
     ) -> Result<ReceiverStream<StreamItem>, ExecutorError> {
         // Refused before anything is stored: the session stays as it was.
+        self.store.writable()?;
         let slot = Arc::clone(&self.run_slots)
             .try_acquire_owned()
             .map_err(|_| {

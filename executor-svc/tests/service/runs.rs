@@ -335,3 +335,79 @@ async fn many_concurrent_runs_all_complete_promptly() {
     );
     executor.stop().await;
 }
+
+/// Mounts a small tmpfs at `dir` (`None` where that is not possible: not root, no `mount`).
+fn small_disk(dir: &std::path::Path) -> Option<()> {
+    std::fs::create_dir_all(dir).ok()?;
+    std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
+        .arg(dir)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+        .then_some(())
+}
+
+/// Fills the file system of `dir` with one file; returns it.
+fn fill(dir: &std::path::Path) -> std::path::PathBuf {
+    use std::io::Write;
+    let path = dir.join("filler");
+    let mut f = std::fs::File::create(&path).expect("filler");
+    let block = vec![0u8; 64 * 1024];
+    while f.write_all(&block).is_ok() {}
+    let _ = f.sync_all();
+    path
+}
+
+#[tokio::test]
+async fn a_run_whose_end_cannot_be_stored_fails_and_new_runs_are_refused() {
+    let dir = TempDir::new().expect("tmp");
+    let disk = dir.path().join("small");
+    if small_disk(&disk).is_none() {
+        eprintln!("note: no tmpfs could be mounted (not root?); the full-disk path is not checked");
+        return;
+    }
+    let registry = FakeRegistry::start().await;
+    // An answer larger than what sled's log has room for once the disk is full.
+    let script = format!(
+        "turns:\n  - {{text: {}, delay_ms: 1500}}\n",
+        "x".repeat(1024 * 1024)
+    );
+    let mut config = setup(&dir, &registry, &script, 10);
+    config.data_dir = disk.join("executor");
+    let mut executor = Executor::start(&config).await;
+    let mut stream = executor
+        .client
+        .execute(mission("go"))
+        .await
+        .expect("execute")
+        .into_inner();
+    // The run is stored and under way; then the disk fills up before it ends.
+    let first = stream.next().await.expect("an event").expect("ok");
+    assert!(
+        matches!(first.event, Some(Event::RunStarted(_))),
+        "{first:?}"
+    );
+    let filler = fill(&disk);
+    let events = collect(stream).await;
+    assert_eq!(done_status(&events), RunStatus::Failed, "{events:?}");
+    let failed = events
+        .iter()
+        .any(|e| matches!(&e.event, Some(Event::Error(err)) if err.code == "STORE_FAILED"));
+    assert!(failed, "{events:?}");
+    // Until a restart, new runs are refused, saying why, and nothing is stored.
+    let _ = std::fs::remove_file(&filler);
+    let refused = executor
+        .client
+        .execute(mission("again"))
+        .await
+        .expect_err("refused");
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    assert!(refused.message().contains("restart"), "{refused:?}");
+    // The stop says its last flush did not finish, and it does not hang on it.
+    assert!(executor.stop_with().await.is_err());
+    let _ = std::process::Command::new("umount")
+        .arg("-l")
+        .arg(&disk)
+        .status();
+}

@@ -168,13 +168,17 @@ impl Executor {
 
     /// Stops it and waits until it has released its data directory.
     pub async fn stop(self) {
+        self.stop_with().await.expect("executor ran cleanly");
+    }
+
+    /// Stops it; what its run ended with.
+    pub async fn stop_with(self) -> Result<(), executor_svc::ExecutorError> {
         drop(self.client);
         self.shutdown.cancel();
         tokio::time::timeout(WAIT * 2, self.server)
             .await
             .expect("executor stops in time")
             .expect("executor task")
-            .expect("executor ran cleanly");
     }
 }
 

@@ -161,6 +161,7 @@ async fn not_ready_while_the_registry_refuses_the_gateways_token() {
         stop.clone(),
         async {},
         std::time::Duration::from_secs(1),
+        taskforce_runtime::Fault::default(),
     ));
     for (token, ready) in [
         (Some("wrong-token-0123456789"), false),

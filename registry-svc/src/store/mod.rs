@@ -79,6 +79,10 @@ pub struct Store {
     /// The revision of the latest change (see [`v1::AgentChange::revision`]); written under
     /// the write lock.
     revision: AtomicU64,
+    /// Set when the cache failed to write: sled refuses every write after its first I/O error
+    /// (a full disk), so the store refuses API writes and the service reports NOT_SERVING until
+    /// it is restarted (and rebuilds the cache from the files).
+    fault: taskforce_runtime::Fault,
 }
 
 impl Store {
@@ -119,8 +123,14 @@ impl Store {
             // Microseconds since the epoch: a restarted registry goes on above the revisions
             // its watchers saw from the one before.
             revision: AtomicU64::new(now_ms().saturating_mul(1000)),
+            fault: taskforce_runtime::Fault::default(),
         };
         Ok(store)
+    }
+
+    /// Set once the cache failed to write (see the field).
+    pub fn fault(&self) -> &taskforce_runtime::Fault {
+        &self.fault
     }
 
     /// The config directory.

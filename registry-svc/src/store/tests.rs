@@ -846,3 +846,97 @@ fn a_file_changed_within_the_racy_window_is_read_every_time() -> Result<()> {
     assert_eq!((again.files, again.unchanged), (2, 0), "{again:?}");
     Ok(())
 }
+
+/// A small tmpfs at `dir` (the test is skipped where it cannot be mounted: not root, or no
+/// `mount`); unmounted on drop.
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path, size: &str) -> Option<Self> {
+        fs::create_dir_all(dir).ok()?;
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| Self(dir.to_path_buf()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+#[test]
+fn a_cache_that_fills_its_disk_changes_no_file_and_refuses_writes_until_a_restart() -> Result<()> {
+    let dir = tempfile::tempdir().map_err(|e| RegistryError::io(Path::new("tmp"), e))?;
+    let Some(disk) = Tmpfs::mount(&dir.path().join("small"), "1m") else {
+        eprintln!("note: no tmpfs could be mounted (not root?); the full-disk path is not checked");
+        return Ok(());
+    };
+    let root = dir.path().join("configs");
+    fs::create_dir_all(&root).map_err(|e| RegistryError::io(&root, e))?;
+    let store = std::sync::Arc::new(Store::open(&root, &disk.0.join("data"))?);
+    store.reconcile_all()?;
+    // sled's flush may never return on a full disk: wait for it on a thread of its own.
+    let flush = |store: &std::sync::Arc<Store>| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let store = std::sync::Arc::clone(store);
+        std::thread::spawn(move || tx.send(store.flush()));
+        let _ = rx.recv_timeout(Duration::from_secs(5));
+    };
+    let mut def = agent_file();
+    def.prompt.system_prompt = "x".repeat(20_000);
+    let now = "2026-11-27T00:00:00Z";
+    // The files have room; the cache does not: its writes fail once sled's log cannot flush.
+    let mut created = Vec::new();
+    let failed = (0..200).find_map(|n| {
+        let id = format!("a{n:03}");
+        match store.create(&id, def.clone(), now) {
+            Ok(_) => {
+                created.push(id);
+                flush(&store);
+                None
+            }
+            Err(e) => Some((id, e)),
+        }
+    });
+    let Some((id, err)) = failed else {
+        panic!("200 creates of 20 KB fit in a 1 MiB cache");
+    };
+    let status = tonic::Status::from(err);
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert!(
+        status.message().contains("nothing was changed"),
+        "{status:?}"
+    );
+    // The create that failed left no file; those that succeeded have theirs.
+    assert!(!root.join("custom").join(format!("{id}.yaml")).exists());
+    assert!(
+        created
+            .iter()
+            .all(|id| root.join("custom").join(format!("{id}.yaml")).exists())
+    );
+    assert!(
+        store.fault().get().is_some(),
+        "the cache is marked broken: {status:?}"
+    );
+    // Until a restart, writes are refused before anything is touched.
+    let first = &created[0];
+    let refused = store.delete(first, "").map(drop);
+    assert_eq!(kind_of(refused), ErrorKind::Unavailable);
+    assert!(root.join("custom").join(format!("{first}.yaml")).exists());
+    drop(store);
+    drop(disk);
+    // A restart on a disk with room serves what the files say.
+    let store = reopen(&root, &dir.path().join("data2"))?;
+    store.reconcile_all()?;
+    assert_eq!(store.counts().1, created.len());
+    Ok(())
+}

@@ -23,9 +23,30 @@ use crate::{
 
 impl Store {
     /// Creates a custom agent from a validated definition.
-    pub fn create(&self, id: &str, mut def: CustomAgentFile, now: &str) -> Result<v1::Agent> {
+    pub fn create(&self, id: &str, def: CustomAgentFile, now: &str) -> Result<v1::Agent> {
+        self.cached(self.create_inner(id, def, now))
+    }
+
+    /// Replaces a custom agent, keeping its `created_at`.
+    pub fn update(
+        &self,
+        id: &str,
+        def: CustomAgentFile,
+        expected_version: &str,
+        now: &str,
+    ) -> Result<v1::Agent> {
+        self.cached(self.update_inner(id, def, expected_version, now))
+    }
+
+    /// Deletes a custom agent; returns the revision of the deletion.
+    pub fn delete(&self, id: &str, expected_version: &str) -> Result<u64> {
+        self.cached(self.delete_inner(id, expected_version))
+    }
+
+    fn create_inner(&self, id: &str, mut def: CustomAgentFile, now: &str) -> Result<v1::Agent> {
         let path = self.custom_path(id)?;
         let _guard = self.lock();
+        self.writable()?;
         if path.exists() || self.custom.contains_key(id)? || self.profile.contains_key(id)? {
             let mut message = format!("agent {id:?} already exists");
             if let Some((rel, reason)) = self.diagnostic(&path) {
@@ -45,8 +66,7 @@ impl Store {
         self.write_custom(id, &path, &def, None)
     }
 
-    /// Replaces a custom agent, keeping its `created_at`.
-    pub fn update(
+    fn update_inner(
         &self,
         id: &str,
         mut def: CustomAgentFile,
@@ -55,6 +75,7 @@ impl Store {
     ) -> Result<v1::Agent> {
         let path = self.custom_path(id)?;
         let _guard = self.lock();
+        self.writable()?;
         let current = self.read_current(id, &path, expected_version)?;
         // What the file says of itself, even when it is invalid (a PUT is how it gets fixed).
         let (workspace_id, created_at) = match files::yaml::<CustomAgentFile>(&current) {
@@ -80,18 +101,23 @@ impl Store {
             Some(workspace_id.unwrap_or_else(|| definition::derived_workspace_id(id)));
         def.created_at = Some(created);
         def.updated_at = Some(now.to_owned());
-        let checked = files::version_of(&current);
-        self.write_custom(id, &path, &def, Some(&checked))
+        self.write_custom(id, &path, &def, Some(&current))
     }
 
-    /// Deletes a custom agent; returns the revision of the deletion.
-    pub fn delete(&self, id: &str, expected_version: &str) -> Result<u64> {
+    fn delete_inner(&self, id: &str, expected_version: &str) -> Result<u64> {
         let path = self.custom_path(id)?;
         let _guard = self.lock();
-        self.read_current(id, &path, expected_version)?;
+        self.writable()?;
+        let current = self.read_current(id, &path, expected_version)?;
         files::remove_durable(&path).map_err(|e| RegistryError::io(&path, e))?;
-        self.custom.remove(id)?;
-        self.forget_facts(id)?;
+        let cached = self
+            .custom
+            .remove(id)
+            .map_err(RegistryError::from)
+            .and_then(|_| self.forget_facts(id));
+        if let Err(e) = cached {
+            return Err(self.undo(&path, Some(&current), e));
+        }
         self.forget_diagnostic(&path);
         Ok(self.notify(ChangeKind::Deleted, id, AgentSource::Custom, None))
     }
@@ -158,17 +184,71 @@ impl Store {
         Ok(bytes)
     }
 
+    /// Refuses a write while the cache is broken (see [`Store::fault`]).
+    fn writable(&self) -> Result<()> {
+        match self.fault.get() {
+            None => Ok(()),
+            Some(cause) => Err(ApiError::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "the registry cannot change agents until it is restarted: {cause}. Free \
+                     space on its --data-dir and restart it (it rebuilds the cache from the YAML \
+                     files); nothing was changed"
+                ),
+            )
+            .into()),
+        }
+    }
+
+    /// `result` of a write: a failure of the cache marks it broken.
+    fn cached<T>(&self, result: Result<T>) -> Result<T> {
+        if let Err(e @ RegistryError::Cache(_)) = &result {
+            self.fault.set(format!("its cache failed to write ({e})"));
+        }
+        result
+    }
+
+    /// Puts `path` back as it was (`previous`, or absent) after its cache update failed with
+    /// `cause`, so a write that answers an error has changed nothing; the cache is then broken.
+    fn undo(&self, path: &Path, previous: Option<&[u8]>, cause: RegistryError) -> RegistryError {
+        self.fault
+            .set(format!("its cache failed to write ({cause})"));
+        let undone = match previous {
+            Some(bytes) => files::write_atomic(path, bytes, &self.root.join(files::STAGING)),
+            None => files::remove_durable(path),
+        };
+        match undone {
+            Ok(()) => cause,
+            Err(e) => {
+                tracing::error!(path = %path.display(), error = %e, "could not undo a file change whose cache update failed; a restart serves the file as it is");
+                ApiError::new(
+                    ErrorKind::Internal,
+                    format!(
+                        "the registry's cache failed ({cause}) after {} changed, and undoing the \
+                         change failed ({e}): restart the registry, which serves the file as it is",
+                        path.file_name()
+                            .map(|n| n.to_string_lossy())
+                            .unwrap_or_default()
+                    ),
+                )
+                .into()
+            }
+        }
+    }
+
     /// Writes `def` as `id`'s file if the file is still what the caller checked: absent for a
-    /// create (`expected` `None`), at version `expected` for an update. A hand edit that landed
+    /// create (`previous` `None`), the bytes `previous` for an update. A hand edit that landed
     /// meanwhile is a conflict, not overwritten.
     pub(super) fn write_custom(
         &self,
         id: &str,
         path: &Path,
         def: &CustomAgentFile,
-        expected: Option<&str>,
+        previous: Option<&[u8]>,
     ) -> Result<v1::Agent> {
         let yaml = definition::file_text(id, def)?;
+        let expected = previous.map(files::version_of);
+        let expected = expected.as_deref();
         let unchanged = || match expected {
             None => {
                 fs::symlink_metadata(path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
@@ -200,7 +280,9 @@ impl Store {
             return Err(err.into());
         }
         let agent = convert::custom_to_proto(id, files::version_of(yaml.as_bytes()), def);
-        self.custom.insert(id, agent.encode_to_vec())?;
+        if let Err(e) = self.custom.insert(id, agent.encode_to_vec()) {
+            return Err(self.undo(path, previous, e.into()));
+        }
         self.forget_diagnostic(path);
         let mut agent = self.with_runtime(agent);
         agent.revision = self.notify_upserted(&agent);

@@ -138,6 +138,12 @@ impl Store {
         &self.root
     }
 
+    /// Whether the profile `id` is served or has its file: its id is not a custom agent's.
+    fn profile_holds(&self, id: &str) -> Result<bool> {
+        Ok(self.profile.contains_key(id.as_bytes())?
+            || self.root.join(format!("{id}.{}", files::EXT)).is_file())
+    }
+
     /// The custom agents directory.
     pub fn custom_dir(&self) -> &Path {
         &self.custom_dir

@@ -218,21 +218,21 @@ impl Store {
                 return self.skip_invalid(source, &id, path, reason, stats);
             }
         };
-        // One id, one agent: a file taking an id the other kind already serves (a hand-written
-        // `custom/dev.yaml` beside the `dev` profile) is refused, as the API refuses it.
-        let other = other_kind(source);
-        if self.tree(other).contains_key(id.as_bytes())? {
-            let reason = match other {
-                AgentSource::Profile => format!(
-                    "the id {id:?} is the profile configs/{id}.{}'s; rename this file",
-                    files::EXT
-                ),
-                AgentSource::Custom | AgentSource::Unspecified => format!(
-                    "the id {id:?} is the custom agent custom/{id}.{}'s; rename this file",
-                    files::EXT
-                ),
-            };
-            return self.skip_invalid(source, &id, path, reason, stats);
+        // One id, one agent, decided by the files alone (so a rebuilt cache serves what the
+        // running one did): a profile keeps its id, and a custom file taking it (a hand-written
+        // `custom/dev.yaml` beside `configs/dev.yaml`) is not read, as the API refuses it.
+        match source {
+            AgentSource::Profile => {
+                if self.custom.contains_key(id.as_bytes())? {
+                    let custom = self.custom_dir.join(format!("{id}.{}", files::EXT));
+                    self.skip_invalid(AgentSource::Custom, &id, &custom, taken(&id), stats)?;
+                }
+            }
+            AgentSource::Custom | AgentSource::Unspecified => {
+                if self.profile_holds(&id)? {
+                    return self.skip_invalid(source, &id, path, taken(&id), stats);
+                }
+            }
         }
         let version = files::version_of(&bytes);
         let cached = tree
@@ -354,6 +354,14 @@ impl Store {
 }
 
 /// The other kind of definition file (profiles and custom agents share the ids).
+/// Why a custom file is not read: a profile has its id.
+fn taken(id: &str) -> String {
+    format!(
+        "the id {id:?} is the profile configs/{id}.{}'s; rename this file",
+        files::EXT
+    )
+}
+
 fn other_kind(source: AgentSource) -> AgentSource {
     match source {
         AgentSource::Profile => AgentSource::Custom,

@@ -702,6 +702,28 @@ fn a_custom_file_may_not_take_a_profiles_id() -> Result<()> {
         panic!("the custom file serves once the id is free");
     };
     assert!(store.diagnostics().is_empty(), "{:?}", store.diagnostics());
+    // The profile comes back: it takes its id again, though the custom agent came first (a
+    // rebuilt cache, which reads profiles first, serves the same).
+    write(&profile, "description: Dev\n")?;
+    store.reconcile_path(&profile)?;
+    let Some(v1::agent::Kind::Profile(_)) = store.get("dev")?.kind else {
+        panic!("the profile takes its id back");
+    };
+    assert!(
+        store.list(0, "", AgentSource::Custom)?.0.is_empty(),
+        "the custom agent gave way"
+    );
+    // The API does not change the custom file it shadows: the profile is what is served.
+    let before = fs::read(&shadow).map_err(|e| RegistryError::io(&shadow, e))?;
+    for refused in [
+        store
+            .update("dev", agent_file(), "", "2026-11-27T00:00:00Z")
+            .map(drop),
+        store.delete("dev", "").map(drop),
+    ] {
+        assert_eq!(kind_of(refused), ErrorKind::ReadOnly);
+    }
+    assert_eq!(fs::read(&shadow).ok(), Some(before));
     Ok(())
 }
 

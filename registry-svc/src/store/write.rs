@@ -47,7 +47,7 @@ impl Store {
         let path = self.custom_path(id)?;
         let _guard = self.lock();
         self.writable()?;
-        if path.exists() || self.custom.contains_key(id)? || self.profile.contains_key(id)? {
+        if path.exists() || self.custom.contains_key(id)? || self.profile_holds(id)? {
             let mut message = format!("agent {id:?} already exists");
             if let Some((rel, reason)) = self.diagnostic(&path) {
                 message.push_str(&format!(
@@ -76,6 +76,7 @@ impl Store {
         let path = self.custom_path(id)?;
         let _guard = self.lock();
         self.writable()?;
+        self.not_a_profile(id)?;
         let current = self.read_current(id, &path, expected_version)?;
         // What the file says of itself, even when it is invalid (a PUT is how it gets fixed).
         let (workspace_id, created_at) = match files::yaml::<CustomAgentFile>(&current) {
@@ -108,6 +109,7 @@ impl Store {
         let path = self.custom_path(id)?;
         let _guard = self.lock();
         self.writable()?;
+        self.not_a_profile(id)?;
         let current = self.read_current(id, &path, expected_version)?;
         files::remove_durable(&path).map_err(|e| RegistryError::io(&path, e))?;
         let cached = self
@@ -182,6 +184,25 @@ impl Store {
             .into());
         }
         Ok(bytes)
+    }
+
+    /// Refuses to change `id` when a profile holds it: what is served under it is the profile,
+    /// whatever a custom file of that id says (that file is not read).
+    fn not_a_profile(&self, id: &str) -> Result<()> {
+        if !self.profile_holds(id)? {
+            return Ok(());
+        }
+        let mut message = format!(
+            "agent {id:?} is a profile agent; edit configs/{id}.{} instead",
+            files::EXT
+        );
+        if self.custom_path(id)?.exists() {
+            message.push_str(&format!(
+                " (custom/{id}.{} is not read while the profile has its id: rename it)",
+                files::EXT
+            ));
+        }
+        Err(ApiError::new(ErrorKind::ReadOnly, message).into())
     }
 
     /// Refuses a write while the cache is broken (see [`Store::fault`]).

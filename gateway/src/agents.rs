@@ -14,7 +14,7 @@ use utoipa::{IntoParams, ToSchema};
 use crate::{
     error::ErrorBody,
     error::RestError,
-    extract::{AgentId, JsonBody, QueryParams, expected_version},
+    extract::{AgentId, JsonBody, NoBody, QueryParams, expected_version},
     model::{AgentJson, AgentListJson, AgentRequest, CustomAgentJson, ValidateJson},
     read_model::Lookup,
     state::AppState,
@@ -36,6 +36,7 @@ pub enum SourceParam {
 /// Query of `GET /api/v1/agents`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct ListQuery {
     /// Only agents of this source.
     source: Option<SourceParam>,
@@ -49,10 +50,18 @@ pub struct ListQuery {
 /// Query of `DELETE /api/v1/agents/{agent_id}`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct DeleteQuery {
     /// Delete only if the stored version is this one (like `If-Match`).
     expected_version: Option<String>,
 }
+
+/// The query of a create or an update: none. A parameter given is a 400, never ignored (a
+/// version meant as a check, `?expected_version=` on a PUT, would otherwise make the write
+/// unconditional without a word).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoQuery {}
 
 /// The response for one registry agent: `status`, its JSON, `ETag: "<version>"`, and with
 /// `location` a `Location` header. An agent without a definition is a registry bug (500).
@@ -110,6 +119,7 @@ fn json_response(json: Vec<u8>, version: Option<&str>) -> Response {
 #[instrument(level = "debug", skip_all, fields(agent_id = %body.agent_id))]
 pub async fn create_agent(
     State(state): State<AppState>,
+    QueryParams(NoQuery {}): QueryParams<NoQuery>,
     JsonBody(body): JsonBody<AgentRequest>,
 ) -> Result<Response, RestError> {
     let req = v1::CreateAgentRequest {
@@ -224,6 +234,7 @@ pub async fn update_agent(
     State(state): State<AppState>,
     AgentId(id): AgentId,
     headers: HeaderMap,
+    QueryParams(NoQuery {}): QueryParams<NoQuery>,
     JsonBody(body): JsonBody<AgentRequest>,
 ) -> Result<Response, RestError> {
     let expected = expected_version(&headers, Some(&body.expected_version))?;
@@ -261,6 +272,7 @@ pub async fn delete_agent(
     AgentId(id): AgentId,
     headers: HeaderMap,
     QueryParams(q): QueryParams<DeleteQuery>,
+    NoBody: NoBody,
 ) -> Result<StatusCode, RestError> {
     let expected = expected_version(&headers, q.expected_version.as_deref())?;
     let req = v1::DeleteAgentRequest {

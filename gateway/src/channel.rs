@@ -6,10 +6,13 @@ use tonic::transport::{Channel, Endpoint};
 
 /// How long establishing the TCP connection to a service may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// HTTP/2 PING interval, so a dead connection is noticed between requests.
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+/// HTTP/2 PING interval, so a dead or hung service is noticed between requests: the agent copy
+/// follows the registry's change stream, which is quiet while nothing changes, so a registry
+/// that hangs (stopped, a stalled VM, a black-holed network) is noticed by the PINGs alone, and
+/// the copy is served until then (at most interval + timeout).
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
 /// How long to wait for a PING answer before dropping the connection.
-const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One HTTP/2 channel to `url`, connected on first use and reconnected when it drops; `Err`
 /// says why `url` cannot work (checked here, at start: a lazy channel would only report it as

@@ -120,9 +120,12 @@ impl RestError {
             }
             // No service said this: the connection broke under the call (the service died
             // mid-stream, a reset). The service is what is missing, not a bug.
+            // A service that stops (GOAWAY) while a call is on its way reaches tonic as an
+            // `Internal` h2 protocol error: the same case.
             ErrorKind::Internal
-                if status.code() == tonic::Code::Unknown
-                    && !taskforce_proto::error::from_taskforce(&status) =>
+                if !taskforce_proto::error::from_taskforce(&status)
+                    && (status.code() == tonic::Code::Unknown
+                        || status.message().starts_with("h2 protocol error")) =>
             {
                 warn!(code = ?status.code(), error = %cause(&status), "lost the connection to the {service}");
                 Self::new(
@@ -414,6 +417,20 @@ mod tests {
             RestError::new(ErrorKind::NotFound, "agent \"abc\" not found").into_response();
         let out = json_errors(already).await;
         assert_eq!(body_json(out).await["message"], "agent \"abc\" not found");
+    }
+
+    #[tokio::test]
+    async fn a_service_stopping_under_a_call_is_unavailable_not_internal() {
+        // What tonic makes of a GOAWAY that arrives while the call is on its way.
+        let goaway = tonic::Status::internal(
+            "h2 protocol error: http2 error: connection error received: not a result of an error",
+        );
+        let res = RestError::from_upstream(goaway, "registry").into_response();
+        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        // A service's own internal error stays one.
+        let own = ApiError::new(ErrorKind::Internal, "internal error; see the registry log");
+        let res = RestError::from_upstream(own.to_status(), "registry").into_response();
+        assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
     }
 
     #[test]

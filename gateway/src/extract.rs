@@ -17,6 +17,30 @@ use taskforce_proto::{
 
 use crate::{error::RestError, state::AppState};
 
+/// A request without a body (`DELETE`): one that says something (a version to check) is a 400
+/// instead of being ignored.
+#[derive(Debug)]
+pub struct NoBody;
+
+impl FromRequest<AppState> for NoBody {
+    type Rejection = RestError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let body = axum::body::Bytes::from_request(req, state)
+            .await
+            .map_err(|r| RestError::new(ErrorKind::InvalidArgument, r.body_text()))?;
+        if body.iter().all(u8::is_ascii_whitespace) {
+            Ok(Self)
+        } else {
+            Err(RestError::new(
+                ErrorKind::InvalidArgument,
+                "this request takes no body: give the version to check as `If-Match` or \
+                 `?expected_version=`",
+            ))
+        }
+    }
+}
+
 /// A JSON object request body; any rejection is a JSON 400 (or 413). Other JSON values are
 /// refused even where every field has a default (serde would read a struct from an array).
 #[derive(Debug)]

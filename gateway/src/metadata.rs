@@ -92,6 +92,7 @@ pub struct AgentMetadataJson {
 /// Query of `GET /api/v1/agents/{agent_id}/metadata`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct MetadataQuery {
     /// Collect now instead of answering from the registry's cache (default `false`).
     #[serde(default)]

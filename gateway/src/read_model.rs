@@ -356,8 +356,11 @@ impl ReadModel {
             self.drop_copy();
             match result {
                 Ok(()) => backoff = Duration::from_millis(100),
+                // A stream that served starts over quickly: the registry restarting is the
+                // usual cause, and it is back within a moment.
                 Err(why) if was_synced => {
                     info!(error = %why, "lost the registry's change stream; reads go to the registry until it is back");
+                    backoff = Duration::from_millis(100);
                 }
                 Err(why) => debug!(error = %why, "registry change stream not available"),
             }

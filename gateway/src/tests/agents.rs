@@ -188,6 +188,40 @@ async fn delete_answers_204_with_an_empty_body() {
 }
 
 #[tokio::test]
+async fn a_version_given_where_it_is_not_read_is_a_400_not_ignored() {
+    let fake = FakeRegistry::new(1, 10);
+    let app = fake_app(&fake).await;
+    let body = get(&app, "/api/v1/agents/agent-000").await.body.to_string();
+    let stale = r#"{"expected_version":"0000000000000000"}"#;
+    for (method, uri, b) in [
+        // The DELETE spelling on a PUT, a DELETE's query misspelt, a DELETE with a body.
+        (
+            Method::PUT,
+            "/api/v1/agents/agent-000?expected_version=0000000000000000",
+            Some(body.as_str()),
+        ),
+        (
+            Method::DELETE,
+            "/api/v1/agents/agent-000?version=0000000000000000",
+            None,
+        ),
+        (Method::DELETE, "/api/v1/agents/agent-000", Some(stale)),
+        (Method::GET, "/api/v1/agents?pagesize=5", None),
+    ] {
+        let r = call(&app, method.clone(), uri, &[JSON], b).await;
+        assert_error(&r, StatusCode::BAD_REQUEST, "invalid_argument");
+    }
+    // Nothing reached the registry but the first GET.
+    assert!(
+        fake.calls()
+            .iter()
+            .all(|c| !c.starts_with("update") && !c.starts_with("delete")),
+        "{:?}",
+        fake.calls()
+    );
+}
+
+#[tokio::test]
 async fn subagents_and_model_go_to_the_registry_and_come_back() {
     let fake = FakeRegistry::new(2, 10);
     let app = fake_app(&fake).await;

@@ -510,16 +510,54 @@ impl Flusher {
     }
 }
 
+/// Opens sled at `path`. A database that cannot be read (damaged: a truncated or overwritten
+/// file) is moved aside, kept for whoever wants to recover it, and the store starts empty: the
+/// sessions are lost (paused ones can no longer be answered), but the executor serves instead
+/// of failing every start. Another process holding it is an error, as is a `path` that is no
+/// sled database.
+fn open_or_move_aside(path: &Path) -> Result<sled::Db, ExecutorError> {
+    let open = || {
+        sled::Config::new()
+            .path(path)
+            .cache_capacity(CACHE_BYTES)
+            .open()
+    };
+    match open() {
+        Ok(db) => Ok(db),
+        Err(sled::Error::Io(e)) if e.to_string().starts_with("could not acquire lock") => {
+            Err(ExecutorError::Config(format!(
+                "{}: another process (an executor started twice?) is using the session store \
+                 there ({e}); stop it, or give this executor its own --data-dir",
+                path.display()
+            )))
+        }
+        Err(e @ (sled::Error::Corruption { .. } | sled::Error::Unsupported(_)))
+            if path.join("conf").is_file() || path.join("db").is_file() =>
+        {
+            let aside = path.with_extension(format!(
+                "sled.damaged-{}",
+                chrono::Utc::now().format("%Y%m%dT%H%M%S")
+            ));
+            std::fs::rename(path, &aside).map_err(|r| {
+                ExecutorError::Config(format!(
+                    "the session store {} is damaged ({e}) and could not be moved aside ({r})",
+                    path.display()
+                ))
+            })?;
+            tracing::error!(store = %path.display(), moved_to = %aside.display(), error = %e, "the session store is damaged: moved it aside and started with no sessions");
+            Ok(open()?)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
 impl SessionStore {
     /// Opens (or creates) the store in `dir` and fails sessions left `RUNNING` by a process that
     /// died. Blocking: call from `spawn_blocking`.
     pub fn open(dir: &Path) -> Result<Self, ExecutorError> {
         std::fs::create_dir_all(dir)
             .map_err(|e| ExecutorError::Config(format!("data dir {}: {e}", dir.display())))?;
-        let db = sled::Config::new()
-            .path(dir.join("sessions.sled"))
-            .cache_capacity(CACHE_BYTES)
-            .open()?;
+        let db = open_or_move_aside(&dir.join("sessions.sled"))?;
         let sessions = db.open_tree("sessions")?;
         let seqs = db.open_tree("seq_reserved")?;
         let flusher = Flusher::start(db)?;
@@ -829,6 +867,27 @@ mod tests {
         session.updated_at = updated_at.into();
         let value = serde_json::to_vec(&session).expect("json");
         store.sessions.insert(id.as_bytes(), value).expect("insert");
+    }
+
+    #[tokio::test]
+    async fn a_damaged_store_is_moved_aside_and_the_executor_starts_empty() {
+        let dir = tempfile::TempDir::new().expect("tmp");
+        let store = SessionStore::open(dir.path()).expect("open");
+        stored(&store, "s1", Status::Paused, "2026-11-27T00:00:00.000Z");
+        store.flush().await.expect("flush");
+        drop(store);
+        // Wait for sled's threads to let go of the files. (sled reads past a damaged log by
+        // itself, losing what it cannot read; a damaged `conf` it refuses.)
+        std::thread::sleep(Duration::from_millis(200));
+        let conf = dir.path().join("sessions.sled").join("conf");
+        std::fs::write(conf, b"\xff\xfe garbage").expect("conf");
+        let store = reopen(dir.path());
+        assert!(store.get("s1").expect("get").is_none());
+        let aside = std::fs::read_dir(dir.path())
+            .expect("dir")
+            .filter_map(Result::ok)
+            .any(|e| e.file_name().to_string_lossy().contains("damaged"));
+        assert!(aside, "the damaged store is kept");
     }
 
     #[test]

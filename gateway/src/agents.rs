@@ -129,7 +129,8 @@ pub async fn create_agent(
         .registry
         .clone()
         .create_agent(state.request(req))
-        .await?
+        .await
+        .map_err(RestError::from_write)?
         .into_inner();
     state.agents.wait_for(agent.revision).await;
     agent_response(StatusCode::CREATED, agent, true)
@@ -247,7 +248,8 @@ pub async fn update_agent(
         .registry
         .clone()
         .update_agent(state.request(req))
-        .await?
+        .await
+        .map_err(RestError::from_write)?
         .into_inner();
     state.agents.wait_for(agent.revision).await;
     agent_response(StatusCode::OK, agent, false)
@@ -283,7 +285,8 @@ pub async fn delete_agent(
         .registry
         .clone()
         .delete_agent(state.request(req))
-        .await?
+        .await
+        .map_err(RestError::from_write)?
         .into_inner();
     state.agents.wait_for(deleted.revision).await;
     Ok(StatusCode::NO_CONTENT)

@@ -78,7 +78,31 @@ impl From<tonic::Status> for RestError {
     }
 }
 
+/// Whether `status` is the connection breaking under a call rather than an answer: no
+/// Taskforce service said it (a reset, a service that died or stopped mid-call).
+fn lost_connection(status: &tonic::Status) -> bool {
+    !taskforce_proto::error::from_taskforce(status)
+        && (status.code() == tonic::Code::Unknown
+            || (status.code() == tonic::Code::Internal
+                && status.message().starts_with("h2 protocol error")))
+}
+
 impl RestError {
+    /// [`RestError::from`] for a registry call that writes: when the connection broke or the
+    /// call timed out, the write may have been applied, and the message says so (retrying a
+    /// create blindly would meet a 409).
+    pub fn from_write(status: tonic::Status) -> Self {
+        let unknown = lost_connection(&status) || status.code() == tonic::Code::DeadlineExceeded;
+        let mut err = Self::from(status);
+        if unknown || err.0.kind == ErrorKind::Timeout {
+            err.0.message = format!(
+                "{}; the registry may have applied the write: read the agent before retrying",
+                err.0.message.trim_end_matches("; try again later")
+            );
+        }
+        err
+    }
+
     /// Decodes a rich status of `service` (`registry`, `executor`). 5xx causes are logged here
     /// and replaced by a short message naming the service, so the body says little and the log
     /// says everything. RESOURCE_EXHAUSTED without Taskforce details is the HTTP/2 connection
@@ -122,11 +146,7 @@ impl RestError {
             // mid-stream, a reset). The service is what is missing, not a bug.
             // A service that stops (GOAWAY) while a call is on its way reaches tonic as an
             // `Internal` h2 protocol error: the same case.
-            ErrorKind::Internal
-                if !taskforce_proto::error::from_taskforce(&status)
-                    && (status.code() == tonic::Code::Unknown
-                        || status.message().starts_with("h2 protocol error")) =>
-            {
+            ErrorKind::Internal if lost_connection(&status) => {
                 warn!(code = ?status.code(), error = %cause(&status), "lost the connection to the {service}");
                 Self::new(
                     ErrorKind::Unavailable,
@@ -425,8 +445,15 @@ mod tests {
         let goaway = tonic::Status::internal(
             "h2 protocol error: http2 error: connection error received: not a result of an error",
         );
-        let res = RestError::from_upstream(goaway, "registry").into_response();
+        let res = RestError::from_upstream(goaway.clone(), "registry").into_response();
         assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        // For a write, the outcome is unknown, and the message says so.
+        let write = RestError::from_write(goaway);
+        assert!(write.0.message.contains("may have applied"), "{write:?}");
+        let answered = RestError::from_write(
+            ApiError::new(ErrorKind::AlreadyExists, "agent \"a\" already exists").to_status(),
+        );
+        assert!(!answered.0.message.contains("may have"), "{answered:?}");
         // A service's own internal error stays one.
         let own = ApiError::new(ErrorKind::Internal, "internal error; see the registry log");
         let res = RestError::from_upstream(own.to_status(), "registry").into_response();

@@ -241,6 +241,11 @@ impl Run {
                 );
                 session.error = match stopping {
                     Some(why) => RunError::new("EXECUTOR_STOPPING", why),
+                    None if self.sink.client_too_slow() => RunError::new(
+                        "CLIENT_TOO_SLOW",
+                        "the client stopped reading the run's events (none taken for 30 s), so \
+                         the run was stopped; continue the session to go on",
+                    ),
                     None => RunError::new("CANCELLED", "the run was cancelled"),
                 };
                 let stopping =

@@ -9,7 +9,7 @@ use taskforce_proto::v1::{self, run_event::Event};
 use tokio::sync::{Mutex, mpsc};
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
-use tracing::warn;
+use tracing::{info, warn};
 
 use crate::session::SessionStore;
 
@@ -83,6 +83,8 @@ struct Stream {
     cancel: CancellationToken,
     /// Where `seq` reservations go.
     store: SessionStore,
+    /// Set when the client took no event for [`SEND_TIMEOUT`] (the run was then cancelled).
+    too_slow: std::sync::atomic::AtomicBool,
 }
 
 impl Sink {
@@ -110,6 +112,7 @@ impl Sink {
                 }),
                 cancel,
                 store,
+                too_slow: std::sync::atomic::AtomicBool::new(false),
             }),
             agent_path: Vec::new(),
             frame_id: String::new(),
@@ -162,10 +165,20 @@ impl Sink {
             event: Some(event),
         };
         seq.next += 1;
-        let sent = matches!(
-            tokio::time::timeout(SEND_TIMEOUT, stream.tx.send(Ok(item))).await,
-            Ok(Ok(()))
-        );
+        let sent = match tokio::time::timeout(SEND_TIMEOUT, stream.tx.send(Ok(item))).await {
+            Ok(Ok(())) => true,
+            Ok(Err(_)) => false,
+            // Connected but not reading: treated as gone, and said so (see `too_slow`).
+            Err(_) => {
+                if !stream
+                    .too_slow
+                    .swap(true, std::sync::atomic::Ordering::Relaxed)
+                {
+                    info!(session_id = %stream.session_id, waited_secs = SEND_TIMEOUT.as_secs(), "the client took no event in time; cancelling the run");
+                }
+                false
+            }
+        };
         if !sent {
             stream.cancel.cancel();
         }
@@ -173,6 +186,14 @@ impl Sink {
             warn!(session_id = %stream.session_id, error = %e, "cannot release event numbers");
         }
         sent
+    }
+
+    /// Whether the run was cancelled because its client stopped reading (connected, but took
+    /// no event for 30 s).
+    pub fn client_too_slow(&self) -> bool {
+        self.stream
+            .too_slow
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The `seq` the next event will get.

@@ -318,7 +318,27 @@ pub async fn execute(
         usage: None,
     };
     let mut done = false;
-    while let Some(item) = events.next().await {
+    // The gateway stopping gives the run the streams' grace, then answers with what it knows
+    // (the session, to continue it later) instead of dropping the connection.
+    let mut stopping = crate::sse::stopping(&state.shutdown);
+    loop {
+        let item = tokio::select! {
+            item = events.next() => match item {
+                Some(item) => item,
+                None => break,
+            },
+            () = &mut stopping => {
+                let mut e = RestError::new(
+                    taskforce_proto::error::ErrorKind::Unavailable,
+                    "the gateway is shutting down; the run was stopped (continue its session)",
+                );
+                if !out.session_id.is_empty() {
+                    e.0.extra
+                        .push(("session_id".to_owned(), out.session_id.clone().into()));
+                }
+                return Err(e);
+            }
+        };
         let ev = item.map_err(|status| {
             let mut e = executor_error(status);
             // The run started: the client needs its session to look at what is left of it.

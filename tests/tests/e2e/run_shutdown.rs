@@ -222,7 +222,16 @@ async fn sigterm_on_the_gateway_ends_open_streams_with_a_final_event_in_each_dia
         assert_eq!(response.status(), 200);
         response.text().await.expect("the chat stream ends")
     });
-    // Both runs are under way (the executor counts two in flight).
+    // And a blocking run, which gets an answer too, not a dropped connection.
+    let (http, url) = (stack.http().clone(), stack.url("/api/v1/execute"));
+    let plain = tokio::spawn(async move {
+        send(
+            http.post(url)
+                .json(&json!({"mission": "Take your time", "profile": "dev"})),
+        )
+        .await
+    });
+    // The three runs are under way.
     let metrics = format!(
         "http://{}/metrics",
         stack
@@ -236,7 +245,7 @@ async fn sigterm_on_the_gateway_ends_open_streams_with_a_final_event_in_each_dia
         || async {
             let text = http.get(&metrics).send().await.ok()?.text().await.ok()?;
             text.lines()
-                .any(|l| l.trim() == "taskforce_runs_in_flight 2")
+                .any(|l| l.trim() == "taskforce_runs_in_flight 3")
                 .then_some(())
         },
     )
@@ -244,10 +253,12 @@ async fn sigterm_on_the_gateway_ends_open_streams_with_a_final_event_in_each_dia
     assert!(started.is_some(), "{}", stack.logs());
 
     let stopping = std::time::Instant::now();
-    let (stopped, rest, chat_text) =
-        tokio::join!(stack.stop_gateway(), native.rest(RUN_TIMEOUT), async {
-            chat.await.expect("the chat client")
-        });
+    let (stopped, rest, chat_text, plain) = tokio::join!(
+        stack.stop_gateway(),
+        native.rest(RUN_TIMEOUT),
+        async { chat.await.expect("the chat client") },
+        async { plain.await.expect("the blocking client") }
+    );
     stopped.expect("the gateway exits cleanly on SIGTERM");
     assert!(
         stopping.elapsed() < std::time::Duration::from_secs(30),
@@ -265,6 +276,12 @@ async fn sigterm_on_the_gateway_ends_open_streams_with_a_final_event_in_each_dia
     assert_eq!(
         chat_text,
         "data: ⚠️ the gateway is shutting down; the run was stopped\n\nevent: end\ndata: [DONE]\n\n"
+    );
+    assert_eq!(plain.status, 503, "{}", plain.text);
+    assert!(
+        plain.text.contains("shutting down") && plain.body["session_id"].is_string(),
+        "{}",
+        plain.text
     );
 }
 

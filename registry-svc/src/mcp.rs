@@ -15,7 +15,7 @@ pub async fn discover(
     server: &McpServerConfig,
     timeout: Duration,
 ) -> Result<Vec<DiscoveredTool>, DiscoveryError> {
-    let (client, tools) =
+    let mcp_client::Connected { client, tools, .. } =
         mcp_client::connect_and_list(&v1::McpServer::from(server), timeout).await?;
     // Hanging up is best effort: the process group is killed on drop either way.
     let _ = client.cancel().await;

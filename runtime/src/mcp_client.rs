@@ -99,14 +99,17 @@ pub fn readable(error: &dyn std::fmt::Display) -> String {
     out
 }
 
-/// Starts (stdio) or connects to (streamable HTTP) `server` and completes the MCP handshake.
-/// Not bounded by a timeout: callers wrap it (see [`connect_and_list`]).
-pub async fn connect(server: &v1::McpServer) -> Result<McpClient, ConnectError> {
+/// Starts (stdio) or connects to (streamable HTTP) `server` and completes the MCP handshake;
+/// with the pid of a stdio server (the leader of its process group). Not bounded by a
+/// timeout: callers wrap it (see [`connect_and_list`]).
+pub async fn connect(server: &v1::McpServer) -> Result<(McpClient, Option<u32>), ConnectError> {
     let protocol = |e: &dyn std::fmt::Display| ConnectError::Protocol(readable(e));
     match server.r#type.as_str() {
         "stdio" => {
             let transport = spawn_stdio(server)?;
-            ().serve(transport).await.map_err(|e| protocol(&e))
+            let pid = transport.id();
+            let client = ().serve(transport).await.map_err(|e| protocol(&e))?;
+            Ok((client, pid))
         }
         // `sse` servers are tried with streamable HTTP first, as the MCP specification's
         // backwards-compatibility section says; rmcp has no client for the legacy transport.
@@ -121,14 +124,15 @@ pub async fn connect(server: &v1::McpServer) -> Result<McpClient, ConnectError> 
             let mut config = StreamableHttpClientTransportConfig::with_uri(server.url.as_str());
             config.custom_headers = headers;
             let transport = StreamableHttpClientTransport::from_config(config);
-            ().serve(transport).await.map_err(|e| {
+            let client = ().serve(transport).await.map_err(|e| {
                 let hint = if server.r#type == "sse" {
                     " (only servers that speak streamable HTTP can be used)"
                 } else {
                     ""
                 };
                 ConnectError::Protocol(format!("{}{hint}", readable(&e)))
-            })
+            })?;
+            Ok((client, None))
         }
     }
 }
@@ -149,16 +153,25 @@ pub async fn list_tools(client: &McpClient) -> Result<Vec<DiscoveredTool>, Conne
         .collect())
 }
 
-/// Connects to `server` and lists its tools, all within `timeout`; returns the live client
-/// with the tools.
+/// A server connected and listed by [`connect_and_list`].
+pub struct Connected {
+    /// The live client.
+    pub client: McpClient,
+    /// The server's tools.
+    pub tools: Vec<DiscoveredTool>,
+    /// A stdio server's pid, the leader of its process group (killed with the client).
+    pub pid: Option<u32>,
+}
+
+/// Connects to `server` and lists its tools, all within `timeout`.
 pub async fn connect_and_list(
     server: &v1::McpServer,
     timeout: Duration,
-) -> Result<(McpClient, Vec<DiscoveredTool>), ConnectError> {
+) -> Result<Connected, ConnectError> {
     let work = async {
-        let client = connect(server).await?;
+        let (client, pid) = connect(server).await?;
         let tools = list_tools(&client).await?;
-        Ok((client, tools))
+        Ok(Connected { client, tools, pid })
     };
     match tokio::time::timeout(timeout, work).await {
         Ok(r) => r,

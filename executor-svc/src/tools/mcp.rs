@@ -102,6 +102,19 @@ struct Global {
 struct Connection {
     client: McpClient,
     tools: Vec<DiscoveredTool>,
+    /// A stdio server's process group in the ledger while it runs, so that an executor
+    /// started after this one was killed (SIGKILL) kills what it left running.
+    _ledger: crate::tools::native::ledger::Entry,
+}
+
+impl From<mcp_client::Connected> for Connection {
+    fn from(c: mcp_client::Connected) -> Self {
+        Self {
+            client: c.client,
+            tools: c.tools,
+            _ledger: crate::tools::native::ledger::record(c.pid),
+        }
+    }
 }
 
 impl Connection {
@@ -262,10 +275,9 @@ impl Server {
             warn!(server = %self.label, "MCP server connection closed; reconnecting");
         }
         *slot = None;
-        let (client, tools) =
-            mcp_client::connect_and_list(&self.config, self.timeouts.connect).await?;
-        info!(server = %self.label, tools = tools.len(), "MCP server connected");
-        let conn = Arc::new(Connection { client, tools });
+        let connected = mcp_client::connect_and_list(&self.config, self.timeouts.connect).await?;
+        info!(server = %self.label, tools = connected.tools.len(), "MCP server connected");
+        let conn = Arc::new(Connection::from(connected));
         *slot = Some(Arc::clone(&conn));
         Ok(conn)
     }
@@ -288,14 +300,13 @@ impl Server {
     /// Connects (a global server's supervisor): the slot is locked only to swap the new
     /// connection in, so runs are not held up by a slow start. Returns the tools' names.
     pub(crate) async fn establish(&self) -> Result<Vec<String>, ConnectError> {
-        let (client, tools) =
-            mcp_client::connect_and_list(&self.config, self.timeouts.connect).await?;
-        let names = tools.iter().map(|t| t.name.clone()).collect();
+        let connected = mcp_client::connect_and_list(&self.config, self.timeouts.connect).await?;
+        let names = connected.tools.iter().map(|t| t.name.clone()).collect();
         let old = self
             .conn
             .lock()
             .await
-            .replace(Arc::new(Connection { client, tools }));
+            .replace(Arc::new(Connection::from(connected)));
         hang_up(old).await;
         Ok(names)
     }

@@ -192,6 +192,70 @@ async fn sigkill_mid_run_leaves_a_session_the_next_start_marks_failed() {
     assert_serves(&stack).await;
 }
 
+/// A model that calls the MCP fixture's `sleep` for an hour.
+const MCP_SLEEP: &str = "turns:\n  - tool_calls:\n      - {name: sleep, id: s1, arguments: {seconds: 3600}}\n  - text: done\n";
+
+#[tokio::test]
+async fn an_mcp_server_a_killed_executor_left_running_is_killed_by_the_next_start() {
+    let mut stack = StackOptions::full()
+        .with_executor()
+        .discovery_timeout_ms(30_000)
+        .llm_script(MCP_SLEEP)
+        .spawn()
+        .await
+        .expect("stack with executor starts");
+    let python = taskforce_tests::paths::python().expect("the test tools' python");
+    let fixture = taskforce_tests::paths::workspace_root()
+        .join("executor-svc/tests/service/fixtures/mcp_fixture.py");
+    // An argument the fixture ignores, so that this test finds its own server.
+    let mark = format!("--tf-e2e-orphan-{}", std::process::id());
+    let argv = [
+        python.display().to_string(),
+        fixture.display().to_string(),
+        mark.clone(),
+    ];
+    let mut body = crate::helpers::agent_json("mcp-sleeper");
+    body["mcp_servers"] = json!([{"type": "stdio", "command": argv[0], "args": [argv[1], mark]}]);
+    body["mcp_tool_allowlist"] = json!(["sleep"]);
+    let r = crate::helpers::create(&stack, &body).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let mut stream = stack
+        .executor()
+        .execute(v1::ExecuteRequest {
+            mission: "Sleep".to_owned(),
+            agent_id: Some("mcp-sleeper".to_owned()),
+            ..Default::default()
+        })
+        .await
+        .expect("Execute starts")
+        .into_inner();
+    let started = async {
+        while let Some(event) = stream.message().await.expect("the stream reads") {
+            if matches!(event.event, Some(Event::ToolStart(_))) {
+                return;
+            }
+        }
+        panic!("the stream ended before the tool started");
+    };
+    tokio::time::timeout(RUN_TIMEOUT, started)
+        .await
+        .expect("the call starts in time");
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let servers = taskforce_tests::process::processes_with_args(&argv);
+    assert_eq!(servers.len(), 1, "{servers:?}");
+
+    // The server is in its own process group: the executor's death does not reach it...
+    stack.kill9_executor().expect("executor killed");
+    drop(stream);
+    assert!(
+        pid_exists(servers[0]),
+        "the server still runs after the SIGKILL"
+    );
+    // ...but the next start finds it in its ledger and kills it.
+    stack.restart_executor().await.expect("executor restarts");
+    assert_gone(&stack, servers[0]).await;
+}
+
 /// A model that takes a minute to answer.
 const SLOW: &str = "turns:\n  - delay_ms: 60000\n    text: late\n";
 

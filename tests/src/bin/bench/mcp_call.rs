@@ -31,9 +31,10 @@ pub async fn run(calls: usize) -> anyhow::Result<()> {
         args: vec!["stdio".into()],
         ..v1::McpServer::default()
     };
-    let (bare, _) = mcp_client::connect_and_list(&config, TIMEOUT)
+    let bare = mcp_client::connect_and_list(&config, TIMEOUT)
         .await
-        .context("starting server-everything for the bare session")?;
+        .context("starting server-everything for the bare session")?
+        .client;
     let pool = McpPool::new(McpTimeouts {
         connect: TIMEOUT,
         call: TIMEOUT,

@@ -154,6 +154,7 @@ pub async fn list_tools(client: &McpClient) -> Result<Vec<DiscoveredTool>, Conne
 }
 
 /// A server connected and listed by [`connect_and_list`].
+#[derive(Debug)]
 pub struct Connected {
     /// The live client.
     pub client: McpClient,

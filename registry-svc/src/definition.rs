@@ -366,27 +366,66 @@ pub fn validate(id: &str, def: &CustomAgentFile) -> Result<(), ApiError> {
         }
         return Err(e);
     }
-    let unknown: Vec<String> = def
-        .tools
-        .allowlist
-        .iter()
+    known_tools(def.tools.allowlist.iter(), "tool_allowlist")
+}
+
+/// Refuses the `tools` that are no tool of the catalog, naming them and those there are.
+fn known_tools<'a>(tools: impl Iterator<Item = &'a String>, field: &str) -> Result<(), ApiError> {
+    let unknown: Vec<String> = tools
         .filter(|t| !catalog::is_catalog_tool(t))
         .cloned()
         .collect();
-    if !unknown.is_empty() {
-        let available: Vec<String> = catalog::NATIVE_TOOL_NAMES
-            .iter()
-            .chain(&catalog::ORCHESTRATION_TOOL_NAMES)
-            .map(|s| (*s).to_owned())
-            .collect();
-        return Err(ApiError::invalid_tools(
-            ErrorKind::InvalidTools,
-            "Unknown tool(s) in tool_allowlist",
-            &unknown,
-            &available,
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let available: Vec<String> = catalog::NATIVE_TOOL_NAMES
+        .iter()
+        .chain(&catalog::ORCHESTRATION_TOOL_NAMES)
+        .map(|s| (*s).to_owned())
+        .collect();
+    Err(ApiError::invalid_tools(
+        ErrorKind::InvalidTools,
+        &format!("Unknown tool(s) in {field}"),
+        &unknown,
+        &available,
+    ))
+}
+
+/// The rules a profile file follows: the texts that reach terminals carry no control
+/// characters and fit their caps, its MCP servers are valid entries, and its `tools` are tools
+/// of the catalog (an unknown one would be left out of its runs without a word).
+pub fn validate_profile(profile: &ProfileFile) -> Result<(), ApiError> {
+    let mut v: Vec<(String, String)> = Vec::new();
+    for (field, value, lines) in [
+        ("description", &profile.description, true),
+        ("specialist", &profile.specialist, false),
+    ] {
+        if let Some(c) = control_char(value, lines) {
+            v.push((
+                field.to_owned(),
+                format!(
+                    "must not contain control characters (found U+{:04X})",
+                    u32::from(c)
+                ),
+            ));
+        }
+    }
+    let n = profile.description.chars().count();
+    if n > MAX_DESCRIPTION {
+        v.push((
+            "description".to_owned(),
+            format!("must be at most {MAX_DESCRIPTION} characters, got {n}"),
         ));
     }
-    Ok(())
+    for (i, s) in profile.mcp_servers.iter().enumerate() {
+        if let Err(d) = validate_mcp_server(s) {
+            v.push((format!("mcp_servers[{i}]"), d));
+        }
+    }
+    if !v.is_empty() {
+        return Err(ApiError::fields(v));
+    }
+    known_tools(profile.tools.iter().map(|t| &t.kind), "tools")
 }
 
 /// The shape problems of a `subagents` list: bad ids, ids too long for a tool name, the agent

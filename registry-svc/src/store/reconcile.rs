@@ -385,6 +385,8 @@ fn load(source: AgentSource, id: &str, version: String, bytes: &[u8]) -> Result<
     match source {
         AgentSource::Profile => {
             let f: ProfileFile = files::yaml(bytes).map_err(|e| format!("invalid YAML: {e}"))?;
+            definition::validate_profile(&f)
+                .map_err(|e| format!("invalid profile: {}", with_named_entries(&e)))?;
             Ok(convert::profile_to_proto(id, version, &f))
         }
         AgentSource::Custom | AgentSource::Unspecified => {

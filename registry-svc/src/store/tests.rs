@@ -962,3 +962,31 @@ fn a_cache_that_fills_its_disk_changes_no_file_and_refuses_writes_until_a_restar
     assert_eq!(store.counts().1, created.len());
     Ok(())
 }
+
+#[test]
+fn a_profile_with_an_unknown_tool_or_a_control_character_is_skipped_and_named() -> Result<()> {
+    let (_dir, store) = store_with_dev_profile()?;
+    let odd = store.root().join("odd.yaml");
+    write(&odd, "tools:\n  - type: bogus_tool\n  - type: file_read\n")?;
+    let escape = store.root().join("escape.yaml");
+    write(&escape, "description: \"bad\\u001b[31mred\"\n")?;
+    store.reconcile_all()?;
+    // Not served: asking for one names its file and the problem.
+    for id in ["odd", "escape"] {
+        assert_eq!(kind_of(store.get(id)), ErrorKind::InvalidArgument, "{id}");
+    }
+    let said = store.diagnostics();
+    assert!(
+        said.iter()
+            .any(|(p, why)| p == "odd.yaml" && why.contains("bogus_tool")),
+        "{said:?}"
+    );
+    assert!(
+        said.iter()
+            .any(|(p, why)| p == "escape.yaml" && why.contains("control characters")),
+        "{said:?}"
+    );
+    // The valid profile serves on.
+    assert!(store.get("dev").is_ok());
+    Ok(())
+}

@@ -192,6 +192,7 @@ pub async fn list_agents(
     responses(
         (status = 200, description = "The agent", body = AgentJson,
             headers(("ETag" = String, description = "\"<version>\""))),
+        (status = 304, description = "Not modified: `If-None-Match` names the agent's current ETag (no body)"),
         (status = 400, description = "Invalid agent_id, or the agent's definition file is invalid (the message names the file and the problem)", body = ErrorBody),
         (status = 404, description = "`not_found`", body = ErrorBody),
         (status = 503, description = "`unavailable`", body = ErrorBody),
@@ -200,20 +201,49 @@ pub async fn list_agents(
 pub async fn get_agent(
     State(state): State<AppState>,
     AgentId(id): AgentId,
+    headers: HeaderMap,
 ) -> Result<Response, RestError> {
     // An agent the copy does not hold is asked of the registry: it knows whether a definition
     // file for it exists but is invalid (a 400 naming the problem) or there is none (404).
-    if let Lookup::Found(Some(agent)) = state.agents.get(&id) {
-        return Ok(json_response(agent.json, Some(&agent.version)));
+    let response = if let Lookup::Found(Some(agent)) = state.agents.get(&id) {
+        json_response(agent.json, Some(&agent.version))
+    } else {
+        let req = v1::GetAgentRequest { agent_id: id };
+        let agent = state
+            .registry
+            .clone()
+            .get_agent(state.request(req))
+            .await?
+            .into_inner();
+        agent_response(StatusCode::OK, agent, false)?
+    };
+    Ok(not_modified(&headers, response))
+}
+
+/// A 304 (the ETag, no body) for a response whose ETag `If-None-Match` names (weakly, as
+/// RFC 9110 §13.1.2 compares them; `*` names any), else `response`.
+fn not_modified(headers: &HeaderMap, response: Response) -> Response {
+    let (Some(asked), Some(etag)) = (
+        headers.get(header::IF_NONE_MATCH),
+        response.headers().get(header::ETAG),
+    ) else {
+        return response;
+    };
+    let (Ok(asked), Ok(current)) = (asked.to_str(), etag.to_str()) else {
+        return response;
+    };
+    let opaque = |tag: &str| tag.trim().trim_start_matches("W/").to_owned();
+    let current = opaque(current);
+    if !asked
+        .split(',')
+        .any(|t| t.trim() == "*" || opaque(t) == current)
+    {
+        return response;
     }
-    let req = v1::GetAgentRequest { agent_id: id };
-    let agent = state
-        .registry
-        .clone()
-        .get_agent(state.request(req))
-        .await?
-        .into_inner();
-    agent_response(StatusCode::OK, agent, false)
+    let mut out = Response::new(axum::body::Body::empty());
+    *out.status_mut() = StatusCode::NOT_MODIFIED;
+    out.headers_mut().insert(header::ETAG, etag.clone());
+    out
 }
 
 /// Replace a custom agent. The path's id is authoritative.

@@ -208,7 +208,7 @@ impl Agents {
         page_size: Option<usize>,
         token: &str,
     ) -> Result<Vec<u8>, ApiError> {
-        let start = page_token::parse(token)?;
+        let start = page_token::parse(token, source)?;
         let order: &[(AgentSource, &BTreeMap<String, Entry>)] = match source {
             AgentSource::Unspecified => &[
                 (AgentSource::Profile, &self.profile),

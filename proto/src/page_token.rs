@@ -14,9 +14,11 @@ pub fn make(source: AgentSource, id: &str) -> String {
     format!("{tag}:{id}")
 }
 
-/// Where the page of `token` starts: `None` for the empty token (the first page), else the
-/// source and the id to continue after. A token no page returned is a `page_token` field error.
-pub fn parse(token: &str) -> Result<Option<(AgentSource, &str)>, ApiError> {
+/// Where the page of `token` starts in a list of `filter`'s agents (`Unspecified`: both
+/// sources): `None` for the empty token (the first page), else the source and the id to
+/// continue after. A token no page of that list returned (another source's, an id that is no
+/// agent id) is a `page_token` field error, not an empty page.
+pub fn parse(token: &str, filter: AgentSource) -> Result<Option<(AgentSource, &str)>, ApiError> {
     if token.is_empty() {
         return Ok(None);
     }
@@ -27,6 +29,15 @@ pub fn parse(token: &str) -> Result<Option<(AgentSource, &str)>, ApiError> {
         "c" => AgentSource::Custom,
         _ => return Err(bad()),
     };
+    if crate::ids::validate_agent_id(id).is_err() {
+        return Err(bad());
+    }
+    if filter != AgentSource::Unspecified && filter != source {
+        return Err(ApiError::field(
+            "page_token",
+            "is a token of a list of other agents: give the `source` of the page that returned it",
+        ));
+    }
     Ok(Some((source, id)))
 }
 
@@ -38,13 +49,19 @@ mod tests {
     fn a_token_round_trips_and_a_foreign_one_is_a_page_token_error() {
         let token = make(AgentSource::Profile, "coder");
         assert_eq!(
-            parse(&token).ok(),
+            parse(&token, AgentSource::Unspecified).ok(),
             Some(Some((AgentSource::Profile, "coder")))
         );
-        assert_eq!(parse("").ok(), Some(None));
-        for bad in ["x:coder", "coder", "P:coder"] {
-            let err = parse(bad).err().map(|e| e.message);
+        assert_eq!(parse("", AgentSource::Custom).ok(), Some(None));
+        for bad in ["x:coder", "coder", "P:coder", "c:", "p:zz zz"] {
+            let err = parse(bad, AgentSource::Unspecified)
+                .err()
+                .map(|e| e.message);
             assert!(err.is_some_and(|m| m.contains("page_token")), "{bad}");
         }
+        // A profile's token does not page a list of custom agents.
+        let err = parse(&token, AgentSource::Custom).err().map(|e| e.message);
+        assert!(err.is_some_and(|m| m.contains("other agents")));
+        assert!(parse(&token, AgentSource::Profile).is_ok());
     }
 }

@@ -77,6 +77,25 @@ async fn get_sends_the_etag_and_bad_ids_never_reach_the_registry() {
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.headers[header::ETAG], "\"0000000000000001\"");
     assert_eq!(r.body["source"], "custom");
+    // A client that has this version is told so, without the body.
+    for (asked, status) in [
+        ("\"0000000000000001\"", StatusCode::NOT_MODIFIED),
+        ("W/\"0000000000000001\", \"x\"", StatusCode::NOT_MODIFIED),
+        ("*", StatusCode::NOT_MODIFIED),
+        ("\"0000000000000000\"", StatusCode::OK),
+    ] {
+        let r = call(
+            &app,
+            Method::GET,
+            "/api/v1/agents/agent-000",
+            &[("if-none-match", asked)],
+            None,
+        )
+        .await;
+        assert_eq!(r.status, status, "{asked}");
+        assert_eq!(r.headers[header::ETAG], "\"0000000000000001\"");
+        assert_eq!(r.raw.is_empty(), status == StatusCode::NOT_MODIFIED);
+    }
     for bad in [
         "..%2Fx",
         "..%2F..%2Fetc%2Fpasswd",
@@ -101,7 +120,17 @@ async fn get_sends_the_etag_and_bad_ids_never_reach_the_registry() {
         StatusCode::NOT_FOUND,
         "not_found",
     );
-    assert_eq!(fake.calls(), ["get agent-000", "get nobody-here"]);
+    assert_eq!(
+        fake.calls(),
+        [
+            "get agent-000",
+            "get agent-000",
+            "get agent-000",
+            "get agent-000",
+            "get agent-000",
+            "get nobody-here"
+        ]
+    );
 }
 
 #[tokio::test]

@@ -53,7 +53,7 @@ impl Store {
             0 => DEFAULT_PAGE,
             n => n.min(MAX_PAGE),
         };
-        let (start_source, after) = match page_token::parse(token)? {
+        let (start_source, after) = match page_token::parse(token, source)? {
             Some((source, after)) => (Some(source), after),
             None => (None, ""),
         };

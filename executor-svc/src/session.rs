@@ -447,7 +447,8 @@ pub struct SessionStore {
     /// Sessions stored, and the most to keep (0: no limit); past it the oldest ended ones go.
     stored: Arc<Stored>,
     /// Set when a write failed: sled refuses every write after its first I/O error (a full
-    /// disk), so no run can be stored until the executor is restarted.
+    /// disk), so no run can be stored until the executor is restarted; or when a flush did not
+    /// finish in time, until one finishes.
     fault: taskforce_runtime::Fault,
 }
 
@@ -480,20 +481,31 @@ type FlushReply = tokio::sync::oneshot::Sender<sled::Result<usize>>;
 /// and a tokio blocking thread stuck in it would keep the runtime, and the process, from
 /// ending. The thread ends when the store is dropped (after a flush in progress returns).
 #[derive(Debug)]
-struct Flusher(std::sync::mpsc::Sender<FlushReply>);
+struct Flusher {
+    tx: std::sync::mpsc::Sender<FlushReply>,
+    /// Set while the store's fault is a flush that did not finish in time: a slow disk (not
+    /// a full one) lets a later flush finish, which ends the fault.
+    stalled: Arc<std::sync::atomic::AtomicBool>,
+}
 
 impl Flusher {
-    fn start(db: sled::Db) -> Result<Self, ExecutorError> {
+    fn start(db: sled::Db, fault: taskforce_runtime::Fault) -> Result<Self, ExecutorError> {
         let (tx, rx) = std::sync::mpsc::channel::<FlushReply>();
+        let stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let was_stalled = Arc::clone(&stalled);
         std::thread::Builder::new()
             .name("session-flush".into())
             .spawn(move || {
                 while let Ok(reply) = rx.recv() {
-                    let _ = reply.send(db.flush());
+                    let flushed = db.flush();
+                    if flushed.is_ok() && was_stalled.swap(false, Ordering::SeqCst) {
+                        fault.clear();
+                    }
+                    let _ = reply.send(flushed);
                 }
             })
             .map_err(|e| ExecutorError::Config(format!("cannot start the flush thread: {e}")))?;
-        Ok(Self(tx))
+        Ok(Self { tx, stalled })
     }
 
     /// Flushes, waiting at most `within`; past it the store is taken as broken.
@@ -501,7 +513,7 @@ impl Flusher {
         let stopped =
             || ExecutorError::Unavailable("the session store's flush thread stopped".into());
         let (tx, rx) = tokio::sync::oneshot::channel();
-        self.0.send(tx).map_err(|_| stopped())?;
+        self.tx.send(tx).map_err(|_| stopped())?;
         match tokio::time::timeout(within, rx).await {
             Ok(Ok(flushed)) => flushed.map(drop).map_err(ExecutorError::from),
             Ok(Err(_)) => Err(stopped()),
@@ -560,7 +572,8 @@ impl SessionStore {
         let db = open_or_move_aside(&dir.join("sessions.sled"))?;
         let sessions = db.open_tree("sessions")?;
         let seqs = db.open_tree("seq_reserved")?;
-        let flusher = Flusher::start(db)?;
+        let fault = taskforce_runtime::Fault::default();
+        let flusher = Flusher::start(db, fault.clone())?;
         let store = Self {
             sessions,
             seqs,
@@ -571,7 +584,7 @@ impl SessionStore {
             }),
             tokens: crate::token::TokenKey::load_or_create(dir)?,
             stored: Arc::default(),
-            fault: taskforce_runtime::Fault::default(),
+            fault,
         };
         let mut orphaned = 0usize;
         let mut count = 0usize;
@@ -636,19 +649,39 @@ impl SessionStore {
         match self.fault.get() {
             None => Ok(()),
             Some(cause) => Err(ExecutorError::Unavailable(format!(
-                "the executor cannot store sessions until it is restarted: {cause}. Free space \
+                "the executor cannot store sessions: {cause}. If its disk is full, free space \
                  on its --data-dir and restart it"
             ))),
         }
     }
 
     /// Stores `session` (stamping `updated_at`); with `durable`, waits until it is on disk.
-    /// A failure marks the store broken (see [`Self::fault`]).
+    /// A failure sets the store's fault (see [`Self::fault`]): for good after an I/O error, until
+    /// a flush finishes after one that did not finish in time.
     pub async fn save(&self, session: &mut Session, durable: bool) -> Result<(), ExecutorError> {
         let saved = self.save_inner(session, durable).await;
-        if let Err(e @ (ExecutorError::Store(_) | ExecutorError::StoreStalled(_))) = &saved {
-            self.fault
-                .set(format!("its session store failed to write ({e})"));
+        match &saved {
+            // A flush that did not finish in time: a full disk (sled's flush never returns)
+            // or a slow one (a later flush ends the fault).
+            Err(e @ ExecutorError::StoreStalled(_)) => {
+                if self.fault.get().is_none() {
+                    self.durability
+                        .flusher
+                        .stalled
+                        .store(true, Ordering::SeqCst);
+                }
+                self.fault
+                    .set(format!("its session store failed to write ({e})"));
+            }
+            Err(e @ ExecutorError::Store(_)) => {
+                self.durability
+                    .flusher
+                    .stalled
+                    .store(false, Ordering::SeqCst);
+                self.fault
+                    .set(format!("its session store failed to write ({e})"));
+            }
+            _ => {}
         }
         saved
     }

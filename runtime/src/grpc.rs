@@ -12,9 +12,10 @@ use tracing::{info, warn};
 /// is several MiB, and tonic's default (4 MiB) is too tight.
 pub const MAX_DECODING_BYTES: usize = 64 * 1024 * 1024;
 
-/// A fault that keeps a service from doing its work until it is restarted, such as its store
-/// failing to write (a full disk: sled refuses every write after its first I/O error). Set
-/// once, by whoever meets it; [`serve_grpc`] then reports the service NOT_SERVING, so a
+/// A fault that keeps a service from doing its work, such as its store failing to write (a
+/// full disk: sled refuses every write after its first I/O error, so only a restart mends
+/// that). Set by whoever meets it (the first cause is kept) and cleared only by whoever can
+/// tell it is over; [`serve_grpc`] reports the service NOT_SERVING while it is set, so a
 /// gateway sends new work elsewhere and an orchestrator's health probe restarts it.
 #[derive(Debug, Clone)]
 pub struct Fault(std::sync::Arc<tokio::sync::watch::Sender<Option<String>>>);
@@ -33,22 +34,42 @@ impl Fault {
                 return false;
             }
             let cause = cause.to_string();
-            tracing::error!(cause = %cause, "the service cannot do its work until it is restarted; it reports NOT_SERVING");
+            tracing::error!(cause = %cause, "the service cannot do its work; it reports NOT_SERVING");
             *current = Some(cause);
             true
         });
     }
 
-    /// The cause, once set.
+    /// Ends the fault: the service serves again.
+    pub fn clear(&self) {
+        self.0.send_if_modified(|current| {
+            let was = current.take();
+            if let Some(cause) = &was {
+                tracing::info!(cause = %cause, "the fault is over; the service reports SERVING again");
+            }
+            was.is_some()
+        });
+    }
+
+    /// The cause, while set.
     pub fn get(&self) -> Option<String> {
         self.0.borrow().clone()
     }
 
-    /// Resolves once a cause is set.
-    async fn occurred(&self) {
+    /// Follows the fault for as long as the service runs: `serving(false)` when it is set,
+    /// `serving(true)` when it is cleared.
+    async fn follow<F: std::future::Future<Output = ()>>(&self, serving: impl Fn(bool) -> F) {
         let mut rx = self.0.subscribe();
-        if rx.wait_for(Option::is_some).await.is_err() {
-            std::future::pending::<()>().await;
+        let mut was_serving = true;
+        loop {
+            let now_serving = rx.borrow_and_update().is_none();
+            if now_serving != was_serving {
+                serving(now_serving).await;
+                was_serving = now_serving;
+            }
+            if rx.changed().await.is_err() {
+                return;
+            }
         }
     }
 }
@@ -71,7 +92,7 @@ pub enum GrpcError {
 /// `shutdown` fires. Then both health entries turn NOT_SERVING,
 /// `drain` runs (a service lets its streams finish), and connections still open `grace` after
 /// the shutdown (idle HTTP/2 clients, watch streams) are dropped: a stop never waits on clients.
-/// Once `fault` is set, both health entries turn NOT_SERVING while the server goes on answering
+/// While `fault` is set, both health entries are NOT_SERVING while the server goes on answering
 /// (its calls say what is wrong).
 #[allow(clippy::too_many_arguments)]
 pub async fn serve_grpc<S, D>(
@@ -131,11 +152,20 @@ where
         tokio::time::sleep(grace).await;
     };
     let not_serving = async move {
-        fault.occurred().await;
-        faulted
-            .set_service_status("", tonic_health::ServingStatus::NotServing)
+        fault
+            .follow(|serving| {
+                let health = faulted.clone();
+                async move {
+                    let status = if serving {
+                        tonic_health::ServingStatus::Serving
+                    } else {
+                        tonic_health::ServingStatus::NotServing
+                    };
+                    health.set_service_status("", status).await;
+                    health.set_service_status(S::NAME, status).await;
+                }
+            })
             .await;
-        faulted.set_not_serving::<S>().await;
         std::future::pending::<()>().await;
     };
     tokio::select! {
@@ -145,5 +175,35 @@ where
             warn!(grace_secs = grace.as_secs(), "connections still open after the grace period; closing them");
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_fault_is_followed_while_set_and_ends_when_cleared() {
+        let fault = Fault::default();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let follower = fault.clone();
+        let task = tokio::spawn(async move {
+            follower
+                .follow(|serving| {
+                    let tx = tx.clone();
+                    async move {
+                        let _ = tx.send(serving);
+                    }
+                })
+                .await;
+        });
+        fault.set("the disk is full");
+        fault.set("a second cause is not kept");
+        assert_eq!(rx.recv().await, Some(false));
+        assert_eq!(fault.get().as_deref(), Some("the disk is full"));
+        fault.clear();
+        assert_eq!(rx.recv().await, Some(true));
+        assert_eq!(fault.get(), None);
+        task.abort();
     }
 }

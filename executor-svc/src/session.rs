@@ -450,6 +450,8 @@ pub struct SessionStore {
     /// disk), so no run can be stored until the executor is restarted; or when a flush did not
     /// finish in time, until one finishes.
     fault: taskforce_runtime::Fault,
+    /// Runs' ends that could not be stored (see [`SessionStore::keep_unsaved`]).
+    unsaved: Arc<std::sync::Mutex<std::collections::HashMap<String, Session>>>,
 }
 
 /// The count of stored sessions against its limit.
@@ -585,6 +587,7 @@ impl SessionStore {
             tokens: crate::token::TokenKey::load_or_create(dir)?,
             stored: Arc::default(),
             fault,
+            unsaved: Arc::default(),
         };
         let mut orphaned = 0usize;
         let mut count = 0usize;
@@ -633,9 +636,21 @@ impl SessionStore {
 
     /// The session with this id.
     pub fn get(&self, id: &str) -> Result<Option<Session>, ExecutorError> {
+        if let Some(session) = self.unsaved.lock().ok().and_then(|u| u.get(id).cloned()) {
+            return Ok(Some(session));
+        }
         match self.sessions.get(id.as_bytes())? {
             Some(value) => Ok(Some(serde_json::from_slice(&value)?)),
             None => Ok(None),
+        }
+    }
+
+    /// Keeps in memory how a run ended that could not be stored, so that reading its session
+    /// says so (not the last state that reached the disk) for as long as this process runs.
+    /// Only runs that were live when the store failed get here: it then takes no new ones.
+    pub fn keep_unsaved(&self, session: &Session) {
+        if let Ok(mut unsaved) = self.unsaved.lock() {
+            unsaved.insert(session.id.clone(), session.clone());
         }
     }
 

@@ -14,7 +14,7 @@ use utoipa::{IntoParams, ToSchema};
 use crate::{
     error::ErrorBody,
     error::RestError,
-    extract::{AgentId, JsonBody, NoBody, QueryParams, expected_version},
+    extract::{AgentId, JsonBody, NoBody, NoQuery, QueryParams, expected_version},
     model::{AgentJson, AgentListJson, AgentRequest, CustomAgentJson, ValidateJson},
     read_model::Lookup,
     state::AppState,
@@ -55,13 +55,6 @@ pub struct DeleteQuery {
     /// Delete only if the stored version is this one (like `If-Match`).
     expected_version: Option<String>,
 }
-
-/// The query of a create or an update: none. A parameter given is a 400, never ignored (a
-/// version meant as a check, `?expected_version=` on a PUT, would otherwise make the write
-/// unconditional without a word).
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct NoQuery {}
 
 /// The response for one registry agent: `status`, its JSON, `ETag: "<version>"`, and with
 /// `location` a `Location` header. An agent without a definition is a registry bug (500).
@@ -202,6 +195,7 @@ pub async fn get_agent(
     State(state): State<AppState>,
     AgentId(id): AgentId,
     headers: HeaderMap,
+    QueryParams(NoQuery {}): QueryParams<NoQuery>,
 ) -> Result<Response, RestError> {
     // An agent the copy does not hold is asked of the registry: it knows whether a definition
     // file for it exists but is invalid (a 400 naming the problem) or there is none (404).
@@ -333,6 +327,7 @@ pub async fn delete_agent(
 #[instrument(level = "debug", skip_all, fields(agent_id = %body.agent_id))]
 pub async fn validate_agent(
     State(state): State<AppState>,
+    QueryParams(NoQuery {}): QueryParams<NoQuery>,
     JsonBody(body): JsonBody<AgentRequest>,
 ) -> Result<Json<ValidateJson>, RestError> {
     let req = v1::ValidateAgentRequest {

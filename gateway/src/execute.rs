@@ -30,7 +30,7 @@ use crate::{
     error::ErrorBody,
     error::RestError,
     events::{PlanJson, QuestionItemJson, plan_json, question_items},
-    extract::JsonBody,
+    extract::{JsonBody, NoQuery, QueryParams},
     state::AppState,
 };
 
@@ -304,6 +304,7 @@ fn execute_request(body: ExecuteBody) -> Result<v1::ExecuteRequest, RestError> {
 #[instrument(level = "debug", skip_all, fields(agent_id = ?body.agent_id))]
 pub async fn execute(
     State(state): State<AppState>,
+    QueryParams(NoQuery {}): QueryParams<NoQuery>,
     JsonBody(body): JsonBody<ExecuteBody>,
 ) -> Result<Json<ExecuteResultJson>, RestError> {
     let mut events = state.executors.execute(execute_request(body)?).await?;
@@ -404,6 +405,7 @@ pub async fn execute(
 #[instrument(level = "debug", skip_all, fields(agent_id = ?body.agent_id))]
 pub async fn execute_stream(
     State(state): State<AppState>,
+    QueryParams(NoQuery {}): QueryParams<NoQuery>,
     JsonBody(body): JsonBody<ExecuteBody>,
 ) -> Result<Response, RestError> {
     let events = state.executors.execute(execute_request(body)?).await?;

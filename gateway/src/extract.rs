@@ -17,6 +17,13 @@ use taskforce_proto::{
 
 use crate::{error::RestError, state::AppState};
 
+/// The query of a route that takes none: a parameter given is a 400, never ignored (a version
+/// meant as a check, `?expected_version=` on a PUT, would otherwise make the write
+/// unconditional without a word).
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoQuery {}
+
 /// A request without a body (`DELETE`): one that says something (a version to check) is a 400
 /// instead of being ignored.
 #[derive(Debug)]

@@ -47,6 +47,15 @@ impl RegistryService {
     }
 
     /// Runs a blocking store operation off the async threads.
+    /// Refuses a read once the cache failed: it no longer follows the files, so what it holds
+    /// may be stale (hand edits are not seen), and a stale answer is not given as current.
+    fn current(&self) -> Result<(), Status> {
+        match self.store.fault().get() {
+            None => Ok(()),
+            Some(cause) => Err(stale(&cause)),
+        }
+    }
+
     async fn blocking<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Store) -> Result<T, RegistryError> + Send + 'static,
@@ -151,6 +160,7 @@ impl AgentRegistry for RegistryService {
         tracing::Span::current().record("agent_id", id.as_str());
         taskforce_proto::ids::validate_agent_id(&id)
             .map_err(|e| ApiError::field("agent_id", e.to_string()).to_status())?;
+        self.current()?;
         Ok(Response::new(self.store.get(&id)?))
     }
 
@@ -158,6 +168,7 @@ impl AgentRegistry for RegistryService {
         &self,
         req: Request<v1::ListAgentsRequest>,
     ) -> Result<Response<v1::ListAgentsResponse>, Status> {
+        self.current()?;
         let r = req.into_inner();
         let source = v1::AgentSource::try_from(r.source).map_err(|_| {
             ApiError::field("source", format!("unknown source {}", r.source)).to_status()
@@ -276,6 +287,7 @@ impl AgentRegistry for RegistryService {
         &self,
         req: Request<v1::WatchAgentsRequest>,
     ) -> Result<Response<Self::WatchAgentsStream>, Status> {
+        self.current()?;
         let req = req.into_inner();
         let exclude_status = req.exclude_status;
         let (snapshot, mut changes) = if req.snapshot {
@@ -286,7 +298,12 @@ impl AgentRegistry for RegistryService {
         };
         let (tx, rx) = mpsc::channel(256);
         let stop = self.shutdown.clone();
+        let fault = self.store.fault().clone();
         tokio::spawn(async move {
+            // A cache that failed follows the files no more: the stream ends, so a follower
+            // stops serving what it holds.
+            let faulted = fault.occurred();
+            tokio::pin!(faulted);
             if let Some((agents, revision)) = snapshot {
                 let upserts = agents.into_iter().map(|agent| v1::AgentChange {
                     kind: v1::agent_change::Kind::Upserted.into(),
@@ -311,6 +328,7 @@ impl AgentRegistry for RegistryService {
             loop {
                 let item = tokio::select! {
                     () = stop.cancelled() => Err(Status::unavailable("registry is shutting down")),
+                    cause = &mut faulted => Err(stale(&cause)),
                     () = tx.closed() => return,
                     c = changes.recv() => match c {
                         Ok(c) if exclude_status && c.kind() == v1::agent_change::Kind::Status => continue,
@@ -414,4 +432,16 @@ impl AgentRegistry for RegistryService {
             .await?;
         Ok(Response::new(v1::ReportAgentStatusResponse {}))
     }
+}
+
+/// The answer of a read while the cache has failed.
+fn stale(cause: &str) -> Status {
+    ApiError::new(
+        ErrorKind::Unavailable,
+        format!(
+            "the registry's cache no longer follows the files ({cause}), so it answers no reads: \
+             free space on its --data-dir and restart it"
+        ),
+    )
+    .to_status()
 }

@@ -99,8 +99,15 @@ pub async fn run(
             } else {
                 // One path that fails is said; the batch's other paths still count.
                 for p in &batch {
-                    if let Err(e) = store.reconcile_path(p) {
-                        warn!(path = %p.display(), error = %e, "reconciling a changed file failed; the periodic reconcile retries");
+                    match store.reconcile_path(p) {
+                        Ok(_) => {}
+                        // sled refuses every write after its first I/O error: no retry mends it.
+                        Err(e @ crate::error::RegistryError::Cache(sled::Error::Io(_))) => {
+                            store.fault().set(format!("its cache failed to write ({e})"));
+                        }
+                        Err(e) => {
+                            warn!(path = %p.display(), error = %e, "reconciling a changed file failed; the periodic reconcile retries");
+                        }
                     }
                 }
                 Ok(())

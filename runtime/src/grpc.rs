@@ -56,6 +56,19 @@ impl Fault {
         self.0.borrow().clone()
     }
 
+    /// Resolves once a cause is set (at once if one is), with it.
+    pub async fn occurred(&self) -> String {
+        let mut rx = self.0.subscribe();
+        let cause = rx
+            .wait_for(Option::is_some)
+            .await
+            .map(|cause| cause.clone().unwrap_or_default());
+        match cause {
+            Ok(cause) => cause,
+            Err(_) => std::future::pending().await,
+        }
+    }
+
     /// Follows the fault for as long as the service runs: `serving(false)` when it is set,
     /// `serving(true)` when it is cleared.
     async fn follow<F: std::future::Future<Output = ()>>(&self, serving: impl Fn(bool) -> F) {

@@ -172,7 +172,8 @@ impl StopReason {
         match reason {
             "stop" | "end_turn" | "stop_sequence" => Self::EndTurn,
             "tool_calls" | "function_call" | "tool_use" => Self::ToolUse,
-            "length" | "max_tokens" => Self::MaxTokens,
+            // Anthropic's context-window stop cuts the answer the same way.
+            "length" | "max_tokens" | "model_context_window_exceeded" => Self::MaxTokens,
             "content_filter" => Self::ContentFilter,
             "refusal" => Self::Refusal,
             other => Self::Other(other.to_owned()),
@@ -248,5 +249,28 @@ pub(crate) fn assemble(id: String, name: String, raw: String) -> Result<LlmEvent
             raw,
             error: e.to_string(),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_cut_or_declined_end_gets_its_warning() {
+        for (wire, code) in [
+            ("length", Some("OUTPUT_TRUNCATED")),
+            ("max_tokens", Some("OUTPUT_TRUNCATED")),
+            ("model_context_window_exceeded", Some("OUTPUT_TRUNCATED")),
+            ("content_filter", Some("CONTENT_FILTERED")),
+            ("refusal", Some("MODEL_REFUSED")),
+            ("stop", None),
+            ("end_turn", None),
+            ("tool_use", None),
+            ("pause_turn", None),
+        ] {
+            let got = StopReason::from_wire(wire).answer_warning().map(|(c, _)| c);
+            assert_eq!(got, code, "{wire}");
+        }
     }
 }

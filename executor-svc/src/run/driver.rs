@@ -271,6 +271,7 @@ impl Run {
                 );
                 session.status = Status::Failed;
                 session.error = RunError::new("STORE_FAILED", message.clone());
+                runner.store.keep_unsaved(session);
                 let event = Event::Error(v1::Error {
                     code: "STORE_FAILED".to_owned(),
                     message,

@@ -395,6 +395,20 @@ async fn a_run_whose_end_cannot_be_stored_fails_and_new_runs_are_refused() {
         .iter()
         .any(|e| matches!(&e.event, Some(Event::Error(err)) if err.code == "STORE_FAILED"));
     assert!(failed, "{events:?}");
+    // Its session says how it ended, not the last state that reached the disk.
+    let session = executor
+        .client
+        .get_session(GetSessionRequest {
+            session_id: events[0].session_id.clone(),
+        })
+        .await
+        .expect("session")
+        .into_inner();
+    assert_eq!(session.status(), RunStatus::Failed, "{session:?}");
+    assert_eq!(
+        session.error.as_ref().map(|e| e.code.as_str()),
+        Some("STORE_FAILED")
+    );
     // Until a restart, new runs are refused, saying why, and nothing is stored.
     let _ = std::fs::remove_file(&filler);
     let refused = executor

@@ -236,6 +236,12 @@ async fn a_version_given_where_it_is_not_read_is_a_400_not_ignored() {
         ),
         (Method::DELETE, "/api/v1/agents/agent-000", Some(stale)),
         (Method::GET, "/api/v1/agents?pagesize=5", None),
+        (Method::GET, "/api/v1/agents/agent-000?source=custom", None),
+        (
+            Method::POST,
+            "/api/v1/agents:validate?dry=1",
+            Some(body.as_str()),
+        ),
     ] {
         let r = call(&app, method.clone(), uri, &[JSON], b).await;
         assert_error(&r, StatusCode::BAD_REQUEST, "invalid_argument");

@@ -43,7 +43,7 @@ pub struct McpServerJson {
     /// stdio: extra environment variables.
     #[serde(
         default,
-        deserialize_with = "null_as_default",
+        deserialize_with = "taskforce_proto::mcp_config::unique_map",
         skip_serializing_if = "BTreeMap::is_empty"
     )]
     pub env: BTreeMap<String, String>,
@@ -57,7 +57,7 @@ pub struct McpServerJson {
     /// http/sse: extra request headers.
     #[serde(
         default,
-        deserialize_with = "null_as_default",
+        deserialize_with = "taskforce_proto::mcp_config::unique_map",
         skip_serializing_if = "BTreeMap::is_empty"
     )]
     pub headers: BTreeMap<String, String>,

@@ -3,7 +3,52 @@
 //! an `http(s)` `url` (seed 000 §5.1), `global` needs only the `name` of one of the executor's
 //! global servers.
 
+use std::collections::BTreeMap;
+
 use crate::v1;
+
+/// Reads a map of strings (an entry's `env` or `headers`, an LLM provider's `headers` or
+/// `query`) whose keys are unique, or null for none: serde's maps keep the last of a repeated
+/// key without a word, in JSON and YAML alike.
+pub fn unique_map<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, String>, D::Error> {
+    struct Visitor;
+    impl<'de> serde::de::Visitor<'de> for Visitor {
+        type Value = BTreeMap<String, String>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a map of strings")
+        }
+
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(BTreeMap::new())
+        }
+
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(BTreeMap::new())
+        }
+
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_map(self)
+        }
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut a: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut out = BTreeMap::new();
+            while let Some((k, v)) = a.next_entry::<String, String>()? {
+                if out.contains_key(&k) {
+                    return Err(serde::de::Error::custom(format!("duplicate key `{k}`")));
+                }
+                out.insert(k, v);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_option(Visitor)
+}
 
 /// Checks one entry; the error says what is wrong, naming the field.
 pub fn validate(s: &v1::McpServer) -> Result<(), String> {
@@ -65,4 +110,26 @@ pub fn validate(s: &v1::McpServer) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        #[serde(default, deserialize_with = "super::unique_map")]
+        env: std::collections::BTreeMap<String, String>,
+    }
+
+    #[test]
+    fn a_repeated_key_is_an_error_and_null_is_none() {
+        let parse = |text: &str| serde_json::from_str::<Entry>(text).map(|e| e.env);
+        let err = parse(r#"{"env": {"X": "1", "X": "2"}}"#)
+            .err()
+            .map(|e| e.to_string());
+        assert!(err.is_some_and(|e| e.contains("duplicate key `X`")));
+        assert!(parse(r#"{"env": null}"#).is_ok_and(|m| m.is_empty()));
+        assert!(parse("{}").is_ok_and(|m| m.is_empty()));
+        assert!(parse(r#"{"env": {"X": "1", "Y": "2"}}"#).is_ok_and(|m| m.len() == 2));
+        assert!(parse(r#"{"env": ["X"]}"#).is_err());
+    }
 }

@@ -46,13 +46,21 @@ pub struct McpServerConfig {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub args: Vec<String>,
     /// stdio: extra environment (values may be `${VAR}` placeholders).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "taskforce_proto::mcp_config::unique_map",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
     pub env: BTreeMap<String, String>,
     /// http/sse: endpoint.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub url: String,
     /// http/sse: extra headers (values may be `${VAR}` placeholders).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "taskforce_proto::mcp_config::unique_map",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
     pub headers: BTreeMap<String, String>,
     /// global: the name of one of the executor's global MCP servers (`m365`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -559,6 +567,15 @@ mod tests {
             .unwrap_or_default();
         assert!(e.contains("name: must be at most 100"), "{e}");
         assert!(e.contains("description: must be at most 500"), "{e}");
+    }
+
+    #[test]
+    fn a_key_given_twice_in_an_mcp_servers_env_is_an_error_not_last_wins() {
+        let yaml = "name: A\ndescription: d\nprompt: {system_prompt: p}\ntools: {allowlist: [file_read]}\nmcp_servers:\n  - {type: stdio, command: x, env: {X: one, X: two}}\n";
+        let err = crate::files::yaml::<CustomAgentFile>(yaml.as_bytes())
+            .err()
+            .map(|e| e.to_string());
+        assert!(err.is_some_and(|e| e.contains("duplicate key `X`")));
     }
 
     #[test]

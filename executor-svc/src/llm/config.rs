@@ -101,10 +101,10 @@ pub struct ProviderConfig {
     #[serde(default)]
     pub model: Option<String>,
     /// Extra headers; values may hold `${VAR}` placeholders, expanded from the environment.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "taskforce_proto::mcp_config::unique_map")]
     pub headers: BTreeMap<String, String>,
     /// Extra query parameters (same `${VAR}` expansion).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "taskforce_proto::mcp_config::unique_map")]
     pub query: BTreeMap<String, String>,
     /// Azure OpenAI: deployment in the path, `api-version` query, `api-key` header.
     #[serde(default)]

@@ -55,13 +55,13 @@ pub struct ServerEntry {
     #[serde(default)]
     pub args: Vec<String>,
     /// stdio: extra environment (`${VAR}` placeholders are expanded from the executor's).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "taskforce_proto::mcp_config::unique_map")]
     pub env: BTreeMap<String, String>,
     /// http/sse: the endpoint.
     #[serde(default)]
     pub url: String,
     /// http/sse: extra headers (`${VAR}` placeholders are expanded).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "taskforce_proto::mcp_config::unique_map")]
     pub headers: BTreeMap<String, String>,
     /// Check every call as in `readOnly`, whatever the run's mode.
     #[serde(default)]

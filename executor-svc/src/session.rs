@@ -675,28 +675,19 @@ impl SessionStore {
     /// a flush finishes after one that did not finish in time.
     pub async fn save(&self, session: &mut Session, durable: bool) -> Result<(), ExecutorError> {
         let saved = self.save_inner(session, durable).await;
-        match &saved {
-            // A flush that did not finish in time: a full disk (sled's flush never returns)
-            // or a slow one (a later flush ends the fault).
-            Err(e @ ExecutorError::StoreStalled(_)) => {
-                if self.fault.get().is_none() {
-                    self.durability
-                        .flusher
-                        .stalled
-                        .store(true, Ordering::SeqCst);
+        if let Err(e @ (ExecutorError::StoreStalled(_) | ExecutorError::Store(_))) = &saved {
+            // A flush that did not finish in time (a full disk, whose flush never returns, or a
+            // slow one: a later flush ends the fault), or an I/O error (for good).
+            let stalled = &self.durability.flusher.stalled;
+            match e {
+                ExecutorError::StoreStalled(_) if self.fault.get().is_none() => {
+                    stalled.store(true, Ordering::SeqCst);
                 }
-                self.fault
-                    .set(format!("its session store failed to write ({e})"));
+                ExecutorError::StoreStalled(_) => {}
+                _ => stalled.store(false, Ordering::SeqCst),
             }
-            Err(e @ ExecutorError::Store(_)) => {
-                self.durability
-                    .flusher
-                    .stalled
-                    .store(false, Ordering::SeqCst);
-                self.fault
-                    .set(format!("its session store failed to write ({e})"));
-            }
-            _ => {}
+            self.fault
+                .set(format!("its session store failed to write ({e})"));
         }
         saved
     }

@@ -92,14 +92,15 @@ impl RestError {
     /// call timed out, the write may have been applied, and the message says so (retrying a
     /// create blindly would meet a 409).
     pub fn from_write(status: tonic::Status) -> Self {
-        let unknown = lost_connection(&status) || status.code() == tonic::Code::DeadlineExceeded;
+        let lost = lost_connection(&status);
         let mut err = Self::from(status);
-        if unknown || err.0.kind == ErrorKind::Timeout {
-            err.0.message = format!(
-                "{}; the registry may have applied the write: read the agent before retrying",
-                err.0.message.trim_end_matches("; try again later")
-            );
-        }
+        let what = match err.0.kind {
+            _ if lost => "the connection to the registry was lost during the write",
+            ErrorKind::Timeout => "the registry did not answer in time",
+            _ => return err,
+        };
+        err.0.message =
+            format!("{what}; it may have applied the write: read the agent before retrying");
         err
     }
 

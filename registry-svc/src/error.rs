@@ -44,21 +44,13 @@ impl RegistryError {
     }
 }
 
-/// Whether `e` says the disk (or the user's quota) is full.
-pub fn is_disk_full(e: &std::io::Error) -> bool {
-    matches!(
-        e.kind(),
-        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
-    )
-}
-
 impl From<RegistryError> for Status {
     fn from(e: RegistryError) -> Self {
         match e {
             RegistryError::Api(api) => api.to_status(),
             // Nothing was written (the write path undoes a file change its cache update did not
             // follow): say why, so the operator frees space instead of reading logs.
-            RegistryError::Io { ref source, .. } if is_disk_full(source) => {
+            RegistryError::Io { ref source, .. } if taskforce_runtime::is_disk_full(source) => {
                 tracing::error!(error = %e, "a write failed: the disk is full");
                 ApiError::new(
                     ErrorKind::Unavailable,

@@ -88,26 +88,20 @@ pub async fn run(
                 }
             }
         }
-        let fault = store.fault().clone();
-        let store = Arc::clone(&store);
+        let follower = Arc::clone(&store);
         let result = tokio::task::spawn_blocking(move || {
             if full {
-                store.reconcile_all().map(|s| {
+                follower.reconcile_all().map(|s| {
                     crate::metrics::reconciled();
                     debug!(?s, "periodic reconcile");
                 })
             } else {
                 // One path that fails is said; the batch's other paths still count.
                 for p in &batch {
-                    match store.reconcile_path(p) {
-                        Ok(_) => {}
-                        // sled refuses every write after its first I/O error: no retry mends it.
-                        Err(e @ crate::error::RegistryError::Cache(sled::Error::Io(_))) => {
-                            store.fault().set(format!("its cache failed to write ({e})"));
-                        }
-                        Err(e) => {
-                            warn!(path = %p.display(), error = %e, "reconciling a changed file failed; the periodic reconcile retries");
-                        }
+                    if let Err(e) = follower.reconcile_path(p)
+                        && !follower.note_failure(&e)
+                    {
+                        warn!(path = %p.display(), error = %e, "reconciling a changed file failed; the periodic reconcile retries");
                     }
                 }
                 Ok(())
@@ -116,11 +110,11 @@ pub async fn run(
         .await;
         match result {
             Ok(Ok(())) => {}
-            // sled refuses every write after its first I/O error: only a restart mends it.
-            Ok(Err(e @ crate::error::RegistryError::Cache(sled::Error::Io(_)))) => {
-                fault.set(format!("its cache failed to write ({e})"));
+            Ok(Err(e)) => {
+                if !store.note_failure(&e) {
+                    warn!(error = %e, "reconcile failed; will retry");
+                }
             }
-            Ok(Err(e)) => warn!(error = %e, "reconcile failed; will retry"),
             Err(e) => warn!(error = %e, "reconcile task failed"),
         }
     }

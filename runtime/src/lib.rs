@@ -50,12 +50,19 @@ pub fn run_main<F: std::future::Future>(main: F) -> std::io::Result<F::Output> {
 /// An I/O error in words for a client: a full disk (or quota) as such, since some stores (sled)
 /// hand on such errors with their debug text as the message.
 pub fn describe_io(e: &std::io::Error) -> String {
-    match e.kind() {
-        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
-            "no space left on the device".to_owned()
-        }
-        _ => e.to_string(),
+    if is_disk_full(e) {
+        "no space left on the device".to_owned()
+    } else {
+        e.to_string()
     }
+}
+
+/// Whether `e` says the disk (or the user's quota) is full.
+pub fn is_disk_full(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+    )
 }
 
 /// Milliseconds since the Unix epoch (0 if the clock is before it).

@@ -133,6 +133,16 @@ impl Store {
         &self.fault
     }
 
+    /// Marks the cache broken when `e` is its failure (sled refuses every write after its first
+    /// I/O error: no retry mends it, only a restart); whether it was.
+    pub fn note_failure(&self, e: &RegistryError) -> bool {
+        let cache = matches!(e, RegistryError::Cache(_));
+        if cache {
+            self.fault.set(format!("its cache failed to write ({e})"));
+        }
+        cache
+    }
+
     /// The config directory.
     pub fn root(&self) -> &Path {
         &self.root

@@ -223,8 +223,8 @@ impl Store {
 
     /// `result` of a write: a failure of the cache marks it broken.
     fn cached<T>(&self, result: Result<T>) -> Result<T> {
-        if let Err(e @ RegistryError::Cache(_)) = &result {
-            self.fault.set(format!("its cache failed to write ({e})"));
+        if let Err(e) = &result {
+            self.note_failure(e);
         }
         result
     }
@@ -232,8 +232,7 @@ impl Store {
     /// Puts `path` back as it was (`previous`, or absent) after its cache update failed with
     /// `cause`, so a write that answers an error has changed nothing; the cache is then broken.
     fn undo(&self, path: &Path, previous: Option<&[u8]>, cause: RegistryError) -> RegistryError {
-        self.fault
-            .set(format!("its cache failed to write ({cause})"));
+        self.note_failure(&cause);
         let undone = match previous {
             Some(bytes) => files::write_atomic(path, bytes, &self.root.join(files::STAGING)),
             None => files::remove_durable(path),

@@ -481,9 +481,13 @@ type FlushReply = tokio::sync::oneshot::Sender<sled::Result<usize>>;
 
 /// sled's flush, on a thread of its own: on a disk that takes no more writes it never returns,
 /// and a tokio blocking thread stuck in it would keep the runtime, and the process, from
-/// ending. The thread ends when the store is dropped (after a flush in progress returns).
+/// ending. The thread holds the database only while it flushes, so dropping the store closes
+/// it (and frees its lock for the next open) at once, not whenever the thread next wakes; the
+/// thread then ends.
 #[derive(Debug)]
 struct Flusher {
+    /// The one strong handle: the thread upgrades a weak one for each flush.
+    _db: Arc<sled::Db>,
     tx: std::sync::mpsc::Sender<FlushReply>,
     /// Set while the store's fault is a flush that did not finish in time: a slow disk (not
     /// a full one) lets a later flush finish, which ends the fault.
@@ -495,11 +499,15 @@ impl Flusher {
         let (tx, rx) = std::sync::mpsc::channel::<FlushReply>();
         let stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let was_stalled = Arc::clone(&stalled);
+        let db = Arc::new(db);
+        let weak = Arc::downgrade(&db);
         std::thread::Builder::new()
             .name("session-flush".into())
             .spawn(move || {
                 while let Ok(reply) = rx.recv() {
+                    let Some(db) = weak.upgrade() else { break };
                     let flushed = db.flush();
+                    drop(db);
                     if flushed.is_ok() && was_stalled.swap(false, Ordering::SeqCst) {
                         fault.clear();
                     }
@@ -507,7 +515,11 @@ impl Flusher {
                 }
             })
             .map_err(|e| ExecutorError::Config(format!("cannot start the flush thread: {e}")))?;
-        Ok(Self { tx, stalled })
+        Ok(Self {
+            _db: db,
+            tx,
+            stalled,
+        })
     }
 
     /// Flushes, waiting at most `within`; past it the store is taken as broken.
@@ -536,15 +548,13 @@ fn open_or_move_aside(path: &Path) -> Result<sled::Db, ExecutorError> {
             .cache_capacity(CACHE_BYTES)
             .open()
     };
-    match open() {
+    match taskforce_runtime::open_waiting_for_lock(open) {
         Ok(db) => Ok(db),
-        Err(sled::Error::Io(e)) if e.to_string().starts_with("could not acquire lock") => {
-            Err(ExecutorError::Config(format!(
-                "{}: another process (an executor started twice?) is using the session store \
+        Err(e) if taskforce_runtime::lock_held(&e) => Err(ExecutorError::Config(format!(
+            "{}: another process (an executor started twice?) is using the session store \
                  there ({e}); stop it, or give this executor its own --data-dir",
-                path.display()
-            )))
-        }
+            path.display()
+        ))),
         Err(e @ (sled::Error::Corruption { .. } | sled::Error::Unsupported(_)))
             if path.join("conf").is_file() || path.join("db").is_file() =>
         {

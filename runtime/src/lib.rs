@@ -47,6 +47,34 @@ pub fn run_main<F: std::future::Future>(main: F) -> std::io::Result<F::Output> {
     Ok(out)
 }
 
+/// Opens a sled database with `open`, trying again for up to [`EXIT_WAIT`] while another
+/// holder has its lock: a service that is stopping (the same process restarting it, or the old
+/// process of a restart) lets go of it shortly after its last handle is dropped, not at once.
+/// A lock still held after that is returned as the error it is.
+pub fn open_waiting_for_lock<T, E: std::fmt::Display>(
+    mut open: impl FnMut() -> Result<T, E>,
+) -> Result<T, E> {
+    let deadline = std::time::Instant::now() + EXIT_WAIT;
+    let mut told = false;
+    loop {
+        match open() {
+            Err(e) if lock_held(&e) && std::time::Instant::now() < deadline => {
+                if !std::mem::replace(&mut told, true) {
+                    tracing::info!(error = %e, "waiting for another holder to let go of the store");
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            opened => return opened,
+        }
+    }
+}
+
+/// Whether a store's open failed because another holder has its lock (sled says so only in its
+/// message: an `Other` I/O error).
+pub fn lock_held(e: &impl std::fmt::Display) -> bool {
+    e.to_string().contains("could not acquire lock")
+}
+
 /// An I/O error in words for a client: a full disk (or quota) as such, since some stores (sled)
 /// hand on such errors with their debug text as the message.
 pub fn describe_io(e: &std::io::Error) -> String {

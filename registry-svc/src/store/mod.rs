@@ -208,11 +208,11 @@ fn open_or_rebuild(dir: &Path) -> Result<sled::Db> {
             .mode(sled::Mode::LowSpace)
             .flush_every_ms(Some(1000))
     };
-    match config(dir).open() {
+    match taskforce_runtime::open_waiting_for_lock(|| config(dir).open()) {
         Ok(db) => Ok(db),
         // Another process (a second registry on the same --data-dir) has it open: its cache is
         // alive, not broken, and moving it aside would lose what that registry writes next.
-        Err(e) if lock_held(&e) => Err(RegistryError::Config(format!(
+        Err(e) if taskforce_runtime::lock_held(&e) => Err(RegistryError::Config(format!(
             "--data-dir {}: another process (a registry started twice?) is using the cache \
              there ({e}); stop it, or give this registry its own --data-dir",
             dir.display()
@@ -232,12 +232,6 @@ fn open_or_rebuild(dir: &Path) -> Result<sled::Db> {
             Ok(config(dir).open()?)
         }
     }
-}
-
-/// Whether sled could not open a database because another process holds its lock (sled says
-/// so only in its message: an `Other` I/O error).
-fn lock_held(e: &sled::Error) -> bool {
-    matches!(e, sled::Error::Io(io) if io.to_string().starts_with("could not acquire lock"))
 }
 
 /// Whether `dir` is a directory holding a sled database (its `conf` or `db` file).

@@ -304,3 +304,31 @@ async fn bwrap_mode_binds_only_the_workspace_writable() {
     assert!(!outside.path().join("escaped.txt").exists(), "{text}");
     assert!(text.contains("nofile (90, 90)"), "{text}");
 }
+
+/// A descriptor the executor inherited without close-on-exec (a shell's `exec 7>file`) does not
+/// reach the tool's program: it could write there whatever the sandbox forbids.
+#[test]
+fn descriptors_the_executor_inherited_do_not_reach_the_program() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let leaked = dir.path().join("leaked.txt");
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(r#"exec 7>"$1"; exec "$0" --workspace "$2" -- /bin/ls /proc/self/fd"#)
+        .arg(env!("CARGO_BIN_EXE_taskforce-sandbox"))
+        .arg(&leaked)
+        .arg(dir.path())
+        .output()
+        .expect("run the launcher");
+    assert!(out.status.success(), "{out:?}");
+    let fds: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    // 0-2, and the descriptor `ls` reads the directory with.
+    assert!(fds.iter().any(|fd| fd == "2"), "{fds:?}");
+    assert!(
+        !fds.iter().any(|fd| fd == "7"),
+        "fd 7 reached the program: {fds:?}"
+    );
+    assert!(fds.len() <= 4, "{fds:?}");
+}

@@ -57,6 +57,7 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     if let Err(e) = apply_limits(&args) {
         return fail(EXIT_SETUP, &format!("cannot set resource limits: {e}"));
     }
+    close_inherited_fds();
     let mut program = args.command.first().cloned();
     let mut rest: Vec<OsString> = args.command.iter().skip(1).cloned().collect();
     match args.confine {
@@ -123,6 +124,23 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         code,
         &format!("cannot run {}: {e}", Path::new(&program).display()),
     )
+}
+
+/// Closes every descriptor above stderr. Rust opens its own with close-on-exec, but whatever
+/// started the executor may have handed it others (a shell's `exec 7>file`, a supervisor's
+/// socket) that would otherwise reach every tool's program: a file or socket to write to outside
+/// the sandbox's rules. Without `/proc` (the executor's hosts have it) the first 1,024 are closed.
+fn close_inherited_fds() {
+    let open: Vec<i32> = match std::fs::read_dir("/proc/self/fd") {
+        Ok(dir) => dir
+            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+            .collect(),
+        Err(_) => (0..1024).collect(),
+    };
+    for fd in open.into_iter().filter(|fd| *fd > 2) {
+        // The directory's own descriptor is already closed: EBADF, as for any number not open.
+        let _ = nix::unistd::close(fd);
+    }
 }
 
 fn fail(code: u8, message: &str) -> ExitCode {

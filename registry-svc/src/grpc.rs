@@ -46,7 +46,6 @@ impl RegistryService {
         }
     }
 
-    /// Runs a blocking store operation off the async threads.
     /// Refuses a read once the cache failed: it no longer follows the files, so what it holds
     /// may be stale (hand edits are not seen), and a stale answer is not given as current.
     fn current(&self) -> Result<(), Status> {
@@ -56,6 +55,7 @@ impl RegistryService {
         }
     }
 
+    /// Runs a blocking store operation off the async threads.
     async fn blocking<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Store) -> Result<T, RegistryError> + Send + 'static,
@@ -444,4 +444,90 @@ fn stale(cause: &str) -> Status {
         ),
     )
     .to_status()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio_stream::StreamExt;
+
+    use super::*;
+
+    /// A service over a store in `dir` holding one custom agent, `agent-one`.
+    fn service(dir: &std::path::Path) -> RegistryService {
+        let root = dir.join("configs");
+        std::fs::create_dir_all(&root).expect("configs");
+        let store = Arc::new(Store::open(&root, &dir.join("data")).expect("store"));
+        store.reconcile_all().expect("reconcile");
+        let def = CustomAgentFile {
+            name: "Agent".into(),
+            description: "An agent".into(),
+            prompt: definition::Prompt {
+                system_prompt: "Be brief.".into(),
+            },
+            ..Default::default()
+        };
+        store
+            .create("agent-one", def, "2026-11-27T00:00:00Z")
+            .expect("create");
+        let metadata = Collector::new(crate::metadata::Settings {
+            task_bin: "task".into(),
+            launcher: None,
+            field_timeout: Duration::from_secs(1),
+            ttl: Duration::from_secs(1),
+            max_parallel: 1,
+        });
+        RegistryService::new(
+            store,
+            Arc::new(ToolCatalog::new(Duration::from_secs(1))),
+            Arc::new(metadata),
+            CancellationToken::new(),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_failed_cache_answers_no_reads_and_ends_its_change_streams() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let service = service(dir.path());
+        let get = || {
+            Request::new(v1::GetAgentRequest {
+                agent_id: "agent-one".into(),
+            })
+        };
+        assert!(service.get_agent(get()).await.is_ok());
+        let mut watching = service
+            .watch_agents(Request::new(v1::WatchAgentsRequest::default()))
+            .await
+            .expect("watch")
+            .into_inner();
+
+        service.store.fault().set("a test's disk is full");
+
+        let refused = service.get_agent(get()).await.expect_err("get refused");
+        assert_eq!(refused.code(), tonic::Code::Unavailable);
+        assert!(
+            refused.message().contains("a test's disk is full"),
+            "{refused:?}"
+        );
+        let listed = service
+            .list_agents(Request::new(v1::ListAgentsRequest::default()))
+            .await
+            .expect_err("list refused");
+        assert_eq!(listed.code(), tonic::Code::Unavailable);
+        // The open stream ends with the cause; a new one is refused.
+        let ended = tokio::time::timeout(Duration::from_secs(5), watching.next())
+            .await
+            .expect("the stream ends in time");
+        match ended {
+            Some(Err(status)) => assert_eq!(status.code(), tonic::Code::Unavailable),
+            other => panic!("expected the stream to end with UNAVAILABLE, got {other:?}"),
+        }
+        let again = service
+            .watch_agents(Request::new(v1::WatchAgentsRequest::default()))
+            .await
+            .map(drop)
+            .expect_err("watch refused");
+        assert_eq!(again.code(), tonic::Code::Unavailable);
+    }
 }

@@ -231,3 +231,35 @@ async fn a_stream_cut_before_message_stop_is_an_error() {
         "{err}"
     );
 }
+
+/// A turn offering no tools over a history with tool calls declares the tools used, callable
+/// by none: the Messages API refuses `tool_use` blocks in a request without `tools`.
+#[tokio::test]
+async fn a_turn_without_tools_over_tool_history_declares_them_and_calls_none() {
+    let mut frames = vec![
+        message_start(),
+        block_start(0, json!({ "type": "text", "text": "" })),
+        block_delta(0, json!({ "type": "text_delta", "text": "Done." })),
+        block_stop(0),
+    ];
+    frames.extend(message_end("end_turn", 2));
+    let server = FakeServer::start(vec![Reply::sse(frames.clone()), Reply::sse(frames)]).await;
+    let mut no_tools = request();
+    no_tools.tools = Vec::new().into();
+    drain(provider(&server).stream(&no_tools)).await;
+    let body = &server.seen()[0].body;
+    assert_eq!(body["tool_choice"], json!({ "type": "none" }));
+    assert_eq!(body["tools"].as_array().map(Vec::len), Some(1), "{body}");
+    assert_eq!(body["tools"][0]["name"], "file_read");
+    assert_eq!(body["tools"][0]["input_schema"]["type"], "object");
+
+    // Without tool calls in the history, no tools at all.
+    let mut plain = no_tools;
+    plain.messages = vec![Message::user("hello")].into();
+    drain(provider(&server).stream(&plain)).await;
+    let body = &server.seen()[1].body;
+    assert!(
+        body.get("tools").is_none() && body.get("tool_choice").is_none(),
+        "{body}"
+    );
+}

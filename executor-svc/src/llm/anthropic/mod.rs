@@ -75,6 +75,31 @@ pub fn decode_body(chunks: &[&[u8]]) -> Vec<Result<LlmEvent, LlmError>> {
     decode_chunks("fuzz", EventDecoder::new("fuzz".to_owned()), chunks)
 }
 
+/// The tools the conversation's earlier turns called, declared without a schema, or `None`
+/// when it called none.
+fn tools_in_history(request: &LlmRequest<'_>) -> Option<Vec<Value>> {
+    let mut names: Vec<&str> = request
+        .messages
+        .iter()
+        .flat_map(|m| match m {
+            Message::Assistant { tool_calls, .. } => tool_calls.as_slice(),
+            _ => &[],
+        })
+        .map(|call| call.name.as_str())
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    (!names.is_empty()).then(|| {
+        names
+            .into_iter()
+            .map(|name| {
+                json!({ "name": name, "description": "Used earlier in this conversation; not offered now.",
+                        "input_schema": { "type": "object" } })
+            })
+            .collect()
+    })
+}
+
 fn request_body(request: &LlmRequest<'_>) -> Vec<u8> {
     let mut system = Vec::new();
     let mut messages: Vec<(&'static str, Vec<Value>)> = Vec::new();
@@ -152,6 +177,13 @@ fn request_body(request: &LlmRequest<'_>) -> Vec<u8> {
             .map(|t| json!({ "name": t.name, "description": t.description, "input_schema": t.parameters }))
             .collect();
         body["tools"] = Value::Array(tools);
+    } else if let Some(used) = tools_in_history(request) {
+        // A turn without tools over a history with tool calls (`no_tools`, `/ai/stream`): the
+        // Messages API (and Bedrock behind Anthropic-compatible proxies) refuses `tool_use` and
+        // `tool_result` blocks without `tools`, so the tools used are declared and none may be
+        // called this turn.
+        body["tools"] = Value::Array(used);
+        body["tool_choice"] = json!({ "type": "none" });
     }
     if let Some(temperature) = request.temperature {
         body["temperature"] = json!(temperature);

@@ -3,12 +3,15 @@
 //! A [`Policy`] is a value built once from configuration ([`PolicyConfig`], from the
 //! environment) and carried by every run; a run's [`Mode`] (from the request, else none) picks
 //! the rules:
-//! - `readOnly`: only reads. A call reads when it is a read-only native tool, or when its
-//!   command reads: an MCP tool's command line reads when the verb of every command in it (the
-//!   last word of its command path, the words before its first option: `get` in
-//!   `m365 spo site get --url …`) is a read verb (`get|list|show|status|export`) and no word of
-//!   the path is a deny verb (`remove|delete|set|add|grant|revoke|update|create|disable|enable`);
-//!   option values never count, so `--subject "weekly status"` does not make a `send` a read and
+//! - `readOnly`: only reads. A call reads when it is a read-only tool of the executor's own
+//!   (judged by its name: an MCP server may name its tools anything, so its tools never are),
+//!   or when its command reads: an MCP tool's command line reads when every command in it
+//!   starts with a program whose commands name their verb last (`AGENT_COMMAND_PROGRAMS`,
+//!   `m365`) and its verb (the last word of its command path, the words before its first
+//!   option: `get` in `m365 spo site get --url …`) is a read verb (`get|list|show|status|export`),
+//!   no word of the path is a deny verb (`remove|delete|set|add|grant|revoke|update|create|disable|enable`)
+//!   and no argument follows the options that is not an option's value; option values never
+//!   count, so `--subject "weekly status"` does not make a `send` a read and
 //!   `--url …/sites/add-ins` does not make a `get` a write. A tool without a command line reads
 //!   when its name holds a read verb and no deny verb (`get_current_time`). Deny verbs are
 //!   always refused here, whatever the allowlist says.
@@ -46,6 +49,16 @@ pub enum Decision {
     },
 }
 
+/// Where a tool comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// The executor's own (native and orchestration tools): its name says what it does.
+    Executor,
+    /// An MCP server's: a server may name a tool anything (`file_read`, `agent_x`), so only its
+    /// command line, or an operator's `AGENT_READ_TOOLS`, or the verbs in its name, decide.
+    Mcp,
+}
+
 /// The call being checked.
 #[derive(Debug, Clone, Copy)]
 pub struct Call<'a> {
@@ -53,6 +66,8 @@ pub struct Call<'a> {
     pub agent_id: &'a str,
     /// The tool.
     pub tool: &'a str,
+    /// Where the tool comes from.
+    pub origin: Origin,
     /// The model's arguments.
     pub arguments: &'a Value,
 }
@@ -65,10 +80,14 @@ pub struct PolicyConfig {
     /// Verbs that make a command a write that `readOnly` always refuses.
     pub deny_verbs: Vec<String>,
     /// Writes `default` and `safeWrite` allow: a tool name (`file_write`), or a command prefix
-    /// (`spo list get`, matched word by word, case-insensitively).
+    /// (`spo list get`, matched word by word, case-insensitively, at the start of a command's
+    /// path or right after its program).
     pub write_allowlist: Vec<String>,
     /// Argument names that hold an MCP tool's command line.
     pub command_arguments: Vec<String>,
+    /// Programs whose commands name their verb last (`m365 spo site get`): only their command
+    /// lines can be reads.
+    pub command_programs: Vec<String>,
     /// MCP tools that only read although their name holds no read verb (by name).
     pub read_tools: Vec<String>,
 }
@@ -81,6 +100,7 @@ impl Default for PolicyConfig {
             deny_verbs: words("remove|delete|set|add|grant|revoke|update|create|disable|enable"),
             write_allowlist: Vec::new(),
             command_arguments: words("command|cmd|commandLine|command_line"),
+            command_programs: words("m365"),
             // The CLI for Microsoft 365 MCP server's tools that look commands up.
             read_tools: words("m365_search_commands|m365_get_command_docs|m365_get_best_practices"),
         }
@@ -89,8 +109,8 @@ impl Default for PolicyConfig {
 
 impl PolicyConfig {
     /// The defaults, overridden by `AGENT_READ_VERBS`, `AGENT_DENY_VERBS` (`|` or `,`
-    /// separated), `AGENT_WRITE_ALLOWLIST` (`,` separated), `AGENT_COMMAND_ARGUMENTS` and
-    /// `AGENT_READ_TOOLS`.
+    /// separated), `AGENT_WRITE_ALLOWLIST` (`,` separated), `AGENT_COMMAND_ARGUMENTS`,
+    /// `AGENT_COMMAND_PROGRAMS` and `AGENT_READ_TOOLS`.
     pub fn from_env() -> Self {
         Self::from_lookup(|key| std::env::var(key).ok())
     }
@@ -118,6 +138,9 @@ impl PolicyConfig {
         if let Some(v) = get("AGENT_COMMAND_ARGUMENTS") {
             config.command_arguments = list(v, &['|', ',']);
         }
+        if let Some(v) = get("AGENT_COMMAND_PROGRAMS") {
+            config.command_programs = list(v, &['|', ',']);
+        }
         if let Some(v) = get("AGENT_READ_TOOLS") {
             config.read_tools = list(v, &['|', ',']);
         }
@@ -129,12 +152,13 @@ impl PolicyConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Access {
     Read,
-    /// A write; `denied` when a deny verb names it; `understood` unless it is an MCP command
-    /// line with strays (then only its tool's name can allowlist it).
+    /// A write; `denied` when a deny verb names it. `paths` are the command paths an allowlist
+    /// entry may match (lower-case words), every one of which must match; empty when only the
+    /// tool's name can allowlist it (an MCP command line with strays, a tool without one).
     Write {
         command: String,
         denied: bool,
-        understood: bool,
+        paths: Vec<Vec<String>>,
     },
 }
 
@@ -146,6 +170,8 @@ pub struct Policy {
     /// Lower-case allowlist entries, split into words.
     allow: Vec<Vec<String>>,
     command_arguments: Vec<String>,
+    /// Lower-case [`PolicyConfig::command_programs`].
+    programs: HashSet<String>,
     read_tools: HashSet<String>,
 }
 
@@ -203,15 +229,16 @@ fn is_path_word(token: &str) -> bool {
 }
 
 /// One command of a command line, lower-cased: its *path*, the plain words before its first
-/// other token (`m365 spo site get` in `m365 spo site get --url x`), and its *strays*, plain
-/// unquoted words after the options that are not an option's value (`item remove` in
-/// `m365 spo list --output json item remove`): words a command-line parser may read as more
-/// of the command, so a command with strays is never taken for a read.
+/// other token (`m365 spo site get` in `m365 spo site get --url x`), and its *strays*, the
+/// arguments after the options that are not an option's value (`item remove` in
+/// `m365 spo list --output json item remove`): a command-line parser may read them as more of
+/// the command, so a command with strays is never taken for a read. Quotes and backslashes are
+/// taken off as a shell does (`'item'` and `\item` reach the program as `item`).
 #[derive(Debug, Default, PartialEq)]
 struct Command {
     path: Vec<String>,
     strays: Vec<String>,
-    /// Unquoted plain words in option values (`remove` in `--force remove`).
+    /// Option values that are one plain word (`remove` in `--force remove`).
     values: Vec<String>,
 }
 
@@ -233,28 +260,51 @@ fn commands(line: &str) -> Vec<Command> {
             let mut after_option = false;
             for (token, quoted) in tokens {
                 let option = !quoted && token.starts_with('-');
-                let plain = !quoted && is_path_word(&token);
-                if plain && after_option {
-                    out.values.push(token.to_lowercase());
-                } else if plain {
+                if option {
+                    after_option = !token.contains('=');
+                    continue;
+                }
+                if after_option {
+                    // A value of several words is one argument the program reads as a value.
+                    if is_path_word(&token) {
+                        out.values.push(token.to_lowercase());
+                    }
+                } else {
                     out.strays.push(token.to_lowercase());
                 }
-                after_option = option && !token.contains('=');
+                after_option = false;
             }
             out
         })
         .collect()
 }
 
-/// A command's tokens split at white space outside quotes, each with whether any of it was
-/// quoted (`'Set Remove'` is one quoted token).
+/// A command's tokens split at white space outside quotes, quotes and backslash escapes taken
+/// off as a shell does, each with whether any of it was quoted or escaped (`'Set Remove'` is
+/// one quoted token).
 fn shell_words(command: &str) -> Vec<(String, bool)> {
     let mut out = Vec::new();
     let (mut token, mut quoted, mut quote) = (String::new(), false, None);
-    for c in command.chars() {
+    let mut chars = command.chars();
+    while let Some(c) = chars.next() {
         match quote {
             Some(q) if c == q => quote = None,
+            // Inside double quotes a backslash escapes only these.
+            Some('"') if c == '\\' => match chars.next() {
+                Some(next @ ('"' | '\\' | '$' | '`')) => token.push(next),
+                Some(next) => {
+                    token.push(c);
+                    token.push(next);
+                }
+                None => token.push(c),
+            },
             Some(_) => token.push(c),
+            None if c == '\\' => {
+                quoted = true;
+                if let Some(next) = chars.next().filter(|n| *n != '\n') {
+                    token.push(next);
+                }
+            }
             None if c == '\'' || c == '"' => {
                 quote = Some(c);
                 quoted = true;
@@ -274,10 +324,12 @@ fn shell_words(command: &str) -> Vec<(String, bool)> {
     out
 }
 
-/// The program a tool's command lines must start with to be judged by their verbs (the CLI
-/// for Microsoft 365 server runs `m365` commands: `rm list` is not one).
-fn program_of(tool: &str) -> Option<&'static str> {
-    (tool == "m365_run_command").then_some("m365")
+/// Where the `git` tool's subcommand is in `args` (past the global options and their
+/// values: `log` is `-C`'s directory in `-C log commit`), if the git tool would run them.
+fn git_subcommand<'a>(args: &[&'a str]) -> Option<&'a str> {
+    let owned: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    let at = crate::tools::native::git_subcommand_at(&owned)?;
+    args.get(at).copied()
 }
 
 impl Policy {
@@ -294,126 +346,124 @@ impl Policy {
                 .filter(|w| !w.is_empty())
                 .collect(),
             command_arguments: config.command_arguments.clone(),
+            programs: set(&config.command_programs),
             read_tools: config.read_tools.iter().cloned().collect(),
         }
     }
 
-    /// The command line a call carries in one of its command arguments.
-    fn command_of(&self, arguments: &Value) -> Option<String> {
+    /// The command lines a call carries in its command arguments: every one present, since
+    /// the policy cannot know which of them the tool runs.
+    fn command_lines(&self, arguments: &Value) -> Vec<String> {
         self.command_arguments
             .iter()
-            .find_map(|name| match &arguments[name.as_str()] {
-                Value::String(s) => Some(s.clone()),
-                Value::Array(parts) => Some(
-                    parts
-                        .iter()
-                        .filter_map(Value::as_str)
-                        .collect::<Vec<_>>()
-                        .join(" "),
-                ),
-                _ => None,
-            })
+            .filter_map(|name| taskforce_proto::json::command_text(&arguments[name.as_str()]))
+            .collect()
     }
 
-    fn classify(&self, tool: &str, arguments: &Value) -> Access {
-        if NATIVE_READS.contains(&tool)
-            || self.read_tools.contains(tool)
-            || ORCHESTRATION.contains(&tool)
-            || tool.starts_with(crate::tools::orchestration::AGENT_TOOL_PREFIX)
-        {
-            return Access::Read;
-        }
-        let write = |command: String, denied: bool| Access::Write {
+    fn classify(&self, tool: &str, origin: Origin, arguments: &Value) -> Access {
+        let write = |command: String, denied: bool, paths: Vec<Vec<String>>| Access::Write {
             command,
             denied,
-            understood: true,
+            paths,
         };
-        match tool {
-            "git" => {
-                let args: Vec<&str> = arguments["args"]
-                    .as_array()
-                    .map(|a| a.iter().filter_map(Value::as_str).collect())
-                    .unwrap_or_default();
-                let command = format!("git {}", args.join(" "));
-                // The first word that is not an option is the subcommand; `--output` makes
-                // `diff`, `log` and `show` write a file.
-                let writes_file = args
-                    .iter()
-                    .any(|a| *a == "--output" || a.starts_with("--output="));
-                match args.iter().find(|a| !a.starts_with('-')) {
-                    Some(sub) if GIT_READS.contains(sub) && !writes_file => Access::Read,
-                    _ => write(command, false),
-                }
+        if origin == Origin::Executor {
+            if NATIVE_READS.contains(&tool)
+                || ORCHESTRATION.contains(&tool)
+                || tool.starts_with(crate::tools::orchestration::AGENT_TOOL_PREFIX)
+            {
+                return Access::Read;
             }
-            "github" => {
-                let method = arguments["method"].as_str().unwrap_or("GET").to_uppercase();
-                let path = arguments["path"].as_str().unwrap_or_default();
-                if method == "GET" {
-                    Access::Read
-                } else {
-                    write(format!("github {method} {path}"), method == "DELETE")
-                }
-            }
-            "file_write" | "python" | "powershell" => write(tool.to_owned(), false),
-            _ => match self.command_of(arguments) {
-                // An MCP tool with a command line: each command's path decides.
-                Some(line) => {
-                    let commands = commands(&line);
-                    let denied = commands
+            return match tool {
+                "git" => {
+                    let args: Vec<&str> = arguments["args"]
+                        .as_array()
+                        .map(|a| a.iter().filter_map(Value::as_str).collect())
+                        .unwrap_or_default();
+                    let command = format!("git {}", args.join(" "));
+                    // `--output` makes `diff`, `log` and `show` write a file.
+                    let writes_file = args
                         .iter()
-                        .flat_map(|c| c.path.iter().chain(&c.strays).chain(&c.values))
-                        .any(|w| words(w).iter().any(|w| self.deny.contains(w)));
-                    let program = program_of(tool);
-                    let reads = !commands.is_empty()
-                        && commands.iter().all(|c| {
-                            c.strays.is_empty()
-                                && program.is_none_or(|p| c.path.first().is_some_and(|w| w == p))
-                                && c.path.last().is_some_and(|verb| self.read.contains(verb))
-                        });
-                    if !denied && reads {
-                        Access::Read
-                    } else {
-                        Access::Write {
-                            command: format!("{tool} {line}"),
-                            denied,
-                            understood: commands.iter().all(|c| c.strays.is_empty()),
+                        .any(|a| *a == "--output" || a.starts_with("--output="));
+                    match git_subcommand(&args) {
+                        Some(sub) if GIT_READS.contains(&sub) && !writes_file => Access::Read,
+                        Some(sub) => {
+                            let path = vec!["git".to_owned(), sub.to_lowercase()];
+                            write(command, false, vec![path])
                         }
+                        None => write(command, false, Vec::new()),
                     }
                 }
-                // Without one, its name (chosen by the server, not the model).
-                None => {
-                    let verbs = words(tool);
-                    let denied = verbs.iter().any(|w| self.deny.contains(w));
-                    if !denied && verbs.iter().any(|w| self.read.contains(w)) {
+                "github" => {
+                    let method = arguments["method"].as_str().unwrap_or("GET").to_uppercase();
+                    let path = arguments["path"].as_str().unwrap_or_default();
+                    if method == "GET" {
                         Access::Read
                     } else {
-                        write(tool.to_owned(), denied)
+                        let words = vec!["github".to_owned(), method.to_lowercase()];
+                        write(
+                            format!("github {method} {path}"),
+                            method == "DELETE",
+                            vec![words],
+                        )
                     }
                 }
-            },
+                // `file_write`, `python`, `powershell`: they change files or run code.
+                _ => write(tool.to_owned(), false, Vec::new()),
+            };
         }
+        if self.read_tools.contains(tool) {
+            return Access::Read;
+        }
+        let lines = self.command_lines(arguments);
+        if lines.is_empty() {
+            // Without a command line, its name (chosen by the server, not the model).
+            let verbs = words(tool);
+            let denied = verbs.iter().any(|w| self.deny.contains(w));
+            return if !denied && verbs.iter().any(|w| self.read.contains(w)) {
+                Access::Read
+            } else {
+                write(tool.to_owned(), denied, Vec::new())
+            };
+        }
+        // Each command's path decides; every command argument given counts.
+        let line = lines.join(" ; ");
+        let commands = commands(&line);
+        let denied = commands
+            .iter()
+            .flat_map(|c| c.path.iter().chain(&c.strays).chain(&c.values))
+            .any(|w| words(w).iter().any(|w| self.deny.contains(w)));
+        let reads = !commands.is_empty()
+            && commands.iter().all(|c| {
+                c.strays.is_empty()
+                    && c.path.first().is_some_and(|p| self.programs.contains(p))
+                    && c.path.last().is_some_and(|verb| self.read.contains(verb))
+            });
+        if !denied && reads {
+            return Access::Read;
+        }
+        let understood = commands.iter().all(|c| c.strays.is_empty());
+        let paths = if understood {
+            commands.iter().map(|c| words(&c.path.join(" "))).collect()
+        } else {
+            Vec::new()
+        };
+        write(format!("{tool} {line}"), denied, paths)
     }
 
     /// Whether the operator allowlisted this write: its tool by name, or every command in it by
-    /// its command path (an entry's words in a row in the path: `spo list add` allows
-    /// `m365 spo list add --title x`, never a command that only mentions them in an option).
-    /// A command that is not `understood` (see [`Access::Write`]) is allowlisted only by its
-    /// tool's name.
-    fn allowlisted(&self, tool: &str, command: &str, understood: bool) -> bool {
-        let tool = words(tool);
-        if !understood {
-            return self.allow.contains(&tool);
-        }
-        let paths: Vec<Vec<String>> = commands(command)
-            .iter()
-            .map(|c| words(&c.path.join(" ")))
-            .collect();
+    /// its command path (an entry's words in a row at the start of the path, or right after its
+    /// program: `spo list add` allows `m365 spo list add --title x`, `git push` the `git`
+    /// tool's `push`; never a command that only mentions them further on or in an option).
+    fn allowlisted(&self, tool: &str, paths: &[Vec<String>]) -> bool {
         let listed = |path: &[String]| {
-            self.allow
-                .iter()
-                .any(|entry| path.windows(entry.len()).any(|w| w == entry.as_slice()))
+            let after_program = path
+                .first()
+                .is_some_and(|p| self.programs.contains(p) || p == "git" || p == "github");
+            self.allow.iter().any(|entry| {
+                path.starts_with(entry) || (after_program && path[1..].starts_with(entry))
+            })
         };
-        self.allow.contains(&tool) || (!paths.is_empty() && paths.iter().all(|p| listed(p)))
+        self.allow.contains(&words(tool)) || (!paths.is_empty() && paths.iter().all(|p| listed(p)))
     }
 
     /// Checks one call in `mode` (`None`: a run without a mode; its allowlist is the policy).
@@ -427,15 +477,15 @@ impl Policy {
         let Some(mode) = mode else {
             return Decision::Allow;
         };
-        let (command, denied, understood) = match self.classify(call.tool, call.arguments) {
+        let (command, denied, paths) = match self.classify(call.tool, call.origin, call.arguments) {
             Access::Read => return Decision::Allow,
             Access::Write {
                 command,
                 denied,
-                understood,
-            } => (command, denied, understood),
+                paths,
+            } => (command, denied, paths),
         };
-        let listed = self.allowlisted(call.tool, &command, understood);
+        let listed = self.allowlisted(call.tool, &paths);
         match mode {
             Mode::ReadOnly => Decision::Block {
                 reason: if denied {
@@ -478,13 +528,40 @@ mod tests {
 
     use super::*;
 
+    /// The executor's own tools by these names; any other name is an MCP server's.
+    const OWN: [&str; 9] = [
+        "file_read",
+        "file_write",
+        "python",
+        "git",
+        "github",
+        "ask_user",
+        "web_fetch",
+        "agent_reviewer",
+        "update_todolist",
+    ];
+
+    fn origin(tool: &str) -> Origin {
+        if OWN.contains(&tool) {
+            Origin::Executor
+        } else {
+            Origin::Mcp
+        }
+    }
+
     fn check(policy: &Policy, mode: Mode, tool: &str, args: Value) -> Decision {
         let call = Call {
             agent_id: "a",
             tool,
+            origin: origin(tool),
             arguments: &args,
         };
         policy.check(Some(mode), call, &HashSet::new())
+    }
+
+    /// An MCP tool's call with `line` as its command.
+    fn line(policy: &Policy, mode: Mode, tool: &str, line: &str) -> Decision {
+        check(policy, mode, tool, json!({ "command": line }))
     }
 
     fn allowed(d: &Decision) -> bool {
@@ -498,7 +575,7 @@ mod tests {
             ("file_read", json!({"path": "x"})),
             ("git", json!({"args": ["--no-pager", "log", "-3"]})),
             ("github", json!({"method": "GET", "path": "/repos/a/b"})),
-            ("m365", json!({"command": "spo site list"})),
+            ("m365", json!({"command": "m365 spo site list"})),
             ("get_current_time", json!({})),
             ("agent_reviewer", json!({"task": "t"})),
             ("m365_search_commands", json!({"query": "site"})),
@@ -522,11 +599,11 @@ mod tests {
             );
         }
         // A read verb does not launder a deny verb.
-        assert!(!allowed(&check(
+        assert!(!allowed(&line(
             &p,
             Mode::ReadOnly,
             "m365",
-            json!({"command": "spo list get; spo site remove"})
+            "spo list get; spo site remove"
         )));
         for (tool, args) in [
             ("file_write", json!({"path": "x", "content": ""})),
@@ -545,14 +622,7 @@ mod tests {
     #[test]
     fn a_command_is_judged_by_its_verb_never_by_its_option_values() {
         let p = Policy::default();
-        let run = |command: &str| {
-            check(
-                &p,
-                Mode::ReadOnly,
-                "m365_run_command",
-                json!({ "command": command }),
-            )
-        };
+        let run = |command: &str| line(&p, Mode::ReadOnly, "m365_run_command", command);
         // Reads whose option values hold deny words.
         for command in [
             "m365 spo site get --url https://contoso.sharepoint.com/sites/add-ins",
@@ -619,10 +689,14 @@ mod tests {
         ] {
             assert!(allowed(&run("m365_run_command", command)), "{command}");
         }
-        // git: `--output` writes a file, whatever the subcommand.
+        // git: `--output` writes a file, whatever the subcommand; global options and their
+        // values are not the subcommand (audit F5: `-C log commit` commits).
         for args in [
             json!(["diff", "--output=notes.txt"]),
             json!(["log", "--output", "notes.txt"]),
+            json!(["-C", "log", "commit", "--allow-empty", "-m", "x"]),
+            json!(["-Clog", "commit"]),
+            json!(["--no-pager", "-C", "status", "push"]),
         ] {
             assert!(
                 !allowed(&check(&p, Mode::ReadOnly, "git", json!({ "args": args }))),
@@ -635,6 +709,12 @@ mod tests {
             "git",
             json!({"args": ["diff", "--stat"]})
         )));
+        assert!(allowed(&check(
+            &p,
+            Mode::ReadOnly,
+            "git",
+            json!({"args": ["-C", "sub", "log", "-3"]})
+        )));
     }
 
     #[test]
@@ -643,7 +723,7 @@ mod tests {
             (k == "AGENT_WRITE_ALLOWLIST").then(|| "spo list add, git push".to_owned())
         });
         let p = Policy::new(&config);
-        let run = |command: &str| check(&p, Mode::Default, "m365", json!({ "command": command }));
+        let run = |command: &str| line(&p, Mode::Default, "m365", command);
         assert!(allowed(&run("m365 spo list add --title Tasks")));
         assert!(allowed(&run(
             "spo list add --title a && spo list add --title b"
@@ -667,6 +747,24 @@ mod tests {
             "git",
             json!({"args": ["commit", "-m", "git push"]})
         )));
+        assert!(allowed(&check(
+            &p,
+            Mode::Default,
+            "git",
+            json!({"args": ["-C", "sub", "push", "origin"]})
+        )));
+        // Only at the start of a path or right after its program: another program's command
+        // that holds the words further on is not allowed (audit F6).
+        for command in [
+            "touch pwned spo list add",
+            "touch pwned git push",
+            "rm spo list add",
+        ] {
+            let d = line(&p, Mode::Default, "exec_command", command);
+            assert!(!allowed(&d), "{command}");
+        }
+        let d = line(&p, Mode::Default, "exec_command", "git push origin");
+        assert!(allowed(&d));
     }
 
     #[test]
@@ -683,11 +781,11 @@ mod tests {
             "file_write",
             json!({"path": "a"})
         )));
-        assert!(!allowed(&check(
+        assert!(!allowed(&line(
             &p,
             Mode::Default,
             "m365",
-            json!({"command": "spo list remove"})
+            "spo list remove"
         )));
         assert!(!allowed(&check(
             &p,
@@ -713,6 +811,7 @@ mod tests {
         let call = Call {
             agent_id: "a",
             tool: "m365",
+            origin: Origin::Mcp,
             arguments: &args,
         };
         let confirmed: HashSet<String> = [id].into();
@@ -724,6 +823,7 @@ mod tests {
         let call = Call {
             agent_id: "a",
             tool: "m365",
+            origin: Origin::Mcp,
             arguments: &other,
         };
         assert!(matches!(
@@ -744,6 +844,7 @@ mod tests {
         let call = Call {
             agent_id: "a",
             tool: "python",
+            origin: Origin::Executor,
             arguments: &args,
         };
         assert_eq!(
@@ -754,5 +855,65 @@ mod tests {
             confirmation_id("t", &json!({"b": 1, "a": 2})),
             confirmation_id("t", &json!({"a": 2, "b": 1}))
         );
+    }
+
+    #[test]
+    fn read_only_trusts_only_known_programs_and_the_executors_own_tools_by_name() {
+        let p = Policy::default();
+        // Every command argument counts, not the first one present (F2).
+        let decoy = json!({"command": "m365 status", "cmd": "touch pwned"});
+        assert!(!allowed(&check(&p, Mode::ReadOnly, "run_shell", decoy)));
+        // An MCP tool is not trusted for a native or orchestration name (F3).
+        for tool in [
+            "agent_wipe",
+            "file_read",
+            "web_fetch",
+            "ask_user",
+            "update_todolist",
+        ] {
+            let call = Call {
+                agent_id: "a",
+                tool,
+                origin: Origin::Mcp,
+                arguments: &json!({"target": "everything"}),
+            };
+            assert!(
+                !allowed(&p.check(Some(Mode::ReadOnly), call, &HashSet::new())),
+                "{tool}"
+            );
+        }
+        for (tool, command) in [
+            // A shell tool's command whose last word is a read verb is no read (audit F1).
+            ("exec_command", "touch pwned list"),
+            ("exec_command", "mv important export"),
+            ("exec_command", "bash deploy status"),
+            ("exec_command", "git push origin show"),
+            // Quotes and escapes reach the program as plain words (F4).
+            (
+                "m365_run_command",
+                "m365 spo list --output json 'item' 'remove' --id 1",
+            ),
+            (
+                "m365_run_command",
+                "m365 spo list --output json \\item \\remove --id 1 --force",
+            ),
+            (
+                "m365_run_command",
+                "m365 spo list --output json \"item\" remove",
+            ),
+            (
+                "m365_run_command",
+                "m365 spo list --output json 'item remove'",
+            ),
+        ] {
+            let d = line(&p, Mode::ReadOnly, tool, command);
+            assert!(!allowed(&d), "{command}");
+        }
+        // An operator may name more programs.
+        let p = Policy::new(&PolicyConfig::from_lookup(|k| {
+            (k == "AGENT_COMMAND_PROGRAMS").then(|| "m365,o365".to_owned())
+        }));
+        let d = line(&p, Mode::ReadOnly, "run", "o365 spo site list");
+        assert!(allowed(&d));
     }
 }

@@ -188,14 +188,28 @@ fn tool_failure(tool: &str, message: &str) -> String {
         .strip_prefix(tool)
         .and_then(|rest| rest.strip_prefix(" failed: ").or(rest.strip_prefix(": ")))
         .unwrap_or(message);
-    let mut line = format!("⚠️ {tool} failed: {}", short(reason, 300));
-    for id in id_words(message).iter().filter(|w| is_confirmation_id(w)) {
-        if !line.contains(id.as_str()) {
-            line.push_str(&format!(" (confirmation id {id})"));
-        }
-    }
-    line
+    let ids: Vec<String> = id_words(message)
+        .into_iter()
+        .filter(|w| is_confirmation_id(w))
+        .collect();
+    let suffix = |reason: &str| -> String {
+        ids.iter()
+            .filter(|id| !reason.contains(id.as_str()))
+            .map(|id| format!(" (confirmation id {id})"))
+            .collect()
+    };
+    // The whole line within the limit, the ids a confirmation needs kept whole.
+    let prefix = format!("⚠️ {tool} failed: ");
+    let room = MAX_TOOL_ERROR
+        .saturating_sub(prefix.chars().count() + suffix("").chars().count())
+        .saturating_sub(1);
+    let reason = short(reason, room);
+    let ids = suffix(&reason);
+    format!("{prefix}{reason}{ids}")
 }
+
+/// Most characters of a `tool_error` text.
+const MAX_TOOL_ERROR: usize = 300;
 
 /// The seed's dialect: only the top agent's tokens and tool events, as the UI expects them.
 #[derive(Debug, Default)]
@@ -240,6 +254,32 @@ pub(crate) fn short(text: &str, max: usize) -> String {
     }
 }
 
+/// What a tool call runs, for its `tool_start` text: every command-like argument it has (a
+/// tool runs whichever it reads, so none is left out), `git`'s `args`, the first line of
+/// `python`'s or `powershell`'s `code`.
+fn running_detail(args: &Value) -> String {
+    let mut pieces: Vec<String> = [
+        "command",
+        "cmd",
+        "commandLine",
+        "command_line",
+        "args",
+        "query",
+        "url",
+        "path",
+    ]
+    .iter()
+    .filter_map(|k| taskforce_proto::json::command_text(&args[*k]))
+    .filter(|t| !t.trim().is_empty())
+    .collect();
+    if let Some(code) = args["code"].as_str()
+        && let Some(first) = code.lines().map(str::trim).find(|l| !l.is_empty())
+    {
+        pieces.push(first.to_owned());
+    }
+    pieces.join(" · ")
+}
+
 fn text_frame(text: &str) -> Event {
     // axum starts a new `data:` line after each CR and each LF, so a CRLF would reach the client
     // as two line breaks; SSE cannot carry a CR anyway, so a line end is sent as one LF.
@@ -263,13 +303,10 @@ impl Dialect for Chat {
             }
             Some(Ev::ToolStart(t)) => {
                 let args: Value = serde_json::from_str(&t.arguments_json).unwrap_or(Value::Null);
-                let what = ["command", "cmd", "query", "url", "path"]
-                    .iter()
-                    .find_map(|k| args[*k].as_str())
-                    .map_or_else(
-                        || t.tool.clone(),
-                        |c| format!("{} {}", t.tool, short(c, 120)),
-                    );
+                let what = match running_detail(&args) {
+                    detail if detail.is_empty() => t.tool.clone(),
+                    detail => format!("{} {}", t.tool, short(&detail, 120)),
+                };
                 vec![tool_frame(
                     &format!("🔧 running: {what}"),
                     "tool_start",
@@ -679,6 +716,9 @@ mod tests {
             shown.ends_with("… (confirmation id c-0123456789ab)"),
             "{shown}"
         );
+        assert!(shown.chars().count() <= MAX_TOOL_ERROR, "{shown}");
+        let long = tool_failure("file_read", &"x".repeat(1000));
+        assert_eq!(long.chars().count(), MAX_TOOL_ERROR, "{long}");
         assert_eq!(
             tool_failure("git", "short c-0123456789ab"),
             "⚠️ git failed: short c-0123456789ab"
@@ -700,6 +740,24 @@ mod tests {
             "⚠️ git failed: gitlab failed: no",
             "only the tool's own name is taken off"
         );
+    }
+
+    #[test]
+    fn the_running_text_shows_every_command_a_call_carries() {
+        // A tool runs whichever command argument it reads: none is left out.
+        assert_eq!(
+            running_detail(&serde_json::json!({"command": "m365 status", "cmd": "touch x"})),
+            "m365 status · touch x"
+        );
+        assert_eq!(
+            running_detail(&serde_json::json!({"args": ["log", "-3"]})),
+            "log -3"
+        );
+        assert_eq!(
+            running_detail(&serde_json::json!({"code": "\nimport os\nos.remove('x')"})),
+            "import os"
+        );
+        assert_eq!(running_detail(&serde_json::json!({"n": 1})), "");
     }
 
     #[test]

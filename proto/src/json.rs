@@ -1,7 +1,24 @@
-//! Conversions between `google.protobuf.Struct`/`Value` and `serde_json::Value`.
+//! Conversions between `google.protobuf.Struct`/`Value` and `serde_json::Value`, and reading a
+//! tool argument as a command line.
 
 use prost_types::{ListValue, Struct, Value as PbValue, value::Kind};
 use serde_json::{Map, Number, Value};
+
+/// A tool argument as the command line it holds: a string as it is, a list of strings joined
+/// with spaces (`["git", "log"]`); `None` for anything else.
+pub fn command_text(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(parts) => Some(
+            parts
+                .iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(" "),
+        ),
+        _ => None,
+    }
+}
 
 /// A JSON object as a protobuf `Struct`; other JSON values are wrapped as `{"value": ...}`.
 pub fn to_struct(v: &Value) -> Struct {

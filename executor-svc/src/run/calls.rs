@@ -323,6 +323,7 @@ async fn call_tool(
     let call_ref = policy::Call {
         agent_id: &ctx.agent.agent_id,
         tool: &call.name,
+        origin: tool.origin(),
         arguments: &call.arguments,
     };
     let strict = tool.strict_read_only();

@@ -392,6 +392,10 @@ impl Tool for McpTool {
         &self.definition
     }
 
+    fn origin(&self) -> crate::policy::Origin {
+        crate::policy::Origin::Mcp
+    }
+
     fn strict_read_only(&self) -> Option<&str> {
         self.server
             .global

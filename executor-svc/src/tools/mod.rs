@@ -251,6 +251,11 @@ pub trait Tool: Send + Sync + std::fmt::Debug {
         false
     }
 
+    /// Where the tool comes from: the policy trusts only the executor's own tools by name.
+    fn origin(&self) -> crate::policy::Origin {
+        crate::policy::Origin::Executor
+    }
+
     /// The global MCP server this tool belongs to when that server is strictly read-only
     /// (`MCP_M365_STRICT_READONLY`): its calls are checked as in `readOnly`, whatever the mode.
     fn strict_read_only(&self) -> Option<&str> {

@@ -138,6 +138,8 @@ async fn a_global_server_is_inventoried_checked_policed_per_mode_and_reconnected
         .with_executor()
         .global_mcp(global)
         .executor_env("AGENT_WRITE_ALLOWLIST", "ops widget add")
+        // `ops` names its verbs last, as `m365` does: its command lines can be reads.
+        .executor_env("AGENT_COMMAND_PROGRAMS", "m365,ops")
         .llm_script(ops_script())
         .spawn()
         .await

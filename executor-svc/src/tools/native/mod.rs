@@ -52,6 +52,7 @@ pub use ask_user::AskUser;
 pub use fetch::WebFetch;
 pub use files::{FileRead, FileWrite};
 pub use git::Git;
+pub(crate) use git::subcommand_at as git_subcommand_at;
 pub use github::GitHub;
 pub use guard::NetGuard;
 pub use html::html_to_text;

@@ -133,6 +133,7 @@ fn policy_decision() -> (String, String) {
     let call = Call {
         agent_id: "chat",
         tool: "m365_run_command",
+        origin: executor_svc::policy::Origin::Mcp,
         arguments: &args,
     };
     let n = 200_000u32;

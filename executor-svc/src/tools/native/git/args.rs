@@ -45,8 +45,55 @@ fn refuse(arg: &str, reason: impl Into<String>) -> Refusal {
 /// working directory). Reads the file system to resolve symlinks: call off the async threads.
 pub(crate) fn check(args: &[String], root: &Path) -> Result<(), Refusal> {
     let mut base = root.to_path_buf();
+    let globals = globals(args)?;
+    for (option, dir) in globals.dirs {
+        base = inside(root, &base, dir)
+            .ok_or_else(|| refuse(option, format!("`{dir}` is outside the workspace")))?;
+    }
+    let i = globals.subcommand;
+    let Some(name) = args.get(i) else {
+        return if args.iter().any(|a| a == "--version") {
+            Ok(())
+        } else {
+            Err(refuse("", "give a git subcommand such as `status`"))
+        };
+    };
+    let Some(sub) = SUBCOMMANDS.iter().find(|s| s.name == name) else {
+        let names: Vec<&str> = SUBCOMMANDS.iter().map(|s| s.name).collect();
+        return Err(refuse(
+            name,
+            format!(
+                "not an allowed git subcommand (allowed: {})",
+                names.join(" ")
+            ),
+        ));
+    };
+    let rest = &args[i + 1..];
+    let positionals = check_options(sub, rest, root, &base)?;
+    if sub.name == "config" {
+        check_config_reads(rest, &positionals)?;
+    }
+    check_positionals(sub, &positionals, root, &base)
+}
+
+/// Where the subcommand is in `args`, past the global options and their values; `None` when
+/// the git tool would refuse the global options.
+pub(crate) fn subcommand_at(args: &[String]) -> Option<usize> {
+    globals(args).ok().map(|g| g.subcommand)
+}
+
+/// The global options before git's subcommand.
+struct Globals<'a> {
+    /// Each directory option (`-C`) with its directory, in order.
+    dirs: Vec<(&'a str, &'a str)>,
+    /// Where the subcommand is (past the end when there is none).
+    subcommand: usize,
+}
+
+/// Reads the global options: a refusal for one the git tool does not allow.
+fn globals(args: &[String]) -> Result<Globals<'_>, Refusal> {
+    let mut dirs = Vec::new();
     let mut i = 0;
-    // Global options.
     while let Some(a) = args.get(i).filter(|a| a.starts_with('-')) {
         let (name, attached) = split_global(a);
         let Some(takes) = lookup(&[GLOBAL], name) else {
@@ -73,33 +120,13 @@ pub(crate) fn check(args: &[String], root: &Path) -> Result<(), Refusal> {
                     v.as_str()
                 }
             };
-            base = inside(root, &base, value)
-                .ok_or_else(|| refuse(a, format!("`{value}` is outside the workspace")))?;
+            dirs.push((a.as_str(), value));
         }
     }
-    let Some(name) = args.get(i) else {
-        return if args.iter().any(|a| a == "--version") {
-            Ok(())
-        } else {
-            Err(refuse("", "give a git subcommand such as `status`"))
-        };
-    };
-    let Some(sub) = SUBCOMMANDS.iter().find(|s| s.name == name) else {
-        let names: Vec<&str> = SUBCOMMANDS.iter().map(|s| s.name).collect();
-        return Err(refuse(
-            name,
-            format!(
-                "not an allowed git subcommand (allowed: {})",
-                names.join(" ")
-            ),
-        ));
-    };
-    let rest = &args[i + 1..];
-    let positionals = check_options(sub, rest, root, &base)?;
-    if sub.name == "config" {
-        check_config_reads(rest, &positionals)?;
-    }
-    check_positionals(sub, &positionals, root, &base)
+    Ok(Globals {
+        dirs,
+        subcommand: i,
+    })
 }
 
 /// A global option as (name, attached value): `--name=value`, `-Cdir`, `-cname=value`.

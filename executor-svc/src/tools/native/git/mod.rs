@@ -10,6 +10,8 @@
 mod allowlist;
 mod args;
 
+pub(crate) use args::subcommand_at;
+
 use std::{
     ffi::OsString,
     path::{Path, PathBuf},

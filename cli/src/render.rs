@@ -299,7 +299,7 @@ pub fn session(out: &mut impl Write, s: &Value) -> std::io::Result<()> {
             )?;
         }
     }
-    if let Some(answer) = s["final_answer"].as_str() {
+    if let Some(answer) = s["final_answer"].as_str().map(printable) {
         writeln!(out, "final answer:")?;
         for line in answer.lines() {
             writeln!(out, "  {line}")?;
@@ -307,7 +307,7 @@ pub fn session(out: &mut impl Write, s: &Value) -> std::io::Result<()> {
     }
     let tasks = s["plan"]["tasks"].as_array().map_or(0, Vec::len);
     if tasks > 0
-        && let Some(markdown) = s["plan"]["markdown"].as_str()
+        && let Some(markdown) = s["plan"]["markdown"].as_str().map(printable)
     {
         writeln!(out, "plan:")?;
         for line in markdown.lines() {
@@ -380,6 +380,21 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("last task"), "{text}");
+    }
+
+    #[test]
+    fn a_sessions_answer_and_plan_reach_the_terminal_without_control_characters() {
+        let s = json!({"session_id": "s", "agent_id": "a", "status": "completed",
+            "final_answer": "done\u{1b}[2J\nnext", "messages": 3, "events": 5,
+            "plan": {"version": 2, "tasks": [{"id": "t1"}],
+                "markdown": "- [x] t1 \u{1b}]0;owned\u{7}"}});
+        let text = render(|b| session(b, &s));
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{7}'),
+            "{text:?}"
+        );
+        assert!(text.contains("  done\\u{1b}[2J\n  next\n"), "{text}");
+        assert!(text.contains("\\u{1b}]0;owned\\u{7}"), "{text}");
     }
 
     #[test]

@@ -219,9 +219,20 @@ pub struct Chat {
     spoke: bool,
     /// The stream said why the run stops (an error, the executor stopping).
     explained: bool,
+    /// The plain LLM's stream (`/ai/stream`, a fallback): no tool events, even for a call the
+    /// model made to a tool it was not offered.
+    plain: bool,
 }
 
 impl Chat {
+    /// The dialect of a plain LLM's stream.
+    fn plain() -> Self {
+        Self {
+            plain: true,
+            ..Self::default()
+        }
+    }
+
     /// `text` as its own paragraph of the answer.
     fn paragraph(&mut self, text: &str) -> Event {
         let framed = if self.spoke {
@@ -294,6 +305,14 @@ impl Dialect for Chat {
     fn frames(&mut self, ev: &v1::RunEvent) -> Vec<Event> {
         // Sub-agents' events stay out of a chat: their work reaches it through the top agent.
         if !ev.frame_id.is_empty() {
+            return Vec::new();
+        }
+        if self.plain
+            && matches!(
+                ev.event,
+                Some(Ev::ToolStart(_) | Ev::ToolEnd(_) | Ev::ToolError(_))
+            )
+        {
             return Vec::new();
         }
         match &ev.event {
@@ -536,9 +555,7 @@ async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
         other => other,
     };
     let response = match started {
-        Ok(events) if plain => {
-            respond(events.into_inner(), Chat::default(), state.shutdown.clone())
-        }
+        Ok(events) if plain => respond(events.into_inner(), Chat::plain(), state.shutdown.clone()),
         Ok(events) => match opening(events.into_inner(), &thread, &state.shutdown).await {
             Opening::Answering(first, rest, chat) => {
                 let rest = frames(*rest, chat, state.shutdown.clone());
@@ -550,7 +567,7 @@ async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
                 warn!(thread_id = %thread, reason = %reason, "the chat agent failed before answering; falling back to the plain LLM");
                 match executor.execute(request(&thread, true)).await {
                     Ok(events) => {
-                        respond(events.into_inner(), Chat::default(), state.shutdown.clone())
+                        respond(events.into_inner(), Chat::plain(), state.shutdown.clone())
                     }
                     Err(status) => failure(&owner.error(status).0.message),
                 }
@@ -568,6 +585,7 @@ async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
     responses(
         (status = 200, description = "`text/event-stream` in the chat UI's framing: tokens as `data: <text>`, tool events as `data: {\"text\",\"event\",\"tool\"}`, failures as a `data: ⚠️ …` text, then `event: end` + `data: [DONE]`; header `x-thread-id`", content_type = "text/event-stream", body = crate::sse::SseEvent),
         (status = 400, description = "The body is not a JSON object, or not `application/json`", body = crate::error::ErrorBody),
+        (status = 413, description = "`payload_too_large`: the body is larger than `--max-body-bytes`", body = crate::error::ErrorBody),
         (status = 429, description = "`resource_exhausted`: the API key has its most runs open (`--max-runs-per-key`); header `retry-after`", body = crate::error::ErrorBody)))]
 #[instrument(level = "debug", skip_all)]
 pub async fn agent_stream(
@@ -582,6 +600,7 @@ pub async fn agent_stream(
     responses(
         (status = 200, description = "`text/event-stream` like `/ai/agent/stream`, without tool events", content_type = "text/event-stream", body = crate::sse::SseEvent),
         (status = 400, description = "The body is not a JSON object, or not `application/json`", body = crate::error::ErrorBody),
+        (status = 413, description = "`payload_too_large`: the body is larger than `--max-body-bytes`", body = crate::error::ErrorBody),
         (status = 429, description = "`resource_exhausted`: the API key has its most runs open (`--max-runs-per-key`); header `retry-after`", body = crate::error::ErrorBody)))]
 #[instrument(level = "debug", skip_all)]
 pub async fn plain_stream(
@@ -620,7 +639,11 @@ mod tests {
 
     /// The wire bytes of `events` through the chat dialect.
     async fn wire(events: Vec<Ev>) -> String {
-        let mut chat = Chat::default();
+        wire_of(Chat::default(), events).await
+    }
+
+    /// The wire bytes of `events` through `chat`.
+    async fn wire_of(mut chat: Chat, events: Vec<Ev>) -> String {
         let frames: Vec<Event> = events
             .into_iter()
             .flat_map(|event| {
@@ -642,6 +665,31 @@ mod tests {
             status: status.into(),
             usage: None,
         })
+    }
+
+    #[tokio::test]
+    async fn the_plain_stream_shows_no_tool_events_even_for_a_call_the_model_made_anyway() {
+        let start = Ev::ToolStart(v1::ToolStart {
+            tool: "file_read".into(),
+            call_id: "c".into(),
+            arguments_json: "{}".into(),
+        });
+        let failed = Ev::ToolEnd(v1::ToolEnd {
+            tool: "file_read".into(),
+            call_id: "c".into(),
+            output: "unknown tool `file_read`; this agent's tools are: none".into(),
+            is_error: true,
+            ..Default::default()
+        });
+        let token = Ev::Token(v1::Token {
+            text: "Hello.".into(),
+        });
+        let events = vec![start, failed, token, done(v1::RunStatus::Completed)];
+        assert_eq!(
+            wire_of(Chat::plain(), events.clone()).await,
+            "data: Hello.\n\nevent: end\ndata: [DONE]\n\n"
+        );
+        assert!(wire(events).await.contains("tool_start"));
     }
 
     #[tokio::test]

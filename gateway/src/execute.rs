@@ -297,6 +297,7 @@ fn execute_request(body: ExecuteBody) -> Result<v1::ExecuteRequest, RestError> {
     responses(
         (status = 200, description = "The run ended (completed, paused on a question, failed or cancelled)", body = ExecuteResultJson),
         (status = 400, description = "Invalid body (e.g. empty mission)", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: the body is larger than `--max-body-bytes`", body = ErrorBody),
         (status = 404, description = "`not_found`: unknown agent or profile", body = ErrorBody),
         (status = 409, description = "`session_conflict`: the session has a live run or waits for an answer", body = ErrorBody),
         (status = 429, description = "`resource_exhausted`: the executor runs its most runs at once (`--max-live-runs`), or the API key has its most runs open (`--max-runs-per-key`); header `retry-after`", body = ErrorBody),
@@ -398,6 +399,7 @@ pub async fn execute(
     responses(
         (status = 200, description = "`text/event-stream`: one event per run event (`event: run_started|token|tool_start|tool_end|tool_error|warning|question|final_answer|error|done|delegation_start|delegation_end|patch_applied|patch_rejected|plan_updated`, `data:` the event as JSON with the envelope `type`, `session_id`, `seq`, `agent_path`, `frame_id`, `time_unix_ms`), ending after the top agent's `done` (`frame_id` empty); a sub-agent's events, its `delegation_start`/`delegation_end` included, carry its `agent_path` and `frame_id`", content_type = "text/event-stream", body = crate::sse::SseEvent),
         (status = 400, description = "Invalid body (e.g. empty mission)", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: the body is larger than `--max-body-bytes`", body = ErrorBody),
         (status = 404, description = "`not_found`: unknown agent or profile", body = ErrorBody),
         (status = 409, description = "`session_conflict`: the session has a live run or waits for an answer", body = ErrorBody),
         (status = 429, description = "`resource_exhausted`: the executor runs its most runs at once (`--max-live-runs`), or the API key has its most runs open (`--max-runs-per-key`); header `retry-after`", body = ErrorBody),
@@ -423,6 +425,7 @@ pub async fn execute_stream(
     responses(
         (status = 200, description = "`text/event-stream` like `/api/v1/execute/stream`", content_type = "text/event-stream", body = crate::sse::SseEvent),
         (status = 400, description = "Invalid body (e.g. neither `answer` nor `answers`)", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: the body is larger than `--max-body-bytes`", body = ErrorBody),
         (status = 404, description = "`not_found`: unknown session", body = ErrorBody),
         (status = 409, description = "`session_conflict`: no question waiting, another question (`call_id`), or a live run", body = ErrorBody),
         (status = 429, description = "`resource_exhausted`: the executor runs its most runs at once, or the API key has its most runs open; header `retry-after`", body = ErrorBody),

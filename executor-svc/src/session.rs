@@ -264,6 +264,12 @@ pub struct Session {
     /// Why the latest run failed or was cancelled (`None` otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<RunError>,
+    /// While a run applies answers to sub-agents' questions: the question they answered,
+    /// until the resumed sub-agents have ended and their results are stored. A run stopped
+    /// before that (the executor's shutdown, a crash) puts the session back on this question
+    /// ([`Session::back_to_question`]): the sub-agents wait on as they were, not lost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answering: Option<Pending>,
 }
 
 /// How a run that did not complete ended: the `error` event's code and message (or why it was
@@ -308,7 +314,28 @@ impl Session {
             seq_reserved: 0,
             orchestration: Orchestration::default(),
             error: None,
+            answering: None,
         }
+    }
+
+    /// Puts a session whose run stopped while it applied answers to sub-agents' questions back
+    /// on that question, as it was stored when the run started (its sub-agents' frames were
+    /// still waiting then). `false` when it was not applying answers.
+    pub fn back_to_question(&mut self, why: &str) -> bool {
+        let Some(question) = self.answering.take() else {
+            return false;
+        };
+        self.status = Status::Paused;
+        self.pending = Some(question);
+        self.error = RunError::new(
+            "INTERRUPTED",
+            format!(
+                "{why} while it applied the answers to this question, so they were not \
+                 applied: answer it again"
+            ),
+        );
+        self.updated_at = now();
+        true
     }
 
     /// The wire form.
@@ -608,13 +635,15 @@ impl SessionStore {
                 continue;
             };
             if session.status == Status::Running {
-                session.status = Status::Failed;
-                session.error = RunError::new(
-                    "INTERRUPTED",
-                    "the executor stopped during the run (a crash or a kill); continue the \
-                     session to go on",
-                );
-                session.updated_at = now();
+                if !session.back_to_question("the executor stopped (a crash or a kill)") {
+                    session.status = Status::Failed;
+                    session.error = RunError::new(
+                        "INTERRUPTED",
+                        "the executor stopped during the run (a crash or a kill); continue the \
+                         session to go on",
+                    );
+                    session.updated_at = now();
+                }
                 // Events after the last save were sent too: continue past all of them.
                 session.next_seq = session
                     .next_seq

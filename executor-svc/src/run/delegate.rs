@@ -345,6 +345,8 @@ async fn run_frame(
         }))
         .await;
     info!(session_id = %ctx.session_id, agent_id = %agent_id, frame_id = %frame.id, resumed, "sub-agent starting");
+    // A resumed frame as it waited: what the executor's shutdown puts back (below).
+    let waiting = resumed.then(|| frame.clone());
     let mut counts = Counts::default();
     let mut timed_out = false;
     let end = {
@@ -375,6 +377,15 @@ async fn run_frame(
         },
         other => other,
     };
+    // The executor stops while answers resumed this frame: it waits on its questions again,
+    // as it was (a restart can resume it), instead of failing its task. The answers are not
+    // applied; the run pauses on them again.
+    if matches!(end, LoopEnd::Cancelled)
+        && runner.shutdown.is_cancelled()
+        && let Some(waiting) = waiting
+    {
+        return Ok(paused(&ctx, call_id, waiting).await);
+    }
     match end {
         LoopEnd::Completed(text) => Ok(completed(&ctx, call_id, &frame, &text).await),
         LoopEnd::Paused(pending) => {

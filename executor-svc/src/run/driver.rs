@@ -53,6 +53,8 @@ impl Conversation for Session {
     fn checkpoint<'a>(&'a mut self, ctx: &'a RunCtx) -> BoxFuture<'a, ()> {
         Box::pin(async move {
             self.orchestration = ctx.orchestra.snapshot();
+            // The answers' results are in the conversation now.
+            self.answering = None;
             if let Err(e) = ctx.runner.store.save(self, false).await {
                 warn!(session_id = %self.id, error = %e, "cannot store the session");
             }
@@ -199,13 +201,38 @@ impl Run {
     /// Stores the outcome, frees the session, then sends the closing events.
     async fn finish(mut self, end: LoopEnd, counts: Counts, started: Instant) {
         let runner = Arc::clone(&self.runner);
+        // A shutdown stopped the run before the sub-agents that answers resumed could pause
+        // again (see `run_frame`): the session goes back to that question as it was stored when
+        // this run started (no checkpoint has replaced it while `answering` is set).
+        let mut end = end;
+        if matches!(end, LoopEnd::Cancelled)
+            && runner.shutdown.is_cancelled()
+            && self.session.answering.is_some()
+        {
+            match runner.store.get(&self.session.id) {
+                Ok(Some(stored)) if stored.answering.is_some() => {
+                    let ran = std::mem::replace(&mut self.session, stored);
+                    // Confirmations this run used stay used: their calls ran.
+                    self.session.confirmations_issued = ran.confirmations_issued;
+                    self.session.confirmations_used = ran.confirmations_used;
+                    if let Some(pending) = self.session.answering.take() {
+                        end = LoopEnd::Paused(pending);
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    warn!(session_id = %self.session.id, error = %e, "cannot read the session back to restore its question");
+                }
+            }
+        }
+        self.session.answering = None;
         // `launch` cleared the last run's `error`: only a failure or a cancel sets it here.
         let session = &mut self.session;
         let (status, closing) = match end {
             LoopEnd::Completed(text) => {
                 session.final_answer.clone_from(&text);
                 let event = Event::FinalAnswer(v1::FinalAnswer { text });
-                (Status::Completed, Some(event))
+                (Status::Completed, vec![event])
             }
             LoopEnd::Paused(pending) => {
                 let event = Event::Question(v1::Question {
@@ -214,7 +241,18 @@ impl Run {
                     items: question_items(&pending),
                 });
                 session.pending = Some(pending);
-                (Status::Paused, Some(event))
+                // Stopped by the shutdown: the sub-agents it resumed wait on their questions
+                // again (see `run_frame`).
+                if self.cancel.is_cancelled() && runner.shutdown.is_cancelled() {
+                    let why = "the executor is shutting down: the sub-agents stopped and wait on \
+                               their questions again, the answers not applied (answer once the \
+                               executor is back)";
+                    session.error = RunError::new("EXECUTOR_STOPPING", why);
+                    let warning = events::warning("EXECUTOR_STOPPING", why.to_owned());
+                    (Status::Paused, vec![warning, event])
+                } else {
+                    (Status::Paused, vec![event])
+                }
             }
             LoopEnd::Failed { code, message } => {
                 agent_loop::close_open_calls(&mut session.messages, "the run failed");
@@ -229,7 +267,7 @@ impl Run {
                     code: code.to_owned(),
                     message,
                 });
-                (Status::Failed, Some(event))
+                (Status::Failed, vec![event])
             }
             LoopEnd::Cancelled => {
                 agent_loop::close_open_calls(&mut session.messages, "the run was cancelled");
@@ -250,12 +288,13 @@ impl Run {
                 };
                 let stopping =
                     stopping.map(|why| events::warning("EXECUTOR_STOPPING", why.to_owned()));
-                (Status::Cancelled, stopping)
+                (Status::Cancelled, stopping.into_iter().collect())
             }
         };
         session.status = status;
-        // Every event still to come: the closing one (if any) and `Done`.
-        session.next_seq = self.sink.next_seq().await + 1 + u64::from(closing.is_some());
+        // Every event still to come: the closing ones and `Done`.
+        session.next_seq =
+            self.sink.next_seq().await + 1 + u64::try_from(closing.len()).unwrap_or(u64::MAX);
         session.seq_reserved = 0;
         // On disk before the client hears how the run ended (`done`, the ExecuteResult): a
         // crash right after must not turn a completed run into a failed one. Concurrent runs
@@ -276,14 +315,14 @@ impl Run {
                     code: "STORE_FAILED".to_owned(),
                     message,
                 });
-                (Status::Failed, Some(event))
+                (Status::Failed, vec![event])
             }
         };
         crate::metrics::run_ended(status.as_str());
         if let Ok(mut live) = runner.live.lock() {
             live.remove(&session.id);
         }
-        if let Some(event) = closing {
+        for event in closing {
             self.sink.emit(event).await;
         }
         let usage = v1::Usage {

@@ -216,7 +216,9 @@ impl Runner {
             let split = answers::split(&pending, &answers)
                 .map_err(|e| ExecutorError::invalid("answers", e))?;
             info!(session_id = %session.id, agent_id = %agent.agent_id, resumes = split.calls.len(), "run resuming with answers for sub-agents");
-            session.pending = None;
+            // Kept (and stored with the running session) until the resumed sub-agents' results
+            // are: a run stopped before then goes back to this question.
+            session.answering = session.pending.take();
             let with = Continuation {
                 resume: Some(split),
                 confirmations,

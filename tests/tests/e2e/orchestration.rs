@@ -1125,3 +1125,109 @@ async fn one_sub_agent_asked_twice_in_a_round_gets_two_keys_and_two_answers() {
         "the resume calls are audited"
     );
 }
+
+const SLOW_ASKING_LEAF: &str = r#"
+turns:
+  - tool_calls:
+      - name: ask_user
+        arguments: {question: Which port?, key: port}
+  - delay_ms: 4000
+    text: '{"result": {"port": "{{last_message}}"}}'
+"#;
+
+/// Answers the paused `session` and reads the continued run until its sub-agent is resumed.
+async fn answer_until_resumed(stack: &Stack, session: &str, port: &str) -> SseReader {
+    let mut sse = SseReader::open(
+        stack,
+        &format!("/api/v1/sessions/{session}/answer"),
+        &json!({"answers": {"mid.port": port}}),
+    )
+    .await;
+    let opened = sse.until("delegation_start", RUN_TIMEOUT).await;
+    let resumed = &opened[opened.len() - 1].1;
+    assert_eq!(resumed["resumed"], true, "{opened:?}");
+    sse
+}
+
+/// The session is back on its question (`code` says why), its sub-agent's task still in
+/// progress.
+async fn back_on_the_question(stack: &Stack, session: &str, code: &str) {
+    let paused = get_session(stack, session).await;
+    assert_eq!(paused.status(), v1::RunStatus::Paused, "{paused:?}");
+    let pending = paused
+        .pending_question
+        .as_ref()
+        .expect("the question waits");
+    assert_eq!(pending.items.len(), 1, "{paused:?}");
+    assert_eq!(pending.items[0].key, "mid.port");
+    let error = paused.error.as_ref().expect("why");
+    assert_eq!(error.code, code, "{error:?}");
+    assert!(error.message.contains("answer"), "{error:?}");
+    let plan = paused.plan.as_ref().expect("plan");
+    assert_eq!(plan.tasks[0].status, "IN_PROGRESS", "{plan:?}");
+}
+
+#[tokio::test]
+async fn an_answer_a_stop_or_a_crash_interrupts_leaves_the_question_waiting_not_the_work_lost() {
+    let dir = tempfile::TempDir::new().expect("tmp");
+    let mut stack = stack(dir.path(), &[("lead", LEAD), ("mid", SLOW_ASKING_LEAF)]).await;
+    agent(&stack, "mid", &["ask_user"], &[], "mid").await;
+    agent(&stack, "lead", &["file_read"], &["mid"], "lead").await;
+    let mut sse = SseReader::open(
+        &stack,
+        "/api/v1/execute/stream",
+        &json!({"mission": "Serve it", "agent_id": "lead"}),
+    )
+    .await;
+    let first = sse.rest(RUN_TIMEOUT).await;
+    assert_eq!(first[first.len() - 1].1["status"], "paused", "{first:?}");
+    let session = first[0].1["session_id"].as_str().expect("id").to_owned();
+
+    // A graceful stop while the answered sub-agent works: the stream says so and asks again.
+    let mut sse = answer_until_resumed(&stack, &session, "8080").await;
+    stack.stop_executor().await.expect("executor stops");
+    let stopped = sse.rest(RUN_TIMEOUT).await;
+    let names = event_names(&stopped);
+    assert!(
+        names.ends_with(&["warning", "question", "done"]),
+        "{names:?}"
+    );
+    assert_eq!(stopped[stopped.len() - 1].1["status"], "paused");
+    assert_eq!(stopped[stopped.len() - 3].1["code"], "EXECUTOR_STOPPING");
+    let ends = named(&stopped, "delegation_end");
+    assert_eq!(ends.len(), 1, "{stopped:?}");
+    assert_eq!(
+        ends[0]["status"], "need_user_input",
+        "not failed: {stopped:?}"
+    );
+    stack.restart_executor().await.expect("executor restarts");
+    back_on_the_question(&stack, &session, "EXECUTOR_STOPPING").await;
+
+    // A crash (kill -9) there: the same question waits after the restart.
+    let _sse = answer_until_resumed(&stack, &session, "8081").await;
+    stack.kill9_executor().expect("executor killed");
+    stack.restart_executor().await.expect("executor restarts");
+    back_on_the_question(&stack, &session, "INTERRUPTED").await;
+
+    // Answered again, the sub-agent goes on from its question and the run completes.
+    let mut sse = SseReader::open(
+        &stack,
+        &format!("/api/v1/sessions/{session}/answer"),
+        &json!({"answers": {"mid.port": "9090"}}),
+    )
+    .await;
+    let done = sse.rest(RUN_TIMEOUT).await;
+    assert_eq!(done[done.len() - 1].1["status"], "completed", "{done:?}");
+    let end = named(&done, "delegation_end")[0];
+    assert_eq!(end["result"]["result"]["port"], "9090", "{end}");
+    let seqs: Vec<u64> = first
+        .iter()
+        .chain(&stopped)
+        .chain(&done)
+        .filter_map(|(_, e)| e["seq"].as_u64())
+        .collect();
+    assert!(
+        seqs.windows(2).all(|w| w[0] < w[1]),
+        "seq only grows: {seqs:?}"
+    );
+}

@@ -39,7 +39,7 @@ pub struct Config {
     /// Write the bound address to this file once listening (for tests and scripts using port 0).
     #[arg(long, env = "TASKFORCE_EXECUTOR_ADDR_FILE")]
     pub addr_file: Option<PathBuf>,
-    /// Most model calls one run (one `Execute` or `Answer`) may make.
+    /// Most model calls one run (one `Execute` or `Answer`) may make, its sub-agents' included.
     #[arg(long, env = "TASKFORCE_MAX_STEPS", default_value_t = 30,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub max_steps: u32,

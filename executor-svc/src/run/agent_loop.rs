@@ -111,6 +111,17 @@ pub async fn run(
                 ),
             };
         }
+        // The run's budget, shared by its frames (parallel sub-agents included).
+        let run_max = ctx.runner.budgets.max_steps;
+        if ctx.run_steps.fetch_add(1, Ordering::Relaxed) >= run_max {
+            return LoopEnd::Failed {
+                code: "STEP_BUDGET_EXCEEDED",
+                message: format!(
+                    "the run used its {run_max} model calls (its sub-agents' included) without \
+                     a final answer"
+                ),
+            };
+        }
         counts.steps += 1;
         ctx.steps_used.store(counts.steps, Ordering::Relaxed);
         let request = ctx.model.request(convo.messages(), definitions);

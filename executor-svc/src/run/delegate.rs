@@ -213,7 +213,11 @@ async fn new_frame(
     let runner = &parent.runner;
     let agent_id = def.agent_id.as_str();
     let steps_used = parent.steps_used.load(std::sync::atomic::Ordering::Relaxed);
-    let steps_left = parent.max_steps.saturating_sub(steps_used);
+    let run_left = runner
+        .budgets
+        .max_steps
+        .saturating_sub(parent.run_steps.load(std::sync::atomic::Ordering::Relaxed));
+    let steps_left = parent.max_steps.saturating_sub(steps_used).min(run_left);
     let steps = request
         .max_steps
         .unwrap_or(runner.budgets.max_steps)
@@ -324,6 +328,7 @@ async fn run_frame(
         model_alias: frame.model.clone(),
         max_steps: frame.steps_left,
         steps_used: AtomicU32::new(0),
+        run_steps: Arc::clone(&parent.run_steps),
         deadline: started + time,
         frame: FrameInfo {
             id: frame.id.clone(),

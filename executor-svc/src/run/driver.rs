@@ -109,6 +109,7 @@ impl Run {
             model_alias,
             max_steps: runner.budgets.max_steps,
             steps_used: AtomicU32::new(0),
+            run_steps: Arc::default(),
             deadline: tokio::time::Instant::now() + runner.budgets.max_duration,
             frame: FrameInfo::default(),
             orchestra: Arc::clone(&orchestra),

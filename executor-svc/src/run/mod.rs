@@ -121,6 +121,9 @@ pub struct RunCtx {
     max_steps: u32,
     /// Model calls made so far (a sub-agent gets at most what is left).
     steps_used: AtomicU32,
+    /// Model calls made so far by all the run's frames: `--max-steps` bounds the run (one
+    /// `Execute` or `Answer`), its sub-agents' calls included.
+    run_steps: Arc<AtomicU32>,
     /// When the frame's time is up (a sub-agent gets at most what is left).
     deadline: tokio::time::Instant,
     /// Where the frame sits among the run's frames.

@@ -1231,3 +1231,62 @@ async fn an_answer_a_stop_or_a_crash_interrupts_leaves_the_question_waiting_not_
         "seq only grows: {seqs:?}"
     );
 }
+
+const FANNING_LEAD: &str = r#"
+final_text: "lead finished"
+turns:
+  - tool_calls:
+      - name: agent_mid
+        arguments: {task: Look around}
+      - name: agent_mid
+        arguments: {task: Look around again}
+"#;
+
+const LOOPING: &str = r#"
+final_text: "never reached"
+turns:
+  - tool_calls: [{name: file_read, arguments: {path: a.txt}}]
+  - tool_calls: [{name: file_read, arguments: {path: a.txt}}]
+  - tool_calls: [{name: file_read, arguments: {path: a.txt}}]
+  - tool_calls: [{name: file_read, arguments: {path: a.txt}}]
+  - tool_calls: [{name: file_read, arguments: {path: a.txt}}]
+"#;
+
+#[tokio::test]
+async fn max_steps_bounds_the_whole_run_its_parallel_sub_agents_included() {
+    let dir = tempfile::TempDir::new().expect("tmp");
+    let stack = StackOptions::full()
+        .with_executor()
+        .llm_config(llm_config(
+            dir.path(),
+            &[("lead", FANNING_LEAD), ("mid", LOOPING)],
+        ))
+        .executor_args(["--max-steps", "4"])
+        .spawn()
+        .await
+        .expect("stack with executor starts");
+    agent(&stack, "mid", &["file_read"], &[], "mid").await;
+    agent(&stack, "lead", &["file_read"], &["mid"], "lead").await;
+    let mut sse = SseReader::open(
+        &stack,
+        "/api/v1/execute/stream",
+        &json!({"mission": "Explore", "agent_id": "lead"}),
+    )
+    .await;
+    let events = sse.rest(RUN_TIMEOUT).await;
+    let done = &events[events.len() - 1].1;
+    assert_eq!(done["status"], "failed", "{events:?}");
+    // The lead's calls and both sub-agents' together: never more than four.
+    assert!(
+        done["usage"]["steps"].as_u64().is_some_and(|s| s <= 4),
+        "{done}"
+    );
+    let error = named(&events, "error")
+        .into_iter()
+        .find(|e| e["agent_path"].as_array().is_none_or(Vec::is_empty))
+        .expect("the run's error");
+    assert_eq!(error["code"], "STEP_BUDGET_EXCEEDED", "{error}");
+    for end in named(&events, "delegation_end") {
+        assert_eq!(end["status"], "failed", "{end}");
+    }
+}

@@ -7,7 +7,8 @@ use taskforce_proto::v1;
 
 /// An agent as `GET /api/v1/agents/{id}` answers it; `None` for one of neither kind.
 pub fn agent_json(agent: &v1::Agent) -> Option<Value> {
-    gateway::model::AgentJson::from_proto(agent.clone()).and_then(|a| serde_json::to_value(a).ok())
+    gateway::model::SavedAgentJson::from_proto(agent.clone())
+        .and_then(|a| serde_json::to_value(a).ok())
 }
 
 /// A catalog entry as `GET /api/v1/tools` lists it.

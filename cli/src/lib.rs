@@ -174,7 +174,11 @@ async fn agents(
                     "created agent {} (version {})",
                     render::text(&a["agent_id"]),
                     render::text(&a["version"])
-                )
+                )?;
+                for warning in a["warnings"].as_array().into_iter().flatten() {
+                    writeln!(out, "warning: {}", render::text(warning))?;
+                }
+                Ok(())
             })
         }
         AgentsCommand::Delete { id } => {

@@ -15,7 +15,7 @@ use crate::{
     error::ErrorBody,
     error::RestError,
     extract::{AgentId, JsonBody, NoBody, NoQuery, QueryParams, expected_version},
-    model::{AgentJson, AgentListJson, AgentRequest, CustomAgentJson, ValidateJson},
+    model::{AgentJson, AgentListJson, AgentRequest, SavedAgentJson, ValidateJson},
     read_model::Lookup,
     state::AppState,
 };
@@ -71,7 +71,7 @@ fn agent_response(
     let location = location
         .then(|| HeaderValue::from_str(&format!("/api/v1/agents/{}", agent.agent_id)).ok())
         .flatten();
-    let body = AgentJson::from_proto(agent).ok_or_else(RestError::internal)?;
+    let body = SavedAgentJson::from_proto(agent).ok_or_else(RestError::internal)?;
     let mut res = (status, Json(body)).into_response();
     if let Some(v) = etag {
         res.headers_mut().insert(header::ETAG, v);
@@ -101,7 +101,7 @@ fn json_response(json: Vec<u8>, version: Option<&str>) -> Response {
 /// Create a custom agent.
 #[utoipa::path(post, path = "/api/v1/agents", tag = "agents", request_body = AgentRequest,
     responses(
-        (status = 201, description = "Created", body = CustomAgentJson, headers(
+        (status = 201, description = "Created; `warnings` when the save could not check something (as `:validate` says)", body = SavedAgentJson, headers(
             ("Location" = String, description = "/api/v1/agents/{agent_id}"),
             ("ETag" = String, description = "\"<version>\""))),
         (status = 400, description = "Invalid body, id, tools or MCP configuration", body = ErrorBody),
@@ -246,7 +246,7 @@ fn not_modified(headers: &HeaderMap, response: Response) -> Response {
         ("agent_id" = String, Path, description = "`[a-z0-9][a-z0-9-_]{2,63}`"),
         ("If-Match" = Option<String>, Header, description = "`\"<version>\"`: replace only that version")),
     responses(
-        (status = 200, description = "Replaced", body = CustomAgentJson,
+        (status = 200, description = "Replaced; `warnings` as for a create", body = SavedAgentJson,
             headers(("ETag" = String, description = "\"<version>\""))),
         (status = 400, description = "Invalid id, body, tools or MCP configuration", body = ErrorBody),
         (status = 404, description = "`not_found`", body = ErrorBody),

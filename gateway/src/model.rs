@@ -302,6 +302,29 @@ pub struct ProfileAgentJson {
     pub last_task: Option<String>,
 }
 
+/// An agent as create and update answer it (and a GET, without `warnings`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SavedAgentJson {
+    #[serde(flatten)]
+    pub agent: AgentJson,
+    /// What the save could not check, as `:validate` says it (an MCP server the registry
+    /// could not discover, and why: its tools are checked when the executor runs the agent);
+    /// present only when there is any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+impl SavedAgentJson {
+    /// The JSON of a registry agent's answer; `None` as for [`AgentJson::from_proto`].
+    pub fn from_proto(mut agent: v1::Agent) -> Option<Self> {
+        let warnings = std::mem::take(&mut agent.warnings);
+        Some(Self {
+            agent: AgentJson::from_proto(agent)?,
+            warnings,
+        })
+    }
+}
+
 /// Any agent, told apart by `source`.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(untagged)]

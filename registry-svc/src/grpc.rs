@@ -144,9 +144,10 @@ impl AgentRegistry for RegistryService {
             )
             .to_status());
         }
-        self.check(&id, &def).await?;
+        let check = self.check(&id, &def).await?;
         let now = now();
-        let agent = self.blocking(move |s| s.create(&id, def, &now)).await?;
+        let mut agent = self.blocking(move |s| s.create(&id, def, &now)).await?;
+        agent.warnings = check.warnings;
         info!(version = %agent.version, "agent created");
         Ok(Response::new(agent))
     }
@@ -214,12 +215,13 @@ impl AgentRegistry for RegistryService {
                 ApiError::new(ErrorKind::NotFound, format!("agent {id:?} not found")).to_status(),
             );
         }
-        self.check(&id, &def).await?;
+        let check = self.check(&id, &def).await?;
         let now = now();
         let expected = r.expected_version;
-        let agent = self
+        let mut agent = self
             .blocking(move |s| s.update(&id, def, &expected, &now))
             .await?;
+        agent.warnings = check.warnings;
         info!(version = %agent.version, "agent updated");
         Ok(Response::new(agent))
     }

@@ -191,6 +191,34 @@ async fn agents_round_trip_in_human_and_json_output_over_the_gateway_and_grpc() 
         .unwrap_or_else(|| panic!("{line}"));
     assert!(is_version(version), "{line}");
     assert!(stack.custom_dir().join("release-notes.yaml").is_file());
+
+    // What the save could not check is said with it: a server only the executor can start.
+    let deferred = stack.root().join("clock-later.yaml");
+    std::fs::write(
+        &deferred,
+        [
+            "name: Clock",
+            "description: Tells the time.",
+            "prompt: {system_prompt: Tell the time.}",
+            "tools: {allowlist: [ask_user]}",
+            "mcp_servers:",
+            "  - type: stdio",
+            "    command: uvx",
+            "    args: [mcp-server-time]",
+            "    env: {LOCAL_TIMEZONE: '${TF_E2E_ONLY_THE_EXECUTOR_HAS_IT}'}",
+            "mcp_tools: {allowlist: [get_current_time]}",
+        ]
+        .join("\n"),
+    )
+    .expect("writes the definition");
+    let created = cli(&stack, &["agents", "create", "-f", path_str(&deferred)]).await;
+    let said = created.expect_code(0);
+    assert!(
+        said.contains("created agent clock-later")
+            && said.contains("warning: mcp_servers[0]: not discovered here")
+            && said.contains("TF_E2E_ONLY_THE_EXECUTOR_HAS_IT"),
+        "{said}"
+    );
     let stored = rest(&stack, "/api/v1/agents/release-notes").await;
     assert_eq!(stored["version"], version);
     assert_eq!(stored["tool_allowlist"], json!(["git", "file_read"]));

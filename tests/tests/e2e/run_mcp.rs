@@ -49,6 +49,17 @@ async fn an_agents_mcp_tools_run_through_the_gateway_within_its_allowlist() {
     }
     let r = create(&stack, &body).await;
     assert_eq!(r.status, 201, "{}", r.text);
+    // The create says it too (as `:validate` below), and a read of the agent does not.
+    let created = r.body["warnings"].to_string();
+    assert!(
+        created.contains("TF_E2E_MCP_SECRET") && created.contains("when the executor runs"),
+        "{}",
+        r.text
+    );
+    assert!(!created.contains(SECRET), "{created}");
+    let read = send(stack.http().get(stack.url("/api/v1/agents/clock"))).await;
+    assert_eq!(read.status, 200, "{}", read.text);
+    assert!(read.body.get("warnings").is_none(), "{}", read.text);
     // `:validate` says why the registry did not list the server's tools, naming the variable.
     let mut other = body.clone();
     other["agent_id"] = json!("clock-check");

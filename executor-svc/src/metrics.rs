@@ -3,7 +3,8 @@
 //! Tool calls (seed 003 §8): `idp_tool_execution_seconds` (histogram), `idp_tool_success_total`
 //! and `idp_tool_failure_total`, labelled by `tool` and `subagent` (the sub-agent a delegation
 //! ran, empty for other tools); failures also by `outcome` (`tool_failed`: the tool said it
-//! failed, `error`: the call could not run, `policy_blocked`: the policy refused it). Global MCP
+//! failed, `error`: the call could not run, `policy_blocked`: the policy refused it); at most
+//! [`MAX_LABEL_VALUES`] values of each label, later ones counted as `other`. Global MCP
 //! servers: `taskforce_mcp_server_up` (1 up, 0 down) and `taskforce_mcp_server_tools`, labelled
 //! by `server`. Runs: `taskforce_runs_in_flight`, `taskforce_runs_total{status}`; model calls:
 //! `taskforce_llm_request_duration_seconds`, `taskforce_llm_tokens_total{kind}` and
@@ -166,11 +167,41 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     }
 });
 
+/// Most distinct values of the `tool` label, and of the `subagent` label: MCP tool names and
+/// agent ids are the users', so the series they make are bounded; later values count as
+/// [`OTHER`].
+pub const MAX_LABEL_VALUES: usize = 256;
+
+/// The label value of whatever is past [`MAX_LABEL_VALUES`].
+pub const OTHER: &str = "other";
+
+/// `value` as a label among those `seen` (at most [`MAX_LABEL_VALUES`]), else [`OTHER`].
+fn bounded(seen: &std::sync::Mutex<std::collections::HashSet<String>>, value: &str) -> String {
+    let Ok(mut seen) = seen.lock() else {
+        return OTHER.to_owned();
+    };
+    if value.is_empty() || seen.contains(value) {
+        return value.to_owned();
+    }
+    if seen.len() < MAX_LABEL_VALUES {
+        seen.insert(value.to_owned());
+        value.to_owned()
+    } else {
+        OTHER.to_owned()
+    }
+}
+
+/// The `tool` and `subagent` values labelled so far.
+static TOOL_VALUES: LazyLock<std::sync::Mutex<std::collections::HashSet<String>>> =
+    LazyLock::new(Default::default);
+static SUBAGENT_VALUES: LazyLock<std::sync::Mutex<std::collections::HashSet<String>>> =
+    LazyLock::new(Default::default);
+
 /// Counts one tool call.
 pub fn tool_call(tool: &str, subagent: Option<&str>, outcome: Outcome, duration: Duration) {
     let labels = ToolLabels {
-        tool: tool.to_owned(),
-        subagent: subagent.unwrap_or_default().to_owned(),
+        tool: bounded(&TOOL_VALUES, tool),
+        subagent: bounded(&SUBAGENT_VALUES, subagent.unwrap_or_default()),
     };
     let metrics = &*METRICS;
     metrics
@@ -299,4 +330,24 @@ pub fn router(global: Arc<GlobalServers>, fault: taskforce_runtime::Fault) -> Ro
         .route("/metrics", get(scrape))
         .route("/readyz", get(ready))
         .with_state((global, fault))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_past_the_most_count_as_other() {
+        let seen = std::sync::Mutex::default();
+        for n in 0..MAX_LABEL_VALUES {
+            assert_eq!(bounded(&seen, &format!("tool_{n}")), format!("tool_{n}"));
+        }
+        assert_eq!(bounded(&seen, "one_too_many"), OTHER);
+        assert_eq!(
+            bounded(&seen, "tool_7"),
+            "tool_7",
+            "a value seen before stays"
+        );
+        assert_eq!(bounded(&seen, ""), "", "no sub-agent is no value");
+    }
 }

@@ -174,8 +174,8 @@ fn guard(parent: &RunCtx, agent_id: &str) -> Result<(), ToolError> {
         return Err(failed(
             agent_id,
             format!(
-                "delegation refused: the hop limit is {} (orchestrator → A → B), and `{}` is \
-                 already {} level(s) down",
+                "delegation refused: the hop limit is {} (levels of sub-agents below the \
+                 orchestrator), and `{}` is already {} level(s) down",
                 limits.max_hops, parent.agent.agent_id, parent.frame.depth
             ),
         ));

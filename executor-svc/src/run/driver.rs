@@ -385,9 +385,12 @@ pub(super) async fn select_tools(
         definitions.push(tool.definition().clone());
         tools.insert(tool.name().to_owned(), Arc::clone(tool));
     };
+    // Past the hop limit every delegation is refused: none is offered (a wasted model call).
+    let may_delegate =
+        !agent.subagents.is_empty() && ctx.frame.depth < runner.budgets.delegation.max_hops;
     for name in &agent.tools {
         let orchestration: Option<Arc<dyn Tool>> = match name.as_str() {
-            "delegate_to_agent" if !agent.subagents.is_empty() => {
+            "delegate_to_agent" if may_delegate => {
                 Some(Arc::new(orchestration::Delegate::by_name()))
             }
             "update_todolist" if ctx.frame.depth == 0 => {
@@ -409,7 +412,7 @@ pub(super) async fn select_tools(
             }
         }
     }
-    if !agent.subagents.is_empty() {
+    if may_delegate {
         let subs = join_all(agent.subagents.iter().map(|id| async move {
             let target = crate::registry::Target::Agent(id.clone());
             runner.registry.resolve(&target).await

@@ -18,25 +18,12 @@ use crate::{
 /// (`base_version`): without one it could overwrite what a sibling merged meanwhile, so it is a
 /// conflict like a stale one.
 pub(super) async fn merge(ctx: &RunCtx, author: &str, patch: &Value) -> Value {
-    let current_version = || ctx.orchestra.with(|o| o.plan.version);
     let parsed = match Patch::from_json(patch) {
         Ok(parsed) => parsed,
-        Err(message) => {
-            let rejected_ops = match patch.get("ops").unwrap_or(patch) {
-                Value::Array(ops) => ops.clone(),
-                _ => Vec::new(),
-            };
-            let rejection = Rejection {
-                reason: RejectReason::Invalid,
-                message,
-                current_version: current_version(),
-                rejected_ops,
-            };
-            return refused(ctx, author, &rejection).await;
-        }
+        Err(message) => return invalid(ctx, author, patch, message).await,
     };
     if parsed.base_version.is_none() {
-        let version = current_version();
+        let version = ctx.orchestra.with(|o| o.plan.version);
         let rejection = Rejection {
             reason: RejectReason::Conflict,
             message: format!(
@@ -50,6 +37,21 @@ pub(super) async fn merge(ctx: &RunCtx, author: &str, patch: &Value) -> Value {
         return refused(ctx, author, &rejection).await;
     }
     merge_parsed(ctx, author, &parsed).await
+}
+
+/// Refuses `patch` as invalid (`message` says why): every op of it rejected.
+async fn invalid(ctx: &RunCtx, author: &str, patch: &Value, message: String) -> Value {
+    let rejected_ops = match patch.get("ops").unwrap_or(patch) {
+        Value::Array(ops) => ops.clone(),
+        _ => Vec::new(),
+    };
+    let rejection = Rejection {
+        reason: RejectReason::Invalid,
+        message,
+        current_version: ctx.orchestra.with(|o| o.plan.version),
+        rejected_ops,
+    };
+    refused(ctx, author, &rejection).await
 }
 
 /// [`merge`] of a patch already parsed.
@@ -123,13 +125,14 @@ pub(super) async fn update_plan(ctx: &RunCtx, arguments: Value) -> Result<ToolOu
                 .to_owned(),
         });
     }
-    let invalid = |reason| ToolError::InvalidArguments {
-        tool: "update_todolist".to_owned(),
-        reason,
+    // Refused patches have one shape, a bad one's as a conflict's (`patch_rejected`, 422).
+    let status = match Patch::from_json(&arguments) {
+        Err(message) => invalid(ctx, ORCHESTRATOR, &arguments, message).await,
+        Ok(patch) => match unknown_owner(&patch, &ctx.agent.subagents) {
+            Some(why) => invalid(ctx, ORCHESTRATOR, &arguments, why).await,
+            None => merge_parsed(ctx, ORCHESTRATOR, &patch).await,
+        },
     };
-    let patch = Patch::from_json(&arguments).map_err(invalid)?;
-    unknown_owner(&patch, &ctx.agent.subagents).map_or(Ok(()), |why| Err(invalid(why)))?;
-    let status = merge_parsed(ctx, ORCHESTRATOR, &patch).await;
     let applied = status["applied"].as_bool().unwrap_or(false);
     Ok(ToolOutcome::Output {
         content: status.to_string(),

@@ -994,14 +994,16 @@ async fn a_planned_task_handed_to_a_sub_agent_is_its_to_patch_whatever_the_brief
     let events = sse.rest(RUN_TIMEOUT).await;
     let names = event_names(&events);
     assert!(names.ends_with(&["final_answer", "done"]), "{names:?}");
-    let errors = named(&events, "tool_error");
-    assert_eq!(errors.len(), 1, "only the typo fails: {errors:?}");
-    let typo = errors[0]["message"].as_str().unwrap_or_default();
+    // Only the typo fails, refused as any bad patch is (`patch_rejected`, `invalid`).
+    let refused = named(&events, "patch_rejected");
+    assert_eq!(refused.len(), 1, "only the typo fails: {refused:?}");
+    assert_eq!(refused[0]["reason"], "invalid", "{refused:?}");
+    let typo = refused[0]["message"].as_str().unwrap_or_default();
     assert!(
         typo.contains("owner_agent: `scafold`") && typo.contains("scaffold"),
         "{typo}"
     );
-    assert!(named(&events, "patch_rejected").is_empty(), "{names:?}");
+    assert!(named(&events, "tool_error").is_empty(), "{names:?}");
     let session = events[0].1["session_id"].as_str().expect("session");
     let plan = get_session(&stack, session).await.plan.expect("plan");
     let task = |id: &str| {

@@ -91,6 +91,12 @@ static EXPORTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool:
 /// How long flushing the last spans at exit may take.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long it may take while exports are failing.
+const FAILING_FLUSH_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Whether the latest trace export failed.
+static EXPORTS_FAILING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// What [`init`] set up; call [`Telemetry::shutdown`] before exiting so the last spans leave.
 #[must_use = "call shutdown() before exiting, or the last spans are lost"]
 pub struct Telemetry {
@@ -103,20 +109,31 @@ impl Telemetry {
         self.provider.is_some()
     }
 
-    /// Exports the spans still buffered (within 5 s) and stops the exporter.
+    /// Exports the spans still buffered (within 5 s; 0.5 s while exports are failing: the
+    /// endpoint that did not take the last batches will hardly take these, and a stop should
+    /// not wait on it) and stops the exporter.
     pub async fn shutdown(self) {
         let Some(provider) = self.provider else {
             return;
         };
+        let failing = EXPORTS_FAILING.load(std::sync::atomic::Ordering::Relaxed);
+        let within = if failing {
+            FAILING_FLUSH_TIMEOUT
+        } else {
+            FLUSH_TIMEOUT
+        };
         // The provider's shutdown blocks until its export thread has sent the last batch, whose
         // gRPC connection runs on this runtime: wait on a blocking thread, not a worker.
-        let flushing = tokio::task::spawn_blocking(move || provider.shutdown());
-        match tokio::time::timeout(FLUSH_TIMEOUT, flushing).await {
+        let flushing = tokio::task::spawn_blocking(move || provider.shutdown_with_timeout(within));
+        match tokio::time::timeout(within + Duration::from_millis(100), flushing).await {
+            Ok(Ok(Err(_))) if failing => {
+                warn!("the OTLP endpoint is failing: the last spans are dropped");
+            }
             Ok(Ok(Ok(()))) => {}
             Ok(Ok(Err(e))) => warn!(error = %e, "flushing traces failed"),
             Ok(Err(e)) => warn!(error = %e, "flushing traces failed"),
             Err(_) => warn!(
-                timeout_secs = FLUSH_TIMEOUT.as_secs(),
+                timeout_ms = u64::try_from(within.as_millis()).unwrap_or(u64::MAX),
                 "flushing traces timed out"
             ),
         }
@@ -359,6 +376,7 @@ impl<E> ReportedExporter<E> {
             .failing
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        EXPORTS_FAILING.store(result.is_err(), std::sync::atomic::Ordering::Relaxed);
         match result {
             Ok(()) => {
                 if failing.said.take().is_some() {
@@ -419,11 +437,15 @@ impl<E: opentelemetry_sdk::trace::SpanExporter> opentelemetry_sdk::trace::SpanEx
     }
 }
 
-/// Whether a log event is the SDK's own report of a failed export batch, which
+/// Whether a log event is the SDK's own report of a failed export batch (or of a shutdown
+/// whose flush timed out, said by [`Telemetry::shutdown`]), which
 /// [`ReportedExporter`] says better.
 fn sdk_export_error(meta: &tracing::Metadata<'_>) -> bool {
     meta.is_event()
-        && meta.name() == "BatchSpanProcessor.ExportError"
+        && matches!(
+            meta.name(),
+            "BatchSpanProcessor.ExportError" | "BatchSpanProcessor.Shutdown.Timeout"
+        )
         && meta.target().starts_with("opentelemetry")
 }
 

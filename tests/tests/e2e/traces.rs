@@ -302,6 +302,26 @@ async fn without_an_endpoint_nothing_is_exported_or_complained_about() {
     }
 }
 
+/// Asks the gateway for an agent its read model does not have (a span in the registry too)
+/// until the registry's log says its trace exports fail; the log then.
+async fn until_exports_fail(stack: &Stack) -> String {
+    let registry_log = stack.registry_log();
+    taskforce_tests::eventually(Duration::from_secs(30), Duration::from_millis(100), || {
+        let (http, url, log) = (
+            stack.http().clone(),
+            stack.url("/api/v1/agents/not-an-agent"),
+            registry_log.clone(),
+        );
+        async move {
+            let _ = http.get(url).send().await;
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            text.contains("trace export failed").then_some(text)
+        }
+    })
+    .await
+    .unwrap_or_else(|| panic!("the failure is said:\n{}", stack.logs()))
+}
+
 #[tokio::test]
 async fn an_endpoint_that_is_down_is_said_once_not_per_batch() {
     // Nothing listens there: bound and dropped.
@@ -317,21 +337,7 @@ async fn an_endpoint_that_is_down_is_said_once_not_per_batch() {
     let registry_log = stack.registry_log();
     // Several batches fail (requests make spans; each schedule exports them). An agent the
     // gateway's read model does not have is asked of the registry: a span there too.
-    let said =
-        taskforce_tests::eventually(Duration::from_secs(20), Duration::from_millis(100), || {
-            let (http, url, log) = (
-                stack.http().clone(),
-                stack.url("/api/v1/agents/not-an-agent"),
-                registry_log.clone(),
-            );
-            async move {
-                let _ = http.get(url).send().await;
-                let text = std::fs::read_to_string(&log).unwrap_or_default();
-                text.contains("trace export failed").then_some(text)
-            }
-        })
-        .await
-        .unwrap_or_else(|| panic!("the failure is said:\n{}", stack.logs()));
+    let said = until_exports_fail(&stack).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let metrics = send(stack.http().get(format!(
         "http://{}/metrics",
@@ -352,6 +358,34 @@ async fn an_endpoint_that_is_down_is_said_once_not_per_batch() {
         "once, not per batch:\n{text}"
     );
     assert!(!text.contains("BatchSpanProcessor.ExportError"), "{text}");
+}
+
+#[tokio::test]
+async fn a_stop_does_not_wait_on_an_endpoint_that_never_answers() {
+    // Connections are taken (the kernel's backlog) and never answered.
+    let hung = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
+    let addr = hung.local_addr().expect("its address");
+    let mut stack = StackOptions::full()
+        .env_all("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{addr}"))
+        .env_all("OTEL_EXPORTER_OTLP_TIMEOUT", "300")
+        .env_all("OTEL_BSP_SCHEDULE_DELAY", "50")
+        .spawn()
+        .await
+        .expect("stack starts");
+    let registry_log = stack.registry_log();
+    until_exports_fail(&stack).await;
+    stack.stop().await.expect("the registry stops");
+    let text = std::fs::read_to_string(&registry_log).unwrap_or_default();
+    // The short flush of a failing endpoint, said in one line of its own.
+    assert!(
+        text.contains("the OTLP endpoint is failing: the last spans are dropped"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("BatchSpanProcessor.Shutdown.Timeout"),
+        "{text}"
+    );
+    drop(hung);
 }
 
 #[tokio::test]

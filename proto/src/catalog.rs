@@ -81,7 +81,7 @@ pub fn patch_op_schema() -> Value {
         "type": "object",
         "properties": {
             "op": { "type": "string", "enum": ["add", "add_subtask", "update", "link_dep", "unlink_dep"] },
-            "task": { "type": "object", "description": "add / add_subtask: {id, title, status?, depends_on?, notes?, tool?, params?}" },
+            "task": { "type": "object", "description": "add / add_subtask: {id, title, status?, depends_on?, notes?, tool?, params?, owner_agent?} (owner_agent: the sub-agent the task is planned for; yours when absent)" },
             "parent_id": { "type": "string", "description": "add_subtask: the parent task" },
             "task_id": { "type": "string", "description": "update / link_dep / unlink_dep: the task" },
             "fields": { "type": "object", "description": "update: {title?, status?, notes?, depends_on?, tool?, params?}" },

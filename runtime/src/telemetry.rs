@@ -159,8 +159,10 @@ pub fn init(service: &'static str) -> Telemetry {
         _ => default_filter(),
     };
     let terminal = std::io::stderr().is_terminal();
+    // Empty is unset (a compose file's `TASKFORCE_LOG_FORMAT: ""`).
     let json = match std::env::var("TASKFORCE_LOG_FORMAT") {
         Err(_) => !terminal,
+        Ok(f) if f.trim().is_empty() => !terminal,
         Ok(f) if f.eq_ignore_ascii_case("json") => true,
         Ok(f) if f.eq_ignore_ascii_case("text") => false,
         Ok(f) => {

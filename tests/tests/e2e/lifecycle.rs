@@ -120,4 +120,12 @@ async fn log_settings_that_are_not_used_are_said_and_forced_text_logs_have_no_co
         !text.contains('\u{1b}'),
         "no ANSI escapes in a file: {text:?}"
     );
+    // Empty is unset: JSON lines in a file, and nothing to complain about.
+    let (_, empty, _dir) =
+        crate::auth::start_with("registry-svc", &args, &[("TASKFORCE_LOG_FORMAT", "")], wait).await;
+    assert!(!empty.contains("neither json nor text"), "{empty}");
+    assert!(
+        empty.lines().any(|l| l.starts_with('{')),
+        "JSON lines: {empty}"
+    );
 }

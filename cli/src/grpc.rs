@@ -33,7 +33,10 @@ const PAGE_SIZE: u32 = 1000;
 #[derive(Debug, Clone)]
 pub struct Grpc {
     registry: Endpoint,
-    executor: Endpoint,
+    /// Or why its URL cannot be used: said by the commands that use the executor only
+    /// (`TASKFORCE_EXECUTOR_URL` may hold the gateway's `NAME=URL` list, which `agents` need
+    /// not read).
+    executor: std::result::Result<Endpoint, String>,
     timeout: Duration,
     idle: Duration,
     authorization: Option<http::HeaderValue>,
@@ -51,7 +54,12 @@ impl Grpc {
     ) -> Result<Self> {
         Ok(Self {
             registry: endpoint(registry, "--registry", timeout)?,
-            executor: endpoint(executor, "--executor", timeout)?,
+            executor: endpoint(executor, "--executor (TASKFORCE_EXECUTOR_URL)", timeout).map_err(
+                |e| match e {
+                    Error::Usage(message) => message,
+                    other => other.to_string(),
+                },
+            ),
             timeout,
             idle,
             authorization,
@@ -66,8 +74,15 @@ impl Grpc {
         )
     }
 
+    /// The executor's endpoint, or the usage error of its URL.
+    fn executor_endpoint(&self) -> Result<&Endpoint> {
+        self.executor
+            .as_ref()
+            .map_err(|message| Error::Usage(message.clone()))
+    }
+
     async fn executor(&self) -> Result<ExecutorClient<TracedChannel>> {
-        let channel = connect(&self.executor, "executor", self.timeout).await?;
+        let channel = connect(self.executor_endpoint()?, "executor", self.timeout).await?;
         Ok(
             ExecutorClient::new(traced(channel, self.authorization.clone()))
                 .max_decoding_message_size(taskforce_runtime::MAX_DECODING_BYTES),
@@ -182,7 +197,11 @@ impl Grpc {
             session_id: id.to_owned(),
         });
         let session = self
-            .call(&self.executor, "executor", client.get_session(req))
+            .call(
+                self.executor_endpoint()?,
+                "executor",
+                client.get_session(req),
+            )
             .await?;
         Ok(convert::session_json(&session))
     }
@@ -194,7 +213,7 @@ impl Grpc {
             session_id: id.to_owned(),
         });
         let answer = self
-            .call(&self.executor, "executor", client.cancel(req))
+            .call(self.executor_endpoint()?, "executor", client.cancel(req))
             .await?;
         Ok(serde_json::json!({"cancelled": answer.cancelled}))
     }
@@ -214,7 +233,7 @@ impl Grpc {
             no_tools: None,
         };
         let events = self
-            .call(&self.executor, "executor", client.execute(req))
+            .call(self.executor_endpoint()?, "executor", client.execute(req))
             .await?;
         Ok(self.events(events))
     }
@@ -230,7 +249,7 @@ impl Grpc {
             ..Default::default()
         };
         let events = self
-            .call(&self.executor, "executor", client.answer(req))
+            .call(self.executor_endpoint()?, "executor", client.answer(req))
             .await?;
         Ok(self.events(events))
     }
@@ -238,7 +257,8 @@ impl Grpc {
     /// A run's gRPC stream as event JSON, with the idle timeout between two events.
     fn events(&self, events: Streaming<v1::RunEvent>) -> EventStream {
         let idle = self.idle;
-        let url = uri_text(&self.executor);
+        // A stream came from the executor, so its endpoint is valid.
+        let url = self.executor.as_ref().map(uri_text).unwrap_or_default();
         Box::pin(stream::unfold(Some(events), move |events| {
             let url = url.clone();
             async move {

@@ -273,6 +273,27 @@ async fn agents_round_trip_in_human_and_json_output_over_the_gateway_and_grpc() 
             .json(),
         listed
     );
+    // The gateway's `NAME=URL` list in TASKFORCE_EXECUTOR_URL (as a multi-executor host sets
+    // it) stops only the commands that use the executor, naming the variable.
+    let listing = [
+        (
+            "TASKFORCE_REGISTRY_URL",
+            format!("http://{}", stack.registry_addr()),
+        ),
+        (
+            "TASKFORCE_EXECUTOR_URL",
+            "executor-0=http://127.0.0.1:9".to_owned(),
+        ),
+    ];
+    let agents = run_cli(&listing, &["--grpc", "agents", "list", "--json"]).await;
+    assert!(agents.expect_code(0).contains("\"agents\""));
+    let session = run_cli(&listing, &["--grpc", "sessions", "show", "s-1"]).await;
+    session.expect_code(64);
+    assert!(
+        session.stderr.contains("TASKFORCE_EXECUTOR_URL"),
+        "{}",
+        session.stderr
+    );
     let custom = cli(
         &stack,
         &["--grpc", "agents", "list", "--source", "custom", "--json"],

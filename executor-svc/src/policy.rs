@@ -257,14 +257,27 @@ fn commands(line: &str) -> Vec<Command> {
                 out.path.push(t.to_lowercase());
                 tokens.next();
             }
-            let mut after_option = false;
-            for (token, quoted) in tokens {
-                let option = !quoted && token.starts_with('-');
-                if option {
-                    after_option = !token.contains('=');
+            // Options and their values as yargs-parser reads them by default (the CLI for
+            // Microsoft 365 finds its command with it, before it knows the command's options):
+            // `--name` takes the next argument unless that is an option (a negative number is
+            // a value); `--no-name` and `--name=value` take none; after `--` all are arguments.
+            let mut takes_value = false;
+            let mut rest_are_arguments = false;
+            for (token, _) in tokens {
+                if !rest_are_arguments && token == "--" {
+                    rest_are_arguments = true;
+                    takes_value = false;
                     continue;
                 }
-                if after_option {
+                let option = !rest_are_arguments
+                    && token.len() > 1
+                    && token.starts_with('-')
+                    && !is_negative_number(&token);
+                if option {
+                    takes_value = !token.contains('=') && !token.starts_with("--no-");
+                    continue;
+                }
+                if takes_value {
                     // A value of several words is one argument the program reads as a value.
                     if is_path_word(&token) {
                         out.values.push(token.to_lowercase());
@@ -272,11 +285,22 @@ fn commands(line: &str) -> Vec<Command> {
                 } else {
                     out.strays.push(token.to_lowercase());
                 }
-                after_option = false;
+                takes_value = false;
             }
             out
         })
         .collect()
+}
+
+/// Whether `token` is a negative number (`-1`, `-.5`), which option parsers take as a value.
+fn is_negative_number(token: &str) -> bool {
+    let digits = token.trim_start_matches('-');
+    digits.len() < token.len()
+        && digits
+            .trim_start_matches('.')
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_digit())
 }
 
 /// A command's tokens split at white space outside quotes, quotes and backslash escapes taken
@@ -441,7 +465,12 @@ impl Policy {
         if !denied && reads {
             return Access::Read;
         }
-        let understood = commands.iter().all(|c| c.strays.is_empty());
+        // Allowlisted by its command path only when its program's options are understood
+        // (`AGENT_COMMAND_PROGRAMS`): a shell tool's `git push --receive-pack=…` runs a
+        // program whatever an entry `git push` meant (the `git` tool refuses that option).
+        let understood = commands.iter().all(|c| {
+            c.strays.is_empty() && c.path.first().is_some_and(|p| self.programs.contains(p))
+        });
         let paths = if understood {
             commands.iter().map(|c| words(&c.path.join(" "))).collect()
         } else {
@@ -726,7 +755,7 @@ mod tests {
         let run = |command: &str| line(&p, Mode::Default, "m365", command);
         assert!(allowed(&run("m365 spo list add --title Tasks")));
         assert!(allowed(&run(
-            "spo list add --title a && spo list add --title b"
+            "m365 spo list add --title a && m365 spo list add --title b"
         )));
         for command in [
             "m365 outlook mail send --subject 'spo list add'",
@@ -755,16 +784,18 @@ mod tests {
         )));
         // Only at the start of a path or right after its program: another program's command
         // that holds the words further on is not allowed (audit F6).
+        // Nor a command whose program's options are not understood: `git push` is the git
+        // tool's (which refuses `--receive-pack`), not a shell tool's (recheck F2).
         for command in [
             "touch pwned spo list add",
             "touch pwned git push",
             "rm spo list add",
+            "git push origin",
+            "git push --repo=x --receive-pack=touch --all",
         ] {
             let d = line(&p, Mode::Default, "exec_command", command);
             assert!(!allowed(&d), "{command}");
         }
-        let d = line(&p, Mode::Default, "exec_command", "git push origin");
-        assert!(allowed(&d));
     }
 
     #[test]
@@ -773,7 +804,7 @@ mod tests {
             (k == "AGENT_WRITE_ALLOWLIST").then(|| "file_write, spo list add".to_owned())
         });
         let p = Policy::new(&config);
-        let add = json!({"command": "spo list add --title Tasks"});
+        let add = json!({"command": "m365 spo list add --title Tasks"});
         assert!(allowed(&check(&p, Mode::Default, "m365", add.clone())));
         assert!(allowed(&check(
             &p,
@@ -802,7 +833,7 @@ mod tests {
             (k == "AGENT_WRITE_ALLOWLIST").then(|| "spo list add".to_owned())
         });
         let p = Policy::new(&config);
-        let args = json!({"command": "spo list add --title Tasks"});
+        let args = json!({"command": "m365 spo list add --title Tasks"});
         let Decision::Confirm { id, command } = check(&p, Mode::SafeWrite, "m365", args.clone())
         else {
             panic!("a confirmation is needed");
@@ -819,7 +850,7 @@ mod tests {
             p.check(Some(Mode::SafeWrite), call, &confirmed),
             Decision::Allow
         );
-        let other = json!({"command": "spo list add --title Other"});
+        let other = json!({"command": "m365 spo list add --title Other"});
         let call = Call {
             agent_id: "a",
             tool: "m365",
@@ -905,6 +936,21 @@ mod tests {
                 "m365_run_command",
                 "m365 spo list --output json 'item remove'",
             ),
+            // Options that take no value, a negative number as a value, and `--`, as the
+            // CLI's parser reads them (recheck F1: `spo list roleinheritance break` ran).
+            (
+                "m365_run_command",
+                "m365 spo list --no-verbose roleinheritance --no-verbose break --force",
+            ),
+            (
+                "m365_run_command",
+                "m365 spo list --query -1 roleinheritance --query -2 reset",
+            ),
+            (
+                "m365_run_command",
+                "m365 spo list --debug -- roleinheritance",
+            ),
+            ("m365_run_command", "m365 spo list - roleinheritance"),
         ] {
             let d = line(&p, Mode::ReadOnly, tool, command);
             assert!(!allowed(&d), "{command}");

@@ -202,12 +202,14 @@ impl Run {
     /// Stores the outcome, frees the session, then sends the closing events.
     async fn finish(mut self, end: LoopEnd, counts: Counts, started: Instant) {
         let runner = Arc::clone(&self.runner);
-        // A shutdown stopped the run before the sub-agents that answers resumed could pause
-        // again (see `run_frame`): the session goes back to that question as it was stored when
-        // this run started (no checkpoint has replaced it while `answering` is set).
+        // A shutdown stopped the run while it applied answers to sub-agents' questions (the
+        // resumed frames pause again, see `run_frame`): the session goes back to that question
+        // as it was stored when this run started (no checkpoint has replaced it while
+        // `answering` is set), so its history holds no answer that was not applied.
         let mut end = end;
-        if matches!(end, LoopEnd::Cancelled)
+        if matches!(end, LoopEnd::Cancelled | LoopEnd::Paused(_))
             && runner.shutdown.is_cancelled()
+            && self.cancel.is_cancelled()
             && self.session.answering.is_some()
         {
             match runner.store.get(&self.session.id) {

@@ -307,12 +307,22 @@ async fn a_thread_remembers_across_prompts_and_an_executor_restart_and_the_plain
     assert_eq!(users, ["hello", "hello again"]);
     assert_eq!(session.status(), v1::RunStatus::Completed);
 
-    // The plain LLM: no tool is offered (the script's tool call finds none).
+    // The plain LLM: no tool is offered (the script's tool call finds none), and the stream
+    // shows no tool events, also for that call.
     let (_, plain_thread, plain) =
         post(&stack, "/ai/stream", &json!({"prompt": "read the notes"})).await;
     assert!(plain.starts_with("data: Reading.\n\n"), "{plain}");
-    assert!(plain.contains("unknown tool"), "{plain}");
+    assert!(
+        !plain.contains("unknown tool") && !plain.contains("tool_start"),
+        "{plain}"
+    );
     assert!(plain.ends_with(END));
+    let plain_session = get_session(&stack, &plain_thread).await;
+    assert!(
+        format!("{:?}", plain_session.messages).contains("unknown tool"),
+        "the model was told: {:?}",
+        plain_session.messages
+    );
     assert_ne!(plain_thread, thread);
 }
 

@@ -1203,6 +1203,13 @@ async fn an_answer_a_stop_or_a_crash_interrupts_leaves_the_question_waiting_not_
     );
     stack.restart_executor().await.expect("executor restarts");
     back_on_the_question(&stack, &session, "EXECUTOR_STOPPING").await;
+    // The answer that was not applied is not in the conversation either (recheck F3).
+    let restored = get_session(&stack, &session).await;
+    assert!(
+        !format!("{:?}", restored.messages).contains("8080"),
+        "{:?}",
+        restored.messages
+    );
 
     // A crash (kill -9) there: the same question waits after the restart.
     let _sse = answer_until_resumed(&stack, &session, "8081").await;

@@ -150,6 +150,22 @@ impl ToolOutcome {
     }
 }
 
+impl ToolError {
+    /// The same error, said of `name` (the tool the model called, when another one's path
+    /// made it: `delegate_to_agent` runs `agent_<id>`'s).
+    pub fn of_tool(mut self, name: &str) -> Self {
+        let (Self::InvalidArguments { tool, .. }
+        | Self::OutsideWorkspace { tool, .. }
+        | Self::Timeout { tool, .. }
+        | Self::Cancelled { tool }
+        | Self::Unavailable { tool, .. }
+        | Self::ServerUnavailable { tool, .. }
+        | Self::Failed { tool, .. }) = &mut self;
+        name.clone_into(tool);
+        self
+    }
+}
+
 /// Why a call could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum ToolError {

@@ -148,7 +148,11 @@ impl Tool for Delegate {
                     .ok_or_else(|| invalid(&name, "`agent_name` is required"))?,
             };
             let request = parse(&name, agent, &arguments)?;
-            orchestra(ctx, &name)?.delegate(ctx, request).await
+            // Errors name the tool the model called (`delegate_to_agent`, not `agent_<id>`).
+            orchestra(ctx, &name)?
+                .delegate(ctx, request)
+                .await
+                .map_err(|e| e.of_tool(&name))
         }
         .boxed()
     }
@@ -298,6 +302,18 @@ fn parse(tool: &str, agent: String, args: &Value) -> Result<Delegation, ToolErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_names_the_tool_the_model_called() {
+        let failed = ToolError::Failed {
+            tool: "agent_nope".into(),
+            reason: "`nope` is not a sub-agent".into(),
+        };
+        assert_eq!(
+            failed.of_tool("delegate_to_agent").to_string(),
+            "delegate_to_agent failed: `nope` is not a sub-agent"
+        );
+    }
 
     #[test]
     fn sub_agents_are_found_by_id_tool_name_or_underscored_id() {

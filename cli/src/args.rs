@@ -78,7 +78,9 @@ impl Connection {
     pub fn authorization(&self) -> crate::error::Result<Option<http::HeaderValue>> {
         taskforce_runtime::auth::authorization_value(self.token.as_deref().unwrap_or_default())
             .map_err(|_| {
-                crate::error::Error::Usage("--token must be visible ASCII (an API key)".to_owned())
+                crate::error::Error::Usage(
+                    "--token must be visible ASCII without spaces (an API key)".to_owned(),
+                )
             })
     }
 

@@ -373,16 +373,23 @@ impl AuthArgs {
     }
 }
 
+/// A token that is not visible ASCII (a space, a control or non-ASCII character): no key is,
+/// so it could only be a mistake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("a token is visible ASCII without spaces")]
+pub struct InvalidToken;
+
 /// `Bearer <token>` as a sensitive header value (kept out of debug output); `None` for a blank
-/// token, an error for one that is not visible ASCII.
-pub fn authorization_value(
-    token: &str,
-) -> Result<Option<HeaderValue>, http::header::InvalidHeaderValue> {
+/// token, an error for one that is not visible ASCII without spaces, as keys are.
+pub fn authorization_value(token: &str) -> Result<Option<HeaderValue>, InvalidToken> {
     let token = token.trim();
     if token.is_empty() {
         return Ok(None);
     }
-    let mut value = HeaderValue::from_str(&format!("Bearer {token}"))?;
+    if !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(InvalidToken);
+    }
+    let mut value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| InvalidToken)?;
     value.set_sensitive(true);
     Ok(Some(value))
 }
@@ -606,6 +613,18 @@ keys:
     token: "reader-token-0123456789"
     scopes: [read]
 "#;
+
+    #[test]
+    fn a_token_is_visible_ascii_without_spaces() {
+        assert_eq!(authorization_value("  "), Ok(None));
+        let value = authorization_value(" key-123 ")
+            .expect("valid")
+            .expect("some");
+        assert_eq!(value.to_str().ok(), Some("Bearer key-123"));
+        for bad in ["two words", "caf\u{e9}", "a\nb", "tab\there"] {
+            assert_eq!(authorization_value(bad), Err(InvalidToken), "{bad:?}");
+        }
+    }
 
     fn headers(auth: Option<&str>) -> http::HeaderMap {
         let mut h = http::HeaderMap::new();

@@ -220,6 +220,92 @@ fn separates_commands(c: char) -> bool {
     )
 }
 
+/// The commands of `line`: cut at [`separates_commands`] characters outside quotes (inside
+/// quotes they are the text of an argument, as for a shell).
+fn split_commands(line: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut start, mut quote, mut escaped) = (0, None, false);
+    for (i, c) in line.char_indices() {
+        match quote {
+            _ if escaped => escaped = false,
+            Some('\'') if c == '\'' => quote = None,
+            Some('"') if c == '\\' => escaped = true,
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None if c == '\\' => escaped = true,
+            None if c == '\'' || c == '"' => quote = Some(c),
+            None if separates_commands(c) => {
+                out.push(&line[start..i]);
+                start = i + c.len_utf8();
+            }
+            None => {}
+        }
+    }
+    out.push(&line[start..]);
+    out
+}
+
+/// Whether a command line reads the same to this policy and to any shell and CLI parser that
+/// may run it, so its words can be judged at all: outside quotes only printable ASCII, spaces
+/// and command separators (no tab or other white space a shell does not split at, no glob,
+/// brace, tilde, comment, history or escape character, no substitution, subshell or
+/// redirection), quotes closed, and nothing inside double quotes that a shell expands. A line
+/// that is not is never a read, and only its tool's name can allowlist it.
+fn strictly_plain(line: &str) -> bool {
+    let mut quote = None;
+    for c in line.chars() {
+        match quote {
+            Some('\'') if c == '\'' => quote = None,
+            Some('"') if c == '"' => quote = None,
+            Some('"') if matches!(c, '$' | '`' | '\\' | '!') => return false,
+            Some(_) if c.is_control() => return false,
+            Some(_) => {}
+            None if c == '\'' || c == '"' => quote = Some(c),
+            None if c == ' ' || matches!(c, ';' | '&' | '|') => {}
+            None if !c.is_ascii_graphic() => return false,
+            None if matches!(
+                c,
+                '\\' | '$'
+                    | '`'
+                    | '('
+                    | ')'
+                    | '<'
+                    | '>'
+                    | '{'
+                    | '}'
+                    | '*'
+                    | '?'
+                    | '['
+                    | ']'
+                    | '~'
+                    | '#'
+                    | '!'
+            ) =>
+            {
+                return false;
+            }
+            None => {}
+        }
+    }
+    quote.is_none()
+}
+
+/// Whether `token` is an option as the policy reads options: `--`, `--name`, `--name=value`,
+/// `--no-name` or `-x` (one letter). Other shapes (`-c1`, `-xy.z`, `---`) are parsed
+/// differently by different CLIs, so a command holding one is never a read.
+fn is_plain_option(token: &str) -> bool {
+    let name_ok = |name: &str| {
+        let mut chars = name.chars();
+        chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '-')
+    };
+    match token.strip_prefix("--") {
+        Some("") => true,
+        Some(long) => name_ok(long.split_once('=').map_or(long, |(name, _)| name)),
+        None => token.len() == 2 && token[1..].chars().all(|c| c.is_ascii_alphabetic()),
+    }
+}
+
 /// A word of a command path: a letter, then letters, digits, `-` or `_` (`spo`, `m365`,
 /// `app-setup-policy`). Anything else (an option, a quoted value, a URL) ends the path.
 fn is_path_word(token: &str) -> bool {
@@ -245,7 +331,8 @@ struct Command {
 /// The commands of a command line (`m365 spo site get --url x; m365 status` gives two). A
 /// command that starts with something else (a quote, a path, a variable) has an empty path.
 fn commands(line: &str) -> Vec<Command> {
-    line.split(separates_commands)
+    split_commands(line)
+        .into_iter()
         .filter(|command| !command.trim().is_empty())
         .map(|command| {
             let mut out = Command::default();
@@ -273,6 +360,12 @@ fn commands(line: &str) -> Vec<Command> {
                     && token.len() > 1
                     && token.starts_with('-')
                     && !is_negative_number(&token);
+                if option && !is_plain_option(&token) {
+                    // Read differently by different parsers: as if it were an argument.
+                    out.strays.push(token.to_lowercase());
+                    takes_value = false;
+                    continue;
+                }
                 if option {
                     takes_value = !token.contains('=') && !token.starts_with("--no-");
                     continue;
@@ -456,7 +549,9 @@ impl Policy {
             .iter()
             .flat_map(|c| c.path.iter().chain(&c.strays).chain(&c.values))
             .any(|w| words(w).iter().any(|w| self.deny.contains(w)));
-        let reads = !commands.is_empty()
+        let plain = strictly_plain(&line);
+        let reads = plain
+            && !commands.is_empty()
             && commands.iter().all(|c| {
                 c.strays.is_empty()
                     && c.path.first().is_some_and(|p| self.programs.contains(p))
@@ -468,9 +563,10 @@ impl Policy {
         // Allowlisted by its command path only when its program's options are understood
         // (`AGENT_COMMAND_PROGRAMS`): a shell tool's `git push --receive-pack=…` runs a
         // program whatever an entry `git push` meant (the `git` tool refuses that option).
-        let understood = commands.iter().all(|c| {
-            c.strays.is_empty() && c.path.first().is_some_and(|p| self.programs.contains(p))
-        });
+        let understood = plain
+            && commands.iter().all(|c| {
+                c.strays.is_empty() && c.path.first().is_some_and(|p| self.programs.contains(p))
+            });
         let paths = if understood {
             commands.iter().map(|c| words(&c.path.join(" "))).collect()
         } else {
@@ -951,6 +1047,34 @@ mod tests {
                 "m365 spo list --debug -- roleinheritance",
             ),
             ("m365_run_command", "m365 spo list - roleinheritance"),
+            // Only lines every parser reads alike can be reads (second recheck): odd option
+            // shapes, white space a shell does not split at, separators inside quotes,
+            // expansions.
+            (
+                "m365_run_command",
+                "m365 spo list -c1 roleinheritance -f1 break",
+            ),
+            ("m365_run_command", "m365 spo list -xy.z roleinheritance"),
+            (
+                "m365_run_command",
+                "m365 spo list --query=@\u{a0}--x roleinheritance --y break",
+            ),
+            (
+                "m365_run_command",
+                "m365 spo list --query \"x; m365 spo list --webUrl \" remove",
+            ),
+            (
+                "m365_run_command",
+                "m365 spo list --query 'x| m365 todo list --output ' remove",
+            ),
+            ("m365_run_command", "m365 spo list --query {x,remove}"),
+            ("m365_run_command", "m365 spo list --query x*"),
+            (
+                "m365_run_command",
+                "m365 spo list --query \"$(m365 spo list remove)\"",
+            ),
+            ("m365_run_command", "m365 spo list --query 'unclosed"),
+            ("m365_run_command", "m365 spo list\tremove"),
         ] {
             let d = line(&p, Mode::ReadOnly, tool, command);
             assert!(!allowed(&d), "{command}");

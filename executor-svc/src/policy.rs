@@ -225,7 +225,8 @@ fn separates_commands(c: char) -> bool {
 fn split_commands(line: &str) -> Vec<&str> {
     let mut out = Vec::new();
     let (mut start, mut quote, mut escaped) = (0, None, false);
-    for (i, c) in line.char_indices() {
+    let mut chars = line.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
         match quote {
             _ if escaped => escaped = false,
             Some('\'') if c == '\'' => quote = None,
@@ -237,6 +238,10 @@ fn split_commands(line: &str) -> Vec<&str> {
             None if separates_commands(c) => {
                 out.push(&line[start..i]);
                 start = i + c.len_utf8();
+                // `&&` and `||` are one separator each.
+                if matches!(c, '&' | '|') && chars.next_if(|(_, n)| *n == c).is_some() {
+                    start += c.len_utf8();
+                }
             }
             None => {}
         }
@@ -351,6 +356,13 @@ fn commands(line: &str) -> Vec<Command> {
             let mut takes_value = false;
             let mut rest_are_arguments = false;
             for (token, _) in tokens {
+                // A value the CLI replaces with a file's contents (`@path`, `--name=@path`):
+                // a read of any file of the server's host, so never a plain argument.
+                if token.starts_with('@') || token.contains("=@") {
+                    out.strays.push(token.to_lowercase());
+                    takes_value = false;
+                    continue;
+                }
                 if !rest_are_arguments && token == "--" {
                     rest_are_arguments = true;
                     takes_value = false;
@@ -470,10 +482,26 @@ impl Policy {
 
     /// The command lines a call carries in its command arguments: every one present, since
     /// the policy cannot know which of them the tool runs.
-    fn command_lines(&self, arguments: &Value) -> Vec<String> {
+    /// With each, whether it can be judged as a line: a list of words (an argv a tool may run
+    /// without a shell) only when joining them with spaces gives back the same words.
+    fn command_lines(&self, arguments: &Value) -> Vec<(String, bool)> {
         self.command_arguments
             .iter()
-            .filter_map(|name| taskforce_proto::json::command_text(&arguments[name.as_str()]))
+            .filter_map(|name| {
+                let argument = &arguments[name.as_str()];
+                let text = taskforce_proto::json::command_text(argument)?;
+                let judged = match argument {
+                    Value::Array(words) => words.iter().all(|w| {
+                        w.as_str().is_some_and(|w| {
+                            !w.is_empty()
+                                && strictly_plain(w)
+                                && !w.contains([' ', '\'', '"', ';', '&', '|'])
+                        })
+                    }),
+                    _ => true,
+                };
+                Some((text, judged))
+            })
             .collect()
     }
 
@@ -543,13 +571,22 @@ impl Policy {
             };
         }
         // Each command's path decides; every command argument given counts.
-        let line = lines.join(" ; ");
+        let judged = lines.iter().all(|(_, judged)| *judged);
+        let line = lines
+            .into_iter()
+            .map(|(line, _)| line)
+            .collect::<Vec<_>>()
+            .join(" ; ");
         let commands = commands(&line);
         let denied = commands
             .iter()
             .flat_map(|c| c.path.iter().chain(&c.strays).chain(&c.values))
             .any(|w| words(w).iter().any(|w| self.deny.contains(w)));
-        let plain = strictly_plain(&line);
+        // A line with an empty command (`a ; ; b`, or one that ends with a separator, which a
+        // server that appends options would run as a program of its own) is not plain either.
+        let plain = judged
+            && strictly_plain(&line)
+            && split_commands(&line).iter().all(|c| !c.trim().is_empty());
         let reads = plain
             && !commands.is_empty()
             && commands.iter().all(|c| {
@@ -990,6 +1027,15 @@ mod tests {
         // Every command argument counts, not the first one present (F2).
         let decoy = json!({"command": "m365 status", "cmd": "touch pwned"});
         assert!(!allowed(&check(&p, Mode::ReadOnly, "run_shell", decoy)));
+        // A list of words is judged as a line only when joining them gives back the same
+        // words: a tool may run it without a shell (third recheck N1).
+        let argv =
+            json!({"command": ["m365", "spo", "list", "--query", "'", "remove", "--title", "'"]});
+        assert!(!allowed(&check(&p, Mode::ReadOnly, "exec_argv", argv)));
+        let argv = json!({"command": ["m365", "spo", "list", "--title", "a b"]});
+        assert!(!allowed(&check(&p, Mode::ReadOnly, "exec_argv", argv)));
+        let argv = json!({"command": ["m365", "spo", "site", "list", "--output", "json"]});
+        assert!(allowed(&check(&p, Mode::ReadOnly, "exec_argv", argv)));
         // An MCP tool is not trusted for a native or orchestration name (F3).
         for tool in [
             "agent_wipe",
@@ -1075,6 +1121,15 @@ mod tests {
             ),
             ("m365_run_command", "m365 spo list --query 'unclosed"),
             ("m365_run_command", "m365 spo list\tremove"),
+            // A value read from a file, an empty command, a trailing separator (third recheck).
+            ("m365_run_command", "m365 spo list get --title @/etc/passwd"),
+            (
+                "m365_run_command",
+                "m365 spo list get --title '@/etc/passwd'",
+            ),
+            ("m365_run_command", "m365 spo list get --title=@/etc/passwd"),
+            ("m365_run_command", "m365 spo list get &&"),
+            ("m365_run_command", "m365 spo list get ;; m365 status"),
         ] {
             let d = line(&p, Mode::ReadOnly, tool, command);
             assert!(!allowed(&d), "{command}");

@@ -88,6 +88,9 @@ pub struct PolicyConfig {
     /// Programs whose commands name their verb last (`m365 spo site get`): only their command
     /// lines can be reads.
     pub command_programs: Vec<String>,
+    /// Options that make such a command write a local file whatever its verb
+    /// (`m365 spo file get --asFile --path …`): a command with one is never a read.
+    pub write_options: Vec<String>,
     /// MCP tools that only read although their name holds no read verb (by name).
     pub read_tools: Vec<String>,
 }
@@ -101,6 +104,7 @@ impl Default for PolicyConfig {
             write_allowlist: Vec::new(),
             command_arguments: words("command|cmd|commandLine|command_line"),
             command_programs: words("m365"),
+            write_options: words("asFile|path|outputFile|outputDirectory|outDir"),
             // The CLI for Microsoft 365 MCP server's tools that look commands up.
             read_tools: words("m365_search_commands|m365_get_command_docs|m365_get_best_practices"),
         }
@@ -110,7 +114,7 @@ impl Default for PolicyConfig {
 impl PolicyConfig {
     /// The defaults, overridden by `AGENT_READ_VERBS`, `AGENT_DENY_VERBS` (`|` or `,`
     /// separated), `AGENT_WRITE_ALLOWLIST` (`,` separated), `AGENT_COMMAND_ARGUMENTS`,
-    /// `AGENT_COMMAND_PROGRAMS` and `AGENT_READ_TOOLS`.
+    /// `AGENT_COMMAND_PROGRAMS`, `AGENT_WRITE_OPTIONS` and `AGENT_READ_TOOLS`.
     pub fn from_env() -> Self {
         Self::from_lookup(|key| std::env::var(key).ok())
     }
@@ -137,6 +141,9 @@ impl PolicyConfig {
         }
         if let Some(v) = get("AGENT_COMMAND_ARGUMENTS") {
             config.command_arguments = list(v, &['|', ',']);
+        }
+        if let Some(v) = get("AGENT_WRITE_OPTIONS") {
+            config.write_options = list(v, &['|', ',']);
         }
         if let Some(v) = get("AGENT_COMMAND_PROGRAMS") {
             config.command_programs = list(v, &['|', ',']);
@@ -169,9 +176,13 @@ pub struct Policy {
     deny: HashSet<String>,
     /// Lower-case allowlist entries, split into words.
     allow: Vec<Vec<String>>,
+    /// Allowlist entries as written: a tool is allowlisted by its exact name.
+    allow_tools: HashSet<String>,
     command_arguments: Vec<String>,
     /// Lower-case [`PolicyConfig::command_programs`].
     programs: HashSet<String>,
+    /// Lower-case [`PolicyConfig::write_options`].
+    write_options: HashSet<String>,
     read_tools: HashSet<String>,
 }
 
@@ -259,10 +270,16 @@ fn split_commands(line: &str) -> Vec<&str> {
 fn strictly_plain(line: &str) -> bool {
     let mut quote = None;
     for c in line.chars() {
+        // What cmd.exe expands or escapes anywhere.
+        if matches!(c, '%' | '^') {
+            return false;
+        }
         match quote {
             Some('\'') if c == '\'' => quote = None,
             Some('"') if c == '"' => quote = None,
             Some('"') if matches!(c, '$' | '`' | '\\' | '!') => return false,
+            // cmd.exe does not quote with single quotes.
+            Some('\'') if matches!(c, '&' | '|' | '<' | '>' | '!') => return false,
             Some(_) if c.is_control() => return false,
             Some(_) => {}
             None if c == '\'' || c == '"' => quote = Some(c),
@@ -285,6 +302,8 @@ fn strictly_plain(line: &str) -> bool {
                     | '~'
                     | '#'
                     | '!'
+                    // PowerShell makes a list of words joined by commas.
+                    | ','
             ) =>
             {
                 return false;
@@ -331,6 +350,8 @@ struct Command {
     strays: Vec<String>,
     /// Option values that are one plain word (`remove` in `--force remove`).
     values: Vec<String>,
+    /// The options' names, lower-case (`asfile` for `--asFile`).
+    options: Vec<String>,
 }
 
 /// The commands of a command line (`m365 spo site get --url x; m365 status` gives two). A
@@ -380,6 +401,9 @@ fn commands(line: &str) -> Vec<Command> {
                 }
                 if option {
                     takes_value = !token.contains('=') && !token.starts_with("--no-");
+                    let name = token.trim_start_matches('-');
+                    let name = name.split_once('=').map_or(name, |(name, _)| name);
+                    out.options.push(name.to_lowercase());
                     continue;
                 }
                 if takes_value {
@@ -474,8 +498,14 @@ impl Policy {
                 .map(|e| words(e))
                 .filter(|w| !w.is_empty())
                 .collect(),
+            allow_tools: config
+                .write_allowlist
+                .iter()
+                .map(|e| e.trim().to_owned())
+                .collect(),
             command_arguments: config.command_arguments.clone(),
             programs: set(&config.command_programs),
+            write_options: set(&config.write_options),
             read_tools: config.read_tools.iter().cloned().collect(),
         }
     }
@@ -591,6 +621,7 @@ impl Policy {
             && !commands.is_empty()
             && commands.iter().all(|c| {
                 c.strays.is_empty()
+                    && !c.options.iter().any(|o| self.write_options.contains(o))
                     && c.path.first().is_some_and(|p| self.programs.contains(p))
                     && c.path.last().is_some_and(|verb| self.read.contains(verb))
             });
@@ -625,7 +656,7 @@ impl Policy {
                 path.starts_with(entry) || (after_program && path[1..].starts_with(entry))
             })
         };
-        self.allow.contains(&words(tool)) || (!paths.is_empty() && paths.iter().all(|p| listed(p)))
+        self.allow_tools.contains(tool) || (!paths.is_empty() && paths.iter().all(|p| listed(p)))
     }
 
     /// Checks one call in `mode` (`None`: a run without a mode; its allowlist is the policy).
@@ -915,6 +946,14 @@ mod tests {
             "git",
             json!({"args": ["-C", "sub", "push", "origin"]})
         )));
+        // A tool is allowlisted by its exact name: not `git_commit` by `git commit`.
+        let p2 = Policy::new(&PolicyConfig::from_lookup(|k| {
+            (k == "AGENT_WRITE_ALLOWLIST").then(|| "file_write, git commit".to_owned())
+        }));
+        for tool in ["git_commit", "File.Write", "FILE_WRITE"] {
+            let d = check(&p2, Mode::Default, tool, json!({"x": 1}));
+            assert!(!allowed(&d), "{tool}");
+        }
         // Only at the start of a path or right after its program: another program's command
         // that holds the words further on is not allowed (audit F6).
         // Nor a command whose program's options are not understood: `git push` is the git
@@ -1130,6 +1169,25 @@ mod tests {
             ("m365_run_command", "m365 spo list get --title=@/etc/passwd"),
             ("m365_run_command", "m365 spo list get &&"),
             ("m365_run_command", "m365 spo list get ;; m365 status"),
+            // A read verb that writes a local file; what PowerShell or cmd.exe read otherwise
+            // (the review's H1, H2).
+            (
+                "m365_run_command",
+                "m365 spo file get --webUrl https://x --id b2 --asFile --path /root/.bashrc",
+            ),
+            (
+                "m365_run_command",
+                "m365 flow export --name y --path=/etc/cron.d/x",
+            ),
+            (
+                "run_pwsh",
+                "m365 spo list --webUrl https://x/sites/a,roleinheritance,break --force",
+            ),
+            (
+                "run_cmd",
+                "m365 spo list --title 'a & m365 spo site remove --url x'",
+            ),
+            ("run_cmd", "m365 spo list --title %APPDATA%"),
         ] {
             let d = line(&p, Mode::ReadOnly, tool, command);
             assert!(!allowed(&d), "{command}");

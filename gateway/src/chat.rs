@@ -188,10 +188,12 @@ fn tool_failure(tool: &str, message: &str) -> String {
         .strip_prefix(tool)
         .and_then(|rest| rest.strip_prefix(" failed: ").or(rest.strip_prefix(": ")))
         .unwrap_or(message);
-    let ids: Vec<String> = id_words(message)
+    // The executor's message names its id twice (`confirmation id c-…`, `confirm c-…`).
+    let mut ids: Vec<String> = id_words(message)
         .into_iter()
         .filter(|w| is_confirmation_id(w))
         .collect();
+    ids.dedup();
     let suffix = |reason: &str| -> String {
         ids.iter()
             .filter(|id| !reason.contains(id.as_str()))
@@ -754,9 +756,11 @@ mod tests {
 
     #[test]
     fn a_refused_write_keeps_its_confirmation_id_however_long_the_message() {
+        // As the executor words it: the id twice.
         let message = format!(
             "confirmation_required: `m365_run_command m365 spo list add --title Tasks` {} \
-             confirmation id c-0123456789ab",
+             confirmation id c-0123456789ab; the user confirms with the words `confirm \
+             c-0123456789ab`",
             "changes something; ".repeat(30)
         );
         let shown = tool_failure("m365_run_command", &message);
@@ -765,6 +769,7 @@ mod tests {
             "{shown}"
         );
         assert!(shown.chars().count() <= MAX_TOOL_ERROR, "{shown}");
+        assert_eq!(shown.matches("c-0123456789ab").count(), 1, "{shown}");
         let long = tool_failure("file_read", &"x".repeat(1000));
         assert_eq!(long.chars().count(), MAX_TOOL_ERROR, "{long}");
         assert_eq!(

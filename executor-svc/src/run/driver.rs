@@ -207,6 +207,7 @@ impl Run {
         // as it was stored when this run started (no checkpoint has replaced it while
         // `answering` is set), so its history holds no answer that was not applied.
         let mut end = end;
+        let mut restored = false;
         if matches!(end, LoopEnd::Cancelled | LoopEnd::Paused(_))
             && runner.shutdown.is_cancelled()
             && self.cancel.is_cancelled()
@@ -220,6 +221,7 @@ impl Run {
                     self.session.confirmations_used = ran.confirmations_used;
                     if let Some(pending) = self.session.answering.take() {
                         end = LoopEnd::Paused(pending);
+                        restored = true;
                     }
                 }
                 Ok(_) => {}
@@ -244,9 +246,8 @@ impl Run {
                     items: question_items(&pending),
                 });
                 session.pending = Some(pending);
-                // Stopped by the shutdown: the sub-agents it resumed wait on their questions
-                // again (see `run_frame`).
-                if self.cancel.is_cancelled() && runner.shutdown.is_cancelled() {
+                // Put back on the question it was answering (above): say why it asks again.
+                if restored {
                     let why = "the executor is shutting down: the sub-agents stopped and wait on \
                                their questions again, the answers not applied (answer once the \
                                executor is back)";

@@ -39,9 +39,10 @@ const LLM_VARS: [&str; 7] = [
 
 /// Variables of the developer's shell that would change the executor's global MCP servers and
 /// policy; removed likewise (a test sets what it needs with `executor_env`).
-const GLOBAL_MCP_VARS: [&str; 9] = [
+const GLOBAL_MCP_VARS: [&str; 10] = [
     "AGENT_ENABLE",
     "AGENT_COMMAND_PROGRAMS",
+    "AGENT_WRITE_OPTIONS",
     "MCP_M365_START_CMD",
     "MCP_M365_STRICT_READONLY",
     "MCP_M365_HEALTH_INTERVAL_MS",

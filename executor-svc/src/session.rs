@@ -662,7 +662,8 @@ impl SessionStore {
         if orphaned > 0 {
             info!(
                 orphaned,
-                "sessions left running by a previous process marked failed"
+                "sessions left running by a previous process marked failed (or, when they were \
+                 applying answers, put back on their question)"
             );
         }
         Ok(store)

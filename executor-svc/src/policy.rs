@@ -421,6 +421,23 @@ fn commands(line: &str) -> Vec<Command> {
         .collect()
 }
 
+/// Whether any string in `arguments` names a path outside wherever it is read from: an
+/// absolute path (`/…`, `\…`, `C:…`), the home (`~…`), or one that climbs (`..`).
+fn names_a_path_outside(arguments: &Value) -> bool {
+    match arguments {
+        Value::String(text) => {
+            let t = text.trim();
+            t.starts_with(['/', '\\', '~'])
+                || t.as_bytes().get(1) == Some(&b':')
+                    && t.as_bytes().first().is_some_and(u8::is_ascii_alphabetic)
+                || t.split(['/', '\\']).any(|segment| segment.trim() == "..")
+        }
+        Value::Array(items) => items.iter().any(names_a_path_outside),
+        Value::Object(fields) => fields.values().any(names_a_path_outside),
+        _ => false,
+    }
+}
+
 /// Whether `token` is a negative number (`-1`, `-.5`), which option parsers take as a value.
 fn is_negative_number(token: &str) -> bool {
     let digits = token.trim_start_matches('-');
@@ -586,7 +603,11 @@ impl Policy {
                 _ => write(tool.to_owned(), false, Vec::new()),
             };
         }
-        if self.read_tools.contains(tool) {
+        // A tool read by its name reads what its server lets it: an argument that names a path
+        // outside its own files (`../../.cli-m365-tokens.json` to `m365_get_command_docs`)
+        // makes it a read of any file of the server's host, so no read.
+        let outside = names_a_path_outside(arguments);
+        if self.read_tools.contains(tool) && !outside {
             return Access::Read;
         }
         let lines = self.command_lines(arguments);
@@ -594,7 +615,7 @@ impl Policy {
             // Without a command line, its name (chosen by the server, not the model).
             let verbs = words(tool);
             let denied = verbs.iter().any(|w| self.deny.contains(w));
-            return if !denied && verbs.iter().any(|w| self.read.contains(w)) {
+            return if !denied && !outside && verbs.iter().any(|w| self.read.contains(w)) {
                 Access::Read
             } else {
                 write(tool.to_owned(), denied, Vec::new())
@@ -1063,6 +1084,34 @@ mod tests {
     #[test]
     fn read_only_trusts_only_known_programs_and_the_executors_own_tools_by_name() {
         let p = Policy::default();
+        // A tool read by its name, given a path outside its files, is no read (review H3).
+        for docs in [
+            "../../../../root/.cli-m365-tokens.json",
+            "/etc/passwd",
+            "~/.ssh/id_rsa",
+            "C:\\Users\\x",
+            "cmd/..\\..\\secret",
+        ] {
+            let args = json!({"commandName": "spo site list", "docs": docs});
+            let d = check(&p, Mode::ReadOnly, "m365_get_command_docs", args);
+            assert!(!allowed(&d), "{docs}");
+            let d = check(&p, Mode::ReadOnly, "get_file", json!({"name": docs}));
+            assert!(!allowed(&d), "{docs}");
+        }
+        let args = json!({"commandName": "spo site list", "docs": "spo/site/site-list.mdx"});
+        assert!(allowed(&check(
+            &p,
+            Mode::ReadOnly,
+            "m365_get_command_docs",
+            args
+        )));
+        let args = json!({"timezone": "Europe/Lisbon"});
+        assert!(allowed(&check(
+            &p,
+            Mode::ReadOnly,
+            "get_current_time",
+            args
+        )));
         // Every command argument counts, not the first one present (F2).
         let decoy = json!({"command": "m365 status", "cmd": "touch pwned"});
         assert!(!allowed(&check(&p, Mode::ReadOnly, "run_shell", decoy)));

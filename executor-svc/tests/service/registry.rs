@@ -2,7 +2,7 @@
 
 use std::{sync::atomic::Ordering, time::Duration};
 
-use taskforce_proto::v1::{GetSessionRequest, RunStatus};
+use taskforce_proto::v1::RunStatus;
 use tempfile::TempDir;
 
 use crate::{
@@ -22,14 +22,7 @@ async fn prompt_of_a_run(executor: &mut Executor) -> String {
     )
     .await;
     assert_eq!(done_status(&events), RunStatus::Completed);
-    let session = executor
-        .client
-        .get_session(GetSessionRequest {
-            session_id: events[0].session_id.clone(),
-        })
-        .await
-        .expect("session")
-        .into_inner();
+    let session = executor.session(&events[0].session_id).await;
     session.messages[0].content.clone()
 }
 

@@ -62,12 +62,7 @@ async fn a_tool_call_then_a_twenty_token_answer_streams_in_order() {
     }
     assert_eq!(done_status(&events), RunStatus::Completed);
 
-    let session = executor
-        .client
-        .get_session(GetSessionRequest { session_id })
-        .await
-        .expect("session")
-        .into_inner();
+    let session = executor.session(&session_id).await;
     assert_eq!(session.status(), RunStatus::Completed);
     assert_eq!(session.final_answer, TWENTY);
     assert_eq!(session.next_seq, events.len() as u64);
@@ -279,14 +274,7 @@ async fn a_client_that_drops_the_stream_cancels_the_run() {
     }
     // The session records the cancellation.
     loop {
-        let session = executor
-            .client
-            .get_session(GetSessionRequest {
-                session_id: session_id.clone(),
-            })
-            .await
-            .expect("session")
-            .into_inner();
+        let session = executor.session(&session_id).await;
         if session.status() == RunStatus::Cancelled {
             break;
         }
@@ -396,14 +384,7 @@ async fn a_run_whose_end_cannot_be_stored_fails_and_new_runs_are_refused() {
         .any(|e| matches!(&e.event, Some(Event::Error(err)) if err.code == "STORE_FAILED"));
     assert!(failed, "{events:?}");
     // Its session says how it ended, not the last state that reached the disk.
-    let session = executor
-        .client
-        .get_session(GetSessionRequest {
-            session_id: events[0].session_id.clone(),
-        })
-        .await
-        .expect("session")
-        .into_inner();
+    let session = executor.session(&events[0].session_id).await;
     assert_eq!(session.status(), RunStatus::Failed, "{session:?}");
     assert_eq!(
         session.error.as_ref().map(|e| e.code.as_str()),

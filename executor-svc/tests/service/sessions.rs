@@ -214,14 +214,7 @@ async fn execute_with_a_session_id_continues_the_conversation() {
         Some(Event::FinalAnswer(answer)) => assert_eq!(answer.text, "second: two"),
         other => panic!("expected FinalAnswer, got {other:?}"),
     }
-    let session = executor
-        .client
-        .get_session(GetSessionRequest {
-            session_id: "my-thread".into(),
-        })
-        .await
-        .expect("session")
-        .into_inner();
+    let session = executor.session("my-thread").await;
     // system, user, assistant, user, assistant
     assert_eq!(session.messages.len(), 5);
     assert_eq!(session.mission, "two");

@@ -17,7 +17,8 @@ use executor_svc::{
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use taskforce_proto::v1::{
-    ExecuteRequest, RunEvent, executor_client::ExecutorClient, run_event::Event,
+    ExecuteRequest, GetSessionRequest, RunEvent, Session, executor_client::ExecutorClient,
+    run_event::Event,
 };
 use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
@@ -164,6 +165,17 @@ impl Executor {
             shutdown,
             server,
         }
+    }
+
+    /// The session `id`, which must exist.
+    pub async fn session(&mut self, id: &str) -> Session {
+        self.client
+            .get_session(GetSessionRequest {
+                session_id: id.to_owned(),
+            })
+            .await
+            .expect("session")
+            .into_inner()
     }
 
     /// Stops it and waits until it has released its data directory.

@@ -531,22 +531,35 @@ impl Policy {
     /// the policy cannot know which of them the tool runs.
     /// With each, whether it can be judged as a line: a list of words (an argv a tool may run
     /// without a shell) only when joining them with spaces gives back the same words.
+    /// A call that carries any other text (`args`, `shell`, `cwd`, `env`: a string, list or
+    /// object in any other argument) is judged by none of its lines: a server may add it to
+    /// the line it runs (`spawn(command, args, {shell: true})`). Numbers and booleans are not
+    /// text. A command argument that holds neither text nor a list of words cannot be judged.
     fn command_lines(&self, arguments: &Value) -> Vec<(String, bool)> {
+        let more_text = arguments.as_object().is_some_and(|fields| {
+            fields.iter().any(|(name, value)| {
+                !self.command_arguments.contains(name)
+                    && matches!(value, Value::String(_) | Value::Array(_) | Value::Object(_))
+            })
+        });
         self.command_arguments
             .iter()
             .filter_map(|name| {
-                let argument = &arguments[name.as_str()];
-                let text = taskforce_proto::json::command_text(argument)?;
-                let judged = match argument {
-                    Value::Array(words) => words.iter().all(|w| {
-                        w.as_str().is_some_and(|w| {
-                            !w.is_empty()
-                                && strictly_plain(w)
-                                && !w.contains([' ', '\'', '"', ';', '&', '|'])
-                        })
-                    }),
-                    _ => true,
+                let argument = arguments.get(name.as_str()).filter(|v| !v.is_null())?;
+                let Some(text) = taskforce_proto::json::command_text(argument) else {
+                    return Some((argument.to_string(), false));
                 };
+                let judged = !more_text
+                    && match argument {
+                        Value::Array(words) => words.iter().all(|w| {
+                            w.as_str().is_some_and(|w| {
+                                !w.is_empty()
+                                    && strictly_plain(w)
+                                    && !w.contains([' ', '\'', '"', ';', '&', '|'])
+                            })
+                        }),
+                        _ => true,
+                    };
                 Some((text, judged))
             })
             .collect()
@@ -1124,6 +1137,41 @@ mod tests {
         assert!(!allowed(&check(&p, Mode::ReadOnly, "exec_argv", argv)));
         let argv = json!({"command": ["m365", "spo", "site", "list", "--output", "json"]});
         assert!(allowed(&check(&p, Mode::ReadOnly, "exec_argv", argv)));
+        // Other text a server may add to the line it runs, and command arguments that are no
+        // text, leave a read unjudged (review M3); numbers and booleans are no text.
+        for args in [
+            json!({"command": "m365 spo list get --title x", "args": "; m365 spo site remove"}),
+            json!({"command": "m365 spo site list", "args": ["--force"]}),
+            json!({"command": "m365 spo site list", "env": {"M365_X": "1"}}),
+            json!({"command": "m365 status", "commandLine": {"run": "touch pwned"}}),
+            json!({"command": "m365 status", "cmd": 7}),
+            json!({"command": ["m365", "spo", "site", "list", 7]}),
+        ] {
+            assert!(
+                !allowed(&check(&p, Mode::ReadOnly, "run_shell", args.clone())),
+                "{args}"
+            );
+            // Nor can an allowlist entry vouch for what it cannot see.
+            let entry = PolicyConfig::from_lookup(|k| {
+                (k == "AGENT_WRITE_ALLOWLIST").then(|| "spo list get,spo site list,status".into())
+            });
+            let d = check(
+                &Policy::new(&entry),
+                Mode::Default,
+                "run_shell",
+                args.clone(),
+            );
+            assert!(!allowed(&d), "{args}");
+        }
+        for args in [
+            json!({"command": "m365 spo site list", "timeout": 30, "verbose": false}),
+            json!({"command": "m365 spo site list", "cmd": null}),
+        ] {
+            assert!(
+                allowed(&check(&p, Mode::ReadOnly, "run_shell", args.clone())),
+                "{args}"
+            );
+        }
         // An MCP tool is not trusted for a native or orchestration name (F3).
         for tool in [
             "agent_wipe",

@@ -389,6 +389,14 @@ async fn run_frame(
         && runner.shutdown.is_cancelled()
         && let Some(waiting) = waiting
     {
+        // The top agent's run puts such a sub-agent back as the session stored it, with the
+        // ones below it (`stopped`); the others that answers resumed keep what they did.
+        if parent.frame.depth == 0 {
+            parent.orchestra.interrupt(super::stopped::Interrupted {
+                call_id: call_id.to_owned(),
+                frame_id: waiting.id.clone(),
+            });
+        }
         return Ok(paused(&ctx, call_id, waiting).await);
     }
     match end {

@@ -15,9 +15,10 @@ use tracing::{info, warn};
 use super::{
     FrameInfo, Orchestra, RunCtx, Runner,
     agent_loop::{self, Conversation, Counts, LoopEnd},
-    answers::Split,
+    answers::{self, Split},
     calls::Tools,
     events::{self, Sink},
+    stopped,
 };
 use crate::{
     agent::AgentDef,
@@ -195,19 +196,28 @@ impl Run {
             self.session.confirmations_issued = std::mem::take(&mut books.issued);
             self.session.confirmations_used = std::mem::take(&mut books.used);
         }
-        self.finish(end, counts, started).await;
+        let interrupted = orchestra.take_interrupted();
+        self.finish(end, counts, started, &interrupted).await;
         drop(in_flight);
     }
 
     /// Stores the outcome, frees the session, then sends the closing events.
-    async fn finish(mut self, end: LoopEnd, counts: Counts, started: Instant) {
+    async fn finish(
+        mut self,
+        end: LoopEnd,
+        counts: Counts,
+        started: Instant,
+        interrupted: &[stopped::Interrupted],
+    ) {
         let runner = Arc::clone(&self.runner);
-        // A shutdown stopped the run while it applied answers to sub-agents' questions (the
-        // resumed frames pause again, see `run_frame`): the session goes back to that question
-        // as it was stored when this run started (no checkpoint has replaced it while
-        // `answering` is set), so its history holds no answer that was not applied.
+        // A shutdown stopped the run while it applied answers to sub-agents' questions: the
+        // session goes back to that question as it was stored when this run started (no
+        // checkpoint has replaced it while `answering` is set), keeping what finished: the
+        // answers to the agent's own questions and the sub-agents that got to their end. The
+        // ones the stop interrupted wait as they were (see `run_frame`), their answers not in
+        // the history.
         let mut end = end;
-        let mut restored = false;
+        let mut restored = None;
         if matches!(end, LoopEnd::Cancelled | LoopEnd::Paused(_))
             && runner.shutdown.is_cancelled()
             && self.cancel.is_cancelled()
@@ -217,11 +227,21 @@ impl Run {
                 Ok(Some(stored)) if stored.answering.is_some() => {
                     let ran = std::mem::replace(&mut self.session, stored);
                     // Confirmations this run used stay used: their calls ran.
-                    self.session.confirmations_issued = ran.confirmations_issued;
-                    self.session.confirmations_used = ran.confirmations_used;
-                    if let Some(pending) = self.session.answering.take() {
+                    self.session.confirmations_issued = ran.confirmations_issued.clone();
+                    self.session.confirmations_used = ran.confirmations_used.clone();
+                    let paused = match &end {
+                        LoopEnd::Paused(pending) => Some(pending.asks.as_slice()),
+                        _ => None,
+                    };
+                    let kept = stopped::keep_finished(&mut self.session, ran, paused, interrupted);
+                    let any_kept = kept.is_some();
+                    let pending = match kept {
+                        Some(asks) => Some(answers::pending(asks)),
+                        None => self.session.answering.take(),
+                    };
+                    if let Some(pending) = pending {
                         end = LoopEnd::Paused(pending);
-                        restored = true;
+                        restored = Some(any_kept);
                     }
                 }
                 Ok(_) => {}
@@ -247,10 +267,17 @@ impl Run {
                 });
                 session.pending = Some(pending);
                 // Put back on the question it was answering (above): say why it asks again.
-                if restored {
-                    let why = "the executor is shutting down: the sub-agents stopped and wait on \
-                               their questions again, the answers not applied (answer once the \
-                               executor is back)";
+                if let Some(kept) = restored {
+                    let why = if kept {
+                        "the executor is shutting down: the sub-agents still working stopped and \
+                         wait on their questions again, those answers not applied (answer them \
+                         once the executor is back); the sub-agents that finished keep their \
+                         results"
+                    } else {
+                        "the executor is shutting down: the sub-agents stopped and wait on their \
+                         questions again, the answers not applied (answer once the executor is \
+                         back)"
+                    };
                     session.error = RunError::new("EXECUTOR_STOPPING", why);
                     let warning = events::warning("EXECUTOR_STOPPING", why.to_owned());
                     (Status::Paused, vec![warning, event])

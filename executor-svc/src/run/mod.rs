@@ -17,6 +17,7 @@ mod driver;
 mod events;
 mod merge;
 mod start;
+mod stopped;
 
 use std::{
     collections::HashMap,
@@ -212,6 +213,8 @@ pub struct Orchestra {
     state: Mutex<Orchestration>,
     /// Token and step counts of the run's sub-agents, added to the run's usage.
     usage: Mutex<Counts>,
+    /// Sub-agents of the top agent that answers resumed and a stop interrupted.
+    interrupted: Mutex<Vec<stopped::Interrupted>>,
 }
 
 impl Orchestra {
@@ -219,6 +222,7 @@ impl Orchestra {
         Self {
             state: Mutex::new(state),
             usage: Mutex::default(),
+            interrupted: Mutex::default(),
         }
     }
 
@@ -246,6 +250,22 @@ impl Orchestra {
         usage.output_tokens += counts.output_tokens;
         usage.steps += counts.steps;
         usage.tool_calls += counts.tool_calls;
+    }
+
+    fn interrupt(&self, stop: stopped::Interrupted) {
+        self.interrupted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(stop);
+    }
+
+    fn take_interrupted(&self) -> Vec<stopped::Interrupted> {
+        std::mem::take(
+            &mut self
+                .interrupted
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 
     fn usage(&self) -> Counts {

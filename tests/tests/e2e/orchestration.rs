@@ -1240,6 +1240,145 @@ async fn an_answer_a_stop_or_a_crash_interrupts_leaves_the_question_waiting_not_
     );
 }
 
+const PAIR_LEAD: &str = r#"
+final_text: "lead finished"
+turns:
+  - tool_calls:
+      - name: agent_quick
+        arguments: {task: Name it}
+      - name: agent_mid
+        arguments: {task: Serve it}
+"#;
+
+const QUICK_ASKING_LEAF: &str = r#"
+turns:
+  - tool_calls:
+      - name: ask_user
+        arguments: {question: Which name?, key: name}
+  - text: '{"result": {"name": "{{last_message}}"}, "new_facts": {"named": true}}'
+"#;
+
+#[tokio::test]
+async fn a_stop_while_answers_resume_two_sub_agents_keeps_the_one_that_finished() {
+    let dir = tempfile::TempDir::new().expect("tmp");
+    let scripts = [
+        ("lead", PAIR_LEAD),
+        ("quick", QUICK_ASKING_LEAF),
+        ("mid", SLOW_ASKING_LEAF),
+    ];
+    let mut stack = stack(dir.path(), &scripts).await;
+    agent(&stack, "quick", &["ask_user"], &[], "quick").await;
+    agent(&stack, "mid", &["ask_user"], &[], "mid").await;
+    agent(&stack, "lead", &["file_read"], &["quick", "mid"], "lead").await;
+    let mut sse = SseReader::open(
+        &stack,
+        "/api/v1/execute/stream",
+        &json!({"mission": "Name and serve it", "agent_id": "lead"}),
+    )
+    .await;
+    let first = sse.rest(RUN_TIMEOUT).await;
+    assert_eq!(first[first.len() - 1].1["status"], "paused", "{first:?}");
+    let session = first[0].1["session_id"].as_str().expect("id").to_owned();
+
+    // Both answered: `quick` finishes at once, `mid` is still working when the executor stops.
+    let mut sse = SseReader::open(
+        &stack,
+        &format!("/api/v1/sessions/{session}/answer"),
+        &json!({"answers": {"quick.name": "Ada", "mid.port": "8080"}}),
+    )
+    .await;
+    let quick = sse.until("delegation_end", RUN_TIMEOUT).await;
+    let end = &quick[quick.len() - 1].1;
+    assert_eq!(
+        (end["agent_id"].as_str(), end["status"].as_str()),
+        (Some("quick"), Some("completed")),
+        "{quick:?}"
+    );
+    stack.stop_executor().await.expect("executor stops");
+    let stopped = sse.rest(RUN_TIMEOUT).await;
+    let names = event_names(&stopped);
+    assert!(
+        names.ends_with(&["warning", "question", "done"]),
+        "{names:?}"
+    );
+    let warning = &stopped[stopped.len() - 3].1;
+    assert!(
+        warning["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("finished keep their results")),
+        "{warning}"
+    );
+    let asked: Vec<&str> = stopped[stopped.len() - 2].1["items"]
+        .as_array()
+        .map(|items| items.iter().filter_map(|i| i["key"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(asked, ["mid.port"], "{stopped:?}");
+
+    stack.restart_executor().await.expect("executor restarts");
+    let paused = get_session(&stack, &session).await;
+    assert_eq!(paused.status(), v1::RunStatus::Paused, "{paused:?}");
+    let pending = paused
+        .pending_question
+        .as_ref()
+        .expect("the question waits");
+    let keys: Vec<&str> = pending.items.iter().map(|i| i.key.as_str()).collect();
+    assert_eq!(
+        keys,
+        ["mid.port"],
+        "only the interrupted one is asked again"
+    );
+    let plan = paused.plan.as_ref().expect("plan");
+    let status = |agent: &str| {
+        plan.tasks
+            .iter()
+            .find(|t| t.owner_agent == agent)
+            .map(|t| t.status.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        (status("quick").as_str(), status("mid").as_str()),
+        ("COMPLETED", "IN_PROGRESS"),
+        "{plan:?}"
+    );
+    let history = format!("{:?}", paused.messages);
+    assert!(history.contains("Ada"), "quick's result is kept: {history}");
+    assert!(
+        !history.contains("8080"),
+        "mid's answer was not applied: {history}"
+    );
+    // `quick` is done: an answer for it is refused, not run again.
+    let again = send(
+        stack
+            .http()
+            .post(stack.url(&format!("/api/v1/sessions/{session}/answer")))
+            .json(&json!({"answers": {"quick.name": "Bob"}})),
+    )
+    .await;
+    assert_eq!(again.status, 400, "{}", again.text);
+
+    let mut sse = SseReader::open(
+        &stack,
+        &format!("/api/v1/sessions/{session}/answer"),
+        &json!({"answers": {"mid.port": "9090"}}),
+    )
+    .await;
+    let done = sse.rest(RUN_TIMEOUT).await;
+    assert_eq!(done[done.len() - 1].1["status"], "completed", "{done:?}");
+    let ends = named(&done, "delegation_end");
+    assert_eq!(ends.len(), 1, "only mid runs again: {done:?}");
+    assert_eq!(ends[0]["agent_id"], "mid");
+    assert_eq!(ends[0]["result"]["result"]["port"], "9090", "{}", ends[0]);
+    let completed = get_session(&stack, &session).await;
+    let runs_of_quick = named(&first, "delegation_end")
+        .into_iter()
+        .chain(named(&stopped, "delegation_end"))
+        .chain(named(&quick, "delegation_end"))
+        .filter(|e| e["agent_id"] == "quick" && e["status"] == "completed")
+        .count();
+    assert_eq!(runs_of_quick, 1, "quick ran to its end once");
+    assert_eq!(completed.final_answer, "lead finished");
+}
+
 const FANNING_LEAD: &str = r#"
 final_text: "lead finished"
 turns:

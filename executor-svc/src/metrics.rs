@@ -4,8 +4,8 @@
 //! and `idp_tool_failure_total`, labelled by `tool` and `subagent` (the sub-agent a delegation
 //! ran, empty for other tools); failures also by `outcome` (`tool_failed`: the tool said it
 //! failed, `error`: the call could not run, `policy_blocked`: the policy refused it); at most
-//! [`MAX_LABEL_VALUES`] values of each label, later ones counted as `other`. Global MCP
-//! servers: `taskforce_mcp_server_up` (1 up, 0 down) and `taskforce_mcp_server_tools`, labelled
+//! [`MAX_LABEL_VALUES`] values of each label, later ones counted as `other` (the executor's own
+//! tools always by their names). Global MCP servers: `taskforce_mcp_server_up` (1 up, 0 down) and `taskforce_mcp_server_tools`, labelled
 //! by `server`. Runs: `taskforce_runs_in_flight`, `taskforce_runs_total{status}`; model calls:
 //! `taskforce_llm_request_duration_seconds`, `taskforce_llm_tokens_total{kind}` and
 //! `taskforce_llm_errors_total`, labelled by `provider`. gRPC requests: see
@@ -191,16 +191,37 @@ fn bounded(seen: &std::sync::Mutex<std::collections::HashSet<String>>, value: &s
     }
 }
 
+/// The `tool` label of a call: an executor's own tool (`own`) by its name, others within the
+/// cap (their names come from MCP servers and agent ids, so they are not a fixed few).
+fn tool_label(
+    seen: &std::sync::Mutex<std::collections::HashSet<String>>,
+    tool: &str,
+    own: bool,
+) -> String {
+    if own {
+        tool.to_owned()
+    } else {
+        bounded(seen, tool)
+    }
+}
+
 /// The `tool` and `subagent` values labelled so far.
 static TOOL_VALUES: LazyLock<std::sync::Mutex<std::collections::HashSet<String>>> =
     LazyLock::new(Default::default);
 static SUBAGENT_VALUES: LazyLock<std::sync::Mutex<std::collections::HashSet<String>>> =
     LazyLock::new(Default::default);
 
-/// Counts one tool call.
-pub fn tool_call(tool: &str, subagent: Option<&str>, outcome: Outcome, duration: Duration) {
+/// Counts one tool call; `own`: one of the executor's own tools (not a delegation), labelled by
+/// its name whatever the cap.
+pub fn tool_call(
+    tool: &str,
+    own: bool,
+    subagent: Option<&str>,
+    outcome: Outcome,
+    duration: Duration,
+) {
     let labels = ToolLabels {
-        tool: bounded(&TOOL_VALUES, tool),
+        tool: tool_label(&TOOL_VALUES, tool, own),
         subagent: bounded(&SUBAGENT_VALUES, subagent.unwrap_or_default()),
     };
     let metrics = &*METRICS;
@@ -349,5 +370,8 @@ mod tests {
             "a value seen before stays"
         );
         assert_eq!(bounded(&seen, ""), "", "no sub-agent is no value");
+        // The executor's own tools keep their names past the cap; others do not.
+        assert_eq!(tool_label(&seen, "file_read", true), "file_read");
+        assert_eq!(tool_label(&seen, "file_read", false), OTHER);
     }
 }

@@ -237,7 +237,11 @@ async fn run_one(
     // Labels only from what this agent really has: a model's made-up names must not grow the
     // metric's series.
     let label = if tool.is_some() { name } else { "unknown" };
-    crate::metrics::tool_call(label, subagent.as_deref(), audit_outcome, duration);
+    // The executor's own tools are a fixed few: they keep their names past the label cap that
+    // many MCP tools or sub-agents may reach.
+    let own = tool.is_some_and(|t| t.origin() == crate::policy::Origin::Executor)
+        && !name.starts_with(AGENT_TOOL_PREFIX);
+    crate::metrics::tool_call(label, own, subagent.as_deref(), audit_outcome, duration);
     Finished {
         call_id: call_id.to_owned(),
         tool: name.to_owned(),

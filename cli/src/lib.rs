@@ -175,8 +175,9 @@ async fn agents(
                     render::text(&a["agent_id"]),
                     render::text(&a["version"])
                 )?;
+                // Beside the result, not in it: a script reading stdout gets the result only.
                 for warning in a["warnings"].as_array().into_iter().flatten() {
-                    writeln!(out, "warning: {}", render::text(warning))?;
+                    eprintln!("warning: {}", render::text(warning));
                 }
                 Ok(())
             })

@@ -213,11 +213,13 @@ async fn agents_round_trip_in_human_and_json_output_over_the_gateway_and_grpc() 
     .expect("writes the definition");
     let created = cli(&stack, &["agents", "create", "-f", path_str(&deferred)]).await;
     let said = created.expect_code(0);
+    assert!(said.contains("created agent clock-later"), "{said}");
+    assert!(!said.contains("warning"), "warnings go to stderr: {said}");
+    let warned = &created.stderr;
     assert!(
-        said.contains("created agent clock-later")
-            && said.contains("warning: mcp_servers[0]: not discovered here")
-            && said.contains("TF_E2E_ONLY_THE_EXECUTOR_HAS_IT"),
-        "{said}"
+        warned.contains("warning: mcp_servers[0]: not discovered here")
+            && warned.contains("TF_E2E_ONLY_THE_EXECUTOR_HAS_IT"),
+        "{warned}"
     );
     let stored = rest(&stack, "/api/v1/agents/release-notes").await;
     assert_eq!(stored["version"], version);

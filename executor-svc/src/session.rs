@@ -161,6 +161,10 @@ pub struct Orchestration {
     /// Paused sub-agent frames, by frame id.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub frames: std::collections::BTreeMap<String, Frame>,
+    /// Tasks a delegation of the live run works on, until it ends (never stored: a stored
+    /// session has no delegation running).
+    #[serde(skip)]
+    pub working: std::collections::BTreeSet<String>,
 }
 
 impl Orchestration {

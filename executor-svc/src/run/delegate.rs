@@ -15,7 +15,7 @@ use taskforce_proto::v1::{self, run_event::Event};
 use tracing::info;
 
 use super::{
-    FrameInfo, RunCtx,
+    FrameInfo, Orchestra, RunCtx,
     agent_loop::{self, Counts, LoopEnd},
     answers::{self, Split},
     driver::{select_tools, workspace_for},
@@ -26,7 +26,7 @@ use crate::{
     llm::Message,
     plan::{ORCHESTRATOR, TaskStatus},
     registry::Target,
-    session::{Ask, Frame},
+    session::{Ask, Frame, Orchestration},
     tools::{
         ToolContext, ToolError, ToolOutcome,
         orchestration::{AGENT_TOOL_PREFIX, Delegation, Orchestrate, find_subagent},
@@ -122,7 +122,42 @@ async fn delegate(
         Some((token, answers)) => resumed_frame(parent, &agent_id, token, answers)?,
         None => (new_frame(parent, &def, &request).await?, None),
     };
+    let _working = Working {
+        orchestra: Arc::clone(&parent.orchestra),
+        task_id: frame.task_id.clone(),
+    };
     run_frame(parent, call_id, def, frame, split, is_resume).await
+}
+
+/// The task a delegation works on, taken until the delegation ends (this is dropped): no
+/// other delegation may take it meanwhile, so two sub-agents never write one task's result.
+struct Working {
+    orchestra: Arc<Orchestra>,
+    task_id: String,
+}
+
+impl Drop for Working {
+    fn drop(&mut self) {
+        self.orchestra.with(|o| o.working.remove(&self.task_id));
+    }
+}
+
+/// Why task `id` cannot be delegated now: a delegation works on it, or waits on answers.
+fn busy(o: &Orchestration, id: &str) -> Option<String> {
+    let agent = if o.working.contains(id) {
+        o.plan.task(id).map(|t| t.owner_agent.clone())?
+    } else {
+        o.frames
+            .values()
+            .find(|f| f.task_id == id)?
+            .agent_id
+            .clone()
+    };
+    Some(format!(
+        "`task_id`: task `{id}` is being worked on by `{agent}` (its delegation has not ended); \
+         delegate it once that ends, or leave out `task_id` to give this sub-agent a task of its \
+         own"
+    ))
 }
 
 /// The stored frame a resume token names, with the answers applied to its questions.
@@ -143,7 +178,9 @@ fn resumed_frame(
         if frame.agent_id != agent_id || frame.parent != parent.frame.id {
             return None;
         }
-        o.frames.remove(&frame_id)
+        let frame = o.frames.remove(&frame_id)?;
+        o.working.insert(frame.task_id.clone());
+        Some(frame)
     });
     let frame = taken.ok_or_else(|| {
         failed(
@@ -156,9 +193,10 @@ fn resumed_frame(
         Ok(split) => Ok((frame, Some(split))),
         Err(message) => {
             // Refused answers change nothing: the frame waits on.
-            parent
-                .orchestra
-                .with(|o| o.frames.insert(frame.id.clone(), frame));
+            parent.orchestra.with(|o| {
+                o.working.remove(&frame.task_id);
+                o.frames.insert(frame.id.clone(), frame)
+            });
             Err(ToolError::InvalidArguments {
                 tool: format!("{AGENT_TOOL_PREFIX}{agent_id}"),
                 reason: message,
@@ -242,6 +280,9 @@ async fn new_frame(
     let (task_id, plan) = parent
         .orchestra
         .with(|o| {
+            if let Some(reason) = request.task_id.as_deref().and_then(|id| busy(o, id)) {
+                return Err(reason);
+            }
             let id = o.plan.ensure_task(
                 request.task_id.as_deref(),
                 &request.task,
@@ -249,6 +290,7 @@ async fn new_frame(
                 agent_id,
             )?;
             o.plan.set_status(&id, TaskStatus::InProgress, None);
+            o.working.insert(id.clone());
             Ok::<_, String>((id, o.plan.clone()))
         })
         .map_err(|reason| ToolError::InvalidArguments {

@@ -1379,6 +1379,69 @@ async fn a_stop_while_answers_resume_two_sub_agents_keeps_the_one_that_finished(
     assert_eq!(completed.final_answer, "lead finished");
 }
 
+const DOUBLE_BOOKING_LEAD: &str = r#"
+final_text: "lead finished"
+turns:
+  - tool_calls:
+      - name: agent_quick
+        arguments: {task: Name it, task_id: p1}
+      - name: agent_mid
+        arguments: {task: Name it too, task_id: p1}
+"#;
+
+const SLOW_NAMER: &str = r#"
+turns:
+  - delay_ms: 300
+    text: '{"result": {"named": true}}'
+"#;
+
+#[tokio::test]
+async fn a_task_a_delegation_works_on_cannot_be_delegated_again_until_it_ends() {
+    let dir = tempfile::TempDir::new().expect("tmp");
+    let scripts = [
+        ("lead", DOUBLE_BOOKING_LEAD),
+        ("quick", SLOW_NAMER),
+        ("mid", SLOW_NAMER),
+    ];
+    let stack = stack(dir.path(), &scripts).await;
+    agent(&stack, "quick", &["file_read"], &[], "quick").await;
+    agent(&stack, "mid", &["file_read"], &[], "mid").await;
+    agent(&stack, "lead", &["file_read"], &["quick", "mid"], "lead").await;
+    let mut sse = SseReader::open(
+        &stack,
+        "/api/v1/execute/stream",
+        &json!({"mission": "Name it", "agent_id": "lead"}),
+    )
+    .await;
+    let events = sse.rest(RUN_TIMEOUT).await;
+    assert_eq!(
+        events[events.len() - 1].1["status"],
+        "completed",
+        "{events:?}"
+    );
+    // One of the two got the task; the other was told why not, and nothing ran for it.
+    let started = named(&events, "delegation_start");
+    assert_eq!(started.len(), 1, "{events:?}");
+    let worker = started[0]["agent_id"].as_str().expect("agent").to_owned();
+    let refused: Vec<&Value> = named(&events, "tool_error")
+        .into_iter()
+        .filter(|e| {
+            e["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(&format!("is being worked on by `{worker}`")))
+        })
+        .collect();
+    assert_eq!(refused.len(), 1, "{events:?}");
+    assert_ne!(refused[0]["tool"], format!("agent_{worker}"));
+    let session = events[0].1["session_id"].as_str().expect("id");
+    let plan = get_session(&stack, session).await.plan.expect("plan");
+    let task = plan.tasks.iter().find(|t| t.id == "p1").expect("p1");
+    assert_eq!(
+        (task.status.as_str(), task.owner_agent.as_str()),
+        ("COMPLETED", worker.as_str())
+    );
+}
+
 const FANNING_LEAD: &str = r#"
 final_text: "lead finished"
 turns:

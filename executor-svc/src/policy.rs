@@ -166,6 +166,8 @@ enum Access {
         command: String,
         denied: bool,
         paths: Vec<Vec<String>>,
+        /// The arguments that kept a command line from being judged ([`Policy::other_text`]).
+        other_text: Vec<String>,
     },
 }
 
@@ -527,21 +529,34 @@ impl Policy {
         }
     }
 
+    /// The arguments besides the command arguments that a server may add to the line it runs
+    /// (`spawn(command, args, {shell: true})`, or options made of argument names): any text (a
+    /// string, list or object), a name that is not a plain word, or a name of
+    /// [`PolicyConfig::write_options`]. Numbers and booleans under plain names are fine
+    /// (`timeout: 30`, `verbose: true`).
+    fn other_text(&self, arguments: &Value) -> Vec<String> {
+        let Some(fields) = arguments.as_object() else {
+            return Vec::new();
+        };
+        fields
+            .iter()
+            .filter(|(name, value)| {
+                !self.command_arguments.contains(*name)
+                    && (matches!(value, Value::String(_) | Value::Array(_) | Value::Object(_))
+                        || !is_path_word(name)
+                        || self.write_options.contains(&name.to_lowercase()))
+            })
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
     /// The command lines a call carries in its command arguments: every one present, since
     /// the policy cannot know which of them the tool runs.
     /// With each, whether it can be judged as a line: a list of words (an argv a tool may run
-    /// without a shell) only when joining them with spaces gives back the same words.
-    /// A call that carries any other text (`args`, `shell`, `cwd`, `env`: a string, list or
-    /// object in any other argument) is judged by none of its lines: a server may add it to
-    /// the line it runs (`spawn(command, args, {shell: true})`). Numbers and booleans are not
-    /// text. A command argument that holds neither text nor a list of words cannot be judged.
-    fn command_lines(&self, arguments: &Value) -> Vec<(String, bool)> {
-        let more_text = arguments.as_object().is_some_and(|fields| {
-            fields.iter().any(|(name, value)| {
-                !self.command_arguments.contains(name)
-                    && matches!(value, Value::String(_) | Value::Array(_) | Value::Object(_))
-            })
-        });
+    /// without a shell) only when joining them with spaces gives back the same words. With
+    /// `other_text` (see [`Policy::other_text`]) no line can be judged. A command argument
+    /// that holds neither text nor a list of words cannot be judged either.
+    fn command_lines(&self, arguments: &Value, other_text: bool) -> Vec<(String, bool)> {
         self.command_arguments
             .iter()
             .filter_map(|name| {
@@ -549,7 +564,7 @@ impl Policy {
                 let Some(text) = taskforce_proto::json::command_text(argument) else {
                     return Some((argument.to_string(), false));
                 };
-                let judged = !more_text
+                let judged = !other_text
                     && match argument {
                         Value::Array(words) => words.iter().all(|w| {
                             w.as_str().is_some_and(|w| {
@@ -570,6 +585,7 @@ impl Policy {
             command,
             denied,
             paths,
+            other_text: Vec::new(),
         };
         if origin == Origin::Executor {
             if NATIVE_READS.contains(&tool)
@@ -623,7 +639,8 @@ impl Policy {
         if self.read_tools.contains(tool) && !outside {
             return Access::Read;
         }
-        let lines = self.command_lines(arguments);
+        let other_text = self.other_text(arguments);
+        let lines = self.command_lines(arguments, !other_text.is_empty());
         if lines.is_empty() {
             // Without a command line, its name (chosen by the server, not the model).
             let verbs = words(tool);
@@ -674,7 +691,12 @@ impl Policy {
         } else {
             Vec::new()
         };
-        write(format!("{tool} {line}"), denied, paths)
+        Access::Write {
+            command: format!("{tool} {line}"),
+            denied,
+            paths,
+            other_text,
+        }
     }
 
     /// Whether the operator allowlisted this write: its tool by name, or every command in it by
@@ -704,15 +726,29 @@ impl Policy {
         let Some(mode) = mode else {
             return Decision::Allow;
         };
-        let (command, denied, paths) = match self.classify(call.tool, call.origin, call.arguments) {
-            Access::Read => return Decision::Allow,
-            Access::Write {
-                command,
-                denied,
-                paths,
-            } => (command, denied, paths),
-        };
+        let (command, denied, paths, other_text) =
+            match self.classify(call.tool, call.origin, call.arguments) {
+                Access::Read => return Decision::Allow,
+                Access::Write {
+                    command,
+                    denied,
+                    paths,
+                    other_text,
+                } => (command, denied, paths, other_text),
+            };
         let listed = self.allowlisted(call.tool, &paths);
+        // Why the command's own words could not decide, when other arguments kept them from it.
+        let because = |then: &str| {
+            if other_text.is_empty() {
+                return String::new();
+            }
+            let names: Vec<String> = other_text.iter().map(|n| format!("`{n}`")).collect();
+            format!(
+                " (the call also passes {}, which a server may add to the command it runs, so \
+                 the command alone cannot be judged{then})",
+                names.join(", ")
+            )
+        };
         match mode {
             Mode::ReadOnly => Decision::Block {
                 reason: if denied {
@@ -720,13 +756,17 @@ impl Policy {
                         "readOnly mode: `{command}` changes something (a denied verb); only reads run"
                     )
                 } else {
-                    format!("readOnly mode: `{command}` is not a read; only reads run")
+                    format!(
+                        "readOnly mode: `{command}` is not a read{}; only reads run",
+                        because("")
+                    )
                 },
             },
             Mode::Default | Mode::SafeWrite if !listed => Decision::Block {
                 reason: format!(
-                    "{} mode: `{command}` is a write the operator has not allowlisted",
-                    mode.as_str()
+                    "{} mode: `{command}` is a write the operator has not allowlisted{}",
+                    mode.as_str(),
+                    because(": only an allowlist entry with the tool's exact name allows it")
                 ),
             },
             Mode::Default => Decision::Allow,
@@ -1163,6 +1203,16 @@ mod tests {
             );
             assert!(!allowed(&d), "{args}");
         }
+        // Names count too: a server may make options of them (recheck F4).
+        for args in [
+            json!({"command": "m365 spo site list", "force; m365 spo site remove --url x": true}),
+            json!({"command": "m365 spo site list", "asFile": true}),
+        ] {
+            assert!(
+                !allowed(&check(&p, Mode::ReadOnly, "run_shell", args.clone())),
+                "{args}"
+            );
+        }
         for args in [
             json!({"command": "m365 spo site list", "timeout": 30, "verbose": false}),
             json!({"command": "m365 spo site list", "cmd": null}),
@@ -1172,6 +1222,22 @@ mod tests {
                 "{args}"
             );
         }
+        // The refusal names what kept the command from being judged (recheck F3).
+        let args = json!({"command": "m365 spo site list", "output": "json"});
+        let Decision::Block { reason } = check(&p, Mode::ReadOnly, "run_shell", args) else {
+            panic!("blocked");
+        };
+        assert!(reason.contains("also passes `output`"), "{reason}");
+        assert!(!reason.contains("allowlist"), "{reason}");
+        let entry = PolicyConfig::from_lookup(|k| {
+            (k == "AGENT_WRITE_ALLOWLIST").then(|| "spo list add".into())
+        });
+        let args = json!({"command": "m365 spo list add --title x", "output": "json"});
+        let Decision::Block { reason } = check(&Policy::new(&entry), Mode::Default, "x", args)
+        else {
+            panic!("blocked");
+        };
+        assert!(reason.contains("tool's exact name"), "{reason}");
         // An MCP tool is not trusted for a native or orchestration name (F3).
         for tool in [
             "agent_wipe",

@@ -424,21 +424,21 @@ async fn run_frame(
         },
         other => other,
     };
-    // The executor stops while answers resumed this frame: it waits on its questions again,
-    // as it was (a restart can resume it), instead of failing its task. The answers are not
-    // applied; the run pauses on them again.
-    if matches!(end, LoopEnd::Cancelled)
-        && runner.shutdown.is_cancelled()
+    // The executor stops while answers resumed this frame (it was cut off, or paused because
+    // a sub-agent of its own was): it waits on its questions again, as it was (a restart can
+    // resume it), instead of failing its task. The answers are not applied; the run pauses on
+    // them again. The top agent's run puts such a sub-agent back as the session stored it,
+    // with the ones below it (`stopped`); the others that answers resumed keep what they did.
+    if runner.shutdown.is_cancelled()
         && let Some(waiting) = waiting
+        && (matches!(end, LoopEnd::Cancelled)
+            || matches!(end, LoopEnd::Paused(_)) && parent.orchestra.interrupted_below(&frame.id))
     {
-        // The top agent's run puts such a sub-agent back as the session stored it, with the
-        // ones below it (`stopped`); the others that answers resumed keep what they did.
-        if parent.frame.depth == 0 {
-            parent.orchestra.interrupt(super::stopped::Interrupted {
-                call_id: call_id.to_owned(),
-                frame_id: waiting.id.clone(),
-            });
-        }
+        parent.orchestra.interrupt(super::stopped::Interrupted {
+            call_id: call_id.to_owned(),
+            frame_id: waiting.id.clone(),
+            parent: parent.frame.id.clone(),
+        });
         return Ok(paused(&ctx, call_id, waiting).await);
     }
     match end {

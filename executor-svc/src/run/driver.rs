@@ -271,8 +271,8 @@ impl Run {
                     let why = if kept {
                         "the executor is shutting down: the sub-agents still working stopped and \
                          wait on their questions again, those answers not applied (answer them \
-                         once the executor is back); the sub-agents that finished keep their \
-                         results"
+                         once the executor is back); the answers and sub-agents that finished \
+                         before the stop are kept"
                     } else {
                         "the executor is shutting down: the sub-agents stopped and wait on their \
                          questions again, the answers not applied (answer once the executor is \

@@ -213,7 +213,7 @@ pub struct Orchestra {
     state: Mutex<Orchestration>,
     /// Token and step counts of the run's sub-agents, added to the run's usage.
     usage: Mutex<Counts>,
-    /// Sub-agents of the top agent that answers resumed and a stop interrupted.
+    /// Sub-agents that answers resumed and a stop interrupted.
     interrupted: Mutex<Vec<stopped::Interrupted>>,
 }
 
@@ -257,6 +257,15 @@ impl Orchestra {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push(stop);
+    }
+
+    /// Whether a stop interrupted a sub-agent of frame `frame_id`.
+    fn interrupted_below(&self, frame_id: &str) -> bool {
+        self.interrupted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .any(|i| i.parent == frame_id)
     }
 
     fn take_interrupted(&self) -> Vec<stopped::Interrupted> {

@@ -14,11 +14,13 @@ use crate::{
     session::{Ask, Frame, Session},
 };
 
-/// A sub-agent a stop interrupted: the id of the call that resumed it, and its frame's id.
+/// A sub-agent a stop interrupted: the id of the call that resumed it, its frame's id, and
+/// the id of the frame that called (empty: the top agent).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Interrupted {
     pub call_id: String,
     pub frame_id: String,
+    pub parent: String,
 }
 
 /// Turns `stored` (the session as it waited on its question) into where the stop leaves it,
@@ -38,6 +40,9 @@ pub fn keep_finished(
     if ran.messages.len() < base || ran.messages[..base] != stored.messages[..] {
         return None;
     }
+    // The top agent's sub-agents; those below go back with them.
+    let interrupted: Vec<&Interrupted> =
+        interrupted.iter().filter(|i| i.parent.is_empty()).collect();
     let stopped: HashSet<&str> = interrupted.iter().map(|i| i.call_id.as_str()).collect();
     let mut tokens = HashSet::new();
     let mut kept = Vec::new();
@@ -79,7 +84,11 @@ pub fn keep_finished(
             .asks
             .iter()
             .filter(|a| a.token.as_ref().is_some_and(|t| tokens.contains(t)))
-            .cloned(),
+            // Asked again: an answer recorded earlier was not applied either.
+            .map(|a| Ask {
+                answer: None,
+                ..a.clone()
+            }),
     );
     stored.messages.extend(kept);
 
@@ -262,11 +271,16 @@ mod tests {
     #[test]
     fn a_stop_keeps_the_sub_agents_that_finished_and_puts_back_the_ones_it_interrupted() {
         let mut stored = waiting();
+        // `b`'s answer was recorded in an earlier round (held back by another question).
+        if let Some(q) = stored.answering.as_mut() {
+            q.asks[1].answer = Some(json!("8080"));
+        }
         let before = stored.clone();
         let (ran, paused) = ran(&stored);
         let stop = [Interrupted {
             call_id: "r-b".into(),
             frame_id: "b".into(),
+            parent: String::new(),
         }];
         let asks = keep_finished(&mut stored, ran, Some(&paused), &stop).expect("kept");
         // `a`'s resume and result stay; `b`'s resume (with its answers) is gone.
@@ -279,7 +293,7 @@ mod tests {
             }
         );
         assert_eq!(stored.messages[2], result("r-a", "a done"));
-        // `b` is asked as it was first asked.
+        // `b` is asked as it was first asked, its earlier answer not applied either.
         assert_eq!(asks, vec![ask("b.k", "TB", "call-b")]);
         let o = &stored.orchestration;
         let status = |id: &str| o.plan.tasks.iter().find(|t| t.id == id).map(|t| t.status);
@@ -302,10 +316,18 @@ mod tests {
             Interrupted {
                 call_id: "r-a".into(),
                 frame_id: "a".into(),
+                parent: String::new(),
             },
             Interrupted {
                 call_id: "r-b".into(),
                 frame_id: "b".into(),
+                parent: String::new(),
+            },
+            // Below `b`: it goes back with `b`.
+            Interrupted {
+                call_id: "r-b1".into(),
+                frame_id: "b1".into(),
+                parent: "b".into(),
             },
         ];
         assert!(keep_finished(&mut stored, ran, Some(&paused), &stop).is_none());

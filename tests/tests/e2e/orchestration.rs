@@ -53,6 +53,26 @@ fn named<'a>(events: &'a [(String, Value)], name: &str) -> Vec<&'a Value> {
         .collect()
 }
 
+/// Streams a new run of `agent_id` on `mission` to its end; its events.
+async fn run_to_end(stack: &Stack, agent_id: &str, mission: &str) -> Vec<(String, Value)> {
+    let body = json!({"mission": mission, "agent_id": agent_id});
+    SseReader::open(stack, "/api/v1/execute/stream", &body)
+        .await
+        .rest(RUN_TIMEOUT)
+        .await
+}
+
+/// The session id a run's events name.
+fn session_of(events: &[(String, Value)]) -> String {
+    events[0].1["session_id"].as_str().expect("id").to_owned()
+}
+
+/// Opens the stream of `answers` to `session`'s question.
+async fn answer(stack: &Stack, session: &str, answers: Value) -> SseReader {
+    let path = format!("/api/v1/sessions/{session}/answer");
+    SseReader::open(stack, &path, &json!({ "answers": answers })).await
+}
+
 const PLANNER: &str = r#"
 final_text: "All delegated."
 turns:
@@ -1138,12 +1158,7 @@ turns:
 
 /// Answers the paused `session` and reads the continued run until its sub-agent is resumed.
 async fn answer_until_resumed(stack: &Stack, session: &str, port: &str) -> SseReader {
-    let mut sse = SseReader::open(
-        stack,
-        &format!("/api/v1/sessions/{session}/answer"),
-        &json!({"answers": {"mid.port": port}}),
-    )
-    .await;
+    let mut sse = answer(stack, session, json!({"mid.port": port})).await;
     let opened = sse.until("delegation_start", RUN_TIMEOUT).await;
     let resumed = &opened[opened.len() - 1].1;
     assert_eq!(resumed["resumed"], true, "{opened:?}");
@@ -1174,15 +1189,9 @@ async fn an_answer_a_stop_or_a_crash_interrupts_leaves_the_question_waiting_not_
     let mut stack = stack(dir.path(), &[("lead", LEAD), ("mid", SLOW_ASKING_LEAF)]).await;
     agent(&stack, "mid", &["ask_user"], &[], "mid").await;
     agent(&stack, "lead", &["file_read"], &["mid"], "lead").await;
-    let mut sse = SseReader::open(
-        &stack,
-        "/api/v1/execute/stream",
-        &json!({"mission": "Serve it", "agent_id": "lead"}),
-    )
-    .await;
-    let first = sse.rest(RUN_TIMEOUT).await;
+    let first = run_to_end(&stack, "lead", "Serve it").await;
     assert_eq!(first[first.len() - 1].1["status"], "paused", "{first:?}");
-    let session = first[0].1["session_id"].as_str().expect("id").to_owned();
+    let session = session_of(&first);
 
     // A graceful stop while the answered sub-agent works: the stream says so and asks again.
     let mut sse = answer_until_resumed(&stack, &session, "8080").await;
@@ -1218,13 +1227,10 @@ async fn an_answer_a_stop_or_a_crash_interrupts_leaves_the_question_waiting_not_
     back_on_the_question(&stack, &session, "INTERRUPTED").await;
 
     // Answered again, the sub-agent goes on from its question and the run completes.
-    let mut sse = SseReader::open(
-        &stack,
-        &format!("/api/v1/sessions/{session}/answer"),
-        &json!({"answers": {"mid.port": "9090"}}),
-    )
-    .await;
-    let done = sse.rest(RUN_TIMEOUT).await;
+    let done = answer(&stack, &session, json!({"mid.port": "9090"}))
+        .await
+        .rest(RUN_TIMEOUT)
+        .await;
     assert_eq!(done[done.len() - 1].1["status"], "completed", "{done:?}");
     let end = named(&done, "delegation_end")[0];
     assert_eq!(end["result"]["result"]["port"], "9090", "{end}");
@@ -1270,21 +1276,15 @@ async fn a_stop_while_answers_resume_two_sub_agents_keeps_the_one_that_finished(
     agent(&stack, "quick", &["ask_user"], &[], "quick").await;
     agent(&stack, "mid", &["ask_user"], &[], "mid").await;
     agent(&stack, "lead", &["file_read"], &["quick", "mid"], "lead").await;
-    let mut sse = SseReader::open(
-        &stack,
-        "/api/v1/execute/stream",
-        &json!({"mission": "Name and serve it", "agent_id": "lead"}),
-    )
-    .await;
-    let first = sse.rest(RUN_TIMEOUT).await;
+    let first = run_to_end(&stack, "lead", "Name and serve it").await;
     assert_eq!(first[first.len() - 1].1["status"], "paused", "{first:?}");
-    let session = first[0].1["session_id"].as_str().expect("id").to_owned();
+    let session = session_of(&first);
 
     // Both answered: `quick` finishes at once, `mid` is still working when the executor stops.
-    let mut sse = SseReader::open(
+    let mut sse = answer(
         &stack,
-        &format!("/api/v1/sessions/{session}/answer"),
-        &json!({"answers": {"quick.name": "Ada", "mid.port": "8080"}}),
+        &session,
+        json!({"quick.name": "Ada", "mid.port": "8080"}),
     )
     .await;
     let quick = sse.until("delegation_end", RUN_TIMEOUT).await;
@@ -1305,7 +1305,7 @@ async fn a_stop_while_answers_resume_two_sub_agents_keeps_the_one_that_finished(
     assert!(
         warning["message"]
             .as_str()
-            .is_some_and(|m| m.contains("finished keep their results")),
+            .is_some_and(|m| m.contains("finished before the stop are kept")),
         "{warning}"
     );
     let asked: Vec<&str> = stopped[stopped.len() - 2].1["items"]
@@ -1356,13 +1356,10 @@ async fn a_stop_while_answers_resume_two_sub_agents_keeps_the_one_that_finished(
     .await;
     assert_eq!(again.status, 400, "{}", again.text);
 
-    let mut sse = SseReader::open(
-        &stack,
-        &format!("/api/v1/sessions/{session}/answer"),
-        &json!({"answers": {"mid.port": "9090"}}),
-    )
-    .await;
-    let done = sse.rest(RUN_TIMEOUT).await;
+    let done = answer(&stack, &session, json!({"mid.port": "9090"}))
+        .await
+        .rest(RUN_TIMEOUT)
+        .await;
     assert_eq!(done[done.len() - 1].1["status"], "completed", "{done:?}");
     let ends = named(&done, "delegation_end");
     assert_eq!(ends.len(), 1, "only mid runs again: {done:?}");
@@ -1377,6 +1374,63 @@ async fn a_stop_while_answers_resume_two_sub_agents_keeps_the_one_that_finished(
         .count();
     assert_eq!(runs_of_quick, 1, "quick ran to its end once");
     assert_eq!(completed.final_answer, "lead finished");
+}
+
+#[tokio::test]
+async fn a_stop_while_an_answer_resumes_a_nested_sub_agent_puts_the_whole_branch_back() {
+    let dir = tempfile::TempDir::new().expect("tmp");
+    let scripts = [("lead", LEAD), ("mid", MID), ("leaf", SLOW_ASKING_LEAF)];
+    let mut stack = stack(dir.path(), &scripts).await;
+    agent(&stack, "leaf", &["ask_user"], &[], "leaf").await;
+    agent(&stack, "mid", &["file_read"], &["leaf"], "mid").await;
+    agent(&stack, "lead", &["file_read"], &["mid"], "lead").await;
+    let first = run_to_end(&stack, "lead", "Serve it").await;
+    assert_eq!(first[first.len() - 1].1["status"], "paused", "{first:?}");
+    let session = session_of(&first);
+
+    // The answer resumes `mid`, which resumes `leaf`; the stop comes while `leaf` works.
+    let mut sse = answer(&stack, &session, json!({"leaf.port": "8080"})).await;
+    sse.until("delegation_start", RUN_TIMEOUT).await;
+    let opened = sse.until("delegation_start", RUN_TIMEOUT).await;
+    assert_eq!(opened[opened.len() - 1].1["agent_id"], "leaf", "{opened:?}");
+    stack.stop_executor().await.expect("executor stops");
+    let stopped = sse.rest(RUN_TIMEOUT).await;
+    let warning = named(&stopped, "warning")
+        .into_iter()
+        .find(|w| w["code"] == "EXECUTOR_STOPPING")
+        .expect("the stop is said");
+    // Nothing finished: no part of the answer is kept.
+    assert!(
+        warning["message"]
+            .as_str()
+            .is_some_and(|m| !m.contains("kept")),
+        "{warning}"
+    );
+    stack.restart_executor().await.expect("executor restarts");
+    let paused = get_session(&stack, &session).await;
+    assert_eq!(paused.status(), v1::RunStatus::Paused, "{paused:?}");
+    let keys: Vec<&str> = paused
+        .pending_question
+        .as_ref()
+        .map(|q| q.items.iter().map(|i| i.key.as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(keys, ["leaf.port"], "{paused:?}");
+    let history = format!("{:?}", paused.messages);
+    assert!(
+        !history.contains("8080"),
+        "an answer not applied: {history}"
+    );
+
+    let done = answer(&stack, &session, json!({"leaf.port": "9090"}))
+        .await
+        .rest(RUN_TIMEOUT)
+        .await;
+    assert_eq!(done[done.len() - 1].1["status"], "completed", "{done:?}");
+    let leaf = named(&done, "delegation_end")
+        .into_iter()
+        .find(|e| e["agent_id"] == "leaf")
+        .expect("leaf ends");
+    assert_eq!(leaf["result"]["result"]["port"], "9090", "{leaf}");
 }
 
 const DOUBLE_BOOKING_LEAD: &str = r#"
@@ -1407,13 +1461,7 @@ async fn a_task_a_delegation_works_on_cannot_be_delegated_again_until_it_ends() 
     agent(&stack, "quick", &["file_read"], &[], "quick").await;
     agent(&stack, "mid", &["file_read"], &[], "mid").await;
     agent(&stack, "lead", &["file_read"], &["quick", "mid"], "lead").await;
-    let mut sse = SseReader::open(
-        &stack,
-        "/api/v1/execute/stream",
-        &json!({"mission": "Name it", "agent_id": "lead"}),
-    )
-    .await;
-    let events = sse.rest(RUN_TIMEOUT).await;
+    let events = run_to_end(&stack, "lead", "Name it").await;
     assert_eq!(
         events[events.len() - 1].1["status"],
         "completed",
@@ -1433,8 +1481,8 @@ async fn a_task_a_delegation_works_on_cannot_be_delegated_again_until_it_ends() 
         .collect();
     assert_eq!(refused.len(), 1, "{events:?}");
     assert_ne!(refused[0]["tool"], format!("agent_{worker}"));
-    let session = events[0].1["session_id"].as_str().expect("id");
-    let plan = get_session(&stack, session).await.plan.expect("plan");
+    let plan = get_session(&stack, &session_of(&events)).await.plan;
+    let plan = plan.expect("plan");
     let task = plan.tasks.iter().find(|t| t.id == "p1").expect("p1");
     assert_eq!(
         (task.status.as_str(), task.owner_agent.as_str()),

@@ -225,11 +225,17 @@ impl Source {
 
 /// `taskforce run ...`.
 #[derive(Debug, Args)]
-// Exactly one of them: the services need one, and bad usage must fail before any request.
-#[command(group(ArgGroup::new("target").required(true).args(["agent", "profile"])))]
+// One of `--agent` and `--profile`, unless `--session` continues a session (then its own agent
+// by default): bad usage fails before any request.
+#[command(group(
+    ArgGroup::new("target")
+        .required(true)
+        .multiple(true)
+        .args(["agent", "profile", "session"])
+))]
 pub struct RunArgs {
     /// The agent to run (custom or profile).
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", conflicts_with = "profile")]
     pub agent: Option<String>,
     /// A profile agent to run (as the older profile-based CLI did).
     #[arg(long, value_name = "NAME")]
@@ -240,7 +246,7 @@ pub struct RunArgs {
     /// The policy mode: `readOnly`, `default` or `safeWrite`.
     #[arg(long)]
     pub mode: Option<String>,
-    /// Continue this session (its conversation) with a new mission.
+    /// Continue this session (its conversation) with a new mission, by default with its agent.
     #[arg(long, value_name = "ID")]
     pub session: Option<String>,
     /// Approve a `safeWrite` call by its confirmation id (`c-...`); repeatable.

@@ -31,6 +31,10 @@ impl Runner {
         if mission.len() > MAX_TEXT {
             return Err(ExecutorError::invalid("mission", "is longer than 256 KiB"));
         }
+        let session_id = non_empty(request.session_id);
+        if let Some(id) = &session_id {
+            check_session_id(id)?;
+        }
         let target = match (non_empty(request.agent_id), non_empty(request.profile)) {
             (Some(id), _) => {
                 check_id("agent_id", &id)?;
@@ -40,17 +44,30 @@ impl Runner {
                 check_id("profile", &profile)?;
                 Target::Profile(profile)
             }
-            (None, None) => {
-                return Err(ExecutorError::invalid(
-                    "agent_id",
-                    "set `agent_id` (a registry agent) or `profile` (a profile agent)",
-                ));
-            }
+            // A session goes on with its own agent.
+            (None, None) => match &session_id {
+                Some(id) => match self.store.get(id)? {
+                    Some(stored) => Target::Agent(stored.agent_id),
+                    None => {
+                        return Err(ExecutorError::invalid(
+                            "agent_id",
+                            format!(
+                                "set `agent_id` (a registry agent) or `profile` (a profile \
+                                 agent): session `{id}` does not exist yet, so it has no agent \
+                                 to go on with"
+                            ),
+                        ));
+                    }
+                },
+                None => {
+                    return Err(ExecutorError::invalid(
+                        "agent_id",
+                        "set `agent_id` (a registry agent) or `profile` (a profile agent), or \
+                         `session_id` to continue a session with its agent",
+                    ));
+                }
+            },
         };
-        let session_id = non_empty(request.session_id);
-        if let Some(id) = &session_id {
-            check_session_id(id)?;
-        }
         let id = session_id.clone().unwrap_or_else(|| {
             taskforce_proto::ids::owned_session_id(
                 self.budgets.instance.as_deref(),

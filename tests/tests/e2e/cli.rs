@@ -651,6 +651,9 @@ async fn run_streams_a_scripted_run_to_completion_and_sessions_show_reads_it() {
     )
     .await;
     assert_eq!(session_of(more.expect_code(0)), session);
+    // Without --agent, the session's own.
+    let more = cli(&stack, &["run", "--session", &session, "Once more"]).await;
+    assert_eq!(session_of(more.expect_code(0)), session);
 }
 
 #[tokio::test]

@@ -56,6 +56,27 @@ async fn execute_runs_a_custom_agent_to_its_final_answer() {
         c.text
     );
 
+    // A session goes on with its own agent when the request names none (audit 6 F1); a new
+    // session id alone names no agent.
+    let r = send(
+        stack
+            .http()
+            .post(stack.url("/api/v1/execute"))
+            .json(&json!({"mission": "And the VAT?", "session_id": session})),
+    )
+    .await;
+    assert_eq!(r.body["status"], "completed", "{}", r.text);
+    assert_eq!(r.body["session_id"], session, "{}", r.text);
+    let r = send(
+        stack
+            .http()
+            .post(stack.url("/api/v1/execute"))
+            .json(&json!({"mission": "Hi", "session_id": "never-used-before"})),
+    )
+    .await;
+    r.assert_error(400, "invalid_argument");
+    assert!(r.text.contains("does not exist yet"), "{}", r.text);
+
     // Existing callers send `lean` (seed 000 §6): accepted, with `agent_id` or `profile`.
     for body in [
         json!({"mission": "Say hello", "agent_id": "invoice-extractor", "lean": true}),

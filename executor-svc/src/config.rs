@@ -113,8 +113,8 @@ pub struct Config {
     )]
     pub metrics_listen: String,
 
-    /// `0`: connect no global MCP server (seed 004 `AGENT_ENABLE`; the gateway's
-    /// `/ai/agent/stream` reads the same variable).
+    /// `0`: connect no global MCP server (the gateway's `/ai/agent/stream` reads the same
+    /// variable).
     #[arg(long, env = "AGENT_ENABLE", default_value = "1")]
     pub agent_enable: String,
 

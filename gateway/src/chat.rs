@@ -136,8 +136,8 @@ impl RateLimit {
     }
 }
 
-/// Body of `POST /ai/agent/stream` and `POST /ai/stream` (seed 004 §5.1); other keys are
-/// ignored, as the existing UI may send more.
+/// Body of `POST /ai/agent/stream` and `POST /ai/stream`; other keys are ignored, as the
+/// existing UI may send more.
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct ChatBody {
     /// What the user asks.

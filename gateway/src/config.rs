@@ -74,25 +74,24 @@ pub struct Config {
     #[arg(long, env = "TASKFORCE_CHAT_AGENT", default_value = DEFAULT_CHAT_AGENT,
           value_parser = agent_id)]
     pub chat_agent: String,
-    /// The policy mode of `/ai/agent/stream` requests that name none (seed 004 §7).
+    /// The policy mode of `/ai/agent/stream` requests that name none.
     #[arg(long, env = "AGENT_DEFAULT_MODE", default_value = "readOnly")]
     pub agent_default_mode: String,
-    /// `0`: `/ai/agent/stream` answers as the plain LLM, no tools (seed 004 §7 `AGENT_ENABLE`).
+    /// `0`: `/ai/agent/stream` answers as the plain LLM, no tools.
     /// A switch (`1`/`true`/`yes`/`on` or `0`/`false`/`no`/`off`); anything else stops the
     /// gateway at start-up.
     #[arg(long, env = "AGENT_ENABLE", default_value = "1", action = clap::ArgAction::Set,
           value_parser = agent_enable)]
     pub agent_enable: bool,
-    /// The model alias (of the executor's `llm_config.yaml`) chat runs use (seed 004's
-    /// `AI_MODEL_NAME`); unset: the chat agent's model, else the executor's default.
+    /// The model alias (of the executor's `llm_config.yaml`) chat runs use; unset: the chat
+    /// agent's model, else the executor's default.
     #[arg(long, env = "AI_MODEL_NAME")]
     pub ai_model_name: Option<String>,
-    /// The provider entry (of the executor's `llm_config.yaml`) chat runs use (seed 004's
-    /// `AI_DESTINATION_NAME`): with `AI_MODEL_NAME` that provider's model of that name, alone
+    /// The provider entry (of the executor's `llm_config.yaml`) chat runs use: with `AI_MODEL_NAME` that provider's model of that name, alone
     /// the provider's configured model; unset: `AI_MODEL_NAME` alone decides.
     #[arg(long, env = "AI_DESTINATION_NAME")]
     pub ai_destination_name: Option<String>,
-    /// Most chat prompts per `threadId` per minute (0: no limit; seed 004 §9's optional limit).
+    /// Most chat prompts per `threadId` per minute (0: no limit).
     #[arg(long, env = "AGENT_RATE_LIMIT_PER_MINUTE", default_value_t = 0)]
     pub agent_rate_limit_per_minute: u32,
     /// Most runs and streams one API key may have open through this gateway at once (runs,

@@ -50,7 +50,7 @@ pub struct ExecuteBody {
     /// Continue this session instead of starting a new one.
     #[serde(default)]
     pub session_id: Option<String>,
-    /// Accepted so that existing `/execute` callers keep working (seed 000 §6), and ignored:
+    /// Accepted so that existing `/execute` callers keep working, and ignored:
     /// every run is a lean ReAct agent, whatever it says.
     #[serde(default)]
     pub lean: Option<bool>,

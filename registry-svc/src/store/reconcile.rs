@@ -357,7 +357,7 @@ impl Store {
 /// Why a custom file is not read: a profile has its id.
 fn taken(id: &str) -> String {
     format!(
-        "the id {id:?} is the profile configs/{id}.{}'s; rename this file",
+        "the id {id:?} is the profile {id}.{}'s (in the config directory); rename this file",
         files::EXT
     )
 }

@@ -166,7 +166,11 @@ impl Store {
                 let err = if self.profile.contains_key(id)? {
                     ApiError::new(
                         ErrorKind::ReadOnly,
-                        format!("agent {id:?} is a profile agent; edit configs/{id}.yaml instead"),
+                        format!(
+                            "agent {id:?} is a profile agent; edit its file {id}.{} in the \
+                             registry's config directory instead",
+                            files::EXT
+                        ),
                     )
                 } else {
                     ApiError::new(ErrorKind::NotFound, format!("agent {id:?} not found"))
@@ -193,7 +197,8 @@ impl Store {
             return Ok(());
         }
         let mut message = format!(
-            "agent {id:?} is a profile agent; edit configs/{id}.{} instead",
+            "agent {id:?} is a profile agent; edit its file {id}.{} in the registry's config \
+             directory instead",
             files::EXT
         );
         if self.custom_path(id)?.exists() {

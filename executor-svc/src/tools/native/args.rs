@@ -49,9 +49,11 @@ pub struct NativeToolsArgs {
         default_value = "landlock"
     )]
     pub tool_sandbox: SandboxMode,
-    /// In `landlock` mode, refuse to run tools (and to start) on a kernel without Landlock.
+    /// In `landlock` mode, refuse to run tools (and to start) on a kernel without Landlock. A
+    /// switch: `1`/`true`/`yes`/`on` or `0`/`false`/`no`/`off` (the flag alone: on).
     #[arg(long, env = "TASKFORCE_TOOL_SANDBOX_REQUIRE", value_parser = BoolishValueParser::new(),
-          num_args = 0..=1, default_missing_value = "true", default_value = "false")]
+          hide_possible_values = true, num_args = 0..=1, default_missing_value = "true",
+          default_value = "false")]
     pub tool_sandbox_require: bool,
     /// The sandbox launcher (default: `taskforce-sandbox` next to the executor's binary).
     #[arg(long, env = "TASKFORCE_TOOL_LAUNCHER")]

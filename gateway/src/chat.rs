@@ -213,6 +213,10 @@ fn tool_failure(tool: &str, message: &str) -> String {
 /// Most characters of a `tool_error` text.
 const MAX_TOOL_ERROR: usize = 300;
 
+/// The most characters of what a `tool_start` shows a call runs: room for a command line with
+/// its options, so what it runs is seen, not only how it starts.
+const MAX_TOOL_START: usize = 300;
+
 /// The seed's dialect: only the top agent's tokens and tool events, as the UI expects them.
 #[derive(Debug, Default)]
 pub struct Chat {
@@ -326,7 +330,7 @@ impl Dialect for Chat {
                 let args: Value = serde_json::from_str(&t.arguments_json).unwrap_or(Value::Null);
                 let what = match running_detail(&args) {
                     detail if detail.is_empty() => t.tool.clone(),
-                    detail => format!("{} {}", t.tool, short(&detail, 120)),
+                    detail => format!("{} {}", t.tool, short(&detail, MAX_TOOL_START)),
                 };
                 vec![tool_frame(
                     &format!("🔧 running: {what}"),
@@ -811,6 +815,36 @@ mod tests {
             "import os"
         );
         assert_eq!(running_detail(&serde_json::json!({"n": 1})), "");
+    }
+
+    #[tokio::test]
+    async fn a_tool_start_shows_a_long_command_line_to_its_hidden_end() {
+        // A second command past the first 120 characters is still shown (review L3).
+        let line = format!(
+            "m365 spo list get --webUrl https://contoso.sharepoint.com/sites/{} ; m365 spo site remove",
+            "a".repeat(100)
+        );
+        let start = Ev::ToolStart(v1::ToolStart {
+            tool: "m365_run_command".into(),
+            call_id: "c".into(),
+            arguments_json: serde_json::json!({ "command": line }).to_string(),
+        });
+        let shown = wire(vec![start]).await;
+        assert!(shown.contains("m365 spo site remove"), "{shown}");
+        let start = Ev::ToolStart(v1::ToolStart {
+            tool: "run".into(),
+            call_id: "c".into(),
+            arguments_json: serde_json::json!({ "command": "x".repeat(1000) }).to_string(),
+        });
+        let shown = wire(vec![start]).await;
+        assert!(
+            shown.contains(&format!("{}…", "x".repeat(MAX_TOOL_START))),
+            "{shown}"
+        );
+        assert!(
+            !shown.contains(&"x".repeat(MAX_TOOL_START + 1)),
+            "cut: {shown}"
+        );
     }
 
     #[test]

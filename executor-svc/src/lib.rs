@@ -93,7 +93,12 @@ impl Parts {
             taskforce_runtime::env::reserve_secrets_of_llm_config(&text);
         }
         let router = Arc::new(LlmRouter::from_file(&config.llm_config)?);
-        let native = config.tools.config();
+        let mut native = config.tools.config();
+        // What the tools' programs may not read: the sessions, the state-token key and the
+        // other agents' workspaces in the data directory, and the API keys.
+        native.sandbox.hidden = std::iter::once(config.data_dir.clone())
+            .chain(config.auth.api_keys_file.clone())
+            .collect();
         native
             .check()
             .map_err(|e| ExecutorError::Config(format!("tool sandbox: {e}")))?;

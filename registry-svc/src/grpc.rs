@@ -479,6 +479,7 @@ mod tests {
             field_timeout: Duration::from_secs(1),
             ttl: Duration::from_secs(1),
             max_parallel: 1,
+            hidden: Vec::new(),
         });
         RegistryService::new(
             store,

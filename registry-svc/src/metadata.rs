@@ -60,6 +60,9 @@ pub struct Settings {
     pub ttl: Duration,
     /// Fields that may run at once, across all workspaces.
     pub max_parallel: usize,
+    /// What tasks may not read (the registry's data directory and API keys file), as the
+    /// executor's tools may not read its own.
+    pub hidden: Vec<PathBuf>,
 }
 
 type Shared = futures::future::Shared<futures::future::BoxFuture<'static, Arc<Metadata>>>;
@@ -199,6 +202,7 @@ impl Collector {
                     Path::new("bwrap"),
                 );
                 args.connect_ports = ConnectPorts::default();
+                args.hidden.clone_from(&self.settings.hidden);
                 args.command = vec![self.settings.task_bin.clone().into()];
                 let mut cmd = tokio::process::Command::from(minimal_command(launcher, &TOOL_ENV));
                 cmd.args(args.to_args());

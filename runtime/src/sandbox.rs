@@ -157,6 +157,11 @@ pub struct LauncherArgs {
     /// More directories the program may write under (the per-call temp dir).
     #[arg(long)]
     pub writable: Vec<PathBuf>,
+    /// Paths the program may not read either (the executor's data directory: its sessions, its
+    /// state-token key, other agents' workspaces; its API keys file). Landlock then grants
+    /// reads everywhere else; bubblewrap mounts an empty directory (or file) over each.
+    #[arg(long)]
+    pub hidden: Vec<PathBuf>,
     /// CPU seconds per process (0: unchanged).
     #[arg(long, default_value_t = 0)]
     pub cpu_seconds: u64,
@@ -198,6 +203,7 @@ impl LauncherArgs {
         Self {
             workspace: workspace.to_path_buf(),
             writable,
+            hidden: Vec::new(),
             cpu_seconds: limits.cpu_seconds,
             address_space: limits.address_space_bytes,
             open_files: limits.open_files,
@@ -215,6 +221,9 @@ impl LauncherArgs {
         let mut out: Vec<OsString> = vec!["--workspace".into(), self.workspace.clone().into()];
         for w in &self.writable {
             out.extend(["--writable".into(), w.clone().into()]);
+        }
+        for h in &self.hidden {
+            out.extend(["--hidden".into(), h.clone().into()]);
         }
         for (flag, v) in [
             ("--cpu-seconds", self.cpu_seconds),
@@ -261,11 +270,13 @@ mod tests {
             Path::new("bwrap"),
         );
         a.command = vec!["python3".into(), "-".into(), "--probe".into()];
+        a.hidden = vec![PathBuf::from("/var/lib/x"), PathBuf::from("/etc/keys.yaml")];
         let mut argv: Vec<OsString> = vec!["taskforce-sandbox".into()];
         argv.extend(a.to_args());
         let parsed = LauncherArgs::try_parse_from(argv).expect("parse");
         assert_eq!(parsed.workspace, Path::new("/ws"));
         assert_eq!(parsed.writable, vec![PathBuf::from("/tmp/t")]);
+        assert_eq!(parsed.hidden, a.hidden);
         assert_eq!(parsed.open_files, limits.open_files);
         assert_eq!(parsed.confine, Confine::LandlockRequired);
         assert_eq!(parsed.connect_ports, ConnectPorts::Any);

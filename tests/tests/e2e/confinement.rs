@@ -31,6 +31,8 @@ fn probe_code(outside: &str) -> String {
          try:\n    open('/proc/%s/environ' % pid, 'rb').read()\n    print('READ-ENVIRON')\n\
          except OSError as e:\n    print('ENVIRON-REFUSED', e.errno)\n\
          print('CAPS', [l.split()[1] for l in open('/proc/self/status') if l.startswith(('CapEff', 'CapBnd'))])\n\
+         for name, path in (('KEY', '../../state_token.key'), ('OTHER', '../neighbour/notes.txt')):\n    try:\n        open(path, 'rb').read()\n        print('READ-' + name)\n    except OSError as e:\n        print(name + '-REFUSED', e.errno)\n\
+         print('ETC-READ' if open('/etc/hostname').read() is not None else 'ETC-REFUSED')\n\
          open('inside.txt', 'w').write('ok')\n\
          print('WROTE-INSIDE')\n"
     )
@@ -54,6 +56,10 @@ async fn python_sees_no_secrets_and_writes_only_in_its_workspace() {
     create_agent_with_tools(&stack, "pythonist", &["python"]).await;
     let workspace = stack.executor_workspace("pythonist");
     std::fs::create_dir_all(&workspace).expect("workspace");
+    // Another agent's workspace beside this one, in the executor's data directory.
+    let neighbour = stack.executor_workspace("neighbour");
+    std::fs::create_dir_all(&neighbour).expect("neighbour");
+    std::fs::write(neighbour.join("notes.txt"), "private").expect("neighbour's notes");
     let registry_pid = stack.registry_pid().expect("registry pid");
     std::fs::write(
         workspace.join("target.txt"),
@@ -86,6 +92,11 @@ async fn python_sees_no_secrets_and_writes_only_in_its_workspace() {
     assert!(!outside.exists(), "python wrote {}", outside.display());
     // No capabilities, even as root: a non-dumpable service's environment stays closed.
     assert!(output.contains("ENVIRON-REFUSED"), "{output}");
+    // Nor can it read the executor's data directory (the state-token key, other agents'
+    // workspaces, the sessions: audit 7 F1); the rest of the file system it can.
+    assert!(output.contains("KEY-REFUSED 13"), "{output}");
+    assert!(output.contains("OTHER-REFUSED 13"), "{output}");
+    assert!(output.contains("ETC-READ"), "{output}");
     assert!(
         output.contains("'0000000000000000', '0000000000000000'"),
         "no effective and no bounding capabilities: {output}"

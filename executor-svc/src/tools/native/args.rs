@@ -107,6 +107,7 @@ impl NativeToolsArgs {
                     processes: self.tool_processes,
                 },
                 connect_ports: self.tool_connect_ports.clone(),
+                hidden: Vec::new(),
             },
             ..NativeToolsConfig::default()
         }

@@ -10,7 +10,7 @@
 use std::{
     ffi::OsString,
     os::unix::process::CommandExt,
-    path::Path,
+    path::{Path, PathBuf},
     process::{Command, ExitCode},
 };
 
@@ -197,22 +197,31 @@ fn drop_capabilities() -> Result<(), caps::errors::CapsError> {
 
 /// Restricts this process (and what it `exec`s) to writing under the workspace, the writable
 /// directories and a few devices, and to connecting to the allowed TCP ports; reads stay
-/// allowed everywhere. Best effort: on a kernel without Landlock the status says
-/// `NotEnforced`, and on one before 6.7 (no network rules) `PartiallyEnforced`.
+/// allowed everywhere but under the hidden paths. Best effort: on a kernel without Landlock
+/// the status says `NotEnforced`, and on one before 6.7 (no network rules) `PartiallyEnforced`.
 fn landlock(args: &LauncherArgs) -> Result<RulesetStatus, RulesetError> {
     let abi = TARGET_ABI;
     let write = AccessFs::from_write(abi);
+    let read = AccessFs::ReadFile | AccessFs::ReadDir;
     let dirs = std::iter::once(&args.workspace).chain(&args.writable);
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(write)?;
+    // Reads are confined only when something is hidden: then everything else is granted.
+    let readable = readable_around(&args.hidden);
+    let mut own = write;
+    if !readable.is_empty() {
+        ruleset = ruleset.handle_access(read)?;
+        own |= read;
+    }
     if let ConnectPorts::Only(_) = args.connect_ports {
         ruleset = ruleset.handle_access(AccessNet::ConnectTcp | AccessNet::BindTcp)?;
     }
     let status = ruleset
         .scope(Scope::from_all(abi))?
         .create()?
-        .add_rules(path_beneath_rules(dirs, write))?
+        .add_rules(path_beneath_rules(readable, read))?
+        .add_rules(path_beneath_rules(dirs, own))?
         .add_rules(path_beneath_rules(
             WRITABLE_DEVICES,
             AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev,
@@ -220,6 +229,46 @@ fn landlock(args: &LauncherArgs) -> Result<RulesetStatus, RulesetError> {
         .add_rules(port_rules(&args.connect_ports))?
         .restrict_self()?;
     Ok(status.ruleset)
+}
+
+/// What to grant read access to so that everything but the `hidden` paths can be read: each
+/// entry of every directory on the way from `/` down to a hidden path, but those ways and the
+/// hidden paths themselves (nor a symbolic link that leads into one). Empty when nothing is to
+/// be hidden (a path that does not exist, or `/`, hides nothing): reads are then not confined.
+/// A program cannot list the directories on those ways either (`ls /`); it can open what is
+/// in them by name.
+fn readable_around(hidden: &[PathBuf]) -> Vec<PathBuf> {
+    use std::collections::HashSet;
+    let hidden: Vec<PathBuf> = hidden
+        .iter()
+        .filter_map(|h| std::fs::canonicalize(h).ok())
+        .filter(|h| h.parent().is_some())
+        .collect();
+    let ways: HashSet<PathBuf> = hidden
+        .iter()
+        .flat_map(|h| h.ancestors().skip(1).map(Path::to_path_buf))
+        .collect();
+    let mut out = Vec::new();
+    for dir in &ways {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if ways.contains(&path) || hidden.contains(&path) {
+                continue;
+            }
+            let real = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+            if hidden
+                .iter()
+                .any(|h| real.starts_with(h) || h.starts_with(&real))
+            {
+                continue;
+            }
+            out.push(path);
+        }
+    }
+    out
 }
 
 /// What backs the TCP port rule where Landlock does not look, refused with `EACCES`: MPTCP
@@ -317,6 +366,18 @@ fn bwrap_args(args: &LauncherArgs) -> Vec<OsString> {
     .into_iter()
     .map(OsString::from)
     .collect();
+    // Over the read-only root, before the workspace is bound (it may lie under one).
+    for hidden in &args.hidden {
+        if hidden.is_dir() {
+            out.extend(["--tmpfs".into(), hidden.clone().into()]);
+        } else if hidden.exists() {
+            out.extend([
+                "--ro-bind".into(),
+                "/dev/null".into(),
+                hidden.clone().into(),
+            ]);
+        }
+    }
     for dir in std::iter::once(&args.workspace).chain(&args.writable) {
         out.extend(["--bind".into(), dir.clone().into(), dir.clone().into()]);
     }
@@ -348,5 +409,70 @@ mod tests {
                 && s.ends_with("--chdir /ws --"),
             "{s}"
         );
+    }
+
+    #[test]
+    fn bwrap_covers_hidden_paths_before_it_binds_the_workspace() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (data, keys) = (dir.path().join("data"), dir.path().join("keys.yaml"));
+        std::fs::create_dir_all(data.join("workspaces/a")).expect("dirs");
+        std::fs::write(&keys, "keys: []").expect("keys");
+        let mut a = LauncherArgs::new(
+            &data.join("workspaces/a"),
+            vec![],
+            &ResourceLimits::default(),
+            Confine::Bwrap,
+            Path::new("bwrap"),
+        );
+        a.hidden = vec![data.clone(), keys.clone(), dir.path().join("absent")];
+        let s = bwrap_args(&a)
+            .iter()
+            .map(|s| s.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let tmpfs = format!("--tmpfs {}", data.display());
+        let bind = format!("--bind {0}/workspaces/a {0}/workspaces/a", data.display());
+        assert!(
+            s.contains(&format!("--ro-bind /dev/null {}", keys.display())),
+            "{s}"
+        );
+        assert!(!s.contains("absent"), "{s}");
+        assert!(
+            s.find(&tmpfs)
+                .zip(s.find(&bind))
+                .is_some_and(|(t, b)| t < b),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn reads_are_granted_around_hidden_paths_only() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = std::fs::canonicalize(dir.path()).expect("canonical");
+        let data = root.join("data");
+        std::fs::create_dir_all(data.join("workspaces/a")).expect("dirs");
+        std::fs::create_dir_all(root.join("config")).expect("config");
+        std::os::unix::fs::symlink(&data, root.join("shortcut")).expect("link");
+        let readable = readable_around(std::slice::from_ref(&data));
+        // The neighbours on the way are granted; the hidden path, the ways to it and a link
+        // into it are not.
+        assert!(readable.contains(&root.join("config")), "{readable:?}");
+        assert!(readable.contains(&PathBuf::from("/etc")), "{readable:?}");
+        for never in [
+            data.clone(),
+            root.clone(),
+            root.join("shortcut"),
+            "/".into(),
+        ] {
+            assert!(!readable.contains(&never), "{never:?} in {readable:?}");
+        }
+        assert!(
+            readable.iter().all(|p| !p.starts_with(&data)),
+            "{readable:?}"
+        );
+        // Nothing to hide, nothing confined.
+        assert!(readable_around(&[]).is_empty());
+        assert!(readable_around(&[root.join("absent")]).is_empty());
+        assert!(readable_around(&[PathBuf::from("/")]).is_empty());
     }
 }

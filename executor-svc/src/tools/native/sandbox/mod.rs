@@ -53,6 +53,9 @@ pub struct SandboxConfig {
     pub limits: ResourceLimits,
     /// `TASKFORCE_TOOL_CONNECT_PORTS`: the TCP ports the programs may connect to.
     pub connect_ports: ConnectPorts,
+    /// What the programs may not read: the executor's data directory (sessions, the
+    /// state-token key, other agents' workspaces) and its API keys file. Set by the executor.
+    pub hidden: Vec<PathBuf>,
 }
 
 impl Default for SandboxConfig {
@@ -64,6 +67,7 @@ impl Default for SandboxConfig {
             bwrap_bin: PathBuf::from("bwrap"),
             limits: ResourceLimits::default(),
             connect_ports: ConnectPorts::default(),
+            hidden: Vec::new(),
         }
     }
 }
@@ -239,6 +243,7 @@ impl Sandbox {
             &self.config.bwrap_bin,
         );
         args.connect_ports = self.config.connect_ports.clone();
+        args.hidden.clone_from(&self.config.hidden);
         args
     }
 

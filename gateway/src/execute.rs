@@ -47,7 +47,8 @@ pub struct ExecuteBody {
     /// A profile agent to run when `agent_id` is not set.
     #[serde(default)]
     pub profile: Option<String>,
-    /// Continue this session instead of starting a new one.
+    /// Continue this session instead of starting a new one; with neither `agent_id` nor
+    /// `profile`, with the session's own agent (an id not in use yet then is a 400).
     #[serde(default)]
     pub session_id: Option<String>,
     /// Accepted so that existing `/execute` callers keep working, and ignored:

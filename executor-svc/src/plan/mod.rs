@@ -187,15 +187,24 @@ impl Plan {
         if let Some(id) = id
             && let Some(existing) = self.tasks.iter_mut().find(|t| t.id == id)
         {
-            if existing.owner_agent != owner
-                && delegator != ORCHESTRATOR
-                && existing.owner_agent != delegator
-            {
-                return Err(format!(
-                    "`task_id`: task `{id}` is owned by `{}`; `{delegator}` may delegate only \
-                     tasks it owns",
-                    existing.owner_agent
-                ));
+            // Only its owner (or the orchestrator) hands a task on. Another agent may still
+            // send it back to its owner (a retry), but not once it is done: that would run it
+            // again and overwrite a result that is not its own.
+            if delegator != ORCHESTRATOR && existing.owner_agent != delegator {
+                if existing.owner_agent != owner {
+                    return Err(format!(
+                        "`task_id`: task `{id}` is owned by `{}`; `{delegator}` may delegate \
+                         only tasks it owns",
+                        existing.owner_agent
+                    ));
+                }
+                if existing.status == TaskStatus::Completed {
+                    return Err(format!(
+                        "`task_id`: task `{id}` is owned by `{owner}` and completed; only the \
+                         orchestrator may have it done again (leave out `task_id` for a new \
+                         task)"
+                    ));
+                }
             }
             existing.owner_agent = owner.to_owned();
             return Ok(id.to_owned());

@@ -94,7 +94,7 @@ pub async fn run(
     let orchestra: Arc<dyn Orchestrate> = Arc::new(delegate::FrameHandle::new(Arc::clone(ctx)));
     if let Some(split) = resume {
         if let Some(pending) = apply_answers(ctx, tools, &orchestra, convo, counts, split).await {
-            return LoopEnd::Paused(pending);
+            return paused_unless_cancelled(ctx, pending);
         }
         convo.checkpoint(ctx).await;
     }
@@ -205,10 +205,21 @@ pub async fn run(
         let results = calls::run_all(ctx, tools, &orchestra, &requested).await;
         let asks = absorb(ctx, results, convo.messages());
         if !asks.is_empty() {
-            return LoopEnd::Paused(answers::pending(asks));
+            return paused_unless_cancelled(ctx, answers::pending(asks));
         }
         // A round's results are what a crash would lose; the driver stores the run's end.
         convo.checkpoint(ctx).await;
+    }
+}
+
+/// A round that raised questions pauses on them, unless the run was cancelled meanwhile (by
+/// the user, a client that left, or its time budget): a cancel ends the run, whatever a
+/// sub-agent asked. The executor's own stop pauses, so the questions wait for its restart.
+fn paused_unless_cancelled(ctx: &RunCtx, pending: crate::session::Pending) -> LoopEnd {
+    if ctx.cancel.is_cancelled() && !ctx.runner.shutdown.is_cancelled() {
+        LoopEnd::Cancelled
+    } else {
+        LoopEnd::Paused(pending)
     }
 }
 

@@ -8,6 +8,7 @@ use std::{
 };
 
 use futures::future::{BoxFuture, join_all};
+use serde_json::json;
 use taskforce_proto::v1::{self, run_event::Event};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -251,6 +252,17 @@ impl Run {
             }
         }
         self.session.answering = None;
+        // A run that failed or was cancelled (not by the executor's stop) leaves no sub-agent
+        // waiting on a question: their tasks fail, as for a cancelled question.
+        if matches!(end, LoopEnd::Failed { .. } | LoopEnd::Cancelled)
+            && !runner.shutdown.is_cancelled()
+        {
+            let error = match &end {
+                LoopEnd::Failed { code, message } => json!({"code": code, "message": message}),
+                _ => json!({"code": "CANCELLED", "message": "the run was cancelled"}),
+            };
+            self.session.orchestration.end_waiting(&error);
+        }
         // `launch` cleared the last run's `error`: only a failure or a cancel sets it here.
         let session = &mut self.session;
         let (status, closing) = match end {

@@ -35,6 +35,8 @@ impl Runner {
         if let Some(id) = &session_id {
             check_session_id(id)?;
         }
+        // The session's own agent, when the request named none.
+        let mut own_agent = None;
         let target = match (non_empty(request.agent_id), non_empty(request.profile)) {
             (Some(id), _) => {
                 check_id("agent_id", &id)?;
@@ -47,7 +49,15 @@ impl Runner {
             // A session goes on with its own agent.
             (None, None) => match &session_id {
                 Some(id) => match self.store.get(id)? {
-                    Some(stored) => Target::Agent(stored.agent_id),
+                    Some(stored) if stored.status == Status::Paused => {
+                        return Err(ExecutorError::AwaitingAnswer(format!(
+                            "session `{id}` waits for an answer to its question; call Answer"
+                        )));
+                    }
+                    Some(stored) => {
+                        own_agent = Some(stored.agent_id.clone());
+                        Target::Agent(stored.agent_id)
+                    }
                     None => {
                         return Err(ExecutorError::invalid(
                             "agent_id",
@@ -84,7 +94,16 @@ impl Runner {
         let mode = mode_of(request.mode)?;
         let confirmations = confirmations(request.confirmations)?;
         let no_tools = request.no_tools.unwrap_or(false);
-        let agent = self.registry.resolve(&target).await?;
+        let agent = match (self.registry.resolve(&target).await, own_agent) {
+            (Ok(agent), _) => agent,
+            (Err(ExecutorError::NotFound(why)), Some(agent)) => {
+                return Err(ExecutorError::FailedPrecondition(format!(
+                    "session `{id}` belongs to agent `{agent}`, which is gone ({why}); start a \
+                     new session"
+                )));
+            }
+            (Err(e), _) => return Err(e),
+        };
         // The request's model, else the one the agent's definition names, else the default.
         let model = self
             .router

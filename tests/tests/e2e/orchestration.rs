@@ -1433,6 +1433,57 @@ async fn a_stop_while_an_answer_resumes_a_nested_sub_agent_puts_the_whole_branch
     assert_eq!(leaf["result"]["result"]["port"], "9090", "{leaf}");
 }
 
+const SLOW_WORKER: &str = r#"
+turns:
+  - delay_ms: 3000
+    text: '{"result": {"worked": true}}'
+"#;
+
+#[tokio::test]
+async fn a_cancel_while_a_sub_agent_asks_and_another_works_ends_the_run_cancelled() {
+    let dir = tempfile::TempDir::new().expect("tmp");
+    let scripts = [
+        ("lead", PAIR_LEAD),
+        ("quick", QUICK_ASKING_LEAF),
+        ("mid", SLOW_WORKER),
+    ];
+    let stack = stack(dir.path(), &scripts).await;
+    agent(&stack, "quick", &["ask_user"], &[], "quick").await;
+    agent(&stack, "mid", &["file_read"], &[], "mid").await;
+    agent(&stack, "lead", &["file_read"], &["quick", "mid"], "lead").await;
+    let body = json!({"mission": "Name and serve it", "agent_id": "lead"});
+    let mut sse = SseReader::open(&stack, "/api/v1/execute/stream", &body).await;
+    // `quick` has asked; `mid` still works when the user cancels.
+    let asked = sse.until("delegation_end", RUN_TIMEOUT).await;
+    assert_eq!(
+        asked[asked.len() - 1].1["status"],
+        "need_user_input",
+        "{asked:?}"
+    );
+    let session = session_of(&asked);
+    let cancel = send(
+        stack
+            .http()
+            .post(stack.url(&format!("/api/v1/sessions/{session}/cancel"))),
+    )
+    .await;
+    assert_eq!(cancel.body["cancelled"], true, "{}", cancel.text);
+    let rest = sse.rest(RUN_TIMEOUT).await;
+    assert_eq!(rest[rest.len() - 1].1["status"], "cancelled", "{rest:?}");
+    assert!(named(&rest, "question").is_empty(), "{rest:?}");
+    let ended = get_session(&stack, &session).await;
+    assert_eq!(ended.status(), v1::RunStatus::Cancelled, "{ended:?}");
+    assert!(ended.pending_question.is_none(), "{ended:?}");
+    // The sub-agent that asked waits on nothing: its task failed with the cancel.
+    let plan = ended.plan.expect("plan");
+    let quick = plan
+        .tasks
+        .iter()
+        .find(|t| t.owner_agent == "quick")
+        .expect("task");
+    assert_eq!(quick.status, "FAILED", "{plan:?}");
+}
+
 const DOUBLE_BOOKING_LEAD: &str = r#"
 final_text: "lead finished"
 turns:

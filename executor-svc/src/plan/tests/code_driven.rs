@@ -75,6 +75,18 @@ fn a_delegated_task_belongs_to_the_agent_it_went_to() {
         .ensure_task(Some("WS-1"), "steal", "other", "helper")
         .expect_err("not its task");
     assert!(err.contains("owned by `scaffold`"), "{err}");
+    // Someone else's task goes back to its owner for a retry, but not once it is done: that
+    // would overwrite its result (recheck F2).
+    plan.ensure_task(Some("WS-1"), "retry", "other", "scaffold")
+        .expect("a retry");
+    plan.set_status("WS-1", TaskStatus::Completed, Some(json!({"ok": true})));
+    let err = plan
+        .ensure_task(Some("WS-1"), "again", "other", "scaffold")
+        .expect_err("done");
+    assert!(err.contains("completed"), "{err}");
+    plan.ensure_task(Some("WS-1"), "again", ORCHESTRATOR, "scaffold")
+        .expect("the orchestrator may");
+    plan.set_status("WS-1", TaskStatus::InProgress, None);
     plan.ensure_task(Some("WS-1.c"), "sub", "scaffold", "helper")
         .expect("its own subtask");
     assert_eq!(plan.task("WS-1.c").expect("sub").owner_agent, "helper");

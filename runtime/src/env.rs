@@ -102,6 +102,15 @@ pub fn placeholders(text: &str) -> impl Iterator<Item = &str> {
     })
 }
 
+/// The values `lookup` gives the placeholders of `template` (those set, 8 characters or more):
+/// what a configuration takes from the environment, to be kept out of whatever the services
+/// show, also when a server echoes it back in part (`Bearer ${TOKEN}` echoed as the token).
+pub fn placeholder_values(template: &str, lookup: impl Fn(&str) -> Option<String>) -> Vec<String> {
+    placeholders(template)
+        .filter_map(|name| lookup(name).filter(|v| v.len() >= 8))
+        .collect()
+}
+
 /// Why a placeholder could not be expanded. Carries variable names only, never values.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ExpandError {

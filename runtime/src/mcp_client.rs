@@ -164,7 +164,8 @@ pub struct Connected {
     pub pid: Option<u32>,
 }
 
-/// Connects to `server` and lists its tools, all within `timeout`.
+/// Connects to `server` and lists its tools, all within `timeout`. A server that echoes its
+/// credentials in an error does not get them shown ([`scrub`]).
 pub async fn connect_and_list(
     server: &v1::McpServer,
     timeout: Duration,
@@ -175,9 +176,42 @@ pub async fn connect_and_list(
         Ok(Connected { client, tools, pid })
     };
     match tokio::time::timeout(timeout, work).await {
+        Ok(Err(ConnectError::Protocol(message))) => {
+            Err(ConnectError::Protocol(scrub(&message, &secrets_of(server))))
+        }
         Ok(r) => r,
         Err(_) => Err(ConnectError::Timeout(timeout)),
     }
+}
+
+/// The values `server`'s configuration takes from the environment (`${VAR}` in its headers,
+/// `env` and `args`, 8 characters or more): the operator's secrets, never to be shown, also
+/// when a server echoes them in an error.
+pub fn secrets_of(server: &v1::McpServer) -> Vec<String> {
+    server
+        .headers
+        .values()
+        .chain(server.env.values())
+        .chain(&server.args)
+        .flat_map(|v| {
+            crate::env::placeholder_values(v, |name| {
+                (!crate::env::is_reserved(name))
+                    .then(|| std::env::var(name).ok())
+                    .flatten()
+            })
+        })
+        .collect()
+}
+
+/// `text` with each of `secrets` replaced by `***`.
+pub fn scrub(text: &str, secrets: &[String]) -> String {
+    secrets.iter().fold(text.to_owned(), |out, secret| {
+        if out.contains(secret.as_str()) {
+            out.replace(secret.as_str(), "***")
+        } else {
+            out
+        }
+    })
 }
 
 fn spawn_stdio(server: &v1::McpServer) -> Result<TokioChildProcess, ConnectError> {
@@ -222,6 +256,22 @@ mod tests {
         );
         assert_eq!(readable(&"args[1] and [a] stay"), "args[1] and [a] stay");
         assert_eq!(readable(&"unclosed [x::y"), "unclosed [x::y");
+    }
+
+    #[test]
+    fn what_a_server_echoes_of_its_configured_secrets_is_masked() {
+        let values =
+            crate::env::placeholder_values("Bearer ${A} ${B:-default-value} ${C}", |n| match n {
+                "A" => Some("secret-token-1".to_owned()),
+                "C" => Some("short".to_owned()),
+                _ => None,
+            });
+        assert_eq!(values, ["secret-token-1"]);
+        assert_eq!(
+            scrub("401: got authorization=Bearer secret-token-1", &values),
+            "401: got authorization=Bearer ***"
+        );
+        assert_eq!(scrub("nothing here", &values), "nothing here");
     }
 
     #[tokio::test]

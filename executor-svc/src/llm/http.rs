@@ -33,8 +33,9 @@ pub(crate) struct Endpoint {
     pub headers: HeaderMap,
     /// Timeouts and retry policy.
     pub settings: HttpSettings,
-    /// The key, only so it can be scrubbed from server messages.
-    pub secret: Option<SecretString>,
+    /// The key and the values of configured headers and query parameters that came from
+    /// `${VAR}`, only so they can be scrubbed from server messages.
+    pub secrets: Vec<SecretString>,
 }
 
 impl Endpoint {
@@ -49,10 +50,17 @@ impl Endpoint {
         secret: Option<SecretString>,
     ) -> Result<Self, LlmError> {
         let settings = config.http_settings()?;
+        let mut secrets: Vec<SecretString> = secret.into_iter().collect();
+        // A value taken from the environment is the operator's secret whatever its name.
+        let mut expanded = |value: &String| -> Result<String, LlmError> {
+            let values = taskforce_runtime::env::placeholder_values(value, |name| env.get(name));
+            secrets.extend(values.into_iter().map(SecretString::from));
+            expand(value, env)
+        };
         if !config.query.is_empty() {
             let mut pairs = url.query_pairs_mut();
             for (key, value) in &config.query {
-                pairs.append_pair(key, &expand(value, env)?);
+                pairs.append_pair(key, &expanded(value)?);
             }
         }
         let mut headers = HeaderMap::new();
@@ -60,7 +68,7 @@ impl Endpoint {
             let name = HeaderName::from_bytes(key.as_bytes()).map_err(|e| {
                 LlmError::Config(format!("provider {name}: header name {key:?}: {e}"))
             })?;
-            let mut value = HeaderValue::from_str(&expand(value, env)?)
+            let mut value = HeaderValue::from_str(&expanded(value)?)
                 .map_err(|e| LlmError::Config(format!("provider {name}: header {key}: {e}")))?;
             value.set_sensitive(true);
             headers.insert(name, value);
@@ -76,6 +84,9 @@ impl Endpoint {
         }
         let client = reqwest::Client::builder()
             .connect_timeout(settings.connect_timeout)
+            // A redirect would carry the key headers (`x-api-key`, configured ones) to wherever
+            // it points: a provider's endpoint answers, it does not send clients elsewhere.
+            .redirect(reqwest::redirect::Policy::none())
             .user_agent(concat!("taskforce-executor/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| {
@@ -87,18 +98,21 @@ impl Endpoint {
             url,
             headers,
             settings,
-            secret,
+            secrets,
         })
     }
 
-    /// Replaces the API key, if it appears, in text that came from the server.
+    /// Replaces the API key and the other secrets of the configuration, where they appear, in
+    /// text that came from the server.
     pub fn scrub(&self, text: &str) -> String {
-        match &self.secret {
-            Some(key) if key.expose_secret().len() >= 8 && text.contains(key.expose_secret()) => {
-                text.replace(key.expose_secret(), "***")
+        let mut out = text.to_owned();
+        for secret in &self.secrets {
+            let secret = secret.expose_secret();
+            if secret.len() >= 8 && out.contains(secret) {
+                out = out.replace(secret, "***");
             }
-            _ => text.to_owned(),
         }
+        out
     }
 
     /// POSTs `body`, retrying 408/429/5xx and connection failures before any response byte, with
@@ -279,4 +293,30 @@ pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
 pub(crate) fn parse_url(provider: &str, url: &str) -> Result<Url, LlmError> {
     Url::parse(url)
         .map_err(|e| LlmError::Config(format!("provider {provider}: base_url gives {url:?}: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_from_the_environment_are_scrubbed_from_server_messages() {
+        let config: ProviderConfig = serde_yaml::from_str(
+            "type: openai\nheaders: {X-Tenant: 'Bearer ${TENANT_TOKEN}', X-Plain: json}\nquery: {sig: '${SIG}'}\n",
+        )
+        .expect("provider");
+        let env = Env::from_pairs([
+            ("TENANT_TOKEN", "tenant-canary-123"),
+            ("SIG", "sig-canary-456"),
+        ]);
+        let url = Url::parse("https://llm.example/v1/chat").expect("url");
+        let key = SecretString::from("key-canary-789".to_owned());
+        let endpoint =
+            Endpoint::new("p", &config, &env, url, Vec::new(), Some(key)).expect("endpoint");
+        let echoed = "bad request: got tenant-canary-123, sig-canary-456, key-canary-789 and json";
+        assert_eq!(
+            endpoint.scrub(echoed),
+            "bad request: got ***, ***, *** and json"
+        );
+    }
 }

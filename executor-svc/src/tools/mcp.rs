@@ -282,6 +282,12 @@ impl Server {
         Ok(conn)
     }
 
+    /// `text` (from the server) without the values its configuration took from the
+    /// environment.
+    fn scrub(&self, text: &str) -> String {
+        mcp_client::scrub(text, &mcp_client::secrets_of(&self.config))
+    }
+
     /// The live connection, if there is one.
     async fn current(&self) -> Option<Arc<Connection>> {
         self.conn
@@ -327,6 +333,10 @@ impl Server {
         if listed.is_err() {
             self.forget(&conn).await;
         }
+        let listed = listed.map_err(|e| match e {
+            ConnectError::Protocol(message) => ConnectError::Protocol(self.scrub(&message)),
+            other => other,
+        });
         listed.map(|tools| tools.into_iter().map(|t| t.name).collect())
     }
 
@@ -446,7 +456,7 @@ impl Tool for McpTool {
                 // The server said no (unknown tool, bad arguments): the model may recover.
                 Ok(Err(ServiceError::McpError(e))) => Ok(ToolOutcome::failed(format!(
                     "the MCP server refused the call: {}",
-                    e.message
+                    server.scrub(&e.message)
                 ))),
                 Ok(Err(e)) => {
                     if !conn.alive()
@@ -460,7 +470,7 @@ impl Tool for McpTool {
                     Err(ToolError::ServerUnavailable {
                         tool,
                         server: server.label.clone(),
-                        reason: taskforce_runtime::mcp_client::readable(&e),
+                        reason: server.scrub(&taskforce_runtime::mcp_client::readable(&e)),
                     })
                 }
             }

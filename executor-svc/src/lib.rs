@@ -96,9 +96,10 @@ impl Parts {
         let mut native = config.tools.config();
         // What the tools' programs may not read: the sessions, the state-token key and the
         // other agents' workspaces in the data directory, and the API keys.
-        native.sandbox.hidden = std::iter::once(config.data_dir.clone())
-            .chain(config.auth.api_keys_file.clone())
-            .collect();
+        native.sandbox.hidden = taskforce_runtime::sandbox::hidden_paths(
+            &config.data_dir,
+            config.auth.api_keys_file.as_deref(),
+        );
         native
             .check()
             .map_err(|e| ExecutorError::Config(format!("tool sandbox: {e}")))?;

@@ -176,7 +176,32 @@ impl Orchestration {
     /// Ends the sub-agents waiting for answers: each one's task still in progress fails with
     /// `error` (`{"code", "message"}`), as a sub-agent cancelled while running does.
     pub fn end_waiting(&mut self, error: &Value) {
-        for frame in std::mem::take(&mut self.frames).into_values() {
+        let all = std::mem::take(&mut self.frames);
+        self.end_frames(all.into_values(), error);
+    }
+
+    /// [`Orchestration::end_waiting`] of the sub-agents below frame `top` only (a frame that
+    /// ended without pausing leaves no question of its own sub-agents to answer).
+    pub fn end_waiting_below(&mut self, top: &str, error: &Value) {
+        let below = |id: &str| {
+            let mut at = id;
+            // A chain is never longer than the frames there are.
+            for _ in 0..=self.frames.len() {
+                match self.frames.get(at).map(|f| f.parent.as_str()) {
+                    Some(parent) if parent == top => return true,
+                    Some(parent) if !parent.is_empty() => at = parent,
+                    _ => return false,
+                }
+            }
+            false
+        };
+        let ids: Vec<String> = self.frames.keys().filter(|id| below(id)).cloned().collect();
+        let ended: Vec<Frame> = ids.iter().filter_map(|id| self.frames.remove(id)).collect();
+        self.end_frames(ended.into_iter(), error);
+    }
+
+    fn end_frames(&mut self, frames: impl Iterator<Item = Frame>, error: &Value) {
+        for frame in frames {
             let in_progress =
                 self.plan.tasks.iter().any(|t| {
                     t.id == frame.task_id && t.status == crate::plan::TaskStatus::InProgress
@@ -929,6 +954,46 @@ impl SessionStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ending_the_waiting_below_a_frame_leaves_the_others_waiting() {
+        let mut o = Orchestration::default();
+        for (id, parent) in [("a", ""), ("b", "a"), ("c", "b"), ("d", "")] {
+            let task = o
+                .plan
+                .ensure_task(Some(&format!("t{id}")), id, crate::plan::ORCHESTRATOR, id)
+                .expect("task");
+            o.plan
+                .set_status(&task, crate::plan::TaskStatus::InProgress, None);
+            let frame = Frame {
+                id: id.into(),
+                agent_id: id.into(),
+                agent_path: vec![id.into()],
+                parent: parent.into(),
+                model: None,
+                messages: Vec::new(),
+                pending: Pending {
+                    call_id: "c".into(),
+                    tool: "ask_user".into(),
+                    question: "?".into(),
+                    asks: Vec::new(),
+                },
+                task_id: task,
+                task: id.into(),
+                allowed_tools: None,
+                steps_left: 1,
+                time_left_ms: 1,
+            };
+            o.frames.insert(id.into(), frame);
+        }
+        o.end_waiting_below("a", &serde_json::json!({"code": "X"}));
+        let left: Vec<&str> = o.frames.keys().map(String::as_str).collect();
+        assert_eq!(left, ["a", "d"]);
+        let status = |t: &str| o.plan.task(t).map(|t| t.status);
+        assert_eq!(status("tb"), Some(crate::plan::TaskStatus::Failed));
+        assert_eq!(status("tc"), Some(crate::plan::TaskStatus::Failed));
+        assert_eq!(status("td"), Some(crate::plan::TaskStatus::InProgress));
+    }
 
     /// Opens the store again once the dropped one has let go of sled's lock: a flush leaves
     /// work on sled's own thread pool that can hold the database for a moment after the last

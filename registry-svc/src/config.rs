@@ -89,9 +89,10 @@ impl Config {
             field_timeout: std::time::Duration::from_millis(self.metadata_timeout_ms),
             ttl: std::time::Duration::from_secs(self.metadata_ttl_secs),
             max_parallel: self.metadata_parallelism,
-            hidden: std::iter::once(self.data_dir.clone())
-                .chain(self.auth.api_keys_file.clone())
-                .collect(),
+            hidden: taskforce_runtime::sandbox::hidden_paths(
+                &self.data_dir,
+                self.auth.api_keys_file.as_deref(),
+            ),
         }
     }
 

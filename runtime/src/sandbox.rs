@@ -255,9 +255,29 @@ impl LauncherArgs {
     }
 }
 
+/// What a service's confined programs may not read: its data directory and its API keys file,
+/// made absolute (the launcher runs in a workspace, where a relative path names nothing).
+pub fn hidden_paths(data_dir: &Path, api_keys_file: Option<&Path>) -> Vec<PathBuf> {
+    std::iter::once(data_dir)
+        .chain(api_keys_file)
+        .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hidden_paths_are_absolute() {
+        let hidden = hidden_paths(
+            Path::new(".tf-data/executor"),
+            Some(Path::new("/etc/k.yaml")),
+        );
+        assert!(hidden.iter().all(|p| p.is_absolute()), "{hidden:?}");
+        assert!(hidden[0].ends_with(".tf-data/executor"), "{hidden:?}");
+        assert_eq!(hidden[1], Path::new("/etc/k.yaml"));
+    }
 
     #[test]
     fn the_command_line_round_trips() {

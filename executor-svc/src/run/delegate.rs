@@ -452,10 +452,17 @@ async fn run_frame(
         }
         LoopEnd::Failed { code, message } => {
             let error = json!({"code": code, "message": message});
+            // Its own sub-agents' questions went with it.
+            parent
+                .orchestra
+                .with(|o| o.end_waiting_below(&frame.id, &error));
             Ok(ended_badly(&ctx, call_id, &frame, error).await)
         }
         LoopEnd::Cancelled => {
             let error = json!({"code": "CANCELLED", "message": "the run was cancelled"});
+            parent
+                .orchestra
+                .with(|o| o.end_waiting_below(&frame.id, &error));
             ended_badly(&ctx, call_id, &frame, error).await;
             Err(ToolError::Cancelled {
                 tool: format!("{AGENT_TOOL_PREFIX}{agent_id}"),

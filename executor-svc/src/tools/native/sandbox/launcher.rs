@@ -54,6 +54,13 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         Ok(a) => a,
         Err(e) => return fail(EXIT_SETUP, &e.to_string()),
     };
+    // Relative to the workspace the program runs in, a hidden path would hide nothing.
+    if let Some(relative) = args.hidden.iter().find(|h| h.is_relative()) {
+        return fail(
+            EXIT_SETUP,
+            &format!("--hidden {} is not an absolute path", relative.display()),
+        );
+    }
     if let Err(e) = apply_limits(&args) {
         return fail(EXIT_SETUP, &format!("cannot set resource limits: {e}"));
     }

@@ -61,6 +61,16 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             &format!("--hidden {} is not an absolute path", relative.display()),
         );
     }
+    if let Some(exposed) = exposed(&args) {
+        return fail(
+            EXIT_SETUP,
+            &format!(
+                "the workspace holds {}, which the program may not read; give the agent a \
+                 workspace outside it",
+                exposed.display()
+            ),
+        );
+    }
     if let Err(e) = apply_limits(&args) {
         return fail(EXIT_SETUP, &format!("cannot set resource limits: {e}"));
     }
@@ -236,6 +246,20 @@ fn landlock(args: &LauncherArgs) -> Result<RulesetStatus, RulesetError> {
         .add_rules(port_rules(&args.connect_ports))?
         .restrict_self()?;
     Ok(status.ruleset)
+}
+
+/// A hidden path at or under the workspace or a writable directory: the program would read
+/// (and write) it there, whatever else hides it.
+fn exposed(args: &LauncherArgs) -> Option<PathBuf> {
+    let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let open: Vec<PathBuf> = std::iter::once(&args.workspace)
+        .chain(&args.writable)
+        .map(|d| real(d))
+        .collect();
+    args.hidden
+        .iter()
+        .map(|h| real(h))
+        .find(|h| open.iter().any(|d| h.starts_with(d)))
 }
 
 /// What to grant read access to so that everything but the `hidden` paths can be read: each
@@ -449,6 +473,25 @@ mod tests {
                 .zip(s.find(&bind))
                 .is_some_and(|(t, b)| t < b),
             "{s}"
+        );
+    }
+
+    #[test]
+    fn a_workspace_that_holds_a_hidden_path_is_refused() {
+        let mut a = LauncherArgs::new(
+            Path::new("/var/lib/taskforce"),
+            vec![],
+            &ResourceLimits::default(),
+            Confine::Landlock,
+            Path::new("bwrap"),
+        );
+        a.hidden = vec![PathBuf::from("/var/lib/taskforce/executor")];
+        assert!(exposed(&a).is_some());
+        a.workspace = PathBuf::from("/var/lib/taskforce/executor/workspaces/x");
+        assert_eq!(
+            exposed(&a),
+            None,
+            "a workspace inside the data directory is fine"
         );
     }
 

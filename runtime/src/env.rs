@@ -111,6 +111,18 @@ pub fn placeholder_values(template: &str, lookup: impl Fn(&str) -> Option<String
         .collect()
 }
 
+/// `text` with each of `secrets` (as [`placeholder_values`] gives them) replaced by `***`.
+pub fn scrub(text: &str, secrets: &[impl AsRef<str>]) -> String {
+    secrets.iter().fold(text.to_owned(), |out, secret| {
+        let secret = secret.as_ref();
+        if !secret.is_empty() && out.contains(secret) {
+            out.replace(secret, "***")
+        } else {
+            out
+        }
+    })
+}
+
 /// Why a placeholder could not be expanded. Carries variable names only, never values.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ExpandError {

@@ -203,16 +203,7 @@ pub fn secrets_of(server: &v1::McpServer) -> Vec<String> {
         .collect()
 }
 
-/// `text` with each of `secrets` replaced by `***`.
-pub fn scrub(text: &str, secrets: &[String]) -> String {
-    secrets.iter().fold(text.to_owned(), |out, secret| {
-        if out.contains(secret.as_str()) {
-            out.replace(secret.as_str(), "***")
-        } else {
-            out
-        }
-    })
-}
+pub use crate::env::scrub;
 
 fn spawn_stdio(server: &v1::McpServer) -> Result<TokioChildProcess, ConnectError> {
     let program = expand(&server.command, || "command".to_owned())?;

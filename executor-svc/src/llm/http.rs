@@ -105,14 +105,13 @@ impl Endpoint {
     /// Replaces the API key and the other secrets of the configuration, where they appear, in
     /// text that came from the server.
     pub fn scrub(&self, text: &str) -> String {
-        let mut out = text.to_owned();
-        for secret in &self.secrets {
-            let secret = secret.expose_secret();
-            if secret.len() >= 8 && out.contains(secret) {
-                out = out.replace(secret, "***");
-            }
-        }
-        out
+        let secrets: Vec<&str> = self
+            .secrets
+            .iter()
+            .map(|s| s.expose_secret())
+            .filter(|s| s.len() >= 8)
+            .collect();
+        taskforce_runtime::env::scrub(text, &secrets)
     }
 
     /// POSTs `body`, retrying 408/429/5xx and connection failures before any response byte, with

@@ -73,6 +73,22 @@ async fn answer(stack: &Stack, session: &str, answers: Value) -> SseReader {
     SseReader::open(stack, &path, &json!({ "answers": answers })).await
 }
 
+/// A stack whose `lead` (script `lead`) may delegate to `quick` and `mid`, each with its script
+/// and tools.
+async fn lead_of_two(
+    dir: &Path,
+    scripts: [&str; 3],
+    quick_tools: &[&str],
+    mid_tools: &[&str],
+) -> Stack {
+    let [lead, quick, mid] = scripts;
+    let stack = stack(dir, &[("lead", lead), ("quick", quick), ("mid", mid)]).await;
+    agent(&stack, "quick", quick_tools, &[], "quick").await;
+    agent(&stack, "mid", mid_tools, &[], "mid").await;
+    agent(&stack, "lead", &["file_read"], &["quick", "mid"], "lead").await;
+    stack
+}
+
 const PLANNER: &str = r#"
 final_text: "All delegated."
 turns:
@@ -1267,15 +1283,13 @@ turns:
 #[tokio::test]
 async fn a_stop_while_answers_resume_two_sub_agents_keeps_the_one_that_finished() {
     let dir = tempfile::TempDir::new().expect("tmp");
-    let scripts = [
-        ("lead", PAIR_LEAD),
-        ("quick", QUICK_ASKING_LEAF),
-        ("mid", SLOW_ASKING_LEAF),
-    ];
-    let mut stack = stack(dir.path(), &scripts).await;
-    agent(&stack, "quick", &["ask_user"], &[], "quick").await;
-    agent(&stack, "mid", &["ask_user"], &[], "mid").await;
-    agent(&stack, "lead", &["file_read"], &["quick", "mid"], "lead").await;
+    let mut stack = lead_of_two(
+        dir.path(),
+        [PAIR_LEAD, QUICK_ASKING_LEAF, SLOW_ASKING_LEAF],
+        &["ask_user"],
+        &["ask_user"],
+    )
+    .await;
     let first = run_to_end(&stack, "lead", "Name and serve it").await;
     assert_eq!(first[first.len() - 1].1["status"], "paused", "{first:?}");
     let session = session_of(&first);
@@ -1442,15 +1456,13 @@ turns:
 #[tokio::test]
 async fn a_cancel_while_a_sub_agent_asks_and_another_works_ends_the_run_cancelled() {
     let dir = tempfile::TempDir::new().expect("tmp");
-    let scripts = [
-        ("lead", PAIR_LEAD),
-        ("quick", QUICK_ASKING_LEAF),
-        ("mid", SLOW_WORKER),
-    ];
-    let stack = stack(dir.path(), &scripts).await;
-    agent(&stack, "quick", &["ask_user"], &[], "quick").await;
-    agent(&stack, "mid", &["file_read"], &[], "mid").await;
-    agent(&stack, "lead", &["file_read"], &["quick", "mid"], "lead").await;
+    let stack = lead_of_two(
+        dir.path(),
+        [PAIR_LEAD, QUICK_ASKING_LEAF, SLOW_WORKER],
+        &["ask_user"],
+        &["file_read"],
+    )
+    .await;
     let body = json!({"mission": "Name and serve it", "agent_id": "lead"});
     let mut sse = SseReader::open(&stack, "/api/v1/execute/stream", &body).await;
     // `quick` has asked; `mid` still works when the user cancels.
@@ -1503,15 +1515,13 @@ turns:
 #[tokio::test]
 async fn a_task_a_delegation_works_on_cannot_be_delegated_again_until_it_ends() {
     let dir = tempfile::TempDir::new().expect("tmp");
-    let scripts = [
-        ("lead", DOUBLE_BOOKING_LEAD),
-        ("quick", SLOW_NAMER),
-        ("mid", SLOW_NAMER),
-    ];
-    let stack = stack(dir.path(), &scripts).await;
-    agent(&stack, "quick", &["file_read"], &[], "quick").await;
-    agent(&stack, "mid", &["file_read"], &[], "mid").await;
-    agent(&stack, "lead", &["file_read"], &["quick", "mid"], "lead").await;
+    let stack = lead_of_two(
+        dir.path(),
+        [DOUBLE_BOOKING_LEAD, SLOW_NAMER, SLOW_NAMER],
+        &["file_read"],
+        &["file_read"],
+    )
+    .await;
     let events = run_to_end(&stack, "lead", "Name it").await;
     assert_eq!(
         events[events.len() - 1].1["status"],

@@ -1210,7 +1210,7 @@ async fn an_answer_a_stop_or_a_crash_interrupts_leaves_the_question_waiting_not_
     let session = session_of(&first);
 
     // A graceful stop while the answered sub-agent works: the stream says so and asks again.
-    let mut sse = answer_until_resumed(&stack, &session, "8080").await;
+    let mut sse = answer_until_resumed(&stack, &session, "port-8080").await;
     stack.stop_executor().await.expect("executor stops");
     let stopped = sse.rest(RUN_TIMEOUT).await;
     let names = event_names(&stopped);
@@ -1231,7 +1231,7 @@ async fn an_answer_a_stop_or_a_crash_interrupts_leaves_the_question_waiting_not_
     // The answer that was not applied is not in the conversation either (recheck F3).
     let restored = get_session(&stack, &session).await;
     assert!(
-        !format!("{:?}", restored.messages).contains("8080"),
+        !format!("{:?}", restored.messages).contains("port-8080"),
         "{:?}",
         restored.messages
     );
@@ -1298,7 +1298,7 @@ async fn a_stop_while_answers_resume_two_sub_agents_keeps_the_one_that_finished(
     let mut sse = answer(
         &stack,
         &session,
-        json!({"quick.name": "Ada", "mid.port": "8080"}),
+        json!({"quick.name": "Ada", "mid.port": "port-8080"}),
     )
     .await;
     let quick = sse.until("delegation_end", RUN_TIMEOUT).await;
@@ -1357,7 +1357,7 @@ async fn a_stop_while_answers_resume_two_sub_agents_keeps_the_one_that_finished(
     let history = format!("{:?}", paused.messages);
     assert!(history.contains("Ada"), "quick's result is kept: {history}");
     assert!(
-        !history.contains("8080"),
+        !history.contains("port-8080"),
         "mid's answer was not applied: {history}"
     );
     // `quick` is done: an answer for it is refused, not run again.
@@ -1403,7 +1403,7 @@ async fn a_stop_while_an_answer_resumes_a_nested_sub_agent_puts_the_whole_branch
     let session = session_of(&first);
 
     // The answer resumes `mid`, which resumes `leaf`; the stop comes while `leaf` works.
-    let mut sse = answer(&stack, &session, json!({"leaf.port": "8080"})).await;
+    let mut sse = answer(&stack, &session, json!({"leaf.port": "port-8080"})).await;
     sse.until("delegation_start", RUN_TIMEOUT).await;
     let opened = sse.until("delegation_start", RUN_TIMEOUT).await;
     assert_eq!(opened[opened.len() - 1].1["agent_id"], "leaf", "{opened:?}");
@@ -1431,7 +1431,7 @@ async fn a_stop_while_an_answer_resumes_a_nested_sub_agent_puts_the_whole_branch
     assert_eq!(keys, ["leaf.port"], "{paused:?}");
     let history = format!("{:?}", paused.messages);
     assert!(
-        !history.contains("8080"),
+        !history.contains("port-8080"),
         "an answer not applied: {history}"
     );
 

@@ -42,12 +42,14 @@ COPY --from=build --chown=65532:65532 /out/state/ /var/lib/taskforce/
 # Docker copies it into the `registry-config` volume the first time the volume is mounted; from
 # then on the volume is the source of truth (agents created over REST are written there).
 COPY --chown=65532:65532 configs/ /var/lib/taskforce/config/
+# The executor's LLM config, as in its image: which variables hold the model providers' keys.
+COPY configs/llm_config.yaml /etc/taskforce/llm_config.yaml
 USER 65532:65532
 WORKDIR /var/lib/taskforce
 EXPOSE 50051 9465
 ENTRYPOINT ["/usr/local/bin/registry-svc"]
 # Container defaults (deploy/compose.yaml and deploy/k8s/ pass the same flags explicitly).
-CMD ["--listen", "0.0.0.0:50051", "--config-dir", "/var/lib/taskforce/config", "--data-dir", "/var/lib/taskforce/data", "--metrics-listen", "0.0.0.0:9465"]
+CMD ["--listen", "0.0.0.0:50051", "--config-dir", "/var/lib/taskforce/config", "--data-dir", "/var/lib/taskforce/data", "--llm-config", "/etc/taskforce/llm_config.yaml", "--metrics-listen", "0.0.0.0:9465"]
 # No shell or curl in distroless: the `taskforce` CLI asks grpc.health.v1 about the registry
 # service (exit 0 when SERVING: the cache is loaded).
 HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \

@@ -17,6 +17,11 @@ pub struct Config {
     /// The config directory: profiles in it, custom agents in its `custom/`.
     #[arg(long, env = "TASKFORCE_CONFIG_DIR", default_value = "configs")]
     pub config_dir: PathBuf,
+    /// The executor's `llm_config.yaml`: the variables it reads model providers' keys from are
+    /// never an MCP server's to read (refused when an agent is saved). Default:
+    /// `<config-dir>/llm_config.yaml` when there is one; a file named here must exist.
+    #[arg(long, env = "TASKFORCE_LLM_CONFIG")]
+    pub llm_config: Option<PathBuf>,
     /// Where the sled cache lives (rebuilt from YAML when missing or broken).
     #[arg(
         long,

@@ -83,10 +83,21 @@ pub async fn run(
             "--catalog-mcp-file (TASKFORCE_CATALOG_MCP_FILE): {e}"
         ))
     })?;
-    // The model providers' keys (the variables the llm_config.yaml beside the agents names for
-    // them, when there is one) are never an MCP server's to read, here or in the executor.
-    if let Ok(text) = std::fs::read_to_string(config.config_dir.join("llm_config.yaml")) {
-        taskforce_runtime::env::reserve_secrets_of_llm_config(&text);
+    // The model providers' keys (the variables the executor's llm_config.yaml names for them)
+    // are never an MCP server's to read, here or in the executor.
+    let llm_config = config
+        .llm_config
+        .clone()
+        .unwrap_or_else(|| config.config_dir.join("llm_config.yaml"));
+    match std::fs::read_to_string(&llm_config) {
+        Ok(text) => taskforce_runtime::env::reserve_secrets_of_llm_config(&text),
+        Err(e) if config.llm_config.is_some() => {
+            return Err(RegistryError::Config(format!(
+                "--llm-config (TASKFORCE_LLM_CONFIG) {}: {e}",
+                llm_config.display()
+            )));
+        }
+        Err(_) => {}
     }
     let (root, data) = (config.config_dir.clone(), config.data_dir.clone());
     let store =

@@ -123,3 +123,57 @@ async fn an_agents_mcp_tools_run_through_the_gateway_within_its_allowlist() {
     assert!(!got.text.contains(SECRET), "{}", got.text);
     assert!(got.text.contains("${TF_E2E_MCP_SECRET}"), "{}", got.text);
 }
+
+/// The registry refuses, at save, an MCP server reading a variable the executor's LLM config
+/// takes a provider's key from, when that file is outside its config directory (`--llm-config`,
+/// as the Compose and Kubernetes set-ups give it); a named file that is missing stops it.
+#[tokio::test]
+async fn the_registry_refuses_the_provider_keys_of_the_llm_config_it_is_given() {
+    let files = tempfile::tempdir().expect("temp dir");
+    let llm = files.path().join("executor-llm.yaml");
+    std::fs::write(
+        &llm,
+        "default_model: main\nmodels:\n  main: {provider: corp, model: m}\nproviders:\n  corp:\n    type: openai\n    base_url: http://127.0.0.1:9/v1\n    api_key_env: TF_E2E_CORP_LLM_KEY\n",
+    )
+    .expect("write");
+    let stack = StackOptions::full()
+        .registry_args(["--llm-config".to_owned(), llm.display().to_string()])
+        .spawn()
+        .await
+        .expect("stack starts");
+    let mut body = agent_json("corp-reader");
+    body["mcp_servers"] = json!([{
+        "type": "stdio",
+        "command": "mcp-server-time",
+        "env": {"STOLEN": "${TF_E2E_CORP_LLM_KEY}"}
+    }]);
+    let r = create(&stack, &body).await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert!(
+        r.text.contains("own secrets") && r.text.contains("TF_E2E_CORP_LLM_KEY"),
+        "{}",
+        r.text
+    );
+    let r = send(stack.http().get(stack.url("/api/v1/agents/corp-reader"))).await;
+    assert_eq!(r.status, 404, "nothing saved: {}", r.text);
+
+    let missing = files.path().join("no-such-llm.yaml");
+    let (code, stderr, _dir) = crate::auth::start(
+        "registry-svc",
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "",
+            "--llm-config",
+            missing.to_str().expect("utf-8 path"),
+        ],
+        std::time::Duration::from_secs(30),
+    )
+    .await;
+    assert!(code.is_some_and(|c| c != 0), "exit {code:?}: {stderr}");
+    assert!(
+        stderr.contains("--llm-config") && stderr.contains("no-such-llm.yaml"),
+        "{stderr}"
+    );
+}

@@ -165,6 +165,10 @@ pub struct Orchestration {
     /// session has no delegation running).
     #[serde(skip)]
     pub working: std::collections::BTreeSet<String>,
+    /// Tasks the live run created, with the path of the sub-agent frame that created each
+    /// (`FrameInfo::path`; never stored, like `working`).
+    #[serde(skip)]
+    pub created: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 impl Orchestration {

@@ -244,6 +244,30 @@ impl Plan {
         Ok(id)
     }
 
+    /// Removes the tasks `ids` and their subtasks, and every dependency on them. Does not bump
+    /// the version (code-driven, as a stop undoing what an interrupted sub-agent did).
+    pub fn remove_tasks(&mut self, ids: &HashSet<String>) {
+        let mut gone: HashSet<String> = ids.clone();
+        // Subtasks point at their parent; a chain is never longer than the tasks there are.
+        for _ in 0..self.tasks.len() {
+            let more: Vec<String> = self
+                .tasks
+                .iter()
+                .filter(|t| !gone.contains(&t.id))
+                .filter(|t| t.parent_id.as_ref().is_some_and(|p| gone.contains(p)))
+                .map(|t| t.id.clone())
+                .collect();
+            if more.is_empty() {
+                break;
+            }
+            gone.extend(more);
+        }
+        self.tasks.retain(|t| !gone.contains(&t.id));
+        for task in &mut self.tasks {
+            task.depends_on.retain(|d| !gone.contains(d));
+        }
+    }
+
     /// Sets the status of task `id` and its result (`None` clears it); false if there is no such
     /// task. Does not bump the version: only merged patches do.
     pub fn set_status(&mut self, id: &str, status: TaskStatus, result: Option<Value>) -> bool {

@@ -283,12 +283,19 @@ async fn new_frame(
             if let Some(reason) = request.task_id.as_deref().and_then(|id| busy(o, id)) {
                 return Err(reason);
             }
+            let existed = request
+                .task_id
+                .as_deref()
+                .is_some_and(|id| o.plan.task(id).is_some());
             let id = o.plan.ensure_task(
                 request.task_id.as_deref(),
                 &request.task,
                 author(parent),
                 agent_id,
             )?;
+            if !existed {
+                o.created.insert(id.clone(), parent.frame.path.clone());
+            }
             o.plan.set_status(&id, TaskStatus::InProgress, None);
             o.working.insert(id.clone());
             Ok::<_, String>((id, o.plan.clone()))
@@ -359,6 +366,8 @@ async fn run_frame(
     let started = tokio::time::Instant::now();
     let mut ancestors = parent.frame.ancestors.clone();
     ancestors.push(parent.agent.agent_id.clone());
+    let mut path = parent.frame.path.clone();
+    path.push(frame.id.clone());
     let ctx = Arc::new(RunCtx {
         sink: Arc::new(parent.sink.child(&agent_id, &frame.id)),
         workspace: crate::tools::Workspace::new(workspace_for(&runner, &def)),
@@ -376,6 +385,7 @@ async fn run_frame(
             id: frame.id.clone(),
             depth: parent.frame.depth + 1,
             ancestors,
+            path,
         },
         orchestra: Arc::clone(&parent.orchestra),
         runner: Arc::clone(&runner),

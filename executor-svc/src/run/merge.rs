@@ -57,9 +57,15 @@ async fn invalid(ctx: &RunCtx, author: &str, patch: &Value, message: String) -> 
 /// [`merge`] of a patch already parsed.
 async fn merge_parsed(ctx: &RunCtx, author: &str, parsed: &Patch) -> Value {
     let merged = ctx.orchestra.with(|o| {
-        o.plan
-            .apply(author, parsed, ctx.runner.budgets.delegation.unlink)
-            .map(|version| (version, o.plan.clone()))
+        let before: std::collections::HashSet<String> =
+            o.plan.tasks.iter().map(|t| t.id.clone()).collect();
+        let version = o
+            .plan
+            .apply(author, parsed, ctx.runner.budgets.delegation.unlink)?;
+        for task in o.plan.tasks.iter().filter(|t| !before.contains(&t.id)) {
+            o.created.insert(task.id.clone(), ctx.frame.path.clone());
+        }
+        Ok((version, o.plan.clone()))
     });
     match merged {
         Ok((version, plan)) => {

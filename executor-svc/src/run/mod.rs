@@ -205,6 +205,9 @@ pub struct FrameInfo {
     pub depth: u32,
     /// The agents of every frame above this one, top first.
     pub ancestors: Vec<String>,
+    /// The ids of the sub-agent frames from the top agent's down to this one (empty for the
+    /// top agent): what a stop puts back undoes the tasks a frame on it created.
+    pub path: Vec<String>,
 }
 
 /// A run's orchestration state, shared by its frames; merges are serialised by its lock.

@@ -113,6 +113,17 @@ pub fn keep_finished(
             orchestration.frames.insert(id, frame.clone());
         }
     }
+    // The tasks they (or any sub-agent below them) created go too: they run again from their
+    // questions and create what they need again.
+    let undone: HashSet<String> = orchestration
+        .created
+        .iter()
+        .filter(|(id, path)| {
+            before.plan.task(id).is_none() && interrupted.iter().any(|i| path.contains(&i.frame_id))
+        })
+        .map(|(id, _)| id.clone())
+        .collect();
+    orchestration.plan.remove_tasks(&undone);
     stored.orchestration = orchestration;
     stored.answering = None;
     Some(asks)
@@ -264,6 +275,24 @@ mod tests {
         o.plan
             .set_status("tb1", TaskStatus::Completed, Some(json!("b1")));
         o.facts.insert("a_found".into(), json!(1));
+        // The tasks they created: `a` a helper, `b` the task of `b2`, `b2` a subtask of it.
+        for (task, owner, path) in [
+            ("ta-h", "a", vec!["a"]),
+            ("tb2", "b2", vec!["b"]),
+            ("tb2.x", "b2", vec!["b", "b2"]),
+        ] {
+            o.plan
+                .ensure_task(Some(task), task, ORCHESTRATOR, owner)
+                .expect("task");
+            o.created
+                .insert(task.into(), path.into_iter().map(String::from).collect());
+        }
+        if let Some(sub) = o.plan.tasks.iter_mut().find(|t| t.id == "tb2.x") {
+            sub.parent_id = Some("tb2".into());
+        }
+        if let Some(ta) = o.plan.tasks.iter_mut().find(|t| t.id == "ta") {
+            ta.depends_on.push("tb2".into());
+        }
         // `b` asks again under its resume call.
         (ran, vec![ask("b.k", "TB", "r-b")])
     }
@@ -304,6 +333,10 @@ mod tests {
         assert_eq!(frames, ["b", "b1"]);
         assert_eq!(o.frames["b1"], before.orchestration.frames["b1"]);
         assert_eq!(status("tb1"), Some(TaskStatus::InProgress));
+        // The tasks `a` created stay; those of `b`'s branch go, and no task depends on them.
+        let ids: Vec<&str> = o.plan.tasks.iter().map(|t| t.id.as_str()).collect();
+        assert_eq!(ids, ["ta", "tb", "tb1", "ta-h"]);
+        assert!(o.plan.tasks.iter().all(|t| t.depends_on.is_empty()));
         assert!(stored.answering.is_none());
     }
 

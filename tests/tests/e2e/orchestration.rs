@@ -1280,6 +1280,22 @@ turns:
   - text: '{"result": {"name": "{{last_message}}"}, "new_facts": {"named": true}}'
 "#;
 
+/// Runs `lead` of [`PAIR_LEAD`] until `quick` and `mid` both asked, then answers both (the
+/// answer for `mid` is one no stored text holds by chance); the first run's events, the
+/// session and the answer's stream.
+async fn pair_answered(stack: &Stack) -> (Vec<(String, Value)>, String, SseReader) {
+    let first = run_to_end(stack, "lead", "Name and serve it").await;
+    assert_eq!(first[first.len() - 1].1["status"], "paused", "{first:?}");
+    let session = session_of(&first);
+    let sse = answer(
+        stack,
+        &session,
+        json!({"quick.name": "Ada", "mid.port": "port-8080"}),
+    )
+    .await;
+    (first, session, sse)
+}
+
 #[tokio::test]
 async fn a_stop_while_answers_resume_two_sub_agents_keeps_the_one_that_finished() {
     let dir = tempfile::TempDir::new().expect("tmp");
@@ -1290,17 +1306,8 @@ async fn a_stop_while_answers_resume_two_sub_agents_keeps_the_one_that_finished(
         &["ask_user"],
     )
     .await;
-    let first = run_to_end(&stack, "lead", "Name and serve it").await;
-    assert_eq!(first[first.len() - 1].1["status"], "paused", "{first:?}");
-    let session = session_of(&first);
-
     // Both answered: `quick` finishes at once, `mid` is still working when the executor stops.
-    let mut sse = answer(
-        &stack,
-        &session,
-        json!({"quick.name": "Ada", "mid.port": "port-8080"}),
-    )
-    .await;
+    let (first, session, mut sse) = pair_answered(&stack).await;
     let quick = sse.until("delegation_end", RUN_TIMEOUT).await;
     let end = &quick[quick.len() - 1].1;
     assert_eq!(
@@ -1445,6 +1452,88 @@ async fn a_stop_while_an_answer_resumes_a_nested_sub_agent_puts_the_whole_branch
         .find(|e| e["agent_id"] == "leaf")
         .expect("leaf ends");
     assert_eq!(leaf["result"]["result"]["port"], "9090", "{leaf}");
+}
+
+/// Asks, then (answered) has a helper check the answer, then works on.
+const MID_WITH_HELPER: &str = r#"
+turns:
+  - tool_calls:
+      - name: ask_user
+        arguments: {question: Which port?, key: port}
+  - tool_calls:
+      - name: agent_helper
+        arguments: {task: Check the port}
+  - delay_ms: 4000
+    text: '{"result": {"port": "checked"}}'
+"#;
+
+const HELPER: &str = r#"
+turns:
+  - text: '{"result": {"checked": true}}'
+"#;
+
+#[tokio::test]
+async fn a_stop_undoes_the_tasks_an_interrupted_sub_agent_created() {
+    let dir = tempfile::TempDir::new().expect("tmp");
+    let scripts = [
+        ("lead", PAIR_LEAD),
+        ("quick", QUICK_ASKING_LEAF),
+        ("mid", MID_WITH_HELPER),
+        ("helper", HELPER),
+    ];
+    let mut stack = stack(dir.path(), &scripts).await;
+    agent(&stack, "helper", &["file_read"], &[], "helper").await;
+    agent(&stack, "quick", &["ask_user"], &[], "quick").await;
+    agent(&stack, "mid", &["ask_user"], &["helper"], "mid").await;
+    agent(&stack, "lead", &["file_read"], &["quick", "mid"], "lead").await;
+    // Both answered: `quick` finishes, `mid` has its helper done (a new task) and is stopped
+    // while it works on.
+    let (_, session, mut sse) = pair_answered(&stack).await;
+    loop {
+        let ended = sse.until("delegation_end", RUN_TIMEOUT).await;
+        if ended[ended.len() - 1].1["agent_id"] == "helper" {
+            break;
+        }
+    }
+    stack.stop_executor().await.expect("executor stops");
+    sse.rest(RUN_TIMEOUT).await;
+    stack.restart_executor().await.expect("executor restarts");
+    let tasks = |session: &v1::Session| -> Vec<(String, String)> {
+        session
+            .plan
+            .as_ref()
+            .map(|p| {
+                p.tasks
+                    .iter()
+                    .map(|t| (t.owner_agent.clone(), t.status.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let paused = get_session(&stack, &session).await;
+    assert_eq!(paused.status(), v1::RunStatus::Paused, "{paused:?}");
+    let pair = |owner: &str, status: &str| (owner.to_owned(), status.to_owned());
+    assert_eq!(
+        tasks(&paused),
+        [pair("quick", "COMPLETED"), pair("mid", "IN_PROGRESS")],
+        "the helper's task is undone with `mid`'s work"
+    );
+
+    // Answered again, `mid` has its helper done again: one helper task, not two.
+    let done = answer(&stack, &session, json!({"mid.port": "9090"}))
+        .await
+        .rest(RUN_TIMEOUT)
+        .await;
+    assert_eq!(done[done.len() - 1].1["status"], "completed", "{done:?}");
+    let completed = get_session(&stack, &session).await;
+    assert_eq!(
+        tasks(&completed),
+        [
+            pair("quick", "COMPLETED"),
+            pair("mid", "COMPLETED"),
+            pair("helper", "COMPLETED")
+        ]
+    );
 }
 
 const SLOW_WORKER: &str = r#"

@@ -52,15 +52,25 @@ impl Endpoint {
         let settings = config.http_settings()?;
         let mut secrets: Vec<SecretString> = secret.into_iter().collect();
         // A value taken from the environment is the operator's secret whatever its name.
-        let mut expanded = |value: &String| -> Result<String, LlmError> {
-            let values = taskforce_runtime::env::placeholder_values(value, |name| env.get(name));
-            secrets.extend(values.into_iter().map(SecretString::from));
+        // A query's values also as the URL carries them (a server quoting the URL back quotes
+        // them encoded).
+        let mut expanded = |value: &String, in_query: bool| -> Result<String, LlmError> {
+            for value in taskforce_runtime::env::placeholder_values(value, |name| env.get(name)) {
+                if in_query {
+                    let encoded: String =
+                        url::form_urlencoded::byte_serialize(value.as_bytes()).collect();
+                    if encoded != value {
+                        secrets.push(SecretString::from(encoded));
+                    }
+                }
+                secrets.push(SecretString::from(value));
+            }
             expand(value, env)
         };
         if !config.query.is_empty() {
             let mut pairs = url.query_pairs_mut();
             for (key, value) in &config.query {
-                pairs.append_pair(key, &expanded(value)?);
+                pairs.append_pair(key, &expanded(value, true)?);
             }
         }
         let mut headers = HeaderMap::new();
@@ -68,7 +78,7 @@ impl Endpoint {
             let name = HeaderName::from_bytes(key.as_bytes()).map_err(|e| {
                 LlmError::Config(format!("provider {name}: header name {key:?}: {e}"))
             })?;
-            let mut value = HeaderValue::from_str(&expanded(value)?)
+            let mut value = HeaderValue::from_str(&expanded(value, false)?)
                 .map_err(|e| LlmError::Config(format!("provider {name}: header {key}: {e}")))?;
             value.set_sensitive(true);
             headers.insert(name, value);
@@ -306,16 +316,21 @@ mod tests {
         .expect("provider");
         let env = Env::from_pairs([
             ("TENANT_TOKEN", "tenant-canary-123"),
-            ("SIG", "sig-canary-456"),
+            ("SIG", "sig/canary+456="),
         ]);
         let url = Url::parse("https://llm.example/v1/chat").expect("url");
         let key = SecretString::from("key-canary-789".to_owned());
         let endpoint =
             Endpoint::new("p", &config, &env, url, Vec::new(), Some(key)).expect("endpoint");
-        let echoed = "bad request: got tenant-canary-123, sig-canary-456, key-canary-789 and json";
+        let echoed = "bad request: got tenant-canary-123, sig/canary+456=, key-canary-789 and json";
         assert_eq!(
             endpoint.scrub(echoed),
             "bad request: got ***, ***, *** and json"
+        );
+        // The query's value as the URL carried it.
+        assert_eq!(
+            endpoint.scrub("no route for /v1/chat?sig=sig%2Fcanary%2B456%3D"),
+            "no route for /v1/chat?sig=***"
         );
     }
 }

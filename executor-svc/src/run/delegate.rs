@@ -118,13 +118,18 @@ async fn delegate(
         .await
         .map_err(|e| failed(&agent_id, format!("cannot load the sub-agent: {e}")))?;
     let is_resume = request.resume.is_some();
-    let (frame, split) = match &request.resume {
-        Some((token, answers)) => resumed_frame(parent, &agent_id, token, answers)?,
-        None => (new_frame(parent, &def, &request).await?, None),
-    };
-    let _working = Working {
-        orchestra: Arc::clone(&parent.orchestra),
-        task_id: frame.task_id.clone(),
+    // The task is freed when the delegation ends, however it ends (the guard is made where
+    // the task is taken, before any `.await`: a cancel there would leave it taken).
+    let (frame, split, _working) = match &request.resume {
+        Some((token, answers)) => {
+            let (frame, split) = resumed_frame(parent, &agent_id, token, answers)?;
+            let working = Working::of(parent, &frame.task_id);
+            (frame, split, working)
+        }
+        None => {
+            let (frame, working) = new_frame(parent, &def, &request).await?;
+            (frame, None, working)
+        }
     };
     run_frame(parent, call_id, def, frame, split, is_resume).await
 }
@@ -134,6 +139,16 @@ async fn delegate(
 struct Working {
     orchestra: Arc<Orchestra>,
     task_id: String,
+}
+
+impl Working {
+    /// The guard of `task_id`, which the caller has just marked working.
+    fn of(parent: &RunCtx, task_id: &str) -> Self {
+        Self {
+            orchestra: Arc::clone(&parent.orchestra),
+            task_id: task_id.to_owned(),
+        }
+    }
 }
 
 impl Drop for Working {
@@ -242,12 +257,13 @@ fn author(ctx: &RunCtx) -> &str {
     }
 }
 
-/// A new frame for a delegation to `def`, within the budget its parent has left.
+/// A new frame for a delegation to `def`, within the budget its parent has left, and the
+/// guard of the task it works on.
 async fn new_frame(
     parent: &RunCtx,
     def: &AgentDef,
     request: &Delegation,
-) -> Result<Frame, ToolError> {
+) -> Result<(Frame, Working), ToolError> {
     let runner = &parent.runner;
     let agent_id = def.agent_id.as_str();
     let steps_used = parent.steps_used.load(std::sync::atomic::Ordering::Relaxed);
@@ -304,6 +320,7 @@ async fn new_frame(
             tool: format!("{AGENT_TOOL_PREFIX}{agent_id}"),
             reason,
         })?;
+    let working = Working::of(parent, &task_id);
     parent.sink.emit(plan_updated(&plan)).await;
     let facts = parent.orchestra.with(|o| o.facts.clone());
     let mut shared = json!({
@@ -323,7 +340,7 @@ async fn new_frame(
     );
     let mut agent_path = parent.sink.agent_path().to_vec();
     agent_path.push(agent_id.to_owned());
-    Ok(Frame {
+    let frame = Frame {
         id: format!("f{}", uuid::Uuid::new_v4().simple()),
         agent_id: agent_id.to_owned(),
         agent_path,
@@ -339,7 +356,8 @@ async fn new_frame(
         allowed_tools: request.allowed_tools.clone(),
         steps_left: steps,
         time_left_ms: u64::try_from(time.as_millis()).unwrap_or(u64::MAX),
-    })
+    };
+    Ok((frame, working))
 }
 
 /// Runs `frame` to its end (answer, questions, failure) under its budget.

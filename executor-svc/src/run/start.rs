@@ -94,7 +94,7 @@ impl Runner {
         let mode = mode_of(request.mode)?;
         let confirmations = confirmations(request.confirmations)?;
         let no_tools = request.no_tools.unwrap_or(false);
-        let agent = match (self.registry.resolve(&target).await, own_agent) {
+        let agent = match (self.registry.resolve(&target).await, &own_agent) {
             (Ok(agent), _) => agent,
             (Err(ExecutorError::NotFound(why)), Some(agent)) => {
                 return Err(ExecutorError::FailedPrecondition(format!(
@@ -144,6 +144,13 @@ impl Runner {
                 session.final_answer.clear();
                 session.model = model_name.or(session.model);
                 session
+            }
+            // Deleted since it was read for its agent: the request named no agent to start a
+            // new session with.
+            None if own_agent.is_some() => {
+                return Err(ExecutorError::NotFound(format!(
+                    "session `{id}` was deleted while this run started"
+                )));
             }
             None => {
                 if let Some(id) = confirmations.iter().next() {

@@ -85,6 +85,43 @@ async fn execute_runs_a_custom_agent_to_its_final_answer() {
         let r = send(stack.http().post(stack.url("/api/v1/execute")).json(&body)).await;
         assert_eq!(r.body["status"], "completed", "{body}: {}", r.text);
     }
+
+    // A session whose agent was deleted says so when it is continued without an agent (not a
+    // 404 for an agent the request never named), and changes nothing.
+    let before = send(
+        stack
+            .http()
+            .get(stack.url(&format!("/api/v1/sessions/{session}"))),
+    )
+    .await;
+    assert_eq!(before.status, 200, "{}", before.text);
+    let d = send(
+        stack
+            .http()
+            .delete(stack.url("/api/v1/agents/invoice-extractor")),
+    )
+    .await;
+    assert!(d.status.is_success(), "{}", d.text);
+    let r = send(
+        stack
+            .http()
+            .post(stack.url("/api/v1/execute"))
+            .json(&json!({"mission": "Still there?", "session_id": session})),
+    )
+    .await;
+    assert_eq!(r.status, 409, "{}", r.text);
+    assert!(
+        r.text.contains("invoice-extractor") && r.text.contains("which is gone"),
+        "{}",
+        r.text
+    );
+    let after = send(
+        stack
+            .http()
+            .get(stack.url(&format!("/api/v1/sessions/{session}"))),
+    )
+    .await;
+    assert_eq!(after.body, before.body, "the session is unchanged");
 }
 
 #[tokio::test]

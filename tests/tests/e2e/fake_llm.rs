@@ -30,6 +30,8 @@ pub enum Reply {
     Status(u16, Value),
     /// A 200 event stream that sends these frames, then stays open and silent forever.
     Stall(Vec<String>),
+    /// A `307 Temporary Redirect` to this URL.
+    Redirect(String),
 }
 
 /// One request as the fake saw it.
@@ -117,6 +119,14 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
             replies.front().cloned()
         }
     };
+    if let Some(Reply::Redirect(to)) = &reply {
+        let mut response = Response::new(Body::empty());
+        *response.status_mut() = StatusCode::TEMPORARY_REDIRECT;
+        if let Ok(to) = to.parse() {
+            response.headers_mut().insert(header::LOCATION, to);
+        }
+        return response;
+    }
     let stall = matches!(reply, Some(Reply::Stall(_)));
     let (status, content_type, chunks) = match reply {
         Some(Reply::Stall(frames)) => (200, "text/event-stream", frames),
@@ -134,7 +144,7 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
             (200, "text/event-stream", chunks)
         }
         Some(Reply::Status(status, body)) => (status, "application/json", vec![body.to_string()]),
-        None => (500, "application/json", vec!["{}".to_owned()]),
+        Some(Reply::Redirect(_)) | None => (500, "application/json", vec!["{}".to_owned()]),
     };
     let body = futures::stream::iter(
         chunks
@@ -348,6 +358,17 @@ pub fn options(openai: &FakeLlm, anthropic: &FakeLlm) -> taskforce_tests::StackO
         .llm_config(llm_config(&openai.url(), &anthropic.url()))
         .executor_env("TF_E2E_OPENAI_KEY", OPENAI_KEY)
         .executor_env("TF_E2E_ANTHROPIC_KEY", ANTHROPIC_KEY)
+}
+
+/// A stack whose executor talks to `openai` (the Anthropic provider points at a fake that is
+/// not meant to be asked, returned to be kept alive), both keys set.
+pub async fn openai_stack(openai: &FakeLlm) -> (taskforce_tests::Stack, FakeLlm) {
+    let unused = FakeLlm::start(vec![anthropic::text(&["unused"])]).await;
+    let stack = options(openai, &unused)
+        .spawn()
+        .await
+        .expect("stack starts");
+    (stack, unused)
 }
 
 /// Asserts no log of the stack holds `secret` (and that the executor did log something, unless

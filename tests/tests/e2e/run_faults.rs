@@ -52,11 +52,7 @@ async fn llm_500s_are_retried_then_fail_the_run_with_an_error_event_and_the_exec
         openai::text(&["Recovered."]),
     ])
     .await;
-    let unused = FakeLlm::start(vec![anthropic::text(&["unused"])]).await;
-    let stack = fake_llm::options(&llm, &unused)
-        .spawn()
-        .await
-        .expect("stack starts");
+    let (stack, _unused) = fake_llm::openai_stack(&llm).await;
 
     let events = stream(&stack, "invoice-extractor", "Total invoice 42").await;
     let names = event_names(&events);
@@ -125,6 +121,33 @@ async fn llm_500s_are_retried_then_fail_the_run_with_an_error_event_and_the_exec
     );
 }
 
+/// A provider answering with a redirect fails the call: the client follows none, so the API
+/// key and the configured headers never reach the host it points to.
+#[tokio::test]
+async fn an_llm_redirect_is_not_followed_and_the_key_goes_nowhere_else() {
+    let elsewhere = FakeLlm::start(vec![openai::text(&["Followed."])]).await;
+    let llm = FakeLlm::start(vec![fake_llm::Reply::Redirect(format!(
+        "{}/v1/chat/completions",
+        elsewhere.url()
+    ))])
+    .await;
+    let (stack, _unused) = fake_llm::openai_stack(&llm).await;
+    let events = stream(&stack, "invoice-extractor", "Total invoice 42").await;
+    let error = first(&events, "error");
+    assert_eq!(error["code"], "LLM_ERROR", "{error}");
+    assert!(
+        error["message"].as_str().is_some_and(|m| m.contains("307")),
+        "{error}"
+    );
+    assert_eq!(first(&events, "done")["status"], "failed");
+    assert!(!llm.seen().is_empty(), "the provider was asked");
+    assert!(
+        elsewhere.seen().is_empty(),
+        "the redirect was followed: {:?}",
+        elsewhere.seen()
+    );
+}
+
 #[tokio::test]
 async fn an_llm_stream_that_stalls_fails_the_run_after_the_idle_timeout_and_the_executor_keeps_serving()
  {
@@ -176,11 +199,7 @@ async fn malformed_tool_call_json_gets_an_error_result_and_the_run_goes_on() {
         openai::text(&["I could not ", "read it."]),
     ])
     .await;
-    let unused = FakeLlm::start(vec![anthropic::text(&["unused"])]).await;
-    let stack = fake_llm::options(&llm, &unused)
-        .spawn()
-        .await
-        .expect("stack starts");
+    let (stack, _unused) = fake_llm::openai_stack(&llm).await;
 
     let events = stream(&stack, "invoice-extractor", "Read notes.txt").await;
     let names = event_names(&events);

@@ -120,11 +120,7 @@ async fn a_whole_run_over_the_openai_protocol_streams_tool_calls_and_the_answer_
         openai::text(&["The file ", "says: hello ", "from the fake"]),
     ])
     .await;
-    let unused = FakeLlm::start(vec![anthropic::text(&["unused"])]).await;
-    let stack = fake_llm::options(&llm, &unused)
-        .spawn()
-        .await
-        .expect("stack starts");
+    let (stack, unused) = fake_llm::openai_stack(&llm).await;
     create_agent_with_tools(&stack, AGENT, &["file_write", "file_read"]).await;
 
     let events = run(&stack, None).await;
@@ -318,11 +314,7 @@ async fn tool_subprocesses_never_see_the_api_keys() {
         openai::text(&["Checked."]),
     ])
     .await;
-    let unused = FakeLlm::start(vec![anthropic::text(&["unused"])]).await;
-    let stack = fake_llm::options(&llm, &unused)
-        .spawn()
-        .await
-        .expect("stack starts");
+    let (stack, _unused) = fake_llm::openai_stack(&llm).await;
     create_agent_with_tools(&stack, "env-reader", &["python"]).await;
 
     let events = SseReader::open(

@@ -82,7 +82,13 @@ async fn python_sees_no_secrets_and_writes_only_in_its_workspace() {
     assert!(!output.contains(SECRET), "{output}");
     assert!(output.contains("WROTE-INSIDE"), "{output}");
     let log = std::fs::read_to_string(stack.executor_log()).unwrap_or_default();
-    if log.contains("Landlock is not enforced") {
+    // Only the kernel may excuse the checks below: a probe that failed (as when it ran in a
+    // directory holding the data dir) would silently turn them off.
+    assert!(
+        !log.contains("the probe failed") && !log.contains("the probe could not run"),
+        "the Landlock probe failed: {log}"
+    );
+    if log.contains("the kernel does not enforce Landlock") {
         eprintln!(
             "note: this kernel does not enforce Landlock; the write confinement is not checked"
         );

@@ -196,12 +196,15 @@ impl Sandbox {
 
     /// Runs the launcher with `--probe` and logs the outcome once.
     fn probe(&self) -> LandlockState {
-        let dir = std::env::temp_dir();
-        let mut args = self.launcher_args(&dir, Vec::new());
-        args.probe = true;
-        let out = taskforce_runtime::env::minimal_command(&self.launcher, &[])
-            .args(args.to_args())
-            .output();
+        // A fresh directory of its own: the system's temp dir itself may hold the data directory
+        // (a hidden path), where the launcher refuses to run (as it does for a tool).
+        let out = TempDir::new().and_then(|dir| {
+            let mut args = self.launcher_args(&dir.path, Vec::new());
+            args.probe = true;
+            taskforce_runtime::env::minimal_command(&self.launcher, &[])
+                .args(args.to_args())
+                .output()
+        });
         let state = match out {
             Ok(o) if o.status.success() => {
                 let said = String::from_utf8_lossy(&o.stdout).trim().to_owned();

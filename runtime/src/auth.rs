@@ -368,6 +368,7 @@ impl AuthArgs {
 
     /// The `authorization` value for calls to the other services.
     pub fn outgoing(&self) -> Result<Option<HeaderValue>, AuthError> {
+        crate::env::never_log(self.service_token.as_deref());
         authorization_value(self.service_token.as_deref().unwrap_or_default())
             .map_err(|_| AuthError::ServiceToken)
     }

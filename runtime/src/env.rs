@@ -111,6 +111,49 @@ pub fn placeholder_values(template: &str, lookup: impl Fn(&str) -> Option<String
         .collect()
 }
 
+/// Values this process never writes to its log: the model providers' keys, the service token,
+/// and the values `${VAR}` placeholders of MCP servers and providers take ([`never_log`]).
+static NEVER_LOGGED: std::sync::RwLock<BTreeSet<String>> = std::sync::RwLock::new(BTreeSet::new());
+
+/// Masks `values` (8 characters or more; shorter ones are too common to mask) in every log
+/// line written from now on, as written and as JSON escapes them: a library's own log line
+/// (an MCP server's output rmcp logs, an HTTP error body) shows `***` instead.
+pub fn never_log<S: AsRef<str>>(values: impl IntoIterator<Item = S>) {
+    let mut fresh = Vec::new();
+    for value in values {
+        let value = value.as_ref();
+        if value.len() < 8 {
+            continue;
+        }
+        fresh.push(value.to_owned());
+        // A JSON log line writes `"` and `\` escaped (a token holds no control characters).
+        if value.contains(['"', '\\']) {
+            fresh.push(value.replace('\\', "\\\\").replace('"', "\\\""));
+        }
+    }
+    if fresh.is_empty() {
+        return;
+    }
+    let mut set = NEVER_LOGGED
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    set.extend(fresh);
+}
+
+/// `line` with the [`never_log`] values masked; `None` when it holds none.
+pub fn mask_logged(line: &str) -> Option<String> {
+    let set = NEVER_LOGGED
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // Longest first, so a value holding another is masked whole.
+    let mut found: Vec<&String> = set.iter().filter(|v| line.contains(v.as_str())).collect();
+    if found.is_empty() {
+        return None;
+    }
+    found.sort_by_key(|v| std::cmp::Reverse(v.len()));
+    Some(scrub(line, &found))
+}
+
 /// `text` with each of `secrets` (as [`placeholder_values`] gives them) replaced by `***`.
 pub fn scrub(text: &str, secrets: &[impl AsRef<str>]) -> String {
     secrets.iter().fold(text.to_owned(), |out, secret| {

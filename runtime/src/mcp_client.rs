@@ -103,6 +103,8 @@ pub fn readable(error: &dyn std::fmt::Display) -> String {
 /// with the pid of a stdio server (the leader of its process group). Not bounded by a
 /// timeout: callers wrap it (see [`connect_and_list`]).
 pub async fn connect(server: &v1::McpServer) -> Result<(McpClient, Option<u32>), ConnectError> {
+    // Whatever the server prints or echoes, rmcp's own log lines do not show its secrets.
+    crate::env::never_log(secrets_of(server));
     let protocol = |e: &dyn std::fmt::Display| ConnectError::Protocol(readable(e));
     match server.r#type.as_str() {
         "stdio" => {

@@ -178,7 +178,7 @@ pub fn init(service: &'static str) -> Telemetry {
     };
     // Colours only for a terminal: text logs forced into a file or a pipe stay plain.
     let fmt = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
+        .with_writer(|| Masked(std::io::stderr()))
         .with_ansi(terminal);
     let fmt = if json {
         // The spans from the outermost in (`spans`, the request's carrying `trace_id`), without
@@ -235,6 +235,29 @@ pub fn init(service: &'static str) -> Telemetry {
         tracing::info!("exporting traces over OTLP");
     }
     Telemetry { provider }
+}
+
+/// A log writer that masks the values of [`crate::env::never_log`] in what it writes: the fmt
+/// layer writes each line whole, so no value is split between two writes.
+struct Masked<W>(W);
+
+impl<W: std::io::Write> std::io::Write for Masked<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match std::str::from_utf8(buf)
+            .ok()
+            .and_then(crate::env::mask_logged)
+        {
+            Some(masked) => {
+                self.0.write_all(masked.as_bytes())?;
+                Ok(buf.len())
+            }
+            None => self.0.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
 }
 
 /// A span's fields as a JSON object, as tracing-subscriber's `JsonFields` writes them, but a
@@ -916,6 +939,38 @@ mod tests {
         fn flush(&mut self) -> std::io::Result<()> {
             Ok(())
         }
+    }
+
+    #[test]
+    fn values_never_to_log_are_masked_in_json_and_text_lines() {
+        use tracing_subscriber::layer::SubscriberExt;
+
+        crate::env::never_log(["tok-canary-7f3a9e", r#"pa"ss\wo-rd-canary"#, "short"]);
+        let buffer = Buffer::default();
+        let (json, text) = (buffer.clone(), buffer.clone());
+        let subscriber = tracing_subscriber::registry()
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .with_writer(move || super::Masked(json.clone())),
+            )
+            .with(
+                tracing_subscriber::fmt::layer().with_writer(move || super::Masked(text.clone())),
+            );
+        tracing::subscriber::with_default(subscriber, || {
+            // As a library logs what a server printed.
+            tracing::warn!(
+                line = r#"{"token":"tok-canary-7f3a9e"} pa"ss\wo-rd-canary"#,
+                "short"
+            );
+        });
+        let written = buffer.text();
+        assert_eq!(written.lines().count(), 2, "{written}");
+        assert!(!written.contains("tok-canary-7f3a9e"), "{written}");
+        assert!(!written.contains("wo-rd-canary"), "{written}");
+        assert!(written.contains("***"), "{written}");
+        // Too short to mask: common words stay readable.
+        assert!(written.contains("short"), "{written}");
     }
 
     #[test]

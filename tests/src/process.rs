@@ -39,12 +39,13 @@ pub struct ChildProcess {
 
 impl ChildProcess {
     /// Starts `cmd`, appending its stdout and stderr to `log` (unless `TEST_LOG=1`).
-    /// `RUST_LOG` defaults to `info` when the caller's environment does not set it.
+    /// `RUST_LOG` defaults to `info` when neither `cmd` nor the caller's environment sets it.
     pub fn spawn(name: &str, mut cmd: Command, log: &Path) -> anyhow::Result<Self> {
         for var in PROXY_VARS {
             cmd.env_remove(var);
         }
-        if std::env::var_os("RUST_LOG").is_none() {
+        let set_by_cmd = cmd.get_envs().any(|(k, v)| k == "RUST_LOG" && v.is_some());
+        if !set_by_cmd && std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");
         }
         // A service that fails to start prints its error, not a backtrace of `main` that

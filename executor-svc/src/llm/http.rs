@@ -92,6 +92,7 @@ impl Endpoint {
             value.set_sensitive(true);
             headers.insert(key, value);
         }
+        taskforce_runtime::env::never_log(secrets.iter().map(|s| s.expose_secret()));
         let client = reqwest::Client::builder()
             .connect_timeout(settings.connect_timeout)
             // A redirect would carry the key headers (`x-api-key`, configured ones) to wherever

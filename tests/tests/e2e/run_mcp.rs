@@ -177,3 +177,50 @@ async fn the_registry_refuses_the_provider_keys_of_the_llm_config_it_is_given() 
         "{stderr}"
     );
 }
+
+/// A stdio server that prints its own secret (not JSON-RPC) before it speaks MCP: at
+/// `RUST_LOG=debug` the MCP library logs such lines, and the executor's log shows `***`.
+#[tokio::test]
+async fn what_an_mcp_server_prints_of_its_secret_is_masked_in_the_debug_log() {
+    let stack = StackOptions::full()
+        .with_executor()
+        .discovery_timeout_ms(30_000)
+        .executor_env("TF_E2E_MCP_SECRET", SECRET)
+        .executor_env("RUST_LOG", "debug")
+        .llm_script("turns:\n  - text: done\n")
+        .spawn()
+        .await
+        .expect("stack with executor starts");
+    let time = mcp::time_server_json().expect("mcp-server-time is installed");
+    let server = json!({
+        "type": "stdio",
+        "command": "sh",
+        "args": ["-c", "echo \"leaked=$TF_E2E_TOKEN\"; exec \"$0\"", time["command"]],
+        "env": {"TF_E2E_TOKEN": "${TF_E2E_MCP_SECRET}"},
+    });
+    let mut body = agent_json("printer");
+    body["mcp_servers"] = json!([server]);
+    body["mcp_tool_allowlist"] = json!(["get_current_time"]);
+    let r = create(&stack, &body).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let events = SseReader::open(
+        &stack,
+        "/api/v1/execute/stream",
+        &json!({"mission": "Anything", "agent_id": "printer"}),
+    )
+    .await
+    .rest(RUN_TIMEOUT)
+    .await;
+    assert_eq!(
+        events[events.len() - 1].1["status"],
+        "completed",
+        "{events:?}\n{}",
+        stack.logs()
+    );
+    let log = std::fs::read_to_string(stack.executor_log()).unwrap_or_default();
+    assert!(!log.contains(SECRET), "the secret is in the executor's log");
+    assert!(
+        log.contains("leaked=***"),
+        "the server's line is logged, masked: {log}"
+    );
+}

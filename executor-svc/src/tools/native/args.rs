@@ -83,6 +83,12 @@ pub struct NativeToolsArgs {
 impl NativeToolsArgs {
     /// The tools' configuration: these flags over [`NativeToolsConfig::default`].
     pub fn config(&self) -> NativeToolsConfig {
+        taskforce_runtime::env::never_log(
+            [&self.github_token, &self.gh_token]
+                .into_iter()
+                .flatten()
+                .map(|t| t.expose_secret()),
+        );
         NativeToolsConfig {
             web_search_url: self.web_search_url.clone(),
             github_api_url: self.github_api_url.clone(),

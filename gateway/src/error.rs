@@ -80,7 +80,7 @@ impl From<tonic::Status> for RestError {
 
 /// Whether `status` is the connection breaking under a call rather than an answer: no
 /// Taskforce service said it (a reset, a service that died or stopped mid-call).
-fn lost_connection(status: &tonic::Status) -> bool {
+pub(crate) fn lost_connection(status: &tonic::Status) -> bool {
     !taskforce_proto::error::from_taskforce(status)
         && (status.code() == tonic::Code::Unknown
             || (status.code() == tonic::Code::Internal

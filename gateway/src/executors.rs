@@ -11,9 +11,12 @@
 //! the next one instead, so one executor down does not fail every other new run; a session's
 //! calls only ever go to its owner, and when it is down the error names it.
 
-use std::sync::{
-    Arc,
-    atomic::{AtomicUsize, Ordering},
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
 };
 
 use taskforce_proto::{
@@ -54,18 +57,32 @@ impl Replica {
     }
 }
 
-/// Whether a call failed because its executor could not be reached (so the run did not start
-/// there, and another executor may take it), not because the executor answered that it cannot
-/// run it (its registry down: every executor would answer the same).
+/// Whether a call failed because its executor could not be reached or went away under it (a
+/// stopping executor's GOAWAY, a reset), not because the executor answered that it cannot run
+/// it (its registry down: every executor would answer the same). A new run that failed so goes
+/// to another executor with a new session id; one an executor did start before it went away
+/// lost its client, so that executor cancels it.
 pub fn unreachable(status: &tonic::Status) -> bool {
-    status.code() == tonic::Code::Unavailable && !taskforce_proto::error::from_taskforce(status)
+    (status.code() == tonic::Code::Unavailable && !taskforce_proto::error::from_taskforce(status))
+        || crate::error::lost_connection(status)
 }
+
+/// How long a new run waits for its executor to take it while another executor could: a hung
+/// executor (a stopped process, a stalled machine) accepts connections but answers nothing,
+/// and only HTTP/2 keep-alive (10 s) would notice.
+const START_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long an executor that could not take a new run is asked only after the others.
+const SUSPECT_FOR: Duration = Duration::from_secs(30);
 
 /// The configured executors; cloning clones reference counts.
 #[derive(Clone)]
 pub struct Executors {
     replicas: Arc<[Replica]>,
     next: Arc<AtomicUsize>,
+    /// Per replica, until when (ms after `epoch`) new runs try it last: it could not take one.
+    suspect_until: Arc<[AtomicU64]>,
+    epoch: Instant,
 }
 
 impl Executors {
@@ -120,8 +137,10 @@ impl Executors {
             });
         }
         Ok(Self {
+            suspect_until: replicas.iter().map(|_| AtomicU64::new(0)).collect(),
             replicas: replicas.into(),
             next: Arc::new(AtomicUsize::new(0)),
+            epoch: Instant::now(),
         })
     }
 
@@ -154,12 +173,11 @@ impl Executors {
                 .map(tonic::Response::into_inner)
                 .map_err(|status| owner.error(status));
         }
-        let first = self.next_index()?;
-        let count = self.replicas.len();
-        let mut tried = 0;
-        loop {
-            let replica = &self.replicas[(first + tried) % count];
-            tried += 1;
+        let order = self.start_order(self.next_index()?);
+        let count = order.len();
+        for (tried, index) in order.into_iter().enumerate() {
+            let replica = &self.replicas[index];
+            let last = tried + 1 == count;
             if count > 1 {
                 request.session_id = Some(ids::owned_session_id(
                     replica.name.as_deref(),
@@ -167,19 +185,76 @@ impl Executors {
                 ));
             }
             // Copied only while another executor may still have to be asked.
-            let attempt = if tried < count {
-                request.clone()
-            } else {
+            let attempt = if last {
                 std::mem::take(&mut request)
+            } else {
+                request.clone()
             };
-            match replica.client.clone().execute(attempt).await {
-                Ok(events) => return Ok(events.into_inner()),
-                Err(status) if unreachable(&status) && tried < count => {
+            let mut client = replica.client.clone();
+            let call = client.execute(attempt);
+            let answered = if last {
+                call.await
+            } else {
+                tokio::time::timeout(START_TIMEOUT, call)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(tonic::Status::unavailable(format!(
+                            "it did not take the run within {START_TIMEOUT:?}"
+                        )))
+                    })
+            };
+            match answered {
+                Ok(events) => {
+                    self.suspect_until[index].store(0, Ordering::Relaxed);
+                    return Ok(events.into_inner());
+                }
+                Err(status) if unreachable(&status) => {
+                    let until = self.now_ms().saturating_add(ms(SUSPECT_FOR));
+                    self.suspect_until[index].store(until, Ordering::Relaxed);
+                    if last {
+                        return Err(self.none_reachable(count, replica, status));
+                    }
                     warn!(executor = replica.name.as_deref().unwrap_or_default(), error = %status.message(), "executor unavailable; starting the run on the next one");
                 }
                 Err(status) => return Err(replica.error(status)),
             }
         }
+        Err(no_executor())
+    }
+
+    /// The executors a new run is offered to, in turn from `first`, those that recently could
+    /// not take one last.
+    fn start_order(&self, first: usize) -> Vec<usize> {
+        let count = self.replicas.len();
+        let now = self.now_ms();
+        let (mut order, suspects): (Vec<usize>, Vec<usize>) = (0..count)
+            .map(|k| (first + k) % count)
+            .partition(|&i| self.suspect_until[i].load(Ordering::Relaxed) <= now);
+        order.extend(suspects);
+        order
+    }
+
+    /// The error of a new run no executor took: with several, naming them all.
+    fn none_reachable(&self, count: usize, last: &Replica, status: tonic::Status) -> RestError {
+        if count < 2 {
+            return last.error(status);
+        }
+        let names: Vec<&str> = self
+            .replicas
+            .iter()
+            .filter_map(|r| r.name.as_deref())
+            .collect();
+        RestError::new(
+            ErrorKind::Unavailable,
+            format!(
+                "no executor could take the run ({}); try again later",
+                names.join(", ")
+            ),
+        )
+    }
+
+    fn now_ms(&self) -> u64 {
+        ms(self.epoch.elapsed())
     }
 
     /// A new session id (a chat thread the client did not name): owned by the next executor in
@@ -213,6 +288,18 @@ impl Executors {
                 {
                     return Ok(i);
                 }
+                // Minted by an executor this gateway does not list (renamed, scaled down, or
+                // a gateway mid-rollout): it lives there; another executor would answer that
+                // it does not exist, or start a second session under its id.
+                if let Some(owner) = ids::minted_owner(id) {
+                    return Err(RestError::new(
+                        ErrorKind::Unavailable,
+                        format!(
+                            "session `{id}` belongs to executor `{owner}`, which this gateway \
+                             does not list (--executor-url); try again later"
+                        ),
+                    ));
+                }
                 // Rendezvous hashing: the highest score of (name, id) wins.
                 let score = |r: &Replica| score(r.name.as_deref().unwrap_or_default(), id);
                 Ok(self
@@ -224,6 +311,10 @@ impl Executors {
             }
         }
     }
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn no_executor() -> RestError {
@@ -272,6 +363,20 @@ mod tests {
         ] {
             assert!(Executors::parse(bad, None).is_err(), "{bad}");
         }
+    }
+
+    #[tokio::test]
+    async fn executors_that_could_not_take_a_run_are_offered_the_next_ones_last() {
+        let e =
+            Executors::parse("e0=http://e0:1,e1=http://e1:1,e2=http://e2:1", None).expect("three");
+        assert_eq!(e.start_order(1), [1, 2, 0]);
+        e.suspect_until[2].store(e.now_ms() + ms(SUSPECT_FOR), Ordering::Relaxed);
+        assert_eq!(e.start_order(1), [1, 0, 2]);
+        assert_eq!(e.start_order(2), [0, 1, 2]);
+        // A minted id of an executor not listed is not hashed to another one.
+        let elsewhere = ids::owned_session_id(Some("e9"), &uuid::Uuid::new_v4().to_string());
+        assert!(e.owner_index(&elsewhere).is_err());
+        assert!(e.owner_index("e9_my-own-thread").is_ok());
     }
 
     #[tokio::test]

@@ -103,9 +103,38 @@ pub fn session_owner(id: &str) -> Option<&str> {
         .filter(|owner| is_instance_name(owner))
 }
 
+/// The instance that minted session `id`: as [`session_owner`], when the rest of the id is a
+/// UUID as the gateway and the executors mint them (`<owner>_<uuid>`). A client's own id that
+/// happens to hold a `_` (`my_thread`) names no owner here.
+pub fn minted_owner(id: &str) -> Option<&str> {
+    let (owner, rest) = id.split_once('_')?;
+    let uuid_like = rest.len() == 36
+        && rest.bytes().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => b == b'-',
+            _ => b.is_ascii_hexdigit(),
+        });
+    (uuid_like && is_instance_name(owner)).then_some(owner)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn minted_ids_name_their_owner_and_a_clients_own_do_not() {
+        let uuid = "0195f0a2-7c1e-7b3a-9d4e-1f2a3b4c5d6e";
+        let id = owned_session_id(Some("e2"), uuid);
+        assert_eq!(minted_owner(&id), Some("e2"));
+        for own in [
+            "my_thread",
+            "e2_abc",
+            uuid,
+            &format!("E2_{uuid}"),
+            &format!("e2_{uuid}x"),
+        ] {
+            assert_eq!(minted_owner(own), None, "{own}");
+        }
+    }
 
     #[test]
     fn session_ids_name_their_owner() {

@@ -93,6 +93,7 @@ impl Parts {
             taskforce_runtime::env::reserve_secrets_of_llm_config(&text);
         }
         let router = Arc::new(LlmRouter::from_file(&config.llm_config)?);
+        metrics::init(router.provider_names().iter().map(String::as_str));
         let mut native = config.tools.config();
         // What the tools' programs may not read: the sessions, the state-token key and the
         // other agents' workspaces in the data directory, and the API keys.

@@ -109,7 +109,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     );
     register(
         "taskforce_llm_request_duration_seconds",
-        "Model calls, from the request to the end of the streamed answer, by provider",
+        "Model calls that succeeded, from the request to the end of the streamed answer, by provider (failed ones: taskforce_llm_errors_total)",
         llm_seconds.clone(),
     );
     register(
@@ -257,6 +257,30 @@ impl RunInFlight {
 impl Drop for RunInFlight {
     fn drop(&mut self) {
         METRICS.runs_in_flight.dec();
+    }
+}
+
+/// Makes the counters whose label values are known at start exist at 0 (each run status, each
+/// provider's errors and tokens), so a rate or a ratio over them is 0, not "no data", before
+/// the first run or failure.
+pub fn init<'a>(providers: impl IntoIterator<Item = &'a str>) {
+    let metrics = &*METRICS;
+    for status in ["completed", "paused", "failed", "cancelled"] {
+        drop(metrics.runs.get_or_create(&StatusLabel {
+            status: status.to_owned(),
+        }));
+    }
+    for provider in providers {
+        let label = ProviderLabel {
+            provider: provider.to_owned(),
+        };
+        drop(metrics.llm_errors.get_or_create(&label));
+        for kind in ["input", "output"] {
+            drop(metrics.llm_tokens.get_or_create(&TokenLabels {
+                provider: provider.to_owned(),
+                kind: kind.to_owned(),
+            }));
+        }
     }
 }
 

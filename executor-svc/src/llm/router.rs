@@ -79,6 +79,18 @@ pub struct LlmRouter {
 }
 
 impl LlmRouter {
+    /// The names of the providers runs can use (each once), as model calls label them.
+    pub fn provider_names(&self) -> std::collections::BTreeSet<String> {
+        self.aliases
+            .values()
+            .chain(self.providers.values())
+            .chain([&self.default_model, &self.default_provider])
+            .chain(&self.forced)
+            .filter_map(|route| route.as_ref().ok())
+            .map(|m| m.provider.name().to_owned())
+            .collect()
+    }
+
     /// Reads `path` (a missing file means "scripted only") with the process environment.
     pub fn from_file(path: &Path) -> Result<Self, LlmError> {
         let config = LlmConfig::load(path)?;

@@ -146,6 +146,19 @@ async fn every_service_serves_its_metrics_after_a_run() {
         Some(1.0)
     );
     assert_eq!(value(&executor, "taskforce_runs_in_flight", &[]), Some(0.0));
+    // What has not happened yet is 0, not missing (a failure ratio evaluates from the start).
+    assert_eq!(
+        value(&executor, "taskforce_runs_total", &[("status", "failed")]),
+        Some(0.0)
+    );
+    assert_eq!(
+        value(
+            &executor,
+            "taskforce_llm_errors_total",
+            &[("provider", "scripted")]
+        ),
+        Some(0.0)
+    );
     assert_eq!(
         value(
             &executor,

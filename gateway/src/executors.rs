@@ -7,9 +7,10 @@
 //! session (answer, cancel, lookup, plan, the next chat turn) goes to the executor its id
 //! names, also after that executor restarted. A session id chosen by a client names no owner:
 //! it goes to the executor that rendezvous hashing of the id picks, the same one every time as
-//! long as the list of names is the same. A new run whose executor cannot be reached goes to
-//! the next one instead, so one executor down does not fail every other new run; a session's
-//! calls only ever go to its owner, and when it is down the error names it.
+//! long as the list of names is the same. A new run whose executor cannot take it (down,
+//! stopping, hung) goes to the next one instead, so one executor down does not fail or slow
+//! every other new run; a session's calls only ever go to its owner, and when it is down (or
+//! not listed here) the error names it.
 
 use std::{
     sync::{
@@ -156,9 +157,9 @@ impl Executors {
 
     /// Starts `request`'s run and returns its event stream. A request naming a session goes to
     /// the session's owner. A new run goes to the next executor in turn, with a session id
-    /// minted for it when there are several; when that executor cannot be reached (the call
-    /// fails `unavailable`, so the run did not start there) the next one is tried, each at most
-    /// once.
+    /// minted for it when there are several; when that executor cannot take it ([`unreachable`],
+    /// or no answer within [`START_TIMEOUT`]) the next one is tried, each at most once, and
+    /// it is offered new runs last for [`SUSPECT_FOR`].
     pub async fn execute(
         &self,
         mut request: ExecuteRequest,
@@ -211,10 +212,10 @@ impl Executors {
                 Err(status) if unreachable(&status) => {
                     let until = self.now_ms().saturating_add(ms(SUSPECT_FOR));
                     self.suspect_until[index].store(until, Ordering::Relaxed);
+                    warn!(executor = replica.name.as_deref().unwrap_or_default(), error = %status.message(), last, "executor could not take a new run");
                     if last {
                         return Err(self.none_reachable(count, replica, status));
                     }
-                    warn!(executor = replica.name.as_deref().unwrap_or_default(), error = %status.message(), "executor unavailable; starting the run on the next one");
                 }
                 Err(status) => return Err(replica.error(status)),
             }

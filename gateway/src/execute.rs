@@ -245,6 +245,15 @@ pub fn executor_error(status: tonic::Status) -> RestError {
     RestError::from_upstream(status, "executor")
 }
 
+/// [`executor_error`] for a status that broke the run of session `session_id` (empty: not
+/// known yet): naming its executor when the session id does (several executors).
+pub fn run_error(status: tonic::Status, session_id: &str) -> RestError {
+    match taskforce_proto::ids::minted_owner(session_id) {
+        Some(owner) => RestError::from_upstream(status, &format!("executor `{owner}`")),
+        None => executor_error(status),
+    }
+}
+
 /// The lower-case name of a run status.
 pub fn status_name(status: i32) -> &'static str {
     match v1::RunStatus::try_from(status) {
@@ -343,7 +352,7 @@ pub async fn execute(
             }
         };
         let ev = item.map_err(|status| {
-            let mut e = executor_error(status);
+            let mut e = run_error(status, &out.session_id);
             // The run started: the client needs its session to look at what is left of it.
             if !out.session_id.is_empty() {
                 e.0.extra

@@ -26,7 +26,7 @@ use tracing::{debug, warn};
 use crate::{
     error::RestError,
     events::{ends_run, event_json},
-    execute::executor_error,
+    execute::run_error,
 };
 
 /// How long the end of a stream (its trailers, right after `done`) is awaited.
@@ -124,11 +124,11 @@ pub fn frames<D: Dialect>(
     dialect: D,
     stop: CancellationToken,
 ) -> impl Stream<Item = Event> + Send {
-    // The state: the stream (absent once broken), the dialect, whether the run ended, and the
-    // gateway's stop.
-    let state = (Some(events), dialect, false, stopping(&stop));
+    // The state: the stream (absent once broken), the dialect, whether the run ended, the
+    // gateway's stop, and the run's session (its id names its executor, for an error).
+    let state = (Some(events), dialect, false, stopping(&stop), String::new());
     stream::unfold(Some(state), |state| async move {
-        let (events, mut dialect, ended, mut stopped) = state?;
+        let (events, mut dialect, ended, mut stopped, mut session) = state?;
         let mut events = events?;
         if ended {
             drain(events).await;
@@ -139,22 +139,25 @@ pub fn frames<D: Dialect>(
                 next = events.next() => next,
                 () = &mut stopped => {
                     let out = dialect.broken(RestError::new(ErrorKind::Unavailable, STOPPING));
-                    return Some((out, Some((None, dialect, true, stopped))));
+                    return Some((out, Some((None, dialect, true, stopped, session))));
                 }
             };
             match next {
                 None => return None,
                 Some(Ok(ev)) => {
+                    if session.is_empty() {
+                        session.clone_from(&ev.session_id);
+                    }
                     let out = dialect.frames(&ev);
                     let ended = ends_run(&ev);
                     if out.is_empty() && !ended {
                         continue;
                     }
-                    return Some((out, Some((Some(events), dialect, ended, stopped))));
+                    return Some((out, Some((Some(events), dialect, ended, stopped, session))));
                 }
                 Some(Err(status)) => {
-                    let out = dialect.broken(executor_error(status));
-                    return Some((out, Some((None, dialect, true, stopped))));
+                    let out = dialect.broken(run_error(status, &session));
+                    return Some((out, Some((None, dialect, true, stopped, session))));
                 }
             }
         }

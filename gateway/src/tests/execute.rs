@@ -161,3 +161,22 @@ fn a_connection_giving_up_is_unavailable_not_payload_too_large() {
     let real = executor_error(ApiError::new(ErrorKind::PayloadTooLarge, "big").to_status());
     assert_eq!(real.0.kind, ErrorKind::PayloadTooLarge);
 }
+
+#[test]
+fn a_broken_run_names_the_executor_its_session_id_names() {
+    use crate::execute::run_error;
+    let lost = || Status::internal("h2 protocol error: connection reset");
+    let minted = format!("e2_{}", uuid::Uuid::new_v4());
+    let named = run_error(lost(), &minted);
+    assert_eq!(named.0.kind, ErrorKind::Unavailable);
+    assert!(
+        named.0.message.contains("executor `e2`"),
+        "{}",
+        named.0.message
+    );
+    // A client's own id (or none yet) names no executor.
+    for id in ["", "my_thread"] {
+        let plain = run_error(lost(), id);
+        assert!(!plain.0.message.contains('`'), "{}", plain.0.message);
+    }
+}

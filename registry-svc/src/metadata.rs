@@ -15,6 +15,24 @@ use std::{
 };
 
 use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
+
+/// A task's process group, killed whole unless it ended (`.1`): `KillOnDrop` alone kills only
+/// its leader (the launcher or `task`), leaving what the task started running, one more per
+/// collection that timed out or was dropped.
+struct Group(Box<dyn process_wrap::tokio::ChildWrapper>, bool);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if !self.1
+            && let Err(e) = self.0.start_kill()
+        {
+            warn!(error = %e, "could not kill a dropped task's process group");
+        }
+    }
+}
+
+/// How long reaping a killed task's process group may take before it is left to `KillOnDrop`.
+const REAP_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 use serde::Deserialize;
 use serde_json::Value;
 use taskforce_runtime::{
@@ -225,20 +243,37 @@ impl Collector {
             .stderr(Stdio::piped());
         let mut wrap = CommandWrap::from(cmd);
         wrap.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
-        let mut child = wrap
-            .spawn()
-            .map_err(|e| format!("Command '{shown}' failed: could not start task: {e}"))?;
+        let mut child = Group(
+            wrap.spawn()
+                .map_err(|e| format!("Command '{shown}' failed: could not start task: {e}"))?,
+            false,
+        );
         let timeout = self.settings.field_timeout;
-        let (stdout, stderr) = (child.stdout().take(), child.stderr().take());
+        let (stdout, stderr) = (child.0.stdout().take(), child.0.stderr().take());
         let run = async {
             let (out, err) = tokio::join!(read_capped(stdout), read_capped(stderr));
-            let status = child.wait().await;
+            let status = child.0.wait().await;
             (out, err, status)
         };
-        let (out, err, status) = tokio::time::timeout(timeout, run)
-            .await
-            .map_err(|_| format!("Command '{shown}' timed out after {}", humanize(timeout)))?;
-        // The process group (and anything the task started) is killed when `child` drops.
+        let Ok((out, err, status)) = tokio::time::timeout(timeout, run).await else {
+            child.1 = true;
+            if let Err(e) = child.0.start_kill() {
+                warn!(task = name, error = %e, "could not kill a timed-out task's process group");
+            } else if tokio::time::timeout(REAP_GRACE, child.0.wait())
+                .await
+                .is_err()
+            {
+                warn!(
+                    task = name,
+                    "a timed-out task's process group did not exit after SIGKILL in time"
+                );
+            }
+            return Err(format!(
+                "Command '{shown}' timed out after {}",
+                humanize(timeout)
+            ));
+        };
+        child.1 = true;
         let status = status.map_err(|e| format!("Command '{shown}' failed: {e}"))?;
         let (out, truncated) = out.map_err(|e| format!("Command '{shown}' failed: {e}"))?;
         if !status.success() {

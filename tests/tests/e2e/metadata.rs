@@ -170,10 +170,12 @@ async fn failures_and_timeouts_are_field_errors_within_the_timeout() {
         &stack,
         "troubled",
         Some(
-            "version: '3'\ntasks:\n  ok:\n    desc: Works\n    cmds: [echo fine]\n  broken:\n    desc: Fails\n    cmds: [ls /definitely/not/here]\n  slow:\n    desc: Too slow\n    cmds: [sleep 30]\n  helper:\n    cmds: [echo not a field]\n",
+            "version: '3'\ntasks:\n  ok:\n    desc: Works\n    cmds: [echo fine]\n  broken:\n    desc: Fails\n    cmds: [ls /definitely/not/here]\n  slow:\n    desc: Too slow\n    cmds: [sleep 347]\n  helper:\n    cmds: [echo not a field]\n",
         ),
     );
     create_agent(&stack, "troubled-agent", "Setup", Some(&ws)).await;
+    let sleeping = || taskforce_tests::process::processes_with_args(&["sleep", "347"]);
+    let before = sleeping().len();
     let started = Instant::now();
     let r = metadata(&stack, "troubled-agent", "").await;
     let took = started.elapsed();
@@ -197,8 +199,20 @@ async fn failures_and_timeouts_are_field_errors_within_the_timeout() {
     assert_eq!(m["slow"]["value"], Value::Null);
     let slow = m["slow"]["error"].as_str().unwrap_or_default();
     assert!(
-        slow.contains("sleep 30") && slow.contains("timed out"),
+        slow.contains("sleep 347") && slow.contains("timed out"),
         "{slow:?}"
+    );
+    // Nothing of the timed-out task is left running (audit 8: its `sleep` outlived it).
+    let gone = taskforce_tests::eventually(
+        Duration::from_secs(5),
+        Duration::from_millis(100),
+        || async { (sleeping().len() <= before).then_some(()) },
+    )
+    .await;
+    assert!(
+        gone.is_some(),
+        "the timed-out task's processes are still running: {:?}",
+        sleeping()
     );
 }
 

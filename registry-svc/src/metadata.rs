@@ -350,11 +350,20 @@ fn humanize(d: Duration) -> String {
 }
 
 /// The tasks of a Taskfile's text that are fields: those with a `desc`.
+/// Each task is read on its own: one this reader cannot make out (Task's shorthand `build: echo
+/// x`, a shape of a newer Taskfile version) is no field, and the others still are.
 fn field_tasks(bytes: &[u8]) -> Result<BTreeMap<String, TaskDecl>, crate::files::YamlError> {
     let file: Taskfile = crate::files::yaml(bytes)?;
     Ok(file
         .tasks
         .into_iter()
+        .filter_map(|(name, task)| match serde_yaml::from_value::<TaskDecl>(task) {
+            Ok(decl) => Some((name, decl)),
+            Err(e) => {
+                debug!(task = %name, error = %e, "a Taskfile task this reader cannot make out is no field");
+                None
+            }
+        })
         .filter(|(_, t)| !t.desc.trim().is_empty())
         .collect())
 }
@@ -385,7 +394,7 @@ pub fn read_taskfile(
 #[derive(Debug, Default, Deserialize)]
 struct Taskfile {
     #[serde(default)]
-    tasks: BTreeMap<String, TaskDecl>,
+    tasks: BTreeMap<String, serde_yaml::Value>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -414,8 +423,20 @@ impl TaskDecl {
 
 #[derive(Debug, Clone, Default, Deserialize)]
 struct TaskMeta {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "truthy")]
     include_in_list: bool,
+}
+
+/// A switch as Task reads one: a boolean, or YAML 1.1's words for one (`yes`, `on`, ...).
+fn truthy<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    Ok(match serde_yaml::Value::deserialize(d)? {
+        serde_yaml::Value::Bool(b) => b,
+        serde_yaml::Value::String(s) => matches!(
+            s.trim().to_ascii_lowercase().as_str(),
+            "true" | "yes" | "y" | "on"
+        ),
+        _ => false,
+    })
 }
 
 #[cfg(test)]
@@ -434,15 +455,27 @@ mod tests {
 
     #[test]
     fn taskfile_meta_and_commands_are_read() {
-        let f: Taskfile = serde_yaml::from_str(
-            "version: '3'\ntasks:\n  pr:\n    desc: PR number\n    meta: {include_in_list: true}\n    cmds: [gh pr view --json number]\n  helper:\n    cmds: [{cmd: echo hi}]\n",
+        let tasks = field_tasks(
+            b"version: '3'\ntasks:\n  pr:\n    desc: PR number\n    meta: {include_in_list: true}\n    cmds: [gh pr view --json number]\n  helper:\n    desc: Helps\n    cmds: [{cmd: echo hi}]\n",
         )
         .unwrap_or_default();
-        let pr = &f.tasks["pr"];
+        let pr = &tasks["pr"];
         assert!(pr.meta.include_in_list);
         assert_eq!(pr.command_label("pr"), "gh pr view --json number");
-        assert_eq!(f.tasks["helper"].command_label("helper"), "echo hi");
-        assert!(!f.tasks["helper"].meta.include_in_list);
+        assert_eq!(tasks["helper"].command_label("helper"), "echo hi");
+        assert!(!tasks["helper"].meta.include_in_list);
+    }
+
+    #[test]
+    fn a_task_this_reader_cannot_make_out_leaves_the_others() {
+        // Task's shorthand task and YAML 1.1's `yes` (both valid for the real `task`).
+        let tasks = field_tasks(
+            b"version: '3'\ntasks:\n  build: echo x\n  list: [echo a, echo b]\n  branch:\n    desc: Branch\n    meta: {include_in_list: yes}\n    cmds: [git branch --show-current]\n  odd:\n    desc: Odd\n    cmds: 7\n",
+        )
+        .expect("the file reads");
+        let names: Vec<&str> = tasks.keys().map(String::as_str).collect();
+        assert_eq!(names, ["branch"]);
+        assert!(tasks["branch"].meta.include_in_list);
     }
 
     #[test]

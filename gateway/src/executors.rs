@@ -9,8 +9,8 @@
 //! it goes to the executor that rendezvous hashing of the id picks, the same one every time as
 //! long as the list of names is the same. A new run whose executor cannot take it (down,
 //! stopping, hung) goes to the next one instead, so one executor down does not fail or slow
-//! every other new run; a session's calls only ever go to its owner, and when it is down (or
-//! not listed here) the error names it.
+//! every other new run; a session's calls only ever go to its owner, and when it is down the
+//! error names it.
 
 use std::{
     sync::{
@@ -289,18 +289,6 @@ impl Executors {
                 {
                     return Ok(i);
                 }
-                // Minted by an executor this gateway does not list (renamed, scaled down, or
-                // a gateway mid-rollout): it lives there; another executor would answer that
-                // it does not exist, or start a second session under its id.
-                if let Some(owner) = ids::minted_owner(id) {
-                    return Err(RestError::new(
-                        ErrorKind::Unavailable,
-                        format!(
-                            "session `{id}` belongs to executor `{owner}`, which this gateway \
-                             does not list (--executor-url); try again later"
-                        ),
-                    ));
-                }
                 // Rendezvous hashing: the highest score of (name, id) wins.
                 let score = |r: &Replica| score(r.name.as_deref().unwrap_or_default(), id);
                 Ok(self
@@ -374,10 +362,6 @@ mod tests {
         e.suspect_until[2].store(e.now_ms() + ms(SUSPECT_FOR), Ordering::Relaxed);
         assert_eq!(e.start_order(1), [1, 0, 2]);
         assert_eq!(e.start_order(2), [0, 1, 2]);
-        // A minted id of an executor not listed is not hashed to another one.
-        let elsewhere = ids::owned_session_id(Some("e9"), &uuid::Uuid::new_v4().to_string());
-        assert!(e.owner_index(&elsewhere).is_err());
-        assert!(e.owner_index("e9_my-own-thread").is_ok());
     }
 
     #[tokio::test]

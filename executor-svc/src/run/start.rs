@@ -153,21 +153,6 @@ impl Runner {
                 )));
             }
             None => {
-                // An id another executor minted is that executor's session: made here, no
-                // gateway would ever route to it.
-                if let (Some(me), Some(owner)) = (
-                    self.budgets.instance.as_deref(),
-                    taskforce_proto::ids::minted_owner(&id),
-                ) && owner != me
-                {
-                    return Err(ExecutorError::invalid(
-                        "session_id",
-                        format!(
-                            "session `{id}` belongs to executor `{owner}`; this is `{me}`: send \
-                             it to `{owner}` (or leave out `session_id` for a new session)"
-                        ),
-                    ));
-                }
                 if let Some(id) = confirmations.iter().next() {
                     return Err(ExecutorError::invalid(
                         "confirmations",

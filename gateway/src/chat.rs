@@ -477,7 +477,8 @@ async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
         Some(_) => {
             return failure("`threadId` must be 1-128 letters, digits, `-` or `_`");
         }
-        None => state.executors.new_session_id(),
+        // A placeholder until an executor takes the conversation (`start_new` names its owner).
+        None => uuid::Uuid::new_v4().to_string(),
     };
     if body.prompt.trim().is_empty() {
         return with_thread(failure("the prompt is empty"), &thread);
@@ -518,26 +519,27 @@ async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
         confirmations: confirmations.clone(),
         ..Default::default()
     };
-    let (mut executor, mut owner) = match state.executors.owner(&thread) {
-        Ok(owner) => (owner.client.clone(), owner),
-        Err(e) => return with_thread(failure(&e.0.message), &thread),
-    };
-    let mut first = executor.execute(request(&thread, plain)).await;
-    // A new conversation whose executor cannot be reached starts on the next one instead.
-    let mut tried = 1;
-    while minted
-        && tried < state.executors.all().len()
-        && matches!(&first, Err(status) if crate::executors::unreachable(status))
-    {
-        warn!(thread_id = %thread, "executor unavailable; starting the conversation on the next one");
-        thread = state.executors.new_session_id();
-        (executor, owner) = match state.executors.owner(&thread) {
-            Ok(owner) => (owner.client.clone(), owner),
+    // A new conversation starts as a new run does: on the next executor that can take it.
+    let (owner, first) = if minted {
+        match state.executors.start_new(request(&thread, plain)).await {
+            Ok(started) => {
+                if let Some(id) = started.session_id {
+                    thread = id;
+                }
+                (started.replica, started.answer)
+            }
             Err(e) => return with_thread(failure(&e.0.message), &thread),
-        };
-        first = executor.execute(request(&thread, plain)).await;
-        tried += 1;
-    }
+        }
+    } else {
+        match state.executors.owner(&thread) {
+            Ok(owner) => {
+                let first = owner.client.clone().execute(request(&thread, plain)).await;
+                (owner, first)
+            }
+            Err(e) => return with_thread(failure(&e.0.message), &thread),
+        }
+    };
+    let mut executor = owner.client.clone();
     let started = match first {
         // A conversation waiting on a question: the prompt answers it.
         Err(status) if awaits_answer(&status) => {

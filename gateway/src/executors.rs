@@ -76,6 +76,16 @@ const START_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long an executor that could not take a new run is asked only after the others.
 const SUSPECT_FOR: Duration = Duration::from_secs(30);
 
+/// A new run as [`Executors::start_new`] left it: the executor that answered last, the session
+/// id the run got, and that executor's answer (`none_took`: every executor was asked and none
+/// could take it).
+pub struct Started<'a> {
+    pub replica: &'a Replica,
+    pub session_id: Option<String>,
+    pub answer: Result<tonic::Response<tonic::Streaming<RunEvent>>, tonic::Status>,
+    pub none_took: bool,
+}
+
 /// The configured executors; cloning clones reference counts.
 #[derive(Clone)]
 pub struct Executors {
@@ -156,13 +166,10 @@ impl Executors {
     }
 
     /// Starts `request`'s run and returns its event stream. A request naming a session goes to
-    /// the session's owner. A new run goes to the next executor in turn, with a session id
-    /// minted for it when there are several; when that executor cannot take it ([`unreachable`],
-    /// or no answer within [`START_TIMEOUT`]) the next one is tried, each at most once, and
-    /// it is offered new runs last for [`SUSPECT_FOR`].
+    /// the session's owner; a new run goes through [`Executors::start_new`].
     pub async fn execute(
         &self,
-        mut request: ExecuteRequest,
+        request: ExecuteRequest,
     ) -> Result<tonic::Streaming<RunEvent>, RestError> {
         if let Some(id) = &request.session_id {
             let owner = self.owner(id)?;
@@ -174,8 +181,28 @@ impl Executors {
                 .map(tonic::Response::into_inner)
                 .map_err(|status| owner.error(status));
         }
+        let started = self.start_new(request).await?;
+        started
+            .answer
+            .map(tonic::Response::into_inner)
+            .map_err(|status| {
+                if started.none_took {
+                    self.none_reachable(started.replica, status)
+                } else {
+                    started.replica.error(status)
+                }
+            })
+    }
+
+    /// Starts a new run (`request` names no session, or a session id minted for it that this
+    /// replaces when there are several executors): the next executor in turn takes it; when
+    /// that one cannot ([`unreachable`], or no answer within [`START_TIMEOUT`] while another
+    /// could) the next one is tried, each at most once, and it is offered new runs last for
+    /// [`SUSPECT_FOR`]. The chat endpoint starts new conversations through it too.
+    pub async fn start_new(&self, mut request: ExecuteRequest) -> Result<Started<'_>, RestError> {
         let order = self.start_order(self.next_index()?);
         let count = order.len();
+        let mut last_session = request.session_id.clone();
         for (tried, index) in order.into_iter().enumerate() {
             let replica = &self.replicas[index];
             let last = tried + 1 == count;
@@ -184,6 +211,7 @@ impl Executors {
                     replica.name.as_deref(),
                     &uuid::Uuid::new_v4().to_string(),
                 ));
+                last_session.clone_from(&request.session_id);
             }
             // Copied only while another executor may still have to be asked.
             let attempt = if last {
@@ -193,7 +221,7 @@ impl Executors {
             };
             let mut client = replica.client.clone();
             let call = client.execute(attempt);
-            let answered = if last {
+            let answer = if last {
                 call.await
             } else {
                 tokio::time::timeout(START_TIMEOUT, call)
@@ -204,21 +232,28 @@ impl Executors {
                         )))
                     })
             };
-            match answered {
-                Ok(events) => {
+            let none_took = match &answer {
+                Ok(_) => {
                     self.suspect_until[index].store(0, Ordering::Relaxed);
-                    return Ok(events.into_inner());
+                    false
                 }
-                Err(status) if unreachable(&status) => {
+                Err(status) if unreachable(status) => {
                     let until = self.now_ms().saturating_add(ms(SUSPECT_FOR));
                     self.suspect_until[index].store(until, Ordering::Relaxed);
                     warn!(executor = replica.name.as_deref().unwrap_or_default(), error = %status.message(), last, "executor could not take a new run");
-                    if last {
-                        return Err(self.none_reachable(count, replica, status));
+                    if !last {
+                        continue;
                     }
+                    count > 1
                 }
-                Err(status) => return Err(replica.error(status)),
-            }
+                Err(_) => false,
+            };
+            return Ok(Started {
+                replica,
+                session_id: last_session,
+                answer,
+                none_took,
+            });
         }
         Err(no_executor())
     }
@@ -236,8 +271,8 @@ impl Executors {
     }
 
     /// The error of a new run no executor took: with several, naming them all.
-    fn none_reachable(&self, count: usize, last: &Replica, status: tonic::Status) -> RestError {
-        if count < 2 {
+    fn none_reachable(&self, last: &Replica, status: tonic::Status) -> RestError {
+        if self.replicas.len() < 2 {
             return last.error(status);
         }
         let names: Vec<&str> = self
@@ -256,17 +291,6 @@ impl Executors {
 
     fn now_ms(&self) -> u64 {
         ms(self.epoch.elapsed())
-    }
-
-    /// A new session id (a chat thread the client did not name): owned by the next executor in
-    /// turn when there are several, else a plain UUID.
-    pub fn new_session_id(&self) -> String {
-        let unique = uuid::Uuid::new_v4().to_string();
-        let owner = match self.next_index() {
-            Ok(index) if self.replicas.len() > 1 => self.replicas[index].name.as_deref(),
-            _ => None,
-        };
-        ids::owned_session_id(owner, &unique)
     }
 
     fn next_index(&self) -> Result<usize, RestError> {
@@ -370,7 +394,11 @@ mod tests {
             Executors::parse("e0=http://e0:1,e1=http://e1:1,e2=http://e2:1", None).expect("three");
         let mut owners = Vec::new();
         for _ in 0..3 {
-            let id = e.new_session_id();
+            let next = e.next_index().expect("three");
+            let id = ids::owned_session_id(
+                e.all()[next].name.as_deref(),
+                &uuid::Uuid::new_v4().to_string(),
+            );
             let owner = ids::session_owner(&id).expect("owned").to_owned();
             assert_eq!(
                 e.all()[e.owner_index(&id).expect("routed")].name.as_deref(),

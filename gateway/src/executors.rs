@@ -49,6 +49,39 @@ pub struct Replica {
 }
 
 impl Replica {
+    /// Waits for this executor to answer a new run's `call`; after `start` ([`START_TIMEOUT`])
+    /// without an answer, waits on only if the executor answers a health check within `alive`
+    /// ([`ALIVE_TIMEOUT`]; any answer: it is alive, just slow), else gives up with an
+    /// `Unavailable` that says so.
+    async fn take_unless_hung<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, tonic::Status>>,
+        (start, alive): (Duration, Duration),
+    ) -> Result<T, tonic::Status> {
+        tokio::pin!(call);
+        if let Ok(answer) = tokio::time::timeout(start, &mut call).await {
+            return answer;
+        }
+        let mut health = self.health.clone();
+        // No `grpc-timeout` on the probe: tonic would end it as `Cancelled`, an answer from
+        // nobody, racing the timer here.
+        let probe = tokio::time::timeout(
+            alive,
+            health.check(tonic_health::pb::HealthCheckRequest::default()),
+        );
+        tokio::select! {
+            answer = &mut call => answer,
+            answered = probe => match answered {
+                // The executor's own answers: it is alive (a refused token is still an answer).
+                Ok(Ok(_)) => call.await,
+                Ok(Err(status)) if matches!(status.code(), tonic::Code::Unauthenticated | tonic::Code::PermissionDenied | tonic::Code::NotFound | tonic::Code::Unimplemented) => call.await,
+                _ => Err(tonic::Status::unavailable(format!(
+                    "it did not take the run within {start:?}, nor answer a health check within {alive:?}"
+                ))),
+            },
+        }
+    }
+
     /// The REST error for a status this executor answered, naming it when it has a name.
     pub fn error(&self, status: tonic::Status) -> RestError {
         match &self.name {
@@ -68,10 +101,17 @@ pub fn unreachable(status: &tonic::Status) -> bool {
         || crate::error::lost_connection(status)
 }
 
-/// How long a new run waits for its executor to take it while another executor could: a hung
-/// executor (a stopped process, a stalled machine) accepts connections but answers nothing,
-/// and only HTTP/2 keep-alive (10 s) would notice.
+/// How long a new run waits for its executor to take it, while another executor could, before
+/// asking whether that executor is alive at all: a hung executor (a stopped process, a stalled
+/// machine) accepts connections but answers nothing, and only HTTP/2 keep-alive (10 s) would
+/// notice.
 const START_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long that executor then has to answer a health check on the same connection. One that
+/// does is only slow to start the run (a slow registry or disk, which every executor would meet
+/// alike): the run keeps waiting for it, and the executor's own timeouts bound the wait. One
+/// that does not is passed over.
+const ALIVE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How long an executor that could not take a new run is asked only after the others.
 const SUSPECT_FOR: Duration = Duration::from_secs(30);
@@ -200,7 +240,10 @@ impl Executors {
     /// could) the next one is tried, each at most once, and it is offered new runs last for
     /// [`SUSPECT_FOR`]. The chat endpoint starts new conversations through it too.
     pub async fn start_new(&self, mut request: ExecuteRequest) -> Result<Started<'_>, RestError> {
-        let order = self.start_order(self.next_index()?);
+        if self.replicas.is_empty() {
+            return Err(no_executor());
+        }
+        let order = self.start_order(self.next.fetch_add(1, Ordering::Relaxed));
         let count = order.len();
         let mut last_session = request.session_id.clone();
         for (tried, index) in order.into_iter().enumerate() {
@@ -224,13 +267,9 @@ impl Executors {
             let answer = if last {
                 call.await
             } else {
-                tokio::time::timeout(START_TIMEOUT, call)
+                replica
+                    .take_unless_hung(call, (START_TIMEOUT, ALIVE_TIMEOUT))
                     .await
-                    .unwrap_or_else(|_| {
-                        Err(tonic::Status::unavailable(format!(
-                            "it did not take the run within {START_TIMEOUT:?}"
-                        )))
-                    })
             };
             let none_took = match &answer {
                 Ok(_) => {
@@ -258,15 +297,21 @@ impl Executors {
         Err(no_executor())
     }
 
-    /// The executors a new run is offered to, in turn from `first`, those that recently could
-    /// not take one last.
-    fn start_order(&self, first: usize) -> Vec<usize> {
-        let count = self.replicas.len();
+    /// The executors new run number `turn` is offered to: those that did not recently fail to
+    /// take one, in turn (each of them gets its share while another is suspect), then those
+    /// that did.
+    fn start_order(&self, turn: usize) -> Vec<usize> {
         let now = self.now_ms();
-        let (mut order, suspects): (Vec<usize>, Vec<usize>) = (0..count)
-            .map(|k| (first + k) % count)
+        let (healthy, suspects): (Vec<usize>, Vec<usize>) = (0..self.replicas.len())
             .partition(|&i| self.suspect_until[i].load(Ordering::Relaxed) <= now);
-        order.extend(suspects);
+        let mut order = Vec::with_capacity(self.replicas.len());
+        for group in [healthy, suspects] {
+            if !group.is_empty() {
+                let first = turn % group.len();
+                order.extend_from_slice(&group[first..]);
+                order.extend_from_slice(&group[..first]);
+            }
+        }
         order
     }
 
@@ -291,13 +336,6 @@ impl Executors {
 
     fn now_ms(&self) -> u64 {
         ms(self.epoch.elapsed())
-    }
-
-    fn next_index(&self) -> Result<usize, RestError> {
-        if self.replicas.is_empty() {
-            return Err(no_executor());
-        }
-        Ok(self.next.fetch_add(1, Ordering::Relaxed) % self.replicas.len())
     }
 
     fn owner_index(&self, id: &str) -> Result<usize, RestError> {
@@ -383,9 +421,11 @@ mod tests {
         let e =
             Executors::parse("e0=http://e0:1,e1=http://e1:1,e2=http://e2:1", None).expect("three");
         assert_eq!(e.start_order(1), [1, 2, 0]);
-        e.suspect_until[2].store(e.now_ms() + ms(SUSPECT_FOR), Ordering::Relaxed);
-        assert_eq!(e.start_order(1), [1, 0, 2]);
-        assert_eq!(e.start_order(2), [0, 1, 2]);
+        e.suspect_until[0].store(e.now_ms() + ms(SUSPECT_FOR), Ordering::Relaxed);
+        // While e0 is suspect, e1 and e2 take turns (not e1 twice as often).
+        let firsts: Vec<usize> = (0..4).map(|turn| e.start_order(turn)[0]).collect();
+        assert_eq!(firsts, [1, 2, 1, 2]);
+        assert_eq!(e.start_order(1), [2, 1, 0]);
     }
 
     #[tokio::test]
@@ -394,7 +434,7 @@ mod tests {
             Executors::parse("e0=http://e0:1,e1=http://e1:1,e2=http://e2:1", None).expect("three");
         let mut owners = Vec::new();
         for _ in 0..3 {
-            let next = e.next_index().expect("three");
+            let next = e.start_order(e.next.fetch_add(1, Ordering::Relaxed))[0];
             let id = ids::owned_session_id(
                 e.all()[next].name.as_deref(),
                 &uuid::Uuid::new_v4().to_string(),
@@ -423,5 +463,69 @@ mod tests {
                 .owner("x")
                 .is_err()
         );
+    }
+
+    /// An executor's address whose health service answers (`serving`), or a listener that takes
+    /// connections and answers nothing (a stopped process).
+    async fn executor_at(serving: bool) -> (Replica, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("listener");
+        let url = format!("http://{}", listener.local_addr().expect("address"));
+        let task = if serving {
+            let (_, health) = tonic_health::server::health_reporter();
+            tokio::spawn(async move {
+                let _ = tonic::transport::Server::builder()
+                    .add_service(health)
+                    .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+                    .await;
+            })
+        } else {
+            tokio::spawn(async move {
+                let mut held = Vec::new();
+                while let Ok((conn, _)) = listener.accept().await {
+                    held.push(conn);
+                }
+            })
+        };
+        let e = Executors::parse(&format!("e0={url}"), None).expect("one");
+        (e.all()[0].clone(), task)
+    }
+
+    #[tokio::test]
+    async fn a_slow_start_is_waited_for_while_the_executor_answers_its_health_check() {
+        let short = (Duration::from_millis(100), Duration::from_secs(2));
+        let slow = async {
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            Ok::<_, tonic::Status>("taken")
+        };
+        let (alive, task) = executor_at(true).await;
+        assert_eq!(
+            alive
+                .take_unless_hung(slow, short)
+                .await
+                .expect("waited for"),
+            "taken"
+        );
+        task.abort();
+
+        let (hung, task) = executor_at(false).await;
+        let never = std::future::pending::<Result<&str, tonic::Status>>();
+        let started = Instant::now();
+        let status = hung
+            .take_unless_hung(
+                never,
+                (Duration::from_millis(100), Duration::from_millis(300)),
+            )
+            .await
+            .expect_err("passed over");
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        assert!(status.message().contains("health check"), "{status:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        task.abort();
     }
 }

@@ -367,51 +367,63 @@ impl Runner {
         session.status = Status::Running;
         session.error = None;
         session.pending = None;
-        let reserved = session.next_seq + events::SEQ_BLOCK;
-        // The session and its first block of event numbers: one write, one flush.
-        session.seq_reserved = reserved;
-        self.store.save(&mut session, true).await?;
-        claim.taken = true;
-        let cancel = claim.cancel.clone();
-        let (tx, rx) = mpsc::channel(events::CHANNEL_CAPACITY);
-        let sink = events::Sink::new(
-            tx,
-            session.id.clone(),
-            (session.next_seq, reserved),
-            cancel.clone(),
-            self.store.clone(),
-            self.budgets.max_events_per_second,
-        );
-        // The run's span: a child of the calling RPC's, so the run, its model calls and its
-        // tool calls belong to the caller's trace.
-        let span = tracing::info_span!(
-            "run",
-            otel.name = %format_args!("run {}", agent.agent_id),
-            session_id = %session.id,
-            agent_id = %agent.agent_id,
-            otel.status_description = tracing::field::Empty,
-        );
-        let run = Run {
-            runner: Arc::clone(self),
-            session,
-            agent,
-            model,
-            sink: Arc::new(sink),
-            cancel,
-            answered: with.answered,
-            resume: with.resume,
-            confirmations: with.confirmations,
-            no_tools: with.no_tools,
-        };
-        self.tasks.spawn(tracing::Instrument::instrument(
-            async move {
-                run.drive().await;
-                // The slot is free once the run has sent its last event.
-                drop(slot);
-            },
-            span,
-        ));
-        Ok(ReceiverStream::new(rx))
+        // From the write on, the start finishes on a task of its own: the caller (a gRPC handler
+        // that its client, e.g. a gateway giving up on a slow start, may drop at any `.await`)
+        // only waits for it. Dropped mid-write, it would leave the session stored as running with
+        // no run, and a stalled store's fault unrecorded; here the write ends either way, and a
+        // run whose caller left finds its receiver gone and is cancelled like any other.
+        let runner = Arc::clone(self);
+        let rpc = tracing::Span::current();
+        self.tasks
+            .spawn(async move {
+                let reserved = session.next_seq + events::SEQ_BLOCK;
+                // The session and its first block of event numbers: one write, one flush.
+                session.seq_reserved = reserved;
+                runner.store.save(&mut session, true).await?;
+                claim.taken = true;
+                let cancel = claim.cancel.clone();
+                let (tx, rx) = mpsc::channel(events::CHANNEL_CAPACITY);
+                let sink = events::Sink::new(
+                    tx,
+                    session.id.clone(),
+                    (session.next_seq, reserved),
+                    cancel.clone(),
+                    runner.store.clone(),
+                    runner.budgets.max_events_per_second,
+                );
+                // The run's span: a child of the calling RPC's, so the run, its model calls and its
+                // tool calls belong to the caller's trace.
+                let span = tracing::info_span!(
+                    parent: &rpc,
+                    "run",
+                    otel.name = %format_args!("run {}", agent.agent_id),
+                    session_id = %session.id,
+                    agent_id = %agent.agent_id,
+                    otel.status_description = tracing::field::Empty,
+                );
+                let run = Run {
+                    runner: Arc::clone(&runner),
+                    session,
+                    agent,
+                    model,
+                    sink: Arc::new(sink),
+                    cancel,
+                    answered: with.answered,
+                    resume: with.resume,
+                    confirmations: with.confirmations,
+                    no_tools: with.no_tools,
+                };
+                runner.tasks.spawn(tracing::Instrument::instrument(
+                    async move {
+                        run.drive().await;
+                        // The slot is free once the run has sent its last event.
+                        drop(slot);
+                    },
+                    span,
+                ));
+                Ok(ReceiverStream::new(rx))
+            })
+            .await?
     }
 }
 

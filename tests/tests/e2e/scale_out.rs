@@ -275,14 +275,34 @@ fn signal(pid: u32, signal: &str) {
     assert!(status.success(), "kill -{signal} {pid}");
 }
 
+/// A stopped process, continued when dropped (also when an assertion fails, so the stack's
+/// teardown does not wait on a stopped executor).
+struct Stopped(u32);
+
+impl Stopped {
+    fn new(pid: u32) -> Self {
+        signal(pid, "STOP");
+        Self(pid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-CONT", &self.0.to_string()])
+            .status();
+    }
+}
+
 #[tokio::test]
 async fn a_hung_executor_is_passed_over() {
     let stack = two_executors().await;
     // An executor that accepts connections but answers nothing (a stopped process): a new run
-    // offered to it goes to the other within the start timeout (5 s), and the next ones are
+    // offered to it goes to the other once it has not answered for 5 s, nor then a health
+    // check for 2 s, and the next ones are
     // not offered to it again for a while (without that, every other run waited 10 s).
     let pid = stack.executor_pid().expect("e0 runs");
-    signal(pid, "STOP");
+    let stopped = Stopped::new(pid);
     let mut slow = 0;
     for _ in 0..4 {
         let started = std::time::Instant::now();
@@ -294,8 +314,36 @@ async fn a_hung_executor_is_passed_over() {
             slow += 1;
         }
     }
-    signal(pid, "CONT");
+    drop(stopped);
     assert!(slow <= 1, "{slow} of 4 runs waited for the hung executor");
+}
+
+#[tokio::test]
+async fn a_slow_start_is_waited_for_not_sent_round_every_executor() {
+    let mut opts = StackOptions::full().executors(NAMES).llm_script(SCRIPT);
+    opts.executor_env
+        .push(("TASKFORCE_REGISTRY_TIMEOUT_MS".into(), "7000".into()));
+    let stack = opts.spawn().await.expect("stack with two executors starts");
+    // A stopped registry: an agent no executor has cached waits on it until the executor's own
+    // registry timeout (7 s, past the gateway's 5 s). The executor is alive (it answers its
+    // health check), so its own answer is the run's, and the other executor is not asked too.
+    let registry = Stopped::new(stack.registry_pid().expect("the registry runs"));
+    let r = send(
+        stack
+            .http()
+            .post(stack.url("/api/v1/execute"))
+            .json(&json!({"mission": "hello", "agent_id": "never-cached"})),
+    )
+    .await;
+    drop(registry);
+    r.assert_error(503, "unavailable")
+        .assert_names("the registry did not answer");
+    let gateway = std::fs::read_to_string(stack.gateway_log()).unwrap_or_default();
+    assert!(
+        !gateway.contains("could not take a new run"),
+        "a healthy executor was passed over:\n{}",
+        stack.logs()
+    );
 }
 
 #[tokio::test]

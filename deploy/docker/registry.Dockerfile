@@ -8,7 +8,8 @@
 #
 # Runtime base: gcr.io/distroless/cc-debian12:nonroot (glibc, libgcc_s, CA certificates, tzdata,
 # /etc/passwd with `nonroot` = 65532; no shell, no package manager) weighs about 9 MB compressed.
-# With the stripped registry-svc (~9 MB compressed) and the `taskforce` CLI for the health check,
+# With the stripped registry-svc (~9 MB compressed), the `taskforce` CLI for the health check and
+# a static tini (<1 MB),
 # the image is about 25 MB compressed, well under the 60 MB budget.
 
 ARG RUST_IMAGE=rust:1-bookworm
@@ -30,6 +31,13 @@ RUN --mount=type=cache,id=taskforce-cargo-registry,target=/usr/local/cargo/regis
     --mount=type=cache,id=taskforce-target,target=/src/target,sharing=locked \
     cargo build --release --locked -p registry-svc -p taskforce-cli \
     && install -D -m 0755 -t /out/bin target/release/registry-svc target/release/taskforce
+# tini as PID 1 (the static build: distroless has no shell or package manager), so what a killed
+# metadata task left behind is reaped, not kept as a zombie by the registry.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends tini \
+    && install -D -m 0755 /usr/bin/tini-static /out/bin/tini \
+    && rm -rf /var/lib/apt/lists/*
 # The state directories, owned by the runtime user: a named volume mounted on one starts as a
 # copy of it (contents, owner and mode), so the non-root registry can write to it.
 RUN install -d -m 0750 -o 65532 -g 65532 /out/state/config /out/state/data
@@ -47,7 +55,7 @@ COPY configs/llm_config.yaml /etc/taskforce/llm_config.yaml
 USER 65532:65532
 WORKDIR /var/lib/taskforce
 EXPOSE 50051 9465
-ENTRYPOINT ["/usr/local/bin/registry-svc"]
+ENTRYPOINT ["/usr/local/bin/tini", "--", "/usr/local/bin/registry-svc"]
 # Container defaults (deploy/compose.yaml and deploy/k8s/ pass the same flags explicitly).
 CMD ["--listen", "0.0.0.0:50051", "--config-dir", "/var/lib/taskforce/config", "--data-dir", "/var/lib/taskforce/data", "--llm-config", "/etc/taskforce/llm_config.yaml", "--metrics-listen", "0.0.0.0:9465"]
 # No shell or curl in distroless: the `taskforce` CLI asks grpc.health.v1 about the registry

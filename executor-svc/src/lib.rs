@@ -89,8 +89,9 @@ impl Parts {
     /// tools' sandbox cannot be had as configured.
     pub fn from_config(config: &Config) -> Result<Self, ExecutorError> {
         // The providers' keys are never an MCP server's to read (`${VAR}` of an agent's server).
+        // A file that is not YAML fails just below, naming the problem.
         if let Ok(text) = std::fs::read_to_string(&config.llm_config) {
-            taskforce_runtime::env::reserve_secrets_of_llm_config(&text);
+            let _ = taskforce_runtime::env::reserve_secrets_of_llm_config(&text);
         }
         let router = Arc::new(LlmRouter::from_file(&config.llm_config)?);
         metrics::init(router.provider_names().iter().map(String::as_str));

@@ -236,9 +236,10 @@ impl Executors {
 
     /// Starts a new run (`request` names no session, or a session id minted for it that this
     /// replaces when there are several executors): the next executor in turn takes it; when
-    /// that one cannot ([`unreachable`], or no answer within [`START_TIMEOUT`] while another
-    /// could) the next one is tried, each at most once, and it is offered new runs last for
-    /// [`SUSPECT_FOR`]. The chat endpoint starts new conversations through it too.
+    /// that one cannot ([`unreachable`], or hung: no answer within [`START_TIMEOUT`] nor to a
+    /// health check, while another could) the next one is tried, each at most once, and it is
+    /// offered new runs last for [`SUSPECT_FOR`]. One at its most live runs passes the run on
+    /// too (the last one's answer is the client's), without being suspect. The chat endpoint starts new conversations through it too.
     pub async fn start_new(&self, mut request: ExecuteRequest) -> Result<Started<'_>, RestError> {
         if self.replicas.is_empty() {
             return Err(no_executor());
@@ -284,6 +285,10 @@ impl Executors {
                         continue;
                     }
                     count > 1
+                }
+                // At its most live runs: another may have room (not suspect: it answers).
+                Err(status) if status.code() == tonic::Code::ResourceExhausted && !last => {
+                    continue;
                 }
                 Err(_) => false,
             };

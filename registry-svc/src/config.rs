@@ -20,7 +20,7 @@ pub struct Config {
     /// The executor's `llm_config.yaml`: the variables it reads model providers' keys from are
     /// never an MCP server's to read (refused when an agent is saved). Default:
     /// `<config-dir>/llm_config.yaml` when there is one; a file named here must exist.
-    #[arg(long, env = "TASKFORCE_LLM_CONFIG")]
+    #[arg(long, env = "TASKFORCE_REGISTRY_LLM_CONFIG")]
     pub llm_config: Option<PathBuf>,
     /// Where the sled cache lives (rebuilt from YAML when missing or broken).
     #[arg(

@@ -89,15 +89,23 @@ pub async fn run(
         .llm_config
         .clone()
         .unwrap_or_else(|| config.config_dir.join("llm_config.yaml"));
-    match std::fs::read_to_string(&llm_config) {
-        Ok(text) => taskforce_runtime::env::reserve_secrets_of_llm_config(&text),
-        Err(e) if config.llm_config.is_some() => {
-            return Err(RegistryError::Config(format!(
-                "--llm-config (TASKFORCE_LLM_CONFIG) {}: {e}",
-                llm_config.display()
-            )));
+    let named = config.llm_config.is_some();
+    let problem = match std::fs::read_to_string(&llm_config) {
+        Ok(text) => taskforce_runtime::env::reserve_secrets_of_llm_config(&text)
+            .err()
+            .map(|e| format!("is not YAML ({e}); only its ${{VAR}}s are refused in MCP servers")),
+        Err(e) if named => Some(e.to_string()),
+        Err(_) => None,
+    };
+    if let Some(problem) = problem {
+        let what = format!(
+            "--llm-config (TASKFORCE_REGISTRY_LLM_CONFIG) {}: {problem}",
+            llm_config.display()
+        );
+        if named {
+            return Err(RegistryError::Config(what));
         }
-        Err(_) => {}
+        tracing::warn!("{what}");
     }
     let (root, data) = (config.config_dir.clone(), config.data_dir.clone());
     let store =

@@ -16,17 +16,20 @@ use std::{
 
 use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
 
-/// A task's process group, killed whole unless it ended (`.1`): `KillOnDrop` alone kills only
-/// its leader (the launcher or `task`), leaving what the task started running, one more per
-/// collection that timed out or was dropped.
-struct Group(Box<dyn process_wrap::tokio::ChildWrapper>, bool);
+/// A task's process group, killed whole when dropped: `KillOnDrop` alone kills only its leader
+/// (the launcher or `task`), leaving what the task started running, one more per collection
+/// that timed out or was dropped; and a task that ended may have left a member in the
+/// background (`cmd &`). A group already gone is fine.
+struct Group(Box<dyn process_wrap::tokio::ChildWrapper>);
 
 impl Drop for Group {
     fn drop(&mut self) {
-        if !self.1
-            && let Err(e) = self.0.start_kill()
+        /// `killpg`'s "no such process group": every member has exited.
+        const ESRCH: i32 = 3;
+        if let Err(e) = self.0.start_kill()
+            && e.raw_os_error() != Some(ESRCH)
         {
-            warn!(error = %e, "could not kill a dropped task's process group");
+            warn!(error = %e, "could not kill a task's process group");
         }
     }
 }
@@ -246,7 +249,6 @@ impl Collector {
         let mut child = Group(
             wrap.spawn()
                 .map_err(|e| format!("Command '{shown}' failed: could not start task: {e}"))?,
-            false,
         );
         let timeout = self.settings.field_timeout;
         let (stdout, stderr) = (child.0.stdout().take(), child.0.stderr().take());
@@ -256,7 +258,6 @@ impl Collector {
             (out, err, status)
         };
         let Ok((out, err, status)) = tokio::time::timeout(timeout, run).await else {
-            child.1 = true;
             if let Err(e) = child.0.start_kill() {
                 warn!(task = name, error = %e, "could not kill a timed-out task's process group");
             } else if tokio::time::timeout(REAP_GRACE, child.0.wait())
@@ -273,7 +274,8 @@ impl Collector {
                 humanize(timeout)
             ));
         };
-        child.1 = true;
+        // What it left in the background goes now, not when `child` is dropped.
+        drop(child);
         let status = status.map_err(|e| format!("Command '{shown}' failed: {e}"))?;
         let (out, truncated) = out.map_err(|e| format!("Command '{shown}' failed: {e}"))?;
         if !status.success() {

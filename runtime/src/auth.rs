@@ -323,6 +323,8 @@ impl AuthArgs {
     /// is allowed only when every address in `listeners` is loopback, or with
     /// `--insecure-no-auth`.
     pub fn keys(&self, service: &str, listeners: &[SocketAddr]) -> Result<Option<Keys>, AuthError> {
+        // Every service reads its keys, also one that calls no other (the registry).
+        crate::env::never_log(self.service_token.as_deref());
         let keys = match (&self.api_keys_file, &self.api_keys) {
             (Some(path), _) => {
                 let text = std::fs::read_to_string(path).map_err(|source| AuthError::Read {

@@ -54,12 +54,16 @@ static RESERVED: OnceLock<BTreeSet<String>> = OnceLock::new();
 /// `api_key_env:` value, and the variables of its `${VAR}` placeholders), so that no MCP
 /// server's `${VAR}` reads them. Call once at start-up with the file's text; later calls change
 /// nothing.
-pub fn reserve_secrets_of_llm_config(text: &str) {
+///
+/// A text that is not YAML still reserves its `${VAR}`s, and the parse error is returned.
+pub fn reserve_secrets_of_llm_config(text: &str) -> Result<(), serde_yaml::Error> {
     let mut names: BTreeSet<String> = placeholders(text).map(str::to_owned).collect();
-    if let Ok(config) = serde_yaml::from_str::<serde_yaml::Value>(text) {
-        key_variables(&config, &mut names);
+    let parsed = serde_yaml::from_str::<serde_yaml::Value>(text);
+    if let Ok(config) = &parsed {
+        key_variables(config, &mut names);
     }
     let _ = RESERVED.set(names);
+    parsed.map(drop)
 }
 
 /// The values of every `api_key_env` key in `value`, at any depth.
@@ -92,6 +96,18 @@ pub fn is_reserved(name: &str) -> bool {
     name.starts_with(RESERVED_PREFIX)
         || RESERVED_NAMES.contains(&name)
         || RESERVED.get().is_some_and(|r| r.contains(name))
+}
+
+/// Whether `name` is one of the settings every process has and no one keeps secret (`HOME`,
+/// `PATH`, `HOSTNAME`, locale, `XDG_*`, `OTEL_*`, ...): an MCP server may read it, and its
+/// value is not masked in the logs (masking `executor-0` or `/home/app` would blank them in
+/// every later line, about every agent).
+pub fn is_plain_setting(name: &str) -> bool {
+    const NAMES: [&str; 13] = [
+        "HOME", "PATH", "HOSTNAME", "USER", "LOGNAME", "PWD", "OLDPWD", "SHELL", "LANG",
+        "LANGUAGE", "TERM", "TMPDIR", "TZ",
+    ];
+    NAMES.contains(&name) || ["LC_", "XDG_", "OTEL_"].iter().any(|p| name.starts_with(p))
 }
 
 /// The variable names of the placeholders in `text` (`${VAR}` and `${VAR:-default}`).
@@ -131,7 +147,16 @@ pub fn never_log<S: AsRef<str>>(values: impl IntoIterator<Item = S>) {
             fresh.push(value.replace('\\', "\\\\").replace('"', "\\\""));
         }
     }
-    if fresh.is_empty() {
+    // Most calls (each run's MCP connections) bring nothing new: no write lock for them, which
+    // every log line's read would wait on.
+    let known = |set: &BTreeSet<String>| fresh.iter().all(|v| set.contains(v));
+    if fresh.is_empty()
+        || known(
+            &NEVER_LOGGED
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    {
         return;
     }
     let mut set = NEVER_LOGGED
@@ -243,7 +268,9 @@ mod tests {
         reserve_secrets_of_llm_config(
             "providers:\n  a: {api_key: \"${TF_TEST_PROVIDER_KEY}\", base_url: \"${TF_TEST_BASE:-x}\"}\n  \
              b: {type: openai, api_key_env: TF_TEST_NAMED_KEY}\n",
-        );
+        )
+        .expect("YAML");
+        assert!(reserve_secrets_of_llm_config("providers: [unclosed").is_err());
         let names: Vec<&str> = placeholders("a ${ONE} b ${TWO:-d} ${unclosed").collect();
         assert_eq!(names, ["ONE", "TWO"]);
         for reserved in [

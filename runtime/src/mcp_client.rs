@@ -197,7 +197,7 @@ pub fn secrets_of(server: &v1::McpServer) -> Vec<String> {
         .chain(&server.args)
         .flat_map(|v| {
             crate::env::placeholder_values(v, |name| {
-                (!crate::env::is_reserved(name))
+                (!crate::env::is_reserved(name) && !crate::env::is_plain_setting(name))
                     .then(|| std::env::var(name).ok())
                     .flatten()
             })
@@ -239,6 +239,26 @@ fn expand(value: &str, field: impl FnOnce() -> String) -> Result<String, Connect
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn settings_no_one_keeps_secret_are_not_masked() {
+        // PATH is set in every test process, and long enough to be masked if it were a secret.
+        let path = std::env::var("PATH").unwrap_or_default();
+        assert!(path.len() >= 8, "{path:?}");
+        let server = v1::McpServer {
+            r#type: "stdio".into(),
+            command: "server".into(),
+            args: vec![
+                "--path=${PATH}".into(),
+                "${TF_TEST_MCP_UNSET_SECRET}".into(),
+            ],
+            ..Default::default()
+        };
+        assert!(secrets_of(&server).is_empty(), "{:?}", secrets_of(&server));
+        assert!(crate::env::is_plain_setting("HOSTNAME"));
+        assert!(crate::env::is_plain_setting("LC_ALL"));
+        assert!(!crate::env::is_plain_setting("GITHUB_TOKEN"));
+    }
 
     #[test]
     fn rmcp_errors_lose_their_type_paths() {

@@ -244,8 +244,9 @@ impl Plan {
         Ok(id)
     }
 
-    /// Removes the tasks `ids` and their subtasks, and every dependency on them. Does not bump
-    /// the version (code-driven, as a stop undoing what an interrupted sub-agent did).
+    /// Removes the tasks `ids` and their subtasks, and every dependency on them (code-driven, as
+    /// a stop undoing what an interrupted sub-agent did). Bumps the version when a task went,
+    /// so a client holding the plan by its version reads it again.
     pub fn remove_tasks(&mut self, ids: &HashSet<String>) {
         let mut gone: HashSet<String> = ids.clone();
         // Subtasks point at their parent; a chain is never longer than the tasks there are.
@@ -262,7 +263,12 @@ impl Plan {
             }
             gone.extend(more);
         }
+        let count = self.tasks.len();
         self.tasks.retain(|t| !gone.contains(&t.id));
+        if self.tasks.len() == count {
+            return;
+        }
+        self.version += 1;
         for task in &mut self.tasks {
             task.depends_on.retain(|d| !gone.contains(d));
         }

@@ -115,7 +115,7 @@ pub fn keep_finished(
     }
     // The tasks they (or any sub-agent below them) created go too: they run again from their
     // questions and create what they need again.
-    let undone: HashSet<String> = orchestration
+    let mut undone: HashSet<String> = orchestration
         .created
         .iter()
         .filter(|(id, path)| {
@@ -123,6 +123,29 @@ pub fn keep_finished(
         })
         .map(|(id, _)| id.clone())
         .collect();
+    // But not one the rest of the run took up: a kept sub-agent works on it, or a task that
+    // stays is below it (and so, in turn, the tasks it is below). A dependency on one that
+    // goes is dropped: who added it is not recorded, and the branch itself may have.
+    loop {
+        let taken_up: Vec<String> = undone
+            .iter()
+            .filter(|id| {
+                orchestration.frames.values().any(|f| &f.task_id == *id)
+                    || orchestration
+                        .plan
+                        .tasks
+                        .iter()
+                        .any(|t| !undone.contains(&t.id) && t.parent_id.as_ref() == Some(*id))
+            })
+            .cloned()
+            .collect();
+        if taken_up.is_empty() {
+            break;
+        }
+        for id in taken_up {
+            undone.remove(&id);
+        }
+    }
     orchestration.plan.remove_tasks(&undone);
     stored.orchestration = orchestration;
     stored.answering = None;
@@ -305,7 +328,23 @@ mod tests {
             q.asks[1].answer = Some(json!("8080"));
         }
         let before = stored.clone();
-        let (ran, paused) = ran(&stored);
+        let (mut ran, paused) = ran(&stored);
+        // `b2` made a task that `a`, which finished, put a subtask under: it stays.
+        let o = &mut ran.orchestration;
+        for (task, owner, path) in [
+            ("tb2.kept", "b2", vec!["b", "b2"]),
+            ("ta.sub", "a", vec!["a"]),
+        ] {
+            o.plan
+                .ensure_task(Some(task), task, ORCHESTRATOR, owner)
+                .expect("task");
+            o.created
+                .insert(task.into(), path.into_iter().map(String::from).collect());
+        }
+        if let Some(sub) = o.plan.tasks.iter_mut().find(|t| t.id == "ta.sub") {
+            sub.parent_id = Some("tb2.kept".into());
+        }
+        let version = o.plan.version;
         let stop = [Interrupted {
             call_id: "r-b".into(),
             frame_id: "b".into(),
@@ -335,8 +374,10 @@ mod tests {
         assert_eq!(status("tb1"), Some(TaskStatus::InProgress));
         // The tasks `a` created stay; those of `b`'s branch go, and no task depends on them.
         let ids: Vec<&str> = o.plan.tasks.iter().map(|t| t.id.as_str()).collect();
-        assert_eq!(ids, ["ta", "tb", "tb1", "ta-h"]);
+        assert_eq!(ids, ["ta", "tb", "tb1", "ta-h", "tb2.kept", "ta.sub"]);
         assert!(o.plan.tasks.iter().all(|t| t.depends_on.is_empty()));
+        // A client holding the plan of the last `plan_updated` reads it again.
+        assert_eq!(o.plan.version, version + 1);
         assert!(stored.answering.is_none());
     }
 

@@ -170,12 +170,13 @@ async fn failures_and_timeouts_are_field_errors_within_the_timeout() {
         &stack,
         "troubled",
         Some(
-            "version: '3'\ntasks:\n  ok:\n    desc: Works\n    cmds: [echo fine]\n  broken:\n    desc: Fails\n    cmds: [ls /definitely/not/here]\n  slow:\n    desc: Too slow\n    cmds: [sleep 347]\n  helper:\n    cmds: [echo not a field]\n",
+            "version: '3'\ntasks:\n  ok:\n    desc: Works\n    cmds: [echo fine]\n  broken:\n    desc: Fails\n    cmds: [ls /definitely/not/here]\n  slow:\n    desc: Too slow\n    cmds: [sleep 347]\n  background:\n    desc: Leaves a helper running\n    cmds: [\"sh -c 'sleep 348 > /dev/null 2>&1 &'\", echo started]\n  helper:\n    cmds: [echo not a field]\n",
         ),
     );
     create_agent(&stack, "troubled-agent", "Setup", Some(&ws)).await;
     let sleeping = || taskforce_tests::process::processes_with_args(&["sleep", "347"]);
-    let before = sleeping().len();
+    let left = || taskforce_tests::process::processes_with_args(&["sleep", "348"]);
+    let before = (sleeping().len(), left().len());
     let started = Instant::now();
     let r = metadata(&stack, "troubled-agent", "").await;
     let took = started.elapsed();
@@ -186,10 +187,11 @@ async fn failures_and_timeouts_are_field_errors_within_the_timeout() {
     );
     let m = &r.body["metadata"];
     assert_eq!(
-        r.body["metadata_count"], 3,
+        r.body["metadata_count"], 4,
         "tasks without desc are no fields: {m}"
     );
     assert_eq!(m["ok"]["value"], "fine");
+    assert_eq!(m["background"]["value"], "started", "{m}");
     assert_eq!(m["broken"]["value"], Value::Null);
     let broken = m["broken"]["error"].as_str().unwrap_or_default();
     assert!(
@@ -206,13 +208,14 @@ async fn failures_and_timeouts_are_field_errors_within_the_timeout() {
     let gone = taskforce_tests::eventually(
         Duration::from_secs(5),
         Duration::from_millis(100),
-        || async { (sleeping().len() <= before).then_some(()) },
+        || async { (sleeping().len() <= before.0 && left().len() <= before.1).then_some(()) },
     )
     .await;
     assert!(
         gone.is_some(),
-        "the timed-out task's processes are still running: {:?}",
-        sleeping()
+        "a task's processes are still running (timed out: {:?}; left behind: {:?})",
+        sleeping(),
+        left()
     );
 }
 

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use taskforce_proto::v1;
 use taskforce_tests::{Stack, StackOptions};
 
-use crate::helpers::{agent_json, create, parse_sse, send};
+use crate::helpers::{RUN_TIMEOUT, Reply, SseReader, agent_json, create, parse_sse, send};
 
 /// Turns picked by what the conversation last said.
 const SCRIPT: &str = r#"
@@ -22,6 +22,9 @@ turns:
     text: "Read them."
   - match: "hello"
     text: "hi"
+  - match: "slowly"
+    delay_ms: 3000
+    text: "done slowly"
 "#;
 
 const NAMES: [&str; 2] = ["e0", "e1"];
@@ -49,6 +52,17 @@ async fn execute(stack: &Stack, mission: &str, session_id: Option<&str>) -> Valu
     let r = send(stack.http().post(stack.url("/api/v1/execute")).json(&body)).await;
     assert_eq!(r.status, 200, "{}\n{}", r.text, stack.logs());
     r.body
+}
+
+/// Sends `mission` on `traveller` to `/api/v1/execute` as a new run.
+async fn new_run(stack: &Stack, mission: &str) -> Reply {
+    send(
+        stack
+            .http()
+            .post(stack.url("/api/v1/execute"))
+            .json(&json!({"mission": mission, "agent_id": "traveller"})),
+    )
+    .await
 }
 
 /// Answers a paused session through the gateway; returns the SSE events.
@@ -255,15 +269,10 @@ async fn with_an_executor_down_new_runs_go_to_the_other_and_its_sessions_name_it
     r.assert_error(503, "unavailable")
         .assert_names("`e0`")
         .assert_names("`e1`");
-    send(
-        stack
-            .http()
-            .post(stack.url("/api/v1/execute"))
-            .json(&json!({"mission": "hello", "agent_id": "traveller"})),
-    )
-    .await
-    .assert_error(503, "unavailable")
-    .assert_names("e0, e1");
+    new_run(&stack, "hello")
+        .await
+        .assert_error(503, "unavailable")
+        .assert_names("e0, e1");
 }
 
 /// Sends `signal` (`STOP`, `CONT`) to process `pid`.
@@ -344,6 +353,39 @@ async fn a_slow_start_is_waited_for_not_sent_round_every_executor() {
         "a healthy executor was passed over:\n{}",
         stack.logs()
     );
+}
+
+#[tokio::test]
+async fn a_full_executor_passes_new_runs_on() {
+    let stack = StackOptions::full()
+        .executors(NAMES)
+        .executor_args(["--max-live-runs", "1"])
+        .llm_script(SCRIPT)
+        .spawn()
+        .await
+        .expect("stack with two executors starts");
+    let mut body = agent_json("traveller");
+    body["tool_allowlist"] = json!(["ask_user"]);
+    assert_eq!(create(&stack, &body).await.status, 201);
+    // One run holds one executor's only slot...
+    let slow = json!({"mission": "answer slowly", "agent_id": "traveller"});
+    let mut first = SseReader::open(&stack, "/api/v1/execute/stream", &slow).await;
+    first.until("run_started", RUN_TIMEOUT).await;
+    // ... so new runs go to the other, also when it is the full one's turn (before: a 429).
+    for _ in 0..2 {
+        let r = execute(&stack, "hello", None).await;
+        assert_eq!(r["status"], "completed", "{r}");
+    }
+    // With both full, the client gets the 429.
+    let mut second = SseReader::open(&stack, "/api/v1/execute/stream", &slow).await;
+    second.until("run_started", RUN_TIMEOUT).await;
+    new_run(&stack, "hello")
+        .await
+        .assert_error(429, "resource_exhausted");
+    for run in [&mut first, &mut second] {
+        let events = run.rest(RUN_TIMEOUT).await;
+        assert!(events.iter().any(|(n, _)| n == "done"), "{events:?}");
+    }
 }
 
 #[tokio::test]

@@ -274,15 +274,14 @@ pub struct ProfileFile {
 /// checks existence on create, update and validate ([`invalid_subagents`]); the executor copes
 /// with a sub-agent that has gone since.
 pub fn validate(id: &str, def: &CustomAgentFile) -> Result<(), ApiError> {
-    if id.is_empty() {
-        return Err(ApiError::field("agent_id", "is required"));
-    }
-    if let Err(e) = ids::validate_agent_id(id) {
-        return Err(ApiError::field("agent_id", e.to_string()));
-    }
+    // Every violation is named together, a bad id's among them.
     let mut v: Vec<(String, String)> = Vec::new();
     let mut bad = |f: &str, d: String| v.push((f.to_owned(), d));
-    if def.agent_id.as_deref().is_some_and(|a| a != id) {
+    if id.is_empty() {
+        bad("agent_id", "is required".into());
+    } else if let Err(e) = ids::validate_agent_id(id) {
+        bad("agent_id", e.to_string());
+    } else if def.agent_id.as_deref().is_some_and(|a| a != id) {
         bad("agent_id", format!("must equal the file name {id:?}"));
     }
     check_len(&mut bad, "name", &def.name, MAX_NAME);
@@ -319,6 +318,14 @@ pub fn validate(id: &str, def: &CustomAgentFile) -> Result<(), ApiError> {
     }
     if def.tools.allowlist.is_empty() {
         bad("tool_allowlist", "must name at least one tool".into());
+    }
+    for (field, list) in [
+        ("tool_allowlist", def.tools.allowlist.as_slice()),
+        ("mcp_tool_allowlist", def.mcp_allowlist()),
+    ] {
+        for d in repeated(list) {
+            bad(field, d);
+        }
     }
     for (field, value, max) in [
         ("role", &def.role, MAX_LABEL),
@@ -434,6 +441,16 @@ pub fn validate_profile(profile: &ProfileFile) -> Result<(), ApiError> {
         return Err(ApiError::fields(v));
     }
     known_tools(profile.tools.iter().map(|t| &t.kind), "tools")
+}
+
+/// The entries of `list` that repeat an earlier one, each named ("listed more than once").
+fn repeated(list: &[String]) -> Vec<String> {
+    let mut seen = std::collections::HashSet::with_capacity(list.len());
+    list.iter()
+        .enumerate()
+        .filter(|(_, s)| !seen.insert(s.as_str()))
+        .map(|(i, s)| format!("entry {i} ({s:?}) is listed more than once"))
+        .collect()
 }
 
 /// The shape problems of a `subagents` list: bad ids, ids too long for a tool name, the agent
@@ -553,6 +570,32 @@ mod tests {
         assert_eq!(
             fields,
             ["name", "description", "system_prompt", "tool_allowlist"]
+        );
+    }
+
+    #[test]
+    fn a_bad_id_is_reported_with_the_rest_and_repeated_tools_are_refused() {
+        let mut d = CustomAgentFile::default();
+        d.tools.allowlist = vec!["file_read".into(), "git".into(), "file_read".into()];
+        let e = validate("BAD id", &d).err();
+        let violations: Vec<(String, String)> =
+            e.iter().flat_map(|e| e.field_violations.clone()).collect();
+        let fields: Vec<&str> = violations.iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "agent_id",
+                "name",
+                "description",
+                "system_prompt",
+                "tool_allowlist"
+            ]
+        );
+        assert!(
+            violations[4]
+                .1
+                .contains("entry 2 (\"file_read\") is listed more than once"),
+            "{violations:?}"
         );
     }
 

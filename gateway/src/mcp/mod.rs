@@ -233,6 +233,35 @@ impl ServerHandler for TaskforceMcp {
             .map(labelled)
     }
 
+    /// Every tool, on the one page there is. This server hands out no cursor, so any cursor is
+    /// invalid: `-32602`, as MCP's "Pagination" says (rmcp's own list ignores it).
+    async fn list_tools(
+        &self,
+        request: Option<rmcp::model::PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListToolsResult, ErrorData> {
+        if let Some(cursor) = request.and_then(|r| r.cursor) {
+            return Err(ErrorData::invalid_params(
+                format!("invalid cursor {cursor:?}: tools/list has one page and gives no cursors"),
+                None,
+            ));
+        }
+        let result = rmcp::model::ListToolsResult::with_all_items(self.tool_router.list_all());
+        // Cache hints only for the protocol version that has them, as rmcp answers.
+        Ok(
+            if context
+                .protocol_version()
+                .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28)
+            {
+                result
+                    .with_ttl_ms(0)
+                    .with_cache_scope(rmcp::model::CacheScope::Public)
+            } else {
+                result
+            },
+        )
+    }
+
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(

@@ -193,6 +193,22 @@ async fn http_transport_enforces_origin_host_and_protocol_rules() {
         ok.text
     );
 
+    // There is one page and no cursor is ever given: any cursor is invalid params.
+    let paged = raw_post(
+        &stack,
+        &[version],
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {"cursor": "zzz"}}),
+    )
+    .await;
+    assert_eq!(paged.body["error"]["code"], -32602, "{}", paged.text);
+    assert!(
+        paged.body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("cursor")),
+        "{}",
+        paged.text
+    );
+
     let evil = raw_post(
         &stack,
         &[version, ("Origin", "http://evil.example")],

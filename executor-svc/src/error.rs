@@ -28,6 +28,11 @@ pub enum ExecutorError {
     /// The executor is at its most live runs (`--max-live-runs`).
     #[error("{0}")]
     Busy(String),
+    /// The executor is stopping: it takes no new run. Answered as a plain `UNAVAILABLE` (no
+    /// Taskforce error details), as a stopped executor's connection would be, so a gateway
+    /// starts the run on another executor.
+    #[error("the executor is stopping and takes no new runs; retry (another executor may take it)")]
+    Stopping,
     /// The registry (or another dependency) cannot be reached.
     #[error("{0}")]
     Unavailable(String),
@@ -77,6 +82,7 @@ impl ExecutorError {
                 ErrorKind::Unavailable
             }
             Self::Busy(_) => ErrorKind::ResourceExhausted,
+            Self::Stopping => ErrorKind::Unavailable,
             Self::Llm(_) => ErrorKind::InvalidArgument,
             Self::Store(_)
             | Self::Encoding(_)
@@ -90,6 +96,7 @@ impl ExecutorError {
     /// logged with their cause.
     pub fn to_status(&self) -> Status {
         let api = match self {
+            Self::Stopping => return Status::unavailable(self.to_string()),
             Self::InvalidArgument { field, message } => ApiError::field(*field, message.clone()),
             // The disk (full, failing): the operator can act on it, so it is said.
             Self::Store(sled::Error::Io(e)) => {

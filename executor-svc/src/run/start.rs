@@ -355,6 +355,9 @@ impl Runner {
         with: Continuation,
     ) -> Result<ReceiverStream<StreamItem>, ExecutorError> {
         // Refused before anything is stored: the session stays as it was.
+        if self.shutdown.is_cancelled() {
+            return Err(ExecutorError::Stopping);
+        }
         self.store.writable()?;
         let slot = Arc::clone(&self.run_slots)
             .try_acquire_owned()

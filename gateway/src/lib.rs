@@ -182,6 +182,7 @@ pub fn router(state: AppState, config: &Config) -> Router {
         .route_service(
             "/mcp",
             tower::ServiceBuilder::new()
+                .layer(mcp::cors())
                 .layer(axum::middleware::from_fn_with_state(
                     config.max_body_bytes,
                     mcp::check_message,
@@ -223,6 +224,9 @@ pub fn access(method: &Method, path: &str) -> taskforce_runtime::auth::Access {
     use taskforce_runtime::auth::{Access, Scope};
     match path {
         "/healthz" | "/readyz" | "/openapi.json" | "/metrics" => Access::Public,
+        // A browser's CORS preflight carries no credentials; it is answered without running
+        // anything (see `mcp::cors`).
+        "/mcp" if *method == Method::OPTIONS => Access::Public,
         "/api/v1/execute" | "/api/v1/execute/stream" | "/ai/agent/stream" | "/ai/stream" => {
             Access::Needs(Scope::Execute)
         }

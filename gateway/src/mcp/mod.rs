@@ -35,7 +35,7 @@ use view::{
     parse_status_filter,
 };
 
-pub use transport::{check_message, http_service, serve_stdio};
+pub use transport::{check_message, cors, http_service, serve_stdio};
 
 /// How many `GetAgentMetadata` calls `list_agents` keeps in flight.
 pub const METADATA_CONCURRENCY: usize = 16;

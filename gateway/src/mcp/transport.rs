@@ -66,6 +66,31 @@ pub fn allowed_origins(config: &Config) -> Option<Vec<String>> {
     (!given.iter().any(|o| o == ANY)).then_some(given)
 }
 
+/// CORS for `/mcp`, so a page served from another origin (a browser MCP inspector on
+/// `http://localhost:5173`) can call it: preflights are answered (any origin, no credentials),
+/// and answers name the requesting origin and expose MCP's headers. Which origins may call is
+/// still decided per request by rmcp's `Origin` check (`--mcp-allowed-origins`, 403 for the
+/// others): the preflight only lets the browser send the request that check then sees.
+pub fn cors() -> tower_http::cors::CorsLayer {
+    use http::{Method, header};
+    tower_http::cors::CorsLayer::new()
+        .allow_origin(tower_http::cors::AllowOrigin::mirror_request())
+        .allow_methods([Method::POST, Method::GET, Method::DELETE])
+        .allow_headers([
+            header::CONTENT_TYPE,
+            header::ACCEPT,
+            header::AUTHORIZATION,
+            header::HeaderName::from_static("mcp-protocol-version"),
+            header::HeaderName::from_static("mcp-session-id"),
+            header::HeaderName::from_static("last-event-id"),
+        ])
+        .expose_headers([
+            header::HeaderName::from_static("mcp-protocol-version"),
+            header::HeaderName::from_static("mcp-session-id"),
+        ])
+        .max_age(std::time::Duration::from_secs(600))
+}
+
 /// Warns when the gateway listens beyond loopback but `/mcp` would refuse every `Host` that
 /// remote clients send.
 pub fn warn_on_unreachable_hosts(config: &Config) {

@@ -188,6 +188,13 @@ async fn rest_needs_a_key_with_the_routes_scope_and_public_routes_stay_open() {
         .assert_error(403, "permission_denied");
     let r = mcp(Some(READER)).await;
     assert_eq!(r.status, 200, "{}", r.text);
+    // A browser's CORS preflight carries no token: it is answered, and runs nothing.
+    let preflight = crate::helpers::mcp_preflight(&stack, "authorization, content-type").await;
+    assert_eq!(preflight.status, 200, "{}", preflight.text);
+    assert_eq!(
+        preflight.header("access-control-allow-origin").as_deref(),
+        Some("http://localhost:5173")
+    );
 
     // No token reached a log.
     for log in [

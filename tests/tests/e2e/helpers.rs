@@ -483,3 +483,17 @@ where
         tokio::time::sleep(STEP).await;
     }
 }
+
+/// A browser's CORS preflight of a POST to `/mcp` from `http://localhost:5173`, asking for
+/// `headers`.
+pub async fn mcp_preflight(stack: &Stack, headers: &str) -> Reply {
+    send(
+        stack
+            .http()
+            .request(reqwest::Method::OPTIONS, stack.url("/mcp"))
+            .header("origin", "http://localhost:5173")
+            .header("access-control-request-method", "POST")
+            .header("access-control-request-headers", headers),
+    )
+    .await
+}

@@ -165,6 +165,25 @@ async fn http_transport_enforces_origin_host_and_protocol_rules() {
     )
     .await;
     assert_eq!(ok.status, 200, "{}", ok.text);
+    // A page of another origin may read the answer (CORS), after a preflight the gateway
+    // answers; the Origin check below still decides which origins are served.
+    assert_eq!(
+        ok.header("access-control-allow-origin").as_deref(),
+        Some("http://localhost:5173")
+    );
+    let preflight =
+        crate::helpers::mcp_preflight(&stack, "content-type, mcp-protocol-version").await;
+    assert_eq!(preflight.status, 200, "{}", preflight.text);
+    let allowed = preflight
+        .header("access-control-allow-headers")
+        .unwrap_or_default();
+    assert!(allowed.contains("mcp-protocol-version"), "{allowed}");
+    assert!(
+        ok.header("access-control-expose-headers")
+            .is_some_and(|h| h.contains("mcp-session-id")),
+        "{:?}",
+        ok.header("access-control-expose-headers")
+    );
     assert_eq!(
         ok.body["result"]["tools"].as_array().map(Vec::len),
         Some(2),

@@ -56,8 +56,9 @@ pub struct Config {
     /// confined to their workspace (default: next to this binary, when it is there).
     #[arg(long, env = "TASKFORCE_TASK_LAUNCHER")]
     pub task_launcher: Option<PathBuf>,
-    /// Timeout of one metadata field (one task), in milliseconds.
-    #[arg(long, env = "TASKFORCE_METADATA_TIMEOUT_MS", default_value_t = 5000,
+    /// Timeout of one metadata field (one task), in milliseconds. The default keeps a
+    /// `show_agent` with a hung task within seed 001's 3 s (the fields are collected at once).
+    #[arg(long, env = "TASKFORCE_METADATA_TIMEOUT_MS", default_value_t = 2500,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub metadata_timeout_ms: u64,
     /// Seconds a workspace's metadata is reused before it is collected again.

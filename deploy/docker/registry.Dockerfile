@@ -18,6 +18,14 @@ ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
 # ---- build -------------------------------------------------------------------------------------
 FROM ${RUST_IMAGE} AS build
 WORKDIR /src
+# tini as PID 1 (the static build: distroless has no shell or package manager), so what a killed
+# metadata task left behind is reaped, not kept as a zombie by the registry. Before the sources
+# are copied, so a source change does not install it again.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends tini \
+    && install -D -m 0755 /usr/bin/tini-static /out/bin/tini \
+    && rm -rf /var/lib/apt/lists/*
 COPY . .
 # The release profile keeps line tables (binaries of ~110 MB); images keep the symbols (readable
 # backtraces) and drop the debug info (~25 MB).
@@ -31,13 +39,6 @@ RUN --mount=type=cache,id=taskforce-cargo-registry,target=/usr/local/cargo/regis
     --mount=type=cache,id=taskforce-target,target=/src/target,sharing=locked \
     cargo build --release --locked -p registry-svc -p taskforce-cli \
     && install -D -m 0755 -t /out/bin target/release/registry-svc target/release/taskforce
-# tini as PID 1 (the static build: distroless has no shell or package manager), so what a killed
-# metadata task left behind is reaped, not kept as a zombie by the registry.
-# hadolint ignore=DL3008
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends tini \
-    && install -D -m 0755 /usr/bin/tini-static /out/bin/tini \
-    && rm -rf /var/lib/apt/lists/*
 # The state directories, owned by the runtime user: a named volume mounted on one starts as a
 # copy of it (contents, owner and mode), so the non-root registry can write to it.
 RUN install -d -m 0750 -o 65532 -g 65532 /out/state/config /out/state/data

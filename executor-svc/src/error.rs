@@ -31,7 +31,7 @@ pub enum ExecutorError {
     /// The executor is stopping: it takes no new run. Answered as a plain `UNAVAILABLE` (no
     /// Taskforce error details), as a stopped executor's connection would be, so a gateway
     /// starts the run on another executor.
-    #[error("the executor is stopping and takes no new runs; retry (another executor may take it)")]
+    #[error("the executor is stopping and starts no runs now; retry shortly")]
     Stopping,
     /// The registry (or another dependency) cannot be reached.
     #[error("{0}")]

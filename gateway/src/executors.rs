@@ -117,13 +117,12 @@ const ALIVE_TIMEOUT: Duration = Duration::from_secs(2);
 const SUSPECT_FOR: Duration = Duration::from_secs(30);
 
 /// A new run as [`Executors::start_new`] left it: the executor that answered last, the session
-/// id the run got, and that executor's answer (`none_took`: every executor was asked and none
-/// could take it).
+/// id the run got, and that executor's answer (when none could take it, `start_new` is the
+/// error naming them all instead).
 pub struct Started<'a> {
     pub replica: &'a Replica,
     pub session_id: Option<String>,
     pub answer: Result<tonic::Response<tonic::Streaming<RunEvent>>, tonic::Status>,
-    pub none_took: bool,
 }
 
 /// The configured executors; cloning clones reference counts.
@@ -225,13 +224,7 @@ impl Executors {
         started
             .answer
             .map(tonic::Response::into_inner)
-            .map_err(|status| {
-                if started.none_took {
-                    self.none_reachable(started.replica, status)
-                } else {
-                    started.replica.error(status)
-                }
-            })
+            .map_err(|status| started.replica.error(status))
     }
 
     /// Starts a new run (`request` names no session, or a session id minted for it that this
@@ -239,7 +232,9 @@ impl Executors {
     /// that one cannot ([`unreachable`], or hung: no answer within [`START_TIMEOUT`] nor to a
     /// health check, while another could) the next one is tried, each at most once, and it is
     /// offered new runs last for [`SUSPECT_FOR`]. One at its most live runs passes the run on
-    /// too (the last one's answer is the client's), without being suspect. The chat endpoint starts new conversations through it too.
+    /// too (the last one's answer is the client's), without being suspect. With several executors
+    /// and none able to take it, the error names them all. The chat endpoint starts new
+    /// conversations through it too.
     pub async fn start_new(&self, mut request: ExecuteRequest) -> Result<Started<'_>, RestError> {
         if self.replicas.is_empty() {
             return Err(no_executor());
@@ -272,11 +267,8 @@ impl Executors {
                     .take_unless_hung(call, (START_TIMEOUT, ALIVE_TIMEOUT))
                     .await
             };
-            let none_took = match &answer {
-                Ok(_) => {
-                    self.suspect_until[index].store(0, Ordering::Relaxed);
-                    false
-                }
+            match &answer {
+                Ok(_) => self.suspect_until[index].store(0, Ordering::Relaxed),
                 Err(status) if unreachable(status) => {
                     let until = self.now_ms().saturating_add(ms(SUSPECT_FOR));
                     self.suspect_until[index].store(until, Ordering::Relaxed);
@@ -284,19 +276,22 @@ impl Executors {
                     if !last {
                         continue;
                     }
-                    count > 1
+                    if count > 1
+                        && let Err(status) = answer
+                    {
+                        return Err(self.none_reachable(replica, status));
+                    }
                 }
                 // At its most live runs: another may have room (not suspect: it answers).
                 Err(status) if status.code() == tonic::Code::ResourceExhausted && !last => {
                     continue;
                 }
-                Err(_) => false,
-            };
+                Err(_) => {}
+            }
             return Ok(Started {
                 replica,
                 session_id: last_session,
                 answer,
-                none_took,
             });
         }
         Err(no_executor())

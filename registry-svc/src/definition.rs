@@ -151,6 +151,23 @@ impl CustomAgentFile {
         self.mcp_tools.as_ref().map_or(&[], |a| &a.allowlist)
     }
 
+    /// Drops the repeats of a tool in `tool_allowlist` and `mcp_tool_allowlist` (the first
+    /// stays); whether there were any.
+    pub fn drop_repeated_tools(&mut self) -> bool {
+        fn dedupe(list: &mut Vec<String>) -> bool {
+            let before = list.len();
+            let mut seen = std::collections::HashSet::with_capacity(before);
+            list.retain(|t| seen.insert(t.clone()));
+            list.len() != before
+        }
+        let tools = dedupe(&mut self.tools.allowlist);
+        let mcp = self
+            .mcp_tools
+            .as_mut()
+            .is_some_and(|a| dedupe(&mut a.allowlist));
+        tools || mcp
+    }
+
     /// The stored workspace id, else one derived from the agent id (stable for files written
     /// by hand, which have none).
     pub fn workspace_id_or_derived(&self, id: &str) -> String {
@@ -319,14 +336,7 @@ pub fn validate(id: &str, def: &CustomAgentFile) -> Result<(), ApiError> {
     if def.tools.allowlist.is_empty() {
         bad("tool_allowlist", "must name at least one tool".into());
     }
-    for (field, list) in [
-        ("tool_allowlist", def.tools.allowlist.as_slice()),
-        ("mcp_tool_allowlist", def.mcp_allowlist()),
-    ] {
-        for d in repeated(list) {
-            bad(field, d);
-        }
-    }
+
     for (field, value, max) in [
         ("role", &def.role, MAX_LABEL),
         ("project", &def.project, MAX_LABEL),
@@ -453,6 +463,33 @@ fn repeated(list: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// [`validate`] for a definition a client sends (create, update): also refuses a tool listed
+/// twice in `tool_allowlist` or `mcp_tool_allowlist`. A file on disk with such a repeat is
+/// read with it dropped instead ([`CustomAgentFile::drop_repeated_tools`]): files written
+/// before this rule keep their agents.
+pub fn validate_new(id: &str, def: &CustomAgentFile) -> Result<(), ApiError> {
+    let repeats: Vec<(String, String)> = [
+        ("tool_allowlist", def.tools.allowlist.as_slice()),
+        ("mcp_tool_allowlist", def.mcp_allowlist()),
+    ]
+    .into_iter()
+    .flat_map(|(field, list)| {
+        repeated(list)
+            .into_iter()
+            .map(move |d| (field.to_owned(), d))
+    })
+    .collect();
+    match validate(id, def) {
+        Err(e) if !repeats.is_empty() && !e.field_violations.is_empty() => {
+            let mut all = e.field_violations;
+            all.extend(repeats);
+            Err(ApiError::fields(all))
+        }
+        Ok(()) if !repeats.is_empty() => Err(ApiError::fields(repeats)),
+        other => other,
+    }
+}
+
 /// The shape problems of a `subagents` list: bad ids, ids too long for a tool name, the agent
 /// itself, duplicates. Whether each entry names a known agent needs the store: see
 /// [`invalid_subagents`].
@@ -574,10 +611,10 @@ mod tests {
     }
 
     #[test]
-    fn a_bad_id_is_reported_with_the_rest_and_repeated_tools_are_refused() {
+    fn a_bad_id_is_reported_with_the_rest_and_repeated_tools_are_refused_when_sent() {
         let mut d = CustomAgentFile::default();
         d.tools.allowlist = vec!["file_read".into(), "git".into(), "file_read".into()];
-        let e = validate("BAD id", &d).err();
+        let e = validate_new("BAD id", &d).err();
         let violations: Vec<(String, String)> =
             e.iter().flat_map(|e| e.field_violations.clone()).collect();
         let fields: Vec<&str> = violations.iter().map(|(f, _)| f.as_str()).collect();

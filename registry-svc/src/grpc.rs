@@ -135,7 +135,7 @@ impl AgentRegistry for RegistryService {
         let id = spec.agent_id.clone();
         tracing::Span::current().record("agent_id", id.as_str());
         let def = convert::spec_to_file(spec);
-        definition::validate(&id, &def).map_err(|e| e.to_status())?;
+        definition::validate_new(&id, &def).map_err(|e| e.to_status())?;
         // Fail fast on a taken id before the (slow) MCP discovery; `create` re-checks under lock.
         if self.store.get(&id).is_ok() {
             return Err(ApiError::new(
@@ -207,7 +207,7 @@ impl AgentRegistry for RegistryService {
         // The path's id is authoritative (seed 000 §5.4).
         spec.agent_id.clone_from(&id);
         let def = convert::spec_to_file(spec);
-        definition::validate(&id, &def).map_err(|e| e.to_status())?;
+        definition::validate_new(&id, &def).map_err(|e| e.to_status())?;
         if self.store.get(&id).is_err()
             && !self.store.custom_dir().join(format!("{id}.yaml")).exists()
         {
@@ -256,7 +256,7 @@ impl AgentRegistry for RegistryService {
         let spec = spec_of(req.into_inner().spec)?;
         let id = spec.agent_id.clone();
         let def = convert::spec_to_file(spec);
-        definition::validate(&id, &def).map_err(|e| e.to_status())?;
+        definition::validate_new(&id, &def).map_err(|e| e.to_status())?;
         // What a save would refuse when writing the file.
         definition::file_text(&id, &def).map_err(Status::from)?;
         let mut check = self.check(&id, &def).await?;

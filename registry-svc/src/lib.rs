@@ -90,6 +90,14 @@ pub async fn run(
         .clone()
         .unwrap_or_else(|| config.config_dir.join("llm_config.yaml"));
     let named = config.llm_config.is_some();
+    // The executor's variable, in an environment file both services share: not read here.
+    if !named && std::env::var_os("TASKFORCE_LLM_CONFIG").is_some() {
+        tracing::warn!(
+            "TASKFORCE_LLM_CONFIG is the executor's setting; the registry reads \
+             TASKFORCE_REGISTRY_LLM_CONFIG (or --llm-config), so it uses {}",
+            config.config_dir.join("llm_config.yaml").display()
+        );
+    }
     let problem = match std::fs::read_to_string(&llm_config) {
         Ok(text) => taskforce_runtime::env::reserve_secrets_of_llm_config(&text)
             .err()

@@ -99,15 +99,28 @@ pub fn is_reserved(name: &str) -> bool {
 }
 
 /// Whether `name` is one of the settings every process has and no one keeps secret (`HOME`,
-/// `PATH`, `HOSTNAME`, locale, `XDG_*`, `OTEL_*`, ...): an MCP server may read it, and its
-/// value is not masked in the logs (masking `executor-0` or `/home/app` would blank them in
-/// every later line, about every agent).
+/// `PATH`, `HOSTNAME`, locale, `XDG_*`, `OTEL_SERVICE_NAME`, ...): an MCP server may read it,
+/// and its value is not masked in the logs (masking `executor-0` or `/home/app` would blank
+/// them in every later line, about every agent). Other `OTEL_*` variables are not among them:
+/// `OTEL_EXPORTER_OTLP_HEADERS` often holds a vendor's API key.
 pub fn is_plain_setting(name: &str) -> bool {
-    const NAMES: [&str; 13] = [
-        "HOME", "PATH", "HOSTNAME", "USER", "LOGNAME", "PWD", "OLDPWD", "SHELL", "LANG",
-        "LANGUAGE", "TERM", "TMPDIR", "TZ",
+    const NAMES: [&str; 14] = [
+        "HOME",
+        "PATH",
+        "HOSTNAME",
+        "USER",
+        "LOGNAME",
+        "PWD",
+        "OLDPWD",
+        "SHELL",
+        "LANG",
+        "LANGUAGE",
+        "TERM",
+        "TMPDIR",
+        "TZ",
+        "OTEL_SERVICE_NAME",
     ];
-    NAMES.contains(&name) || ["LC_", "XDG_", "OTEL_"].iter().any(|p| name.starts_with(p))
+    NAMES.contains(&name) || ["LC_", "XDG_"].iter().any(|p| name.starts_with(p))
 }
 
 /// The variable names of the placeholders in `text` (`${VAR}` and `${VAR:-default}`).

@@ -258,6 +258,7 @@ mod tests {
         assert!(crate::env::is_plain_setting("HOSTNAME"));
         assert!(crate::env::is_plain_setting("LC_ALL"));
         assert!(!crate::env::is_plain_setting("GITHUB_TOKEN"));
+        assert!(!crate::env::is_plain_setting("OTEL_EXPORTER_OTLP_HEADERS"));
     }
 
     #[test]

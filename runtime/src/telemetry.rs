@@ -70,16 +70,14 @@ fn by_callsite<S: tracing::Subscriber>(
     }
 }
 
-/// With traces exported, a filter for every layer: everything `global` lets through but the
-/// SDK's own reports of failed exports ([`ReportedExporter`] says them better). Not a per-layer
-/// filter of the log layer: each per-layer filter costs every span entered and left a lookup
-/// (with the OpenTelemetry layer's, two per poll of a run), measured at about 5 points of run
-/// throughput.
-fn quiet_exports<S: tracing::Subscriber>(global: &EnvFilter) -> impl Layer<S> + use<S> {
-    by_callsite(
-        |meta| !sdk_export_error(meta),
-        <EnvFilter as Layer<tracing_subscriber::Registry>>::max_level_hint(global),
-    )
+/// A filter for every layer: everything but the SDK's own reports of failed exports
+/// ([`ReportedExporter`] says them better; without an exporter there are none, and the filter,
+/// decided per callsite, costs nothing). Not a per-layer filter of the log layer: each
+/// per-layer filter costs each span entered and left a lookup. No level hint: a global filter
+/// without one leaves the subscriber's hint to the others (`RUST_LOG`'s), and one at the
+/// global filter's level would be less verbose than the INFO events this lets through.
+fn quiet_exports<S: tracing::Subscriber>() -> impl Layer<S> {
+    by_callsite(|meta| !sdk_export_error(meta), None)
 }
 
 /// The OpenTelemetry layer's filter: the [`TRACED_SPANS`] only.
@@ -198,9 +196,7 @@ pub fn init(service: &'static str) -> Telemetry {
         Some(Err(e)) => (None, Some(e)),
         None => (None, None),
     };
-    // Only with an exporter (the SDK's events exist only then). Decided per callsite: no check
-    // per event.
-    let quiet = provider.as_ref().map(|_| quiet_exports(&filter));
+    let quiet = quiet_exports();
     let otel = provider.as_ref().map(|p| {
         opentelemetry::global::set_text_map_propagator(TextMapCompositePropagator::new(vec![
             Box::new(TraceContextPropagator::new()),
@@ -775,7 +771,7 @@ mod tests {
             ("debug,h2=trace", LevelFilter::TRACE),
         ] {
             let global = EnvFilter::new(directives);
-            let quiet = super::quiet_exports(&global);
+            let quiet = super::quiet_exports();
             let log = tracing_subscriber::fmt::layer().with_writer(std::io::sink);
             let otel = tracing_opentelemetry::layer()
                 .with_tracer(provider.tracer("test"))
@@ -785,6 +781,16 @@ mod tests {
                 .with(quiet)
                 .with(log)
                 .with(otel);
+            assert_eq!(subscriber.max_level_hint(), Some(want), "{directives}");
+            // No hint of a filter below what it lets through (a debug build asserts that).
+            tracing::subscriber::with_default(subscriber, || tracing::info!("dropped or kept"));
+        }
+        // Without an exporter the hint is the global filter's, `off` included.
+        for (directives, want) in [("off", LevelFilter::OFF), ("warn", LevelFilter::WARN)] {
+            let subscriber = tracing_subscriber::registry()
+                .with(EnvFilter::new(directives))
+                .with(super::quiet_exports())
+                .with(tracing_subscriber::fmt::layer().with_writer(std::io::sink));
             assert_eq!(subscriber.max_level_hint(), Some(want), "{directives}");
         }
     }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use taskforce_proto::v1;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tracing::{debug, info};
+use tracing::{Instrument, debug, info};
 
 use super::{Runner, StreamItem, answers, driver::Run, events};
 use crate::{
@@ -378,54 +378,56 @@ impl Runner {
         let runner = Arc::clone(self);
         let rpc = tracing::Span::current();
         self.tasks
-            .spawn(async move {
-                let reserved = session.next_seq + events::SEQ_BLOCK;
-                // The session and its first block of event numbers: one write, one flush.
-                session.seq_reserved = reserved;
-                runner.store.save(&mut session, true).await?;
-                claim.taken = true;
-                let cancel = claim.cancel.clone();
-                let (tx, rx) = mpsc::channel(events::CHANNEL_CAPACITY);
-                let sink = events::Sink::new(
-                    tx,
-                    session.id.clone(),
-                    (session.next_seq, reserved),
-                    cancel.clone(),
-                    runner.store.clone(),
-                    runner.budgets.max_events_per_second,
-                );
-                // The run's span: a child of the calling RPC's, so the run, its model calls and its
-                // tool calls belong to the caller's trace.
-                let span = tracing::info_span!(
-                    parent: &rpc,
-                    "run",
-                    otel.name = %format_args!("run {}", agent.agent_id),
-                    session_id = %session.id,
-                    agent_id = %agent.agent_id,
-                    otel.status_description = tracing::field::Empty,
-                );
-                let run = Run {
-                    runner: Arc::clone(&runner),
-                    session,
-                    agent,
-                    model,
-                    sink: Arc::new(sink),
-                    cancel,
-                    answered: with.answered,
-                    resume: with.resume,
-                    confirmations: with.confirmations,
-                    no_tools: with.no_tools,
-                };
-                runner.tasks.spawn(tracing::Instrument::instrument(
-                    async move {
-                        run.drive().await;
-                        // The slot is free once the run has sent its last event.
-                        drop(slot);
-                    },
-                    span,
-                ));
-                Ok(ReceiverStream::new(rx))
-            })
+            .spawn(
+                async move {
+                    let reserved = session.next_seq + events::SEQ_BLOCK;
+                    // The session and its first block of event numbers: one write, one flush.
+                    session.seq_reserved = reserved;
+                    runner.store.save(&mut session, true).await?;
+                    claim.taken = true;
+                    let cancel = claim.cancel.clone();
+                    let (tx, rx) = mpsc::channel(events::CHANNEL_CAPACITY);
+                    let sink = events::Sink::new(
+                        tx,
+                        session.id.clone(),
+                        (session.next_seq, reserved),
+                        cancel.clone(),
+                        runner.store.clone(),
+                        runner.budgets.max_events_per_second,
+                    );
+                    // The run's span: a child of the calling RPC's, so the run, its model calls and its
+                    // tool calls belong to the caller's trace.
+                    let span = tracing::info_span!(
+                        "run",
+                        otel.name = %format_args!("run {}", agent.agent_id),
+                        session_id = %session.id,
+                        agent_id = %agent.agent_id,
+                        otel.status_description = tracing::field::Empty,
+                    );
+                    let run = Run {
+                        runner: Arc::clone(&runner),
+                        session,
+                        agent,
+                        model,
+                        sink: Arc::new(sink),
+                        cancel,
+                        answered: with.answered,
+                        resume: with.resume,
+                        confirmations: with.confirmations,
+                        no_tools: with.no_tools,
+                    };
+                    runner.tasks.spawn(tracing::Instrument::instrument(
+                        async move {
+                            run.drive().await;
+                            // The slot is free once the run has sent its last event.
+                            drop(slot);
+                        },
+                        span,
+                    ));
+                    Ok(ReceiverStream::new(rx))
+                }
+                .instrument(rpc),
+            )
             .await?
     }
 }

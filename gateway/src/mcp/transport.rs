@@ -68,26 +68,23 @@ pub fn allowed_origins(config: &Config) -> Option<Vec<String>> {
 
 /// CORS for `/mcp`, so a page served from another origin (a browser MCP inspector on
 /// `http://localhost:5173`) can call it: preflights are answered (any origin, no credentials),
-/// and answers name the requesting origin and expose MCP's headers. Which origins may call is
+/// and answers name the requesting origin. Which origins may call is
 /// still decided per request by rmcp's `Origin` check (`--mcp-allowed-origins`, 403 for the
 /// others): the preflight only lets the browser send the request that check then sees.
 pub fn cors() -> tower_http::cors::CorsLayer {
     use http::{Method, header};
     tower_http::cors::CorsLayer::new()
         .allow_origin(tower_http::cors::AllowOrigin::mirror_request())
-        .allow_methods([Method::POST, Method::GET, Method::DELETE])
+        // The server is stateless: POST only (rmcp answers GET and DELETE with 405).
+        .allow_methods([Method::POST])
         .allow_headers([
             header::CONTENT_TYPE,
             header::ACCEPT,
             header::AUTHORIZATION,
             header::HeaderName::from_static("mcp-protocol-version"),
             header::HeaderName::from_static("mcp-session-id"),
-            header::HeaderName::from_static("last-event-id"),
         ])
-        .expose_headers([
-            header::HeaderName::from_static("mcp-protocol-version"),
-            header::HeaderName::from_static("mcp-session-id"),
-        ])
+        .expose_headers([header::HeaderName::from_static("mcp-protocol-version")])
         .max_age(std::time::Duration::from_secs(600))
 }
 
@@ -138,9 +135,10 @@ const INVALID_PARAMS: i64 = -32602;
 /// Checks a JSON `POST` to `/mcp` before rmcp reads it, answering with JSON-RPC's own errors:
 /// - a body that is not JSON: parse error (-32700), HTTP 400;
 /// - not one JSON-RPC 2.0 message (a batch, another `jsonrpc`, no `method`, an `id` that is
-///   neither a string nor a number): invalid request (-32600), HTTP 400;
-/// - a `tools/call` without a tool `name`, or whose `arguments` are not an object: invalid
-///   params (-32602), HTTP 200 like every JSON-RPC error answer;
+///   neither a string nor an integer): invalid request (-32600), HTTP 400;
+/// - `params` that are not an object, or a `tools/call` without a tool `name` or whose
+///   `arguments` are not an object: invalid params (-32602), HTTP 200 like every JSON-RPC
+///   error answer;
 /// - a body over `limit` bytes (`--max-body-bytes`): invalid request, HTTP 413.
 ///
 /// rmcp answers the first two with a plain-text 415 (the status of a wrong `Content-Type`, which
@@ -203,11 +201,10 @@ fn message_problem(body: &[u8]) -> Result<(), (http::StatusCode, serde_json::Val
         ));
     };
     let id = message.get("id").cloned().unwrap_or(Value::Null);
-    let answer_id = if id.is_string() || id.is_number() {
-        id.clone()
-    } else {
-        Value::Null
-    };
+    // MCP's ids are strings or integers (rmcp reads no other number: a 1.5 or a 2^64 was its
+    // plain-text 415).
+    let id_valid = id.is_string() || id.is_i64() || id.is_u64();
+    let answer_id = if id_valid { id } else { Value::Null };
     let invalid = |what: &str| {
         Err((
             bad,
@@ -219,8 +216,8 @@ fn message_problem(body: &[u8]) -> Result<(), (http::StatusCode, serde_json::Val
     if message.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return invalid("`jsonrpc` must be \"2.0\"");
     }
-    if message.contains_key("id") && !(id.is_string() || id.is_number()) {
-        return invalid("`id` must be a string or a number");
+    if message.contains_key("id") && !id_valid {
+        return invalid("`id` must be a string or an integer");
     }
     let Some(method) = message.get("method") else {
         // A client's answer to a server request.
@@ -232,10 +229,18 @@ fn message_problem(body: &[u8]) -> Result<(), (http::StatusCode, serde_json::Val
     let Some(method) = method.as_str() else {
         return invalid("`method` must be a string");
     };
-    if method != "tools/call" {
-        return Ok(());
-    }
     let params = message.get("params");
+    if method != "tools/call" {
+        return match params {
+            None | Some(Value::Null | Value::Object(_)) => Ok(()),
+            Some(_) => Err((
+                http::StatusCode::OK,
+                answer_id,
+                INVALID_PARAMS,
+                "invalid params: `params` must be an object".to_owned(),
+            )),
+        };
+    }
     let problem = match params {
         Some(Value::Object(p)) => match (p.get("name"), p.get("arguments")) {
             (Some(Value::String(_)), None | Some(Value::Object(_) | Value::Null)) => return Ok(()),
@@ -342,6 +347,32 @@ mod tests {
         assert_eq!(
             allowed_origins(&config("127.0.0.1:8080", &[], &[])),
             Some(vec![])
+        );
+    }
+
+    #[test]
+    fn ids_must_be_strings_or_integers_and_params_objects() {
+        let code = |body: &str| {
+            message_problem(body.as_bytes())
+                .err()
+                .map(|(_, id, c, _)| (id, c))
+        };
+        assert_eq!(code(r#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#), None);
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":"a","method":"ping","params":{}}"#),
+            None
+        );
+        for id in ["1.5", "18446744073709551616", "-1e3"] {
+            let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#);
+            assert_eq!(
+                code(&body),
+                Some((serde_json::Value::Null, INVALID_REQUEST)),
+                "{id}"
+            );
+        }
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":"x"}"#),
+            Some((serde_json::json!(1), INVALID_PARAMS))
         );
     }
 }

@@ -390,8 +390,15 @@ fn load(source: AgentSource, id: &str, version: String, bytes: &[u8]) -> Result<
             Ok(convert::profile_to_proto(id, version, &f))
         }
         AgentSource::Custom | AgentSource::Unspecified => {
-            let f: CustomAgentFile =
+            let mut f: CustomAgentFile =
                 files::yaml(bytes).map_err(|e| format!("invalid YAML: {e}"))?;
+            // Written before repeats were refused (or by hand): served without them.
+            if f.drop_repeated_tools() {
+                tracing::warn!(
+                    agent_id = id,
+                    "a tool is listed twice in the agent's file; it is used once"
+                );
+            }
             definition::validate(id, &f)
                 .map_err(|e| format!("invalid definition: {}", with_named_entries(&e)))?;
             Ok(convert::custom_to_proto(id, version, &f))

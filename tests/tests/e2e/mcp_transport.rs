@@ -180,7 +180,7 @@ async fn http_transport_enforces_origin_host_and_protocol_rules() {
     assert!(allowed.contains("mcp-protocol-version"), "{allowed}");
     assert!(
         ok.header("access-control-expose-headers")
-            .is_some_and(|h| h.contains("mcp-session-id")),
+            .is_some_and(|h| h.contains("mcp-protocol-version")),
         "{:?}",
         ok.header("access-control-expose-headers")
     );

@@ -319,12 +319,48 @@ async fn read_capped<R: tokio::io::AsyncRead + Unpin>(
 
 /// Trimmed output as a value: JSON when it parses as JSON (`810`, `true`, `{"a":1}`), else the
 /// string; `None` when empty.
+///
+/// An integer a double cannot hold exactly (beyond ±2^53: a snowflake id, `date +%s%N`) is
+/// kept as the string of its digits: the value travels as `google.protobuf.Value` (a double),
+/// and most JSON readers hold numbers as doubles too, so it would come back as another number.
 pub fn parse_value(output: &str) -> Option<Value> {
     let trimmed = output.trim();
     if trimmed.is_empty() {
         return None;
     }
-    Some(serde_json::from_str(trimmed).unwrap_or_else(|_| Value::String(trimmed.to_owned())))
+    let digits = trimmed.strip_prefix('-').unwrap_or(trimmed);
+    if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+        // serde_json reads one beyond 64 bits as a rounded double: decided on the text.
+        let exact = trimmed
+            .parse::<i64>()
+            .is_ok_and(|n| n.unsigned_abs() <= MAX_EXACT);
+        if !exact {
+            return Some(Value::String(trimmed.to_owned()));
+        }
+    }
+    let mut value: Value =
+        serde_json::from_str(trimmed).unwrap_or_else(|_| Value::String(trimmed.to_owned()));
+    inexact_integers_as_strings(&mut value);
+    Some(value)
+}
+
+/// The largest integer every double holds exactly (2^53).
+const MAX_EXACT: u64 = 1 << 53;
+
+/// Turns the integers inside `value` that a double cannot hold exactly into strings.
+fn inexact_integers_as_strings(value: &mut Value) {
+    match value {
+        Value::Number(n) => {
+            let inexact = n.as_u64().is_some_and(|u| u > MAX_EXACT)
+                || n.as_i64().is_some_and(|i| i.unsigned_abs() > MAX_EXACT);
+            if inexact {
+                *value = Value::String(n.to_string());
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(inexact_integers_as_strings),
+        Value::Object(map) => map.values_mut().for_each(inexact_integers_as_strings),
+        Value::Null | Value::Bool(_) | Value::String(_) => {}
+    }
 }
 
 fn last_line(s: &[u8]) -> String {
@@ -453,6 +489,28 @@ mod tests {
         assert_eq!(parse_value("main\n"), Some(json!("main")));
         assert_eq!(parse_value("{\"a\": 1}"), Some(json!({"a": 1})));
         assert_eq!(parse_value("  \n"), None);
+        // Integers a double cannot hold exactly keep their digits (audit 8b F2).
+        assert_eq!(
+            parse_value("9007199254740992"),
+            Some(json!(9_007_199_254_740_992_u64))
+        );
+        assert_eq!(
+            parse_value("9007199254740993"),
+            Some(json!("9007199254740993"))
+        );
+        assert_eq!(
+            parse_value("-9007199254740993"),
+            Some(json!("-9007199254740993"))
+        );
+        assert_eq!(
+            parse_value("1180591620717411303424"),
+            Some(json!("1180591620717411303424"))
+        );
+        assert_eq!(
+            parse_value(r#"{"id": 1234567890123456789, "n": [1, 18446744073709551615]}"#),
+            Some(json!({"id": "1234567890123456789", "n": [1, "18446744073709551615"]}))
+        );
+        assert_eq!(parse_value("1.5"), Some(json!(1.5)));
     }
 
     #[test]

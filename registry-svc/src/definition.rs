@@ -336,7 +336,6 @@ pub fn validate(id: &str, def: &CustomAgentFile) -> Result<(), ApiError> {
     if def.tools.allowlist.is_empty() {
         bad("tool_allowlist", "must name at least one tool".into());
     }
-
     for (field, value, max) in [
         ("role", &def.role, MAX_LABEL),
         ("project", &def.project, MAX_LABEL),
@@ -459,8 +458,13 @@ fn repeated(list: &[String]) -> Vec<String> {
     list.iter()
         .enumerate()
         .filter(|(_, s)| !seen.insert(s.as_str()))
-        .map(|(i, s)| format!("entry {i} ({s:?}) is listed more than once"))
+        .map(|(i, s)| listed_twice(i, s))
         .collect()
+}
+
+/// What [`repeated`] and [`subagent_problems`] say of entry `i`, a repeat of `s`.
+fn listed_twice(i: usize, s: &str) -> String {
+    format!("entry {i} ({s:?}) is listed more than once")
 }
 
 /// [`validate`] for a definition a client sends (create, update): also refuses a tool listed
@@ -507,7 +511,7 @@ fn subagent_problems(id: &str, subagents: &[String]) -> Vec<String> {
         } else if s == id {
             out.push(format!("entry {i} ({s:?}) is the agent itself"));
         } else if !seen.insert(s.as_str()) {
-            out.push(format!("entry {i} ({s:?}) is listed more than once"));
+            out.push(listed_twice(i, s));
         }
     }
     out

@@ -24,10 +24,9 @@ struct Group(Box<dyn process_wrap::tokio::ChildWrapper>);
 
 impl Drop for Group {
     fn drop(&mut self) {
-        /// `killpg`'s "no such process group": every member has exited.
-        const ESRCH: i32 = 3;
+        // ESRCH: no such process group, every member has exited.
         if let Err(e) = self.0.start_kill()
-            && e.raw_os_error() != Some(ESRCH)
+            && e.raw_os_error() != Some(libc::ESRCH)
         {
             warn!(error = %e, "could not kill a task's process group");
         }
@@ -328,15 +327,13 @@ pub fn parse_value(output: &str) -> Option<Value> {
     if trimmed.is_empty() {
         return None;
     }
+    // serde_json reads an integer beyond 64 bits as a rounded double: decided on the text.
     let digits = trimmed.strip_prefix('-').unwrap_or(trimmed);
-    if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
-        // serde_json reads one beyond 64 bits as a rounded double: decided on the text.
-        let exact = trimmed
-            .parse::<i64>()
-            .is_ok_and(|n| n.unsigned_abs() <= MAX_EXACT);
-        if !exact {
-            return Some(Value::String(trimmed.to_owned()));
-        }
+    if !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && digits.parse::<u64>().is_err()
+    {
+        return Some(Value::String(trimmed.to_owned()));
     }
     let mut value: Value =
         serde_json::from_str(trimmed).unwrap_or_else(|_| Value::String(trimmed.to_owned()));

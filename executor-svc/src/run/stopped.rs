@@ -192,7 +192,7 @@ mod tests {
     use crate::{
         llm::ToolCall,
         plan::{ORCHESTRATOR, TaskStatus},
-        session::Pending,
+        session::{Orchestration, Pending},
     };
 
     fn ask(key: &str, token: &str, call_id: &str) -> Ask {
@@ -299,25 +299,33 @@ mod tests {
             .set_status("tb1", TaskStatus::Completed, Some(json!("b1")));
         o.facts.insert("a_found".into(), json!(1));
         // The tasks they created: `a` a helper, `b` the task of `b2`, `b2` a subtask of it.
-        for (task, owner, path) in [
-            ("ta-h", "a", vec!["a"]),
-            ("tb2", "b2", vec!["b"]),
-            ("tb2.x", "b2", vec!["b", "b2"]),
-        ] {
-            o.plan
-                .ensure_task(Some(task), task, ORCHESTRATOR, owner)
-                .expect("task");
-            o.created
-                .insert(task.into(), path.into_iter().map(String::from).collect());
-        }
-        if let Some(sub) = o.plan.tasks.iter_mut().find(|t| t.id == "tb2.x") {
-            sub.parent_id = Some("tb2".into());
-        }
+        create(
+            o,
+            &[
+                ("ta-h", "a", &["a"], None),
+                ("tb2", "b2", &["b"], None),
+                ("tb2.x", "b2", &["b", "b2"], Some("tb2")),
+            ],
+        );
         if let Some(ta) = o.plan.tasks.iter_mut().find(|t| t.id == "ta") {
             ta.depends_on.push("tb2".into());
         }
         // `b` asks again under its resume call.
         (ran, vec![ask("b.k", "TB", "r-b")])
+    }
+
+    /// Tasks created in the run: `(id, owner, the creating frame's path, parent)`.
+    fn create(o: &mut Orchestration, tasks: &[(&str, &str, &[&str], Option<&str>)]) {
+        for &(task, owner, path, parent) in tasks {
+            o.plan
+                .ensure_task(Some(task), task, ORCHESTRATOR, owner)
+                .expect("task");
+            o.created
+                .insert(task.into(), path.iter().map(|p| (*p).to_owned()).collect());
+            if let Some(t) = o.plan.tasks.iter_mut().find(|t| t.id == task) {
+                t.parent_id = parent.map(str::to_owned);
+            }
+        }
     }
 
     #[test]
@@ -331,19 +339,13 @@ mod tests {
         let (mut ran, paused) = ran(&stored);
         // `b2` made a task that `a`, which finished, put a subtask under: it stays.
         let o = &mut ran.orchestration;
-        for (task, owner, path) in [
-            ("tb2.kept", "b2", vec!["b", "b2"]),
-            ("ta.sub", "a", vec!["a"]),
-        ] {
-            o.plan
-                .ensure_task(Some(task), task, ORCHESTRATOR, owner)
-                .expect("task");
-            o.created
-                .insert(task.into(), path.into_iter().map(String::from).collect());
-        }
-        if let Some(sub) = o.plan.tasks.iter_mut().find(|t| t.id == "ta.sub") {
-            sub.parent_id = Some("tb2.kept".into());
-        }
+        create(
+            o,
+            &[
+                ("tb2.kept", "b2", &["b", "b2"], None),
+                ("ta.sub", "a", &["a"], Some("tb2.kept")),
+            ],
+        );
         let version = o.plan.version;
         let stop = [Interrupted {
             call_id: "r-b".into(),

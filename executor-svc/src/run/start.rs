@@ -348,7 +348,7 @@ impl Runner {
     /// continues past every `seq` already sent, never one its clients cannot look up.
     async fn launch(
         self: &Arc<Self>,
-        mut claim: Claim,
+        claim: Claim,
         mut session: Session,
         agent: Arc<crate::agent::AgentDef>,
         model: crate::llm::ResolvedModel,
@@ -375,60 +375,73 @@ impl Runner {
         // only waits for it. Dropped mid-write, it would leave the session stored as running with
         // no run, and a stalled store's fault unrecorded; here the write ends either way, and a
         // run whose caller left finds its receiver gone and is cancelled like any other.
-        let runner = Arc::clone(self);
         let rpc = tracing::Span::current();
         self.tasks
             .spawn(
-                async move {
-                    let reserved = session.next_seq + events::SEQ_BLOCK;
-                    // The session and its first block of event numbers: one write, one flush.
-                    session.seq_reserved = reserved;
-                    runner.store.save(&mut session, true).await?;
-                    claim.taken = true;
-                    let cancel = claim.cancel.clone();
-                    let (tx, rx) = mpsc::channel(events::CHANNEL_CAPACITY);
-                    let sink = events::Sink::new(
-                        tx,
-                        session.id.clone(),
-                        (session.next_seq, reserved),
-                        cancel.clone(),
-                        runner.store.clone(),
-                        runner.budgets.max_events_per_second,
-                    );
-                    // The run's span: a child of the calling RPC's, so the run, its model calls and its
-                    // tool calls belong to the caller's trace.
-                    let span = tracing::info_span!(
-                        "run",
-                        otel.name = %format_args!("run {}", agent.agent_id),
-                        session_id = %session.id,
-                        agent_id = %agent.agent_id,
-                        otel.status_description = tracing::field::Empty,
-                    );
-                    let run = Run {
-                        runner: Arc::clone(&runner),
-                        session,
-                        agent,
-                        model,
-                        sink: Arc::new(sink),
-                        cancel,
-                        answered: with.answered,
-                        resume: with.resume,
-                        confirmations: with.confirmations,
-                        no_tools: with.no_tools,
-                    };
-                    runner.tasks.spawn(tracing::Instrument::instrument(
-                        async move {
-                            run.drive().await;
-                            // The slot is free once the run has sent its last event.
-                            drop(slot);
-                        },
-                        span,
-                    ));
-                    Ok(ReceiverStream::new(rx))
-                }
-                .instrument(rpc),
+                Arc::clone(self)
+                    .begin(claim, session, agent, model, with, slot)
+                    .instrument(rpc),
             )
             .await?
+    }
+
+    /// The start of a run from its session's write on (see [`Runner::launch`], which spawns it):
+    /// stores `session` with its first block of event numbers, then spawns the run, which holds
+    /// `slot` until it has sent its last event.
+    async fn begin(
+        self: Arc<Self>,
+        mut claim: Claim,
+        mut session: Session,
+        agent: Arc<crate::agent::AgentDef>,
+        model: crate::llm::ResolvedModel,
+        with: Continuation,
+        slot: tokio::sync::OwnedSemaphorePermit,
+    ) -> Result<ReceiverStream<StreamItem>, ExecutorError> {
+        let reserved = session.next_seq + events::SEQ_BLOCK;
+        // The session and its first block of event numbers: one write, one flush.
+        session.seq_reserved = reserved;
+        self.store.save(&mut session, true).await?;
+        claim.taken = true;
+        let cancel = claim.cancel.clone();
+        let (tx, rx) = mpsc::channel(events::CHANNEL_CAPACITY);
+        let sink = events::Sink::new(
+            tx,
+            session.id.clone(),
+            (session.next_seq, reserved),
+            cancel.clone(),
+            self.store.clone(),
+            self.budgets.max_events_per_second,
+        );
+        // The run's span: a child of the calling RPC's, so the run, its model calls and its tool
+        // calls belong to the caller's trace.
+        let span = tracing::info_span!(
+            "run",
+            otel.name = %format_args!("run {}", agent.agent_id),
+            session_id = %session.id,
+            agent_id = %agent.agent_id,
+            otel.status_description = tracing::field::Empty,
+        );
+        let run = Run {
+            runner: Arc::clone(&self),
+            session,
+            agent,
+            model,
+            sink: Arc::new(sink),
+            cancel,
+            answered: with.answered,
+            resume: with.resume,
+            confirmations: with.confirmations,
+            no_tools: with.no_tools,
+        };
+        self.tasks.spawn(
+            async move {
+                run.drive().await;
+                // The slot is free once the run has sent its last event.
+                drop(slot);
+            }
+            .instrument(span),
+        );
+        Ok(ReceiverStream::new(rx))
     }
 }
 

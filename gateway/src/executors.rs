@@ -492,6 +492,75 @@ mod tests {
         (e.all()[0].clone(), task)
     }
 
+    /// An HTTP/2 server at a new address answering every request with `answer`: `None` resets
+    /// the stream (what a call meets when the executor's connection breaks under it, e.g. a
+    /// GOAWAY of a stopping executor), `Some(status)` a gRPC answer of that status and no
+    /// messages.
+    async fn h2_server_at(answer: Option<u8>) -> (String, tokio::task::JoinHandle<()>) {
+        use hyper_util::{rt::TokioExecutor, rt::TokioIo, server::conn::auto};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("listener");
+        let url = format!("http://{}", listener.local_addr().expect("address"));
+        let task = tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let service = tower::service_fn(move |_: http::Request<_>| async move {
+                    let status = answer.ok_or_else(|| std::io::Error::other("connection broke"))?;
+                    http::Response::builder()
+                        .header("content-type", "application/grpc")
+                        .header("grpc-status", status.to_string())
+                        .body(axum::body::Body::empty())
+                        .map_err(std::io::Error::other)
+                });
+                tokio::spawn(async move {
+                    let _ = auto::Builder::new(TokioExecutor::new())
+                        .http2_only()
+                        .serve_connection(
+                            TokioIo::new(tcp),
+                            hyper_util::service::TowerToHyperService::new(service),
+                        )
+                        .await;
+                });
+            }
+        });
+        (url, task)
+    }
+
+    #[tokio::test]
+    async fn a_new_run_moves_on_from_an_executor_whose_connection_breaks() {
+        let (broken, broken_task) = h2_server_at(None).await;
+        let (ok, ok_task) = h2_server_at(Some(0)).await;
+        let e = Executors::parse(&format!("e0={broken},e1={ok}"), None).expect("two");
+        // The broken connection is a gRPC INTERNAL "h2 protocol error", not UNAVAILABLE.
+        let status = e.all()[0]
+            .client
+            .clone()
+            .execute(ExecuteRequest::default())
+            .await
+            .expect_err("reset");
+        assert!(crate::error::lost_connection(&status), "{status:?}");
+        // The next run is e0's turn first: it goes on to e1, and e0 is offered runs last.
+        e.next.store(0, Ordering::Relaxed);
+        let started = e
+            .start_new(ExecuteRequest::default())
+            .await
+            .map_err(|err| format!("{err:?}"))
+            .expect("started");
+        assert_eq!(started.replica.name.as_deref(), Some("e1"));
+        assert!(started.answer.is_ok(), "{:?}", started.answer.err());
+        assert!(
+            started
+                .session_id
+                .as_deref()
+                .is_some_and(|id| ids::session_owner(id) == Some("e1")),
+            "{:?}",
+            started.session_id
+        );
+        assert_eq!(e.start_order(0), [1, 0]);
+        broken_task.abort();
+        ok_task.abort();
+    }
+
     #[tokio::test]
     async fn a_slow_start_is_waited_for_while_the_executor_answers_its_health_check() {
         let short = (Duration::from_millis(100), Duration::from_secs(2));

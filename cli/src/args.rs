@@ -246,7 +246,8 @@ pub struct RunArgs {
     /// The policy mode: `readOnly`, `default` or `safeWrite`.
     #[arg(long)]
     pub mode: Option<String>,
-    /// Continue this session (its conversation) with a new mission, by default with its agent.
+    /// Continue this session (its conversation) with a new mission, with its own agent (`--agent`
+    /// or `--profile` may only name that one).
     #[arg(long, value_name = "ID")]
     pub session: Option<String>,
     /// Approve a `safeWrite` call by its confirmation id (`c-...`); repeatable.

@@ -309,8 +309,11 @@ pub struct AuthArgs {
     /// The same YAML document inline (for container environments); used when no file is given.
     #[arg(long, env = "TASKFORCE_API_KEYS", hide_env_values = true)]
     pub api_keys: Option<String>,
-    /// Serve without authentication on a non-loopback address (a warning at every start).
-    #[arg(long, env = "TASKFORCE_INSECURE_NO_AUTH")]
+    /// Serve without authentication on a non-loopback address (a warning at every start). A
+    /// switch: `1`/`true`/`yes`/`on` or `0`/`false`/`no`/`off` (the flag alone: on).
+    #[arg(long, env = "TASKFORCE_INSECURE_NO_AUTH",
+          value_parser = clap::builder::BoolishValueParser::new(), hide_possible_values = true,
+          num_args = 0..=1, default_missing_value = "true", default_value = "false")]
     pub insecure_no_auth: bool,
     /// The token this service sends when it calls the other services (the gateway calling the
     /// registry and executors, an executor calling the registry).
@@ -616,6 +619,39 @@ keys:
     token: "reader-token-0123456789"
     scopes: [read]
 "#;
+
+    #[test]
+    fn insecure_no_auth_is_a_switch_like_the_others() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            auth: AuthArgs,
+        }
+        let parse = |args: &[&str]| {
+            <Cli as clap::Parser>::try_parse_from(
+                std::iter::once("svc").chain(args.iter().copied()),
+            )
+            .map(|cli| cli.auth.insecure_no_auth)
+            .map_err(|e| e.to_string())
+        };
+        assert_eq!(parse(&[]), Ok(false));
+        assert_eq!(parse(&["--insecure-no-auth"]), Ok(true));
+        for on in ["1", "true", "yes", "on"] {
+            assert_eq!(
+                parse(&[&format!("--insecure-no-auth={on}")]),
+                Ok(true),
+                "{on}"
+            );
+        }
+        for off in ["0", "false", "no", "off"] {
+            assert_eq!(
+                parse(&[&format!("--insecure-no-auth={off}")]),
+                Ok(false),
+                "{off}"
+            );
+        }
+        assert!(parse(&["--insecure-no-auth=maybe"]).is_err());
+    }
 
     #[test]
     fn a_token_is_visible_ascii_without_spaces() {

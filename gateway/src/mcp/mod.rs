@@ -9,8 +9,11 @@
 //! # Layout
 //! - this file: the server and its tools.
 //! - [`view`]: tool inputs and outputs, and their construction from registry messages.
-//! - [`transport`]: the streamable HTTP service (Host and Origin checks) and stdio mode.
+//! - [`transport`]: the streamable HTTP service (Host and Origin checks) and the JSON-RPC
+//!   message check both transports share.
+//! - [`stdio`]: stdio mode, each line checked like a request to `/mcp`.
 
+pub mod stdio;
 pub mod transport;
 pub mod view;
 
@@ -35,7 +38,8 @@ use view::{
     parse_status_filter,
 };
 
-pub use transport::{check_message, cors, http_service, serve_stdio};
+pub use stdio::serve_stdio;
+pub use transport::{check, check_message, cors, http_service};
 
 /// How many `GetAgentMetadata` calls `list_agents` keeps in flight.
 pub const METADATA_CONCURRENCY: usize = 16;

@@ -1,27 +1,25 @@
-//! How the MCP server is reached: streamable HTTP at `/mcp` on the gateway's port, or stdio.
+//! How the MCP server is reached over HTTP: streamable HTTP at `/mcp` on the gateway's port;
+//! and the check of each JSON-RPC message that HTTP and stdio ([`super::stdio`]) share.
 //!
 //! HTTP is served statelessly (no `Mcp-Session-Id`), like the rest of the gateway, so any
 //! replica can answer any request; answers are plain JSON, so no request holds a stream open.
 //! The MCP specification's security rules are enforced by rmcp before a request reaches a tool:
 //! `Host` must be an allowed name (DNS rebinding), a present `Origin` must be an allowed origin
 //! (403 otherwise), an unsupported `MCP-Protocol-Version` is a 400 and an unknown method a
-//! JSON-RPC `-32601`. Before rmcp, [`check_message`] answers what is not a JSON-RPC 2.0 message
-//! with the JSON-RPC error for it.
+//! JSON-RPC `-32601`. Before rmcp, [`check`] finds what is not a JSON-RPC 2.0 message (or a
+//! `tools/call` whose params do not fit), and the transport answers it with the JSON-RPC error
+//! for it ([`check_message`] on `/mcp`, one line on stdio).
 
 use std::{net::IpAddr, sync::Arc};
 
-use rmcp::{
-    ServiceExt,
-    transport::{
-        StreamableHttpServerConfig, StreamableHttpService, stdio_pipes,
-        streamable_http_server::session::never::NeverSessionManager,
-    },
+use rmcp::transport::{
+    StreamableHttpServerConfig, StreamableHttpService,
+    streamable_http_server::session::never::NeverSessionManager,
 };
-use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::warn;
 
 use super::TaskforceMcp;
-use crate::{config::Config, error::GatewayError, state::AppState};
+use crate::{config::Config, state::AppState};
 
 /// `Host` names always accepted on `/mcp`.
 pub const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
@@ -132,18 +130,50 @@ const PARSE_ERROR: i64 = -32700;
 const INVALID_REQUEST: i64 = -32600;
 const INVALID_PARAMS: i64 = -32602;
 
-/// Checks a JSON `POST` to `/mcp` before rmcp reads it, answering with JSON-RPC's own errors:
-/// - a body that is not JSON: parse error (-32700), HTTP 400;
-/// - not one JSON-RPC 2.0 message (a batch, another `jsonrpc`, no `method`, an `id` that is
-///   neither a string nor an integer): invalid request (-32600), HTTP 400;
-/// - `params` that are not an object, or a `tools/call` without a tool `name` or whose
-///   `arguments` are not an object: invalid params (-32602), HTTP 200 like every JSON-RPC
-///   error answer;
-/// - a body over `limit` bytes (`--max-body-bytes`): invalid request, HTTP 413.
+/// A message [`check`] refuses, and the JSON-RPC error that answers it on either transport.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rejection {
+    /// The HTTP status of the answer on `/mcp` (stdio sends the same body without one).
+    pub status: http::StatusCode,
+    /// The id to answer: the message's, or `null` when it has none to use.
+    pub id: serde_json::Value,
+    /// The JSON-RPC error code.
+    pub code: i64,
+    /// What is wrong, for the client.
+    pub message: String,
+}
+
+impl Rejection {
+    /// A message over `limit` bytes (`--max-body-bytes`): invalid request, HTTP 413.
+    pub fn too_large(limit: usize) -> Self {
+        Self {
+            status: http::StatusCode::PAYLOAD_TOO_LARGE,
+            id: serde_json::Value::Null,
+            code: INVALID_REQUEST,
+            message: format!(
+                "the request body is over {limit} bytes (the gateway's --max-body-bytes)"
+            ),
+        }
+    }
+
+    /// The JSON-RPC error answer.
+    pub fn answer(&self) -> serde_json::Value {
+        serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": self.id,
+            "error": {"code": self.code, "message": self.message},
+        })
+    }
+}
+
+/// Checks a JSON `POST` to `/mcp` with [`check`] before rmcp reads it, answering what fails with
+/// its JSON-RPC error and HTTP status; a body over `limit` bytes (`--max-body-bytes`) is
+/// [`Rejection::too_large`].
 ///
-/// rmcp answers the first two with a plain-text 415 (the status of a wrong `Content-Type`, which
-/// a client cannot tell apart) and the third with "method not found". Other requests (another
-/// `Content-Type`, other methods) reach rmcp unchanged.
+/// rmcp answers a body that is not JSON or not one message with a plain-text 415 (the status of
+/// a wrong `Content-Type`, which a client cannot tell apart) and bad `tools/call` params with
+/// "method not found". Other requests (another `Content-Type`, other methods) reach rmcp
+/// unchanged.
 pub async fn check_message(
     axum::extract::State(limit): axum::extract::State<usize>,
     request: axum::extract::Request,
@@ -162,43 +192,57 @@ pub async fn check_message(
         return next.run(request).await;
     }
     let (parts, body) = request.into_parts();
-    let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
-        return rpc_error(
-            http::StatusCode::PAYLOAD_TOO_LARGE,
-            &serde_json::Value::Null,
-            INVALID_REQUEST,
-            &format!("the request body is over {limit} bytes (the gateway's --max-body-bytes)"),
-        );
+    let checked = match axum::body::to_bytes(body, limit).await {
+        Ok(bytes) => check(&bytes).map(|()| bytes),
+        Err(_) => Err(Rejection::too_large(limit)),
     };
-    if let Err((status, id, code, message)) = message_problem(&bytes) {
-        return rpc_error(status, &id, code, &message);
+    match checked {
+        Ok(bytes) => {
+            next.run(axum::extract::Request::from_parts(
+                parts,
+                axum::body::Body::from(bytes),
+            ))
+            .await
+        }
+        Err(rejection) => axum::response::IntoResponse::into_response((
+            rejection.status,
+            axum::Json(rejection.answer()),
+        )),
     }
-    next.run(axum::extract::Request::from_parts(
-        parts,
-        axum::body::Body::from(bytes),
-    ))
-    .await
 }
 
-/// What is wrong with `body` as one JSON-RPC 2.0 message for `/mcp`: the HTTP status, the id
-/// to answer (`null` when there is none to use), the JSON-RPC code and the message.
-fn message_problem(body: &[u8]) -> Result<(), (http::StatusCode, serde_json::Value, i64, String)> {
+/// What is wrong with `message` as one JSON-RPC 2.0 message for the MCP server, on `/mcp` (a
+/// request body) and on stdio (a line):
+/// - not JSON: parse error (-32700), HTTP 400;
+/// - not one JSON-RPC 2.0 message (a batch, another `jsonrpc`, no `method`, an `id` that is
+///   neither a string nor an integer): invalid request (-32600), HTTP 400;
+/// - `params` that are not an object, or a `tools/call` without a tool `name` or whose
+///   `arguments` are not an object: invalid params (-32602), HTTP 200 like every JSON-RPC
+///   error answer.
+///
+/// Notifications and a client's answers (`result` or `error`, no `method`) that pass are
+/// answered by rmcp as before: not at all.
+pub fn check(message: &[u8]) -> Result<(), Rejection> {
     use serde_json::Value;
     let bad = http::StatusCode::BAD_REQUEST;
-    let message: Value = serde_json::from_slice(body)
-        .map_err(|e| (bad, Value::Null, PARSE_ERROR, format!("parse error: {e}")))?;
+    let message: Value = serde_json::from_slice(message).map_err(|e| Rejection {
+        status: bad,
+        id: Value::Null,
+        code: PARSE_ERROR,
+        message: format!("parse error: {e}"),
+    })?;
     let Value::Object(message) = message else {
         let what = if message.is_array() {
             "a batch; send one JSON-RPC message per request"
         } else {
             "not a JSON-RPC message (a JSON object)"
         };
-        return Err((
-            bad,
-            Value::Null,
-            INVALID_REQUEST,
-            format!("invalid request: {what}"),
-        ));
+        return Err(Rejection {
+            status: bad,
+            id: Value::Null,
+            code: INVALID_REQUEST,
+            message: format!("invalid request: {what}"),
+        });
     };
     let id = message.get("id").cloned().unwrap_or(Value::Null);
     // MCP's ids are strings or integers (rmcp reads no other number: a 1.5 or a 2^64 was its
@@ -206,12 +250,12 @@ fn message_problem(body: &[u8]) -> Result<(), (http::StatusCode, serde_json::Val
     let id_valid = id.is_string() || id.is_i64() || id.is_u64();
     let answer_id = if id_valid { id } else { Value::Null };
     let invalid = |what: &str| {
-        Err((
-            bad,
-            answer_id.clone(),
-            INVALID_REQUEST,
-            format!("invalid request: {what}"),
-        ))
+        Err(Rejection {
+            status: bad,
+            id: answer_id.clone(),
+            code: INVALID_REQUEST,
+            message: format!("invalid request: {what}"),
+        })
     };
     if message.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return invalid("`jsonrpc` must be \"2.0\"");
@@ -230,69 +274,29 @@ fn message_problem(body: &[u8]) -> Result<(), (http::StatusCode, serde_json::Val
         return invalid("`method` must be a string");
     };
     let params = message.get("params");
-    if method != "tools/call" {
-        return match params {
-            None | Some(Value::Null | Value::Object(_)) => Ok(()),
-            Some(_) => Err((
-                http::StatusCode::OK,
-                answer_id,
-                INVALID_PARAMS,
-                "invalid params: `params` must be an object".to_owned(),
-            )),
-        };
-    }
-    let problem = match params {
-        Some(Value::Object(p)) => match (p.get("name"), p.get("arguments")) {
-            (Some(Value::String(_)), None | Some(Value::Object(_) | Value::Null)) => return Ok(()),
-            (Some(Value::String(_)), Some(_)) => "`arguments` must be an object",
-            _ => "`name` (the tool's name, a string) is missing",
-        },
-        _ => "`params` must be an object with the tool's `name` and its `arguments`",
+    let problem = if method == "tools/call" {
+        match params {
+            Some(Value::Object(p)) => match (p.get("name"), p.get("arguments")) {
+                (Some(Value::String(_)), None | Some(Value::Object(_) | Value::Null)) => {
+                    return Ok(());
+                }
+                (Some(Value::String(_)), Some(_)) => "`arguments` must be an object",
+                _ => "`name` (the tool's name, a string) is missing",
+            },
+            _ => "`params` must be an object with the tool's `name` and its `arguments`",
+        }
+    } else {
+        match params {
+            None | Some(Value::Null | Value::Object(_)) => return Ok(()),
+            Some(_) => "`params` must be an object",
+        }
     };
-    Err((
-        http::StatusCode::OK,
-        answer_id,
-        INVALID_PARAMS,
-        format!("invalid params: {problem}"),
-    ))
-}
-
-/// A JSON-RPC error answer.
-fn rpc_error(
-    status: http::StatusCode,
-    id: &serde_json::Value,
-    code: i64,
-    message: &str,
-) -> axum::response::Response {
-    let body = serde_json::json!({
-        "jsonrpc": "2.0",
-        "id": id,
-        "error": {"code": code, "message": message},
-    });
-    axum::response::IntoResponse::into_response((status, axum::Json(body)))
-}
-
-/// Serves the MCP server on stdin/stdout until the client closes stdin or `shutdown` fires.
-/// stdout carries only protocol messages; logs go to stderr.
-pub async fn serve_stdio(config: Config, shutdown: CancellationToken) -> Result<(), GatewayError> {
-    config.validate()?;
-    let state = AppState::new(&config, shutdown.clone())?;
-    info!(registry = %config.registry_url, "mcp server on stdio");
-    let running = match TaskforceMcp::new(state)
-        .serve_with_ct(stdio_pipes(), shutdown.child_token())
-        .await
-    {
-        Ok(r) => r,
-        // A signal before the client initialised is an ordinary stop.
-        Err(_) if shutdown.is_cancelled() => return Ok(()),
-        Err(e) => return Err(GatewayError::Mcp(e.to_string())),
-    };
-    let reason = running
-        .waiting()
-        .await
-        .map_err(|e| GatewayError::Mcp(e.to_string()))?;
-    info!(reason = ?reason, "mcp stdio session ended");
-    Ok(())
+    Err(Rejection {
+        status: http::StatusCode::OK,
+        id: answer_id,
+        code: INVALID_PARAMS,
+        message: format!("invalid params: {problem}"),
+    })
 }
 
 #[cfg(test)]
@@ -352,11 +356,7 @@ mod tests {
 
     #[test]
     fn ids_must_be_strings_or_integers_and_params_objects() {
-        let code = |body: &str| {
-            message_problem(body.as_bytes())
-                .err()
-                .map(|(_, id, c, _)| (id, c))
-        };
+        let code = |body: &str| check(body.as_bytes()).err().map(|r| (r.id, r.code));
         assert_eq!(code(r#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#), None);
         assert_eq!(
             code(r#"{"jsonrpc":"2.0","id":"a","method":"ping","params":{}}"#),
@@ -373,6 +373,49 @@ mod tests {
         assert_eq!(
             code(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":"x"}"#),
             Some((serde_json::json!(1), INVALID_PARAMS))
+        );
+    }
+
+    #[test]
+    fn tools_call_needs_an_object_with_a_tool_name_and_object_arguments() {
+        let rejected = |params: &str| {
+            let body = format!(r#"{{"jsonrpc":"2.0","id":"c","method":"tools/call"{params}}}"#);
+            check(body.as_bytes()).err().map(|r| {
+                assert_eq!(r.answer()["id"], "c");
+                assert_eq!(r.status, http::StatusCode::OK);
+                r.code
+            })
+        };
+        for ok in [
+            r#","params":{"name":"list_agents"}"#,
+            r#","params":{"name":"list_agents","arguments":null}"#,
+            r#","params":{"name":"show_agent","arguments":{"agent_name":"x"}}"#,
+        ] {
+            assert_eq!(rejected(ok), None, "{ok}");
+        }
+        for bad in [
+            "",
+            r#","params":"list_agents""#,
+            r#","params":["list_agents"]"#,
+            r#","params":{"arguments":{}}"#,
+            r#","params":{"name":7}"#,
+            r#","params":{"name":"show_agent","arguments":["x"]}"#,
+        ] {
+            assert_eq!(rejected(bad), Some(INVALID_PARAMS), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_rejection_answers_with_a_json_rpc_error() {
+        let answer = Rejection::too_large(10).answer();
+        assert_eq!(answer["jsonrpc"], "2.0");
+        assert_eq!(answer["id"], serde_json::Value::Null);
+        assert_eq!(answer["error"]["code"], INVALID_REQUEST);
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("10 bytes")),
+            "{answer}"
         );
     }
 }

@@ -1,14 +1,16 @@
 //! The MCP server's transports: streamable HTTP's security rules (Origin, Host, protocol
 //! version, unknown methods) with raw requests; the 2025 initialize handshake and the stdio mode
-//! (`gateway --mcp-stdio`) through the Python MCP SDK; stdout carrying nothing but JSON-RPC.
+//! (`gateway --mcp-stdio`) through the Python MCP SDK; stdout carrying nothing but JSON-RPC;
+//! malformed messages answered alike on both transports.
 
 use std::process::Stdio;
 
 use serde_json::{Value, json};
-use taskforce_tests::{Stack, paths};
+use taskforce_tests::{Stack, paths, spawn_stack};
 use tokio::{
-    io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
-    process::Command,
+    io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines},
+    process::{Child, ChildStdin, ChildStdout, Command},
+    task::JoinHandle,
 };
 
 use crate::{
@@ -61,77 +63,167 @@ async fn the_initialize_handshake_and_the_stdio_mode_serve_the_same_tools() {
     assert_eq!(structured(&b[0])["agent"]["name"], "invoice-extractor");
 }
 
-#[tokio::test]
-async fn stdio_mode_keeps_stdout_for_the_protocol() {
-    let stack = metadata_stack().spawn().await.expect("stack starts");
-    let mut child = Command::new(paths::binary("gateway").expect("gateway is built"))
-        .args(["--mcp-stdio", "--registry-url"])
-        .arg(format!("http://{}", stack.registry_addr()))
-        .env("RUST_LOG", "debug")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("gateway starts");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let mut stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let mut stderr = child.stderr.take().expect("stderr");
-    // Drained all along, so debug logs can never fill the pipe and stall the gateway.
-    let logs = tokio::spawn(async move {
-        let mut buf = Vec::new();
-        let _ = stderr.read_to_end(&mut buf).await;
-        buf
-    });
-    let messages = [
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "e2e", "version": "1"}}}),
-        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "list_agents", "arguments": {}}}),
-    ];
-    for m in messages {
-        stdin
-            .write_all(format!("{m}\n").as_bytes())
-            .await
-            .expect("write");
+/// A gateway in stdio mode (`RUST_LOG=debug`) over a stack's registry, driven line by line.
+struct StdioGateway {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: Lines<BufReader<ChildStdout>>,
+    /// stderr, drained all along so debug logs can never fill the pipe and stall the gateway.
+    logs: JoinHandle<Vec<u8>>,
+}
+
+impl StdioGateway {
+    fn start(stack: &Stack) -> Self {
+        let mut child = Command::new(paths::binary("gateway").expect("gateway is built"))
+            .args(["--mcp-stdio", "--registry-url"])
+            .arg(format!("http://{}", stack.registry_addr()))
+            .env("RUST_LOG", "debug")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("gateway starts");
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let mut stderr = child.stderr.take().expect("stderr");
+        let logs = tokio::spawn(async move {
+            let mut buf = Vec::new();
+            let _ = stderr.read_to_end(&mut buf).await;
+            buf
+        });
+        Self {
+            child,
+            stdin,
+            stdout,
+            logs,
+        }
     }
-    let mut lines = Vec::new();
-    // Two answers (initialize, tools/call), then closing stdin ends the session; nothing else
-    // may ever appear on stdout.
-    while lines.len() < 2 {
-        let line = tokio::time::timeout(CLIENT_TIMEOUT, stdout.next_line())
+
+    /// Writes `message` as one line.
+    async fn send(&mut self, message: &str) {
+        tokio::time::timeout(
+            CLIENT_TIMEOUT,
+            self.stdin.write_all(format!("{message}\n").as_bytes()),
+        )
+        .await
+        .expect("the gateway reads its stdin in time")
+        .expect("write");
+    }
+
+    /// The next line on stdout, as JSON.
+    async fn answer(&mut self) -> Value {
+        let line = tokio::time::timeout(CLIENT_TIMEOUT, self.stdout.next_line())
             .await
             .expect("the gateway answers in time")
             .expect("stdout is readable")
             .expect("the gateway answers before closing stdout");
-        lines.push(line);
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON-RPC ({e}): {line}"))
     }
-    drop(stdin);
-    while let Some(line) = stdout.next_line().await.expect("stdout is readable") {
-        lines.push(line);
+
+    /// The 2025 handshake: `initialize` (answered) and `notifications/initialized`.
+    async fn initialize(&mut self) -> Value {
+        self.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "e2e", "version": "1"}}}).to_string()).await;
+        let answer = self.answer().await;
+        self.send(r#"{"jsonrpc": "2.0", "method": "notifications/initialized"}"#)
+            .await;
+        answer
     }
-    let status = tokio::time::timeout(CLIENT_TIMEOUT, child.wait())
-        .await
-        .expect("the gateway exits when stdin closes")
-        .expect("exit status");
-    let logs = logs.await.expect("stderr drained");
+
+    /// Closes stdin; returns what stdout still carried, the exit status and the logs.
+    async fn close(mut self) -> (Vec<String>, std::process::ExitStatus, String) {
+        drop(self.stdin);
+        let mut rest = Vec::new();
+        while let Some(line) = tokio::time::timeout(CLIENT_TIMEOUT, self.stdout.next_line())
+            .await
+            .expect("the gateway closes stdout in time")
+            .expect("stdout is readable")
+        {
+            rest.push(line);
+        }
+        let status = tokio::time::timeout(CLIENT_TIMEOUT, self.child.wait())
+            .await
+            .expect("the gateway exits when stdin closes")
+            .expect("exit status");
+        let logs = tokio::time::timeout(CLIENT_TIMEOUT, self.logs)
+            .await
+            .expect("stderr closes")
+            .expect("stderr drained");
+        (rest, status, String::from_utf8_lossy(&logs).into_owned())
+    }
+}
+
+#[tokio::test]
+async fn stdio_mode_keeps_stdout_for_the_protocol() {
+    let stack = metadata_stack().spawn().await.expect("stack starts");
+    let mut gateway = StdioGateway::start(&stack);
+    let init = gateway.initialize().await;
+    gateway
+        .send(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "list_agents", "arguments": {}}}).to_string())
+        .await;
+    let listed = gateway.answer().await;
+    // Two answers (initialize, tools/call), then closing stdin ends the session; nothing else
+    // may ever appear on stdout.
+    let (rest, status, logs) = gateway.close().await;
+    assert!(status.success(), "{status}: {logs}");
+    assert_eq!(rest, Vec::<String>::new());
+    assert_eq!(init["jsonrpc"], "2.0", "{init}");
+    assert_eq!(listed["jsonrpc"], "2.0", "{listed}");
     assert!(
-        status.success(),
-        "{status}: {}",
-        String::from_utf8_lossy(&logs)
-    );
-    let replies: Vec<Value> = lines
-        .iter()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON-RPC ({e}): {l}")))
-        .collect();
-    assert_eq!(replies.len(), 2, "{lines:?}");
-    assert!(replies.iter().all(|l| l["jsonrpc"] == "2.0"), "{lines:?}");
-    assert!(
-        replies[1]["result"]["structuredContent"]["total_count"]
+        listed["result"]["structuredContent"]["total_count"]
             .as_u64()
             .is_some(),
-        "{lines:?}"
+        "{listed}"
     );
     assert!(!logs.is_empty(), "logs go to stderr");
+}
+
+/// A message that is not a valid JSON-RPC request gets the same answer over stdio as over
+/// `/mcp`, body for body: a `tools/call` whose params are not an object is invalid params
+/// (-32602, not rmcp's "method not found"), one whose id is neither a string nor an integer an
+/// invalid request (-32600, id `null`), and so on; the session goes on.
+#[tokio::test]
+async fn stdio_answers_malformed_messages_as_http_does() {
+    let stack = spawn_stack().await.expect("stack starts");
+    let mut gateway = StdioGateway::start(&stack);
+    let init = gateway.initialize().await;
+    assert!(init["result"]["serverInfo"].is_object(), "{init}");
+    let cases = [
+        (
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":"list_agents"}"#,
+            -32602,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":1.5,"method":"tools/call","params":{"name":"list_agents","arguments":{}}}"#,
+            -32600,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"show_agent","arguments":["ws"]}}"#,
+            -32602,
+        ),
+        (r#"[{"jsonrpc":"2.0","id":4,"method":"ping"}]"#, -32600),
+        ("{not json", -32700),
+    ];
+    for (message, code) in cases {
+        let http = raw_text_post(&stack, &[("MCP-Protocol-Version", "2025-06-18")], message).await;
+        gateway.send(message).await;
+        let stdio = gateway.answer().await;
+        assert_eq!(stdio["error"]["code"], code, "{message}: {stdio}");
+        assert_eq!(stdio, http.body, "{message}: {}", http.text);
+    }
+    // A well-formed call on the same session still reaches its tool.
+    gateway
+        .send(r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"list_agents","arguments":{}}}"#)
+        .await;
+    let listed = gateway.answer().await;
+    assert_eq!(listed["id"], 5, "{listed}");
+    assert!(
+        listed["result"]["structuredContent"]["agents"].is_array(),
+        "{listed}"
+    );
+    let (rest, status, logs) = gateway.close().await;
+    assert!(status.success(), "{status}: {logs}");
+    assert_eq!(rest, Vec::<String>::new());
 }
 
 /// A raw JSON-RPC POST to `/mcp` with `headers`.

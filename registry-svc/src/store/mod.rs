@@ -11,11 +11,13 @@
 //! - [`facts`]: what the executors report (BUSY with a lease, last task).
 //! - [`reconcile`]: bringing the cache in line with the files, and the diagnostics.
 //! - [`changes`]: revisions, the change broadcast and snapshots for watchers.
+//! - [`workspaces`]: one workspace id per agent, also when a file was copied from another's.
 
 mod changes;
 mod facts;
 mod read;
 mod reconcile;
+mod workspaces;
 mod write;
 
 use std::{
@@ -73,6 +75,8 @@ pub struct Store {
     /// read (see [`reconcile::Stamp`]), which only reconciles read and change.
     write_lock: Mutex<reconcile::Stamps>,
     diagnostics: Mutex<BTreeMap<String, String>>,
+    /// Which custom agent is served with which workspace id; changed only under the write lock.
+    workspaces: Mutex<workspaces::Workspaces>,
     /// How long after its last change a file is too fresh to be stamped.
     racy: std::time::Duration,
     changes: broadcast::Sender<v1::AgentChange>,
@@ -118,6 +122,7 @@ impl Store {
             custom_dir,
             write_lock: Mutex::default(),
             diagnostics: Mutex::new(BTreeMap::new()),
+            workspaces: Mutex::default(),
             racy: reconcile::RACY,
             changes,
             // Microseconds since the epoch: a restarted registry goes on above the revisions
@@ -125,6 +130,7 @@ impl Store {
             revision: AtomicU64::new(now_ms().saturating_mul(1000)),
             fault: taskforce_runtime::Fault::default(),
         };
+        store.index_workspaces()?;
         Ok(store)
     }
 
@@ -176,6 +182,18 @@ impl Store {
             AgentSource::Profile => &self.profile,
             AgentSource::Custom | AgentSource::Unspecified => &self.custom,
         }
+    }
+
+    /// Drops agent `id` from `source`'s cache (a custom agent's workspace id is free again);
+    /// whether it was there.
+    fn uncache(&self, source: AgentSource, id: &str) -> Result<bool> {
+        let removed = self.tree(source).remove(id.as_bytes())?;
+        if let Some(bytes) = &removed
+            && source != AgentSource::Profile
+        {
+            self.release_workspace(id, bytes);
+        }
+        Ok(removed.is_some())
     }
 
     /// The sled cache's size on disk, in bytes. sled stats its files to answer, and one try

@@ -79,6 +79,15 @@ impl Store {
     pub fn reconcile_all(&self) -> Result<ReconcileStats> {
         let mut stamps = self.lock();
         let mut stats = ReconcileStats::default();
+        // Files read for the first time in this pass claim workspace ids as equals.
+        self.end_workspace_pass();
+        let result = self.reconcile_dirs(&mut stamps, &mut stats);
+        self.end_workspace_pass();
+        result.map(|()| stats)
+    }
+
+    /// [`Store::reconcile_all`] under the write lock.
+    fn reconcile_dirs(&self, stamps: &mut Stamps, stats: &mut ReconcileStats) -> Result<()> {
         for source in [AgentSource::Profile, AgentSource::Custom] {
             let dir = self.dir_of(source);
             let paths = files::yaml_files(dir).map_err(|e| RegistryError::io(dir, e))?;
@@ -91,17 +100,16 @@ impl Store {
                 if let Some(id) = files::stem(&path) {
                     seen.insert(id.to_owned());
                 }
-                self.reconcile_file(source, &path, &mut stamps, &mut stats)?;
+                self.reconcile_file(source, &path, stamps, stats)?;
             }
             let tree = self.tree(source);
             for key in tree.iter().keys() {
                 let key = key?;
                 let id = String::from_utf8_lossy(&key).into_owned();
-                if !seen.contains(&id) {
-                    tree.remove(&key)?;
+                if !seen.contains(&id) && self.uncache(source, &id)? {
                     stats.removed += 1;
                     self.notify(ChangeKind::Deleted, &id, source, None);
-                    self.reread_other(source, &id, &mut stats)?;
+                    self.reread_other(source, &id, stats)?;
                 }
             }
             self.retain_diagnostics(dir, &seen);
@@ -114,7 +122,7 @@ impl Store {
                 path.parent() != Some(dir) || files::stem(path).is_some_and(|id| seen.contains(id))
             });
         }
-        Ok(stats)
+        Ok(())
     }
 
     /// Brings the cache in line with one file (created, changed or deleted).
@@ -126,8 +134,10 @@ impl Store {
         };
         let mut stamps = self.lock();
         stats.files = 1;
-        self.reconcile_file(source, path, &mut stamps, &mut stats)?;
-        Ok(stats)
+        self.end_workspace_pass();
+        let result = self.reconcile_file(source, path, &mut stamps, &mut stats);
+        self.end_workspace_pass();
+        result.map(|()| stats)
     }
 
     /// Says, or stops saying, that `path` (a `.yml` file in a definitions directory, created,
@@ -204,7 +214,7 @@ impl Store {
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 self.forget_diagnostic(path);
-                if tree.remove(id.as_bytes())?.is_some() {
+                if self.uncache(source, &id)? {
                     stats.removed += 1;
                     self.notify(ChangeKind::Deleted, &id, source, None);
                     self.reread_other(source, &id, stats)?;
@@ -244,10 +254,13 @@ impl Store {
         {
             return Ok(());
         }
-        // The times this agent was served with until this change of its file.
-        let before = match cached.and_then(|a| a.kind) {
-            Some(v1::agent::Kind::Custom(c)) => Some((c.created_at, c.updated_at)),
-            _ => None,
+        // The workspace id and the times this agent was served with until this change of its
+        // file.
+        let (workspace_before, before) = match cached.and_then(|a| a.kind) {
+            Some(v1::agent::Kind::Custom(c)) => {
+                (Some(c.workspace_id), Some((c.created_at, c.updated_at)))
+            }
+            _ => (None, None),
         };
         match load(source, &id, version, &bytes) {
             Ok(mut agent) => {
@@ -259,6 +272,9 @@ impl Store {
                         served_times(&mut c.created_at, &mut c.updated_at, path, before);
                     }
                     None => {}
+                }
+                if source != AgentSource::Profile {
+                    self.settle_workspace(&id, &mut agent, workspace_before.as_deref())?;
                 }
                 tree.insert(id.as_bytes(), agent.encode_to_vec())?;
                 self.forget_diagnostic(path);
@@ -302,7 +318,7 @@ impl Store {
         warn!(path = %path.display(), error = %reason, "skipping invalid definition");
         stats.invalid += 1;
         self.remember_diagnostic(path, reason);
-        if self.tree(source).remove(id.as_bytes())?.is_some() {
+        if self.uncache(source, id)? {
             stats.removed += 1;
             self.notify(ChangeKind::Deleted, id, source, None);
         }

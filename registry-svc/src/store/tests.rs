@@ -14,7 +14,7 @@ use crate::{
     error::RegistryError,
 };
 
-fn agent_file() -> CustomAgentFile {
+pub(super) fn agent_file() -> CustomAgentFile {
     CustomAgentFile {
         name: "Agent".into(),
         description: "An agent".into(),
@@ -31,7 +31,7 @@ fn agent_file() -> CustomAgentFile {
 /// Opens the store at `data` again after the test dropped it. sled's background threads let go
 /// of the cache's file lock shortly after the last handle is dropped, not at once: until then an
 /// open is refused as "another process is using the cache", so it is tried again for a while.
-fn reopen(root: &Path, data: &Path) -> Result<Store> {
+pub(super) fn reopen(root: &Path, data: &Path) -> Result<Store> {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         match Store::open(root, data) {
@@ -801,7 +801,7 @@ fn names_in(dir: &Path) -> Result<Vec<String>> {
 }
 
 /// Writes `body` to `path`, mapping the error.
-fn write(path: &Path, body: &str) -> Result<()> {
+pub(super) fn write(path: &Path, body: &str) -> Result<()> {
     fs::write(path, body).map_err(|e| RegistryError::io(path, e))
 }
 

@@ -13,7 +13,7 @@ use taskforce_proto::{
     v1::{self, AgentSource, agent_change::Kind as ChangeKind},
 };
 
-use super::Store;
+use super::{Store, workspaces::workspace_of};
 use crate::{
     convert,
     definition::{self, CustomAgentFile},
@@ -97,9 +97,9 @@ impl Store {
         };
         let created = super::reconcile::served_created_at(created_at, served, &path);
         def.agent_id = Some(id.to_owned());
-        // The workspace id stays what clients have seen, also for files written by hand.
-        def.workspace_id =
-            Some(workspace_id.unwrap_or_else(|| definition::derived_workspace_id(id)));
+        // The workspace id stays what clients have seen, also for files written by hand; a
+        // file copied from another agent's does not keep that agent's.
+        def.workspace_id = Some(self.workspace_for_update(id, workspace_id));
         def.created_at = Some(created);
         def.updated_at = Some(now.to_owned());
         self.write_custom(id, &path, &def, Some(&current))
@@ -113,9 +113,7 @@ impl Store {
         let current = self.read_current(id, &path, expected_version)?;
         files::remove_durable(&path).map_err(|e| RegistryError::io(&path, e))?;
         let cached = self
-            .custom
-            .remove(id)
-            .map_err(RegistryError::from)
+            .uncache(AgentSource::Custom, id)
             .and_then(|_| self.forget_facts(id));
         if let Err(e) = cached {
             return Err(self.undo(&path, Some(&current), e));
@@ -304,14 +302,24 @@ impl Store {
             };
             return Err(err.into());
         }
-        let agent = convert::custom_to_proto(id, files::version_of(yaml.as_bytes()), def);
-        if let Err(e) = self.custom.insert(id, agent.encode_to_vec()) {
-            return Err(self.undo(path, previous, e.into()));
+        let mut agent = convert::custom_to_proto(id, files::version_of(yaml.as_bytes()), def);
+        if let Err(e) = self.cache_written(id, &mut agent) {
+            return Err(self.undo(path, previous, e));
         }
         self.forget_diagnostic(path);
         let mut agent = self.with_runtime(agent);
         agent.revision = self.notify_upserted(&agent);
         Ok(agent)
+    }
+
+    /// Caches custom agent `id` as an API write left its file. Its workspace id is the file's:
+    /// a create's fresh UUID is nobody's, and an update writes one the agent keeps
+    /// ([`Store::workspace_for_update`]).
+    fn cache_written(&self, id: &str, agent: &mut v1::Agent) -> Result<()> {
+        let before = self.cached_custom(id)?;
+        self.settle_workspace(id, agent, before.as_ref().and_then(workspace_of))?;
+        self.custom.insert(id, agent.encode_to_vec())?;
+        Ok(())
     }
 }
 

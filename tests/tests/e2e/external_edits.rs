@@ -9,8 +9,8 @@ use taskforce_tests::{Stack, spawn_registry, spawn_stack};
 use tonic::Code;
 
 use crate::helpers::{
-    EDIT_VISIBLE_WITHIN, SAMPLE_IDS, agent_json, create, custom_spec, grpc_list_all,
-    hand_written_yaml, rss_mib, send, until,
+    EDIT_VISIBLE_WITHIN, Reply, SAMPLE_IDS, agent_json, create, custom_spec, get, grpc_list_all,
+    hand_written_yaml, read_yaml, rss_mib, send, until,
 };
 
 /// GetAgent as a plain result.
@@ -451,5 +451,91 @@ async fn an_idle_registry_does_not_keep_reading_its_files() {
         used < 30,
         "an idle registry used {used} ticks (1/100 s) of CPU in 3 s\n{}",
         stack.logs()
+    );
+}
+
+/// `workspace_id` of a REST agent body, checked to be a UUID (8-4-4-4-12 lowercase hex).
+fn workspace_id_of(reply: &Reply) -> String {
+    let w = reply.body["workspace_id"].as_str().unwrap_or_default();
+    let groups: Vec<usize> = w.split('-').map(str::len).collect();
+    assert!(
+        groups == [8, 4, 4, 4, 12]
+            && w.chars()
+                .all(|c| c == '-' || c.is_ascii_digit() || ('a'..='f').contains(&c)),
+        "workspace_id is a UUID: {}",
+        reply.text
+    );
+    w.to_owned()
+}
+
+#[tokio::test]
+async fn a_copied_agent_file_gets_a_workspace_id_of_its_own_and_the_original_keeps_its() {
+    let mut stack = spawn_stack().await.expect("stack starts");
+    let r = create(&stack, &agent_json("release-notes")).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let original = workspace_id_of(&r);
+
+    // Agents are reviewable YAML: a new one is made by copying a file and changing its id.
+    let custom = stack.custom_dir();
+    let text = std::fs::read_to_string(custom.join("release-notes.yaml")).expect("API's file");
+    assert!(text.contains(&original), "the file holds the id:\n{text}");
+    let copy_path = custom.join("release-notes-v2.yaml");
+    std::fs::write(
+        &copy_path,
+        text.replace("agent_id: release-notes\n", "agent_id: release-notes-v2\n"),
+    )
+    .expect("copy");
+    let copy = until(
+        EDIT_VISIBLE_WITHIN,
+        "the copied agent",
+        || get(&stack, "release-notes-v2"),
+        |r| r.status == 200,
+    )
+    .await;
+    let own = workspace_id_of(&copy);
+    assert_ne!(own, original, "two agents, two workspaces");
+    assert_eq!(
+        workspace_id_of(&get(&stack, "release-notes").await),
+        original,
+        "the original keeps its workspace"
+    );
+    assert!(
+        std::fs::read_to_string(&copy_path)
+            .expect("copy")
+            .contains(&original),
+        "the registry does not rewrite the user's file"
+    );
+
+    // The same after a restart: nothing in the files or the cache moves it.
+    stack.restart().await.expect("registry restarts");
+    for (id, want) in [("release-notes", &original), ("release-notes-v2", &own)] {
+        let r = until(
+            Duration::from_secs(10),
+            "the agents after a restart",
+            || get(&stack, id),
+            |r| r.status == 200,
+        )
+        .await;
+        assert_eq!(&workspace_id_of(&r), want, "{id} after a restart");
+    }
+
+    // An update of the copy (its GET body PUT back) writes the copy's own workspace id.
+    let before = get(&stack, "release-notes-v2").await;
+    let mut body = before.body.clone();
+    body["description"] = json!("Copied, then changed.");
+    let r = send(
+        stack
+            .http()
+            .put(stack.url("/api/v1/agents/release-notes-v2"))
+            .json(&body),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(workspace_id_of(&r), own);
+    let written = read_yaml(&copy_path);
+    assert_eq!(written["workspace_id"].as_str(), Some(own.as_str()));
+    assert_eq!(
+        workspace_id_of(&get(&stack, "release-notes").await),
+        original
     );
 }

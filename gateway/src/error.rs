@@ -79,10 +79,12 @@ impl From<tonic::Status> for RestError {
 }
 
 /// Whether `status` is the connection breaking under a call rather than an answer: no
-/// Taskforce service said it (a reset, a service that died or stopped mid-call).
+/// Taskforce service said it (a reset, a service that died or stopped mid-call, or a
+/// connection that closed before the call went out on it: hyper's "operation was canceled:
+/// connection closed", which tonic reads as `Cancelled`).
 pub(crate) fn lost_connection(status: &tonic::Status) -> bool {
     !taskforce_proto::error::from_taskforce(status)
-        && (status.code() == tonic::Code::Unknown
+        && (matches!(status.code(), tonic::Code::Unknown | tonic::Code::Cancelled)
             || (status.code() == tonic::Code::Internal
                 && status.message().starts_with("h2 protocol error")))
 }
@@ -455,6 +457,13 @@ mod tests {
             ApiError::new(ErrorKind::AlreadyExists, "agent \"a\" already exists").to_status(),
         );
         assert!(!answered.0.message.contains("may have"), "{answered:?}");
+        // A connection that closed before the call went out on it (a stopping executor's):
+        // as lost, not an answer.
+        let closed = tonic::Status::cancelled(
+            "operation was canceled: transport error: operation was canceled: connection closed",
+        );
+        assert!(lost_connection(&closed));
+        assert!(crate::executors::unreachable(&closed));
         // A service's own internal error stays one.
         let own = ApiError::new(ErrorKind::Internal, "internal error; see the registry log");
         let res = RestError::from_upstream(own.to_status(), "registry").into_response();

@@ -338,19 +338,36 @@ async fn an_endpoint_that_is_down_is_said_once_not_per_batch() {
     // Several batches fail (requests make spans; each schedule exports them). An agent the
     // gateway's read model does not have is asked of the registry: a span there too.
     let said = until_exports_fail(&stack).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let metrics = send(stack.http().get(format!(
+    // More requests, more spans, more failed batches: until the registry counts two (a batch
+    // is made only of spans made since the last one, so the requests go on meanwhile).
+    let metrics_url = format!(
         "http://{}/metrics",
         stack.registry_metrics_addr().expect("registry metrics")
-    )))
-    .await
-    .text;
-    let failures: f64 = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("taskforce_trace_export_failures_total "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0.0);
-    assert!(failures >= 2.0, "several batches failed: {metrics}");
+    );
+    let failed_again =
+        taskforce_tests::eventually(Duration::from_secs(20), Duration::from_millis(100), || {
+            let (http, url, metrics_url) = (
+                stack.http().clone(),
+                stack.url("/api/v1/agents/not-an-agent"),
+                metrics_url.clone(),
+            );
+            async move {
+                let _ = http.get(url).send().await;
+                let metrics = http.get(metrics_url).send().await.ok()?.text().await.ok()?;
+                let failures: f64 = metrics
+                    .lines()
+                    .find_map(|l| l.strip_prefix("taskforce_trace_export_failures_total "))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0.0);
+                (failures >= 2.0).then_some(())
+            }
+        })
+        .await;
+    assert!(
+        failed_again.is_some(),
+        "several batches failed: {}",
+        send(stack.http().get(&metrics_url)).await.text
+    );
     let text = std::fs::read_to_string(&registry_log).unwrap_or(said);
     assert_eq!(
         text.matches("trace export failed").count(),

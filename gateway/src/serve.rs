@@ -5,7 +5,9 @@
 //! client that opens connections and never finishes a request's headers held each one open
 //! until the gateway ran out of file descriptors. Here every connection is served by
 //! hyper-util's builder with a timer and [`HEADER_READ_TIMEOUT`], and belongs to the serving
-//! future (a [`JoinSet`]): dropping it closes them all.
+//! future (a [`JoinSet`]): dropping it closes them all. hyper-util first reads enough to tell
+//! HTTP/1 from HTTP/2, with no timer of its own: a connection gets [`HEADER_READ_TIMEOUT`] for
+//! that too, so one that sends nothing (or part of the HTTP/2 preface) is closed as well.
 
 use std::time::Duration;
 
@@ -15,13 +17,23 @@ use hyper_util::{
     server::{conn::auto, graceful::GracefulShutdown},
     service::TowerToHyperService,
 };
-use tokio::{net::TcpListener, task::JoinSet};
+use tokio::{
+    net::{TcpListener, TcpStream},
+    task::JoinSet,
+};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-/// How long a client may take to send a request's headers (HTTP/1); past it the connection is
-/// closed. Bodies and responses are not limited by it (streams run for minutes).
+/// How long a client may take to send a request's headers (HTTP/1), or its first bytes; past
+/// it the connection is closed. Bodies and responses are not limited by it (streams run for
+/// minutes).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What an HTTP/2 connection starts with (RFC 9113 §3.4).
+const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// How often to look again at a connection that has sent part of [`PREFACE`] only.
+const PARTIAL_PREFACE_POLL: Duration = Duration::from_millis(10);
 
 /// How long to wait before accepting again after `accept` failed (out of file descriptors: the
 /// connections that end free some).
@@ -55,13 +67,23 @@ pub async fn serve(listener: TcpListener, app: Router, shutdown: CancellationTok
                 // Small JSON answers must not wait for Nagle's algorithm.
                 let _ = tcp.set_nodelay(true);
                 let service = TowerToHyperService::new(app.clone());
-                let connection = builder
-                    .serve_connection_with_upgrades(TokioIo::new(tcp), service)
-                    .into_owned();
-                let connection = graceful.watch(connection);
+                let (builder, watcher, stop) =
+                    (builder.clone(), graceful.watcher(), shutdown.clone());
                 connections.spawn(async move {
+                    let known = tokio::select! {
+                        () = stop.cancelled() => false,
+                        known = tokio::time::timeout(HEADER_READ_TIMEOUT, protocol_known(&tcp)) => {
+                            matches!(known, Ok(Ok(true)))
+                        }
+                    };
+                    if !known {
+                        return;
+                    }
+                    let connection = builder
+                        .serve_connection_with_upgrades(TokioIo::new(tcp), service)
+                        .into_owned();
                     // A connection's end (a client gone, a reset) is the client's business.
-                    let _ = connection.await;
+                    let _ = watcher.watch(connection).await;
                 });
             }
         }
@@ -69,6 +91,24 @@ pub async fn serve(listener: TcpListener, app: Router, shutdown: CancellationTok
     drop(listener);
     graceful.shutdown().await;
     while connections.join_next().await.is_some() {}
+}
+
+/// Waits until `tcp` has sent what hyper-util reads to tell HTTP/1 from HTTP/2 (the
+/// [`PREFACE`], or a byte that is not the preface's): true then, false when the client closed
+/// first. Only peeks: hyper reads the bytes itself.
+async fn protocol_known(tcp: &TcpStream) -> std::io::Result<bool> {
+    let mut seen = [0u8; PREFACE.len()];
+    loop {
+        let n = tcp.peek(&mut seen).await?;
+        if n == 0 {
+            return Ok(false);
+        }
+        if n == PREFACE.len() || seen[..n] != PREFACE[..n] {
+            return Ok(true);
+        }
+        // Part of the preface: peeking again at once would find the same bytes.
+        tokio::time::sleep(PARTIAL_PREFACE_POLL).await;
+    }
 }
 
 #[cfg(test)]
@@ -97,18 +137,41 @@ mod tests {
             .expect("read");
         assert!(answer.ends_with("hi"), "{answer}");
 
-        // Half a request's headers: the connection is closed once the limit has passed.
+        // Half a request's headers, nothing at all, or part of the HTTP/2 preface (before
+        // hyper knows which protocol it is): each connection is closed once the limit has
+        // passed (the same limit for all three, so they wait together).
         let mut slow = tokio::net::TcpStream::connect(addr).await.expect("connect");
         slow.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n")
             .await
             .expect("write");
+        let mut silent = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let mut partial = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        partial.write_all(&PREFACE[..16]).await.expect("write");
+        // A whole preface is served as HTTP/2: the server's SETTINGS frame comes.
+        let mut h2 = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        h2.write_all(PREFACE).await.expect("write");
+        let mut frame = [0u8; 9];
+        tokio::time::timeout(Duration::from_secs(5), h2.read_exact(&mut frame))
+            .await
+            .expect("answered in time")
+            .expect("read");
+        assert_eq!(frame[3], 0x4, "a SETTINGS frame: {frame:?}");
         let mut rest = Vec::new();
-        let closed = tokio::time::timeout(
-            HEADER_READ_TIMEOUT + Duration::from_secs(5),
-            slow.read_to_end(&mut rest),
-        )
-        .await;
-        assert!(closed.is_ok(), "the half-sent request is still open");
+        for (what, socket) in [
+            ("half-sent request", &mut slow),
+            ("silent", &mut silent),
+            ("partial preface", &mut partial),
+        ] {
+            let closed = tokio::time::timeout(
+                HEADER_READ_TIMEOUT + Duration::from_secs(5),
+                socket.read_to_end(&mut rest),
+            )
+            .await;
+            assert!(closed.is_ok(), "the {what} connection is still open");
+        }
+        // (A graceful stop waits for an HTTP/2 client to answer its GOAWAY's ping: this raw
+        // socket would not.)
+        drop(h2);
 
         shutdown.cancel();
         tokio::time::timeout(Duration::from_secs(5), server)

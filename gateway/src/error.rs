@@ -84,6 +84,7 @@ impl From<tonic::Status> for RestError {
 /// connection closed", which tonic reads as `Cancelled`).
 pub(crate) fn lost_connection(status: &tonic::Status) -> bool {
     !taskforce_proto::error::from_taskforce(status)
+        && !taskforce_proto::error::is_client_deadline(status)
         && (matches!(status.code(), tonic::Code::Unknown | tonic::Code::Cancelled)
             || (status.code() == tonic::Code::Internal
                 && status.message().starts_with("h2 protocol error")))
@@ -464,6 +465,13 @@ mod tests {
         );
         assert!(lost_connection(&closed));
         assert!(crate::executors::unreachable(&closed));
+        // A registry write past the gateway's own deadline: a timeout whose write may have
+        // been applied, not a lost connection.
+        let deadline = tonic::Status::cancelled(tonic::TimeoutExpired(()).to_string());
+        assert!(!lost_connection(&deadline));
+        let write = RestError::from_write(deadline);
+        assert_eq!(write.0.kind, ErrorKind::Timeout);
+        assert!(write.0.message.contains("may have applied"), "{write:?}");
         // A service's own internal error stays one.
         let own = ApiError::new(ErrorKind::Internal, "internal error; see the registry log");
         let res = RestError::from_upstream(own.to_status(), "registry").into_response();

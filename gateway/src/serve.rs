@@ -24,16 +24,19 @@ use tokio::{
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-/// How long a client may take to send a request's headers (HTTP/1), or its first bytes; past
-/// it the connection is closed. Bodies and responses are not limited by it (streams run for
+/// How long a client may take to send its first bytes, and then (HTTP/1) a request's headers;
+/// past either the connection is closed. Bodies and responses are not limited by it (streams run for
 /// minutes).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What an HTTP/2 connection starts with (RFC 9113 §3.4).
 const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// How often to look again at a connection that has sent part of [`PREFACE`] only.
+/// How long to wait before looking again at a connection that has sent part of [`PREFACE`]
+/// only, the first time; the wait doubles up to [`PARTIAL_PREFACE_POLL_MAX`] (a dozen looks
+/// within the limit, not a thousand).
 const PARTIAL_PREFACE_POLL: Duration = Duration::from_millis(10);
+const PARTIAL_PREFACE_POLL_MAX: Duration = Duration::from_millis(1000);
 
 /// How long to wait before accepting again after `accept` failed (out of file descriptors: the
 /// connections that end free some).
@@ -98,6 +101,7 @@ pub async fn serve(listener: TcpListener, app: Router, shutdown: CancellationTok
 /// first. Only peeks: hyper reads the bytes itself.
 async fn protocol_known(tcp: &TcpStream) -> std::io::Result<bool> {
     let mut seen = [0u8; PREFACE.len()];
+    let mut wait = PARTIAL_PREFACE_POLL;
     loop {
         let n = tcp.peek(&mut seen).await?;
         if n == 0 {
@@ -107,7 +111,8 @@ async fn protocol_known(tcp: &TcpStream) -> std::io::Result<bool> {
             return Ok(true);
         }
         // Part of the preface: peeking again at once would find the same bytes.
-        tokio::time::sleep(PARTIAL_PREFACE_POLL).await;
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(PARTIAL_PREFACE_POLL_MAX);
     }
 }
 

@@ -185,6 +185,14 @@ impl ErrorKind {
     }
 }
 
+/// Whether `status` is tonic's own report of a call that ran past the deadline its client gave
+/// it (`CANCELLED` "Timeout expired", made on this side: the server said nothing).
+pub fn is_client_deadline(status: &Status) -> bool {
+    status.code() == Code::Cancelled
+        && status.details().is_empty()
+        && status.message() == tonic::TimeoutExpired(()).to_string()
+}
+
 /// A client-facing error: kind, message, and structured details.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{message}")]
@@ -292,7 +300,13 @@ impl ApiError {
         let info = details.error_info();
         let kind = info
             .and_then(|i| ErrorKind::from_reason(&i.reason))
-            .unwrap_or_else(|| ErrorKind::from_code(status.code()));
+            .unwrap_or_else(|| {
+                if is_client_deadline(status) {
+                    ErrorKind::Timeout
+                } else {
+                    ErrorKind::from_code(status.code())
+                }
+            });
         let mut extra: Vec<(String, Value)> = info
             .map(|i| {
                 i.metadata

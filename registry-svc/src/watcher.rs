@@ -97,10 +97,8 @@ pub async fn run(
                 })
             } else {
                 // One path that fails is said; the batch's other paths still count.
-                for p in &batch {
-                    if let Err(e) = follower.reconcile_path(p)
-                        && !follower.note_failure(&e)
-                    {
+                for (p, e) in follower.reconcile_paths(batch.iter().map(PathBuf::as_path)) {
+                    if !follower.note_failure(&e) {
                         warn!(path = %p.display(), error = %e, "reconciling a changed file failed; the periodic reconcile retries");
                     }
                 }

@@ -183,6 +183,10 @@ impl<R: AsyncRead + Unpin> CheckedLines<R> {
                 self.passed = line;
                 self.handed = 0;
             }
+            // JSON-RPC answers no notification, a bad one neither.
+            Err(rejection) if rejection.notification => {
+                debug!(code = rejection.code, error = %rejection.message, "dropping an invalid mcp notification");
+            }
             Err(rejection) => {
                 debug!(code = rejection.code, id = %rejection.id, error = %rejection.message, "answering an invalid mcp message");
                 self.answer = Some(answer_line(&rejection));
@@ -323,8 +327,12 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":1.5,"method":"tools/call","params":{"name":"list_agents"}}"#;
         let batch = r#"[{"jsonrpc":"2.0","id":3,"method":"ping"}]"#;
         let notification = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+        // A notification whose params do not fit: dropped, not answered (JSON-RPC answers no
+        // notification).
+        let bad_notification =
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized","params":[]}"#;
         let input = format!(
-            "{good}\n\n{bad_params}\r\n{bad_id}\n{batch}\n{{not json\n{notification}\n\u{feff}{good}\r\n{good}"
+            "{good}\n\n{bad_params}\r\n{bad_id}\n{bad_notification}\n{batch}\n{{not json\n{notification}\n\u{feff}{good}\r\n{good}"
         );
         let (passed, answers) = run(input.as_bytes(), 1024).await;
         // Good lines unchanged (a BOM and `\r\n` included); an unterminated last line dropped.

@@ -141,6 +141,10 @@ pub struct Rejection {
     pub code: i64,
     /// What is wrong, for the client.
     pub message: String,
+    /// The message is a notification (a `method`, no `id`) whose `params` do not fit: JSON-RPC
+    /// answers no notification, so stdio says nothing (HTTP still answers the POST, as MCP's
+    /// transport allows).
+    pub notification: bool,
 }
 
 impl Rejection {
@@ -153,6 +157,7 @@ impl Rejection {
             message: format!(
                 "the request body is over {limit} bytes (the gateway's --max-body-bytes)"
             ),
+            notification: false,
         }
     }
 
@@ -230,6 +235,7 @@ pub fn check(message: &[u8]) -> Result<(), Rejection> {
         id: Value::Null,
         code: PARSE_ERROR,
         message: format!("parse error: {e}"),
+        notification: false,
     })?;
     let Value::Object(message) = message else {
         let what = if message.is_array() {
@@ -242,6 +248,7 @@ pub fn check(message: &[u8]) -> Result<(), Rejection> {
             id: Value::Null,
             code: INVALID_REQUEST,
             message: format!("invalid request: {what}"),
+            notification: false,
         });
     };
     let id = message.get("id").cloned().unwrap_or(Value::Null);
@@ -255,6 +262,7 @@ pub fn check(message: &[u8]) -> Result<(), Rejection> {
             id: answer_id.clone(),
             code: INVALID_REQUEST,
             message: format!("invalid request: {what}"),
+            notification: false,
         })
     };
     if message.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
@@ -296,6 +304,7 @@ pub fn check(message: &[u8]) -> Result<(), Rejection> {
         id: answer_id,
         code: INVALID_PARAMS,
         message: format!("invalid params: {problem}"),
+        notification: !message.contains_key("id"),
     })
 }
 

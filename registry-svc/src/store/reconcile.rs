@@ -127,6 +127,29 @@ impl Store {
 
     /// Brings the cache in line with one file (created, changed or deleted).
     pub fn reconcile_path(&self, path: &Path) -> Result<ReconcileStats> {
+        self.end_workspace_pass();
+        let result = self.reconcile_one(path);
+        self.end_workspace_pass();
+        result
+    }
+
+    /// [`Store::reconcile_path`] for each of `paths` (a watcher's batch) in one pass: files
+    /// that arrive together claim workspace ids as equals, as in a full reconcile. Returns the
+    /// paths that failed; the others count.
+    pub fn reconcile_paths<'a>(
+        &self,
+        paths: impl IntoIterator<Item = &'a Path>,
+    ) -> Vec<(&'a Path, RegistryError)> {
+        self.end_workspace_pass();
+        let failed = paths
+            .into_iter()
+            .filter_map(|p| self.reconcile_one(p).err().map(|e| (p, e)))
+            .collect();
+        self.end_workspace_pass();
+        failed
+    }
+
+    fn reconcile_one(&self, path: &Path) -> Result<ReconcileStats> {
         let mut stats = ReconcileStats::default();
         let Some(source) = self.source_of(path) else {
             self.reconcile_misnamed(path);
@@ -134,10 +157,8 @@ impl Store {
         };
         let mut stamps = self.lock();
         stats.files = 1;
-        self.end_workspace_pass();
-        let result = self.reconcile_file(source, path, &mut stamps, &mut stats);
-        self.end_workspace_pass();
-        result.map(|()| stats)
+        self.reconcile_file(source, path, &mut stamps, &mut stats)?;
+        Ok(stats)
     }
 
     /// Says, or stops saying, that `path` (a `.yml` file in a definitions directory, created,

@@ -165,14 +165,22 @@ impl Store {
         let before = before.map(canonical);
         let prior = before.as_deref() == Some(w.as_str());
         let mut ws = self.workspaces();
+        // A holder whose file is gone (renamed, removed) or names another id now is only not
+        // reconciled yet: it keeps nothing.
+        let holder = match ws.holders.get(&w) {
+            Some(h) if h == id => None,
+            Some(h) => self
+                .cached_custom(h)?
+                .filter(|_| self.file_still_names(h, &w))
+                .map(|a| (h.clone(), a)),
+            None => None,
+        };
         if let Some(old) = before.filter(|old| *old != w) {
             ws.release(id, &old);
         }
-        let holder = match ws.holders.get(&w) {
-            Some(h) if h == id => return Ok(()),
-            Some(h) => self.cached_custom(h)?.map(|a| (h.clone(), a)),
-            None => None,
-        };
+        if ws.holders.get(&w).is_some_and(|h| h == id) {
+            return Ok(());
+        }
         let Some((holder, held)) = holder else {
             ws.holders.insert(w.clone(), id.to_owned());
             if prior {
@@ -220,14 +228,37 @@ impl Store {
     }
 
     /// The workspace id an API update writes into custom agent `id`'s file, which names `named`:
-    /// that one while no other agent keeps it, else (a copied file, or none named, or not a
-    /// UUID) the one derived from `id`, which the agent is served with.
-    pub(super) fn workspace_for_update(&self, id: &str, named: Option<String>) -> String {
+    /// the one the agent is served with (an update keeps it, also for a copy whose original is
+    /// gone), else the file's while no other agent keeps it, else (a copied file, none named,
+    /// not a UUID) the one derived from `id`.
+    pub(super) fn workspace_for_update(&self, id: &str, named: Option<String>) -> Result<String> {
+        let served = self
+            .cached_custom(id)?
+            .as_ref()
+            .and_then(workspace_of)
+            .map(str::to_owned);
         let ws = self.workspaces();
-        named
+        Ok(served
+            .into_iter()
+            .chain(named)
             .filter(|w| uuid::Uuid::parse_str(w).is_ok())
-            .filter(|w| ws.holders.get(&canonical(w)).is_none_or(|h| h == id))
-            .unwrap_or_else(|| definition::derived_workspace_id(id))
+            .find(|w| ws.holders.get(&canonical(w)).is_none_or(|h| h == id))
+            .unwrap_or_else(|| definition::derived_workspace_id(id)))
+    }
+
+    /// Whether custom agent `holder`'s file still names workspace id `w` (canonical), itself or
+    /// (naming none) through the id derived from `holder`.
+    fn file_still_names(&self, holder: &str, w: &str) -> bool {
+        let Ok(Some(bytes)) =
+            files::read_at_most(&self.custom_file(holder), files::MAX_DEFINITION_BYTES)
+        else {
+            return false;
+        };
+        let named = match files::yaml::<definition::CustomAgentFile>(&bytes) {
+            Ok(file) => file.workspace_id,
+            Err(_) => super::write::kept_fields(&bytes).0,
+        };
+        canonical(&named.unwrap_or_else(|| definition::derived_workspace_id(holder))) == w
     }
 
     /// Ends a pass: what was taken in it counts as served from now on (rule 2).

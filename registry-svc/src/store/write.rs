@@ -99,7 +99,7 @@ impl Store {
         def.agent_id = Some(id.to_owned());
         // The workspace id stays what clients have seen, also for files written by hand; a
         // file copied from another agent's does not keep that agent's.
-        def.workspace_id = Some(self.workspace_for_update(id, workspace_id));
+        def.workspace_id = Some(self.workspace_for_update(id, workspace_id)?);
         def.created_at = Some(created);
         def.updated_at = Some(now.to_owned());
         self.write_custom(id, &path, &def, Some(&current))
@@ -325,7 +325,7 @@ impl Store {
 
 /// `workspace_id` and `created_at` of a definition file that does not parse as one: from its
 /// YAML when that parses, else from its top-level `key: value` lines.
-fn kept_fields(bytes: &[u8]) -> (Option<String>, Option<String>) {
+pub(super) fn kept_fields(bytes: &[u8]) -> (Option<String>, Option<String>) {
     let text = String::from_utf8_lossy(bytes);
     let yaml = serde_yaml::from_str::<serde_yaml::Value>(&text).ok();
     let field = |key: &str| -> Option<String> {

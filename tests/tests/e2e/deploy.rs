@@ -1058,7 +1058,21 @@ fn unauthenticated(argv: &[String], env: &[(String, String)]) -> Option<String> 
         argv.iter()
             .any(|a| a == name || a.starts_with(&format!("{name}=")))
     };
-    if has_flag("--insecure-no-auth") || vars.contains_key("TASKFORCE_INSECURE_NO_AUTH") {
+    // A switch, as the services read it: on alone or with 1/true/yes/on.
+    let on = |v: &str| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "1" | "true" | "yes" | "on"
+        )
+    };
+    let insecure_flag = argv.iter().any(|a| {
+        a == "--insecure-no-auth" || a.strip_prefix("--insecure-no-auth=").is_some_and(&on)
+    });
+    if insecure_flag
+        || vars
+            .get("TASKFORCE_INSECURE_NO_AUTH")
+            .is_some_and(|v| on(v))
+    {
         return Some(format!(
             "listens on 0.0.0.0 ({ports:?}) with authentication switched off"
         ));

@@ -360,3 +360,74 @@ fn a_copy_keeps_its_own_workspace_id_once_the_original_is_gone_until_its_file_ch
     assert_ne!(workspace_id(&store, "zz-original")?, original);
     Ok(())
 }
+
+#[test]
+fn an_update_keeps_the_workspace_id_served_also_once_the_original_is_gone() -> Result<()> {
+    let dir = tempfile::tempdir().map_err(|e| RegistryError::io(Path::new("tmp"), e))?;
+    let (root, custom) = custom_dir(dir.path())?;
+    let store = Store::open(&root, &dir.path().join("data"))?;
+    store.reconcile_all()?;
+    store.create("zz-original", agent_file(), NOW)?;
+    let copy = copy_agent(&custom, "zz-original", "aa-copy")?;
+    store.reconcile_path(&copy)?;
+    let version = store.get("zz-original")?.version;
+    store.delete("zz-original", &version)?;
+    // The copy's file still names the original's id, which nobody has now: an update keeps
+    // the one the copy is served with, and writes it.
+    let own = derived_workspace_id("aa-copy");
+    store.update("aa-copy", agent_file(), "", "2026-11-23T09:00:00Z")?;
+    assert_eq!(workspace_id(&store, "aa-copy")?, own);
+    assert_eq!(written_workspace_id(&copy)?.as_deref(), Some(&*own));
+    Ok(())
+}
+
+#[test]
+fn a_renamed_file_keeps_its_workspace_id_however_the_rename_is_seen() -> Result<()> {
+    let dir = tempfile::tempdir().map_err(|e| RegistryError::io(Path::new("tmp"), e))?;
+    let (root, custom) = custom_dir(dir.path())?;
+    let data = dir.path().join("data");
+    let rename = |from: &str, to: &str| -> Result<(PathBuf, PathBuf)> {
+        let (old, new) = (
+            custom.join(format!("{from}.yaml")),
+            custom.join(format!("{to}.yaml")),
+        );
+        let text = fs::read_to_string(&old).map_err(|e| RegistryError::io(&old, e))?;
+        write(
+            &new,
+            &text.replace(&format!("agent_id: {from}\n"), &format!("agent_id: {to}\n")),
+        )?;
+        fs::remove_file(&old).map_err(|e| RegistryError::io(&old, e))?;
+        Ok((old, new))
+    };
+    let store = Store::open(&root, &data)?;
+    store.reconcile_all()?;
+    store.create("zz-agent", agent_file(), NOW)?;
+    let w = workspace_id(&store, "zz-agent")?;
+
+    // Seen by the watcher, the new name first (it sorts first): the old entry is not reconciled
+    // yet when the new file is read, and its file is gone.
+    let (old, new) = rename("zz-agent", "aa-agent")?;
+    let failed = store.reconcile_paths([new.as_path(), old.as_path()]);
+    assert!(failed.is_empty(), "{failed:?}");
+    assert_eq!(workspace_id(&store, "aa-agent")?, w);
+
+    // While the registry is stopped: at the next start the cache still has the old name.
+    drop(store);
+    rename("aa-agent", "mm-agent")?;
+    let store = reopen(&root, &data)?;
+    store.reconcile_all()?;
+    assert_eq!(workspace_id(&store, "mm-agent")?, w);
+
+    // The original edited to another id in the same batch as a copy that sorts first: the copy
+    // is read while the original's entry still has the id, but its file no longer names it.
+    let copy = copy_agent(&custom, "mm-agent", "bb-copy")?;
+    let original = custom.join("mm-agent.yaml");
+    let text = fs::read_to_string(&original).map_err(|e| RegistryError::io(&original, e))?;
+    let other = uuid::Uuid::new_v4().to_string();
+    write(&original, &text.replace(&w, &other))?;
+    let failed = store.reconcile_paths([copy.as_path(), original.as_path()]);
+    assert!(failed.is_empty(), "{failed:?}");
+    assert_eq!(workspace_id(&store, "bb-copy")?, w);
+    assert_eq!(workspace_id(&store, "mm-agent")?, other);
+    Ok(())
+}

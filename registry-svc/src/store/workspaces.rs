@@ -228,22 +228,23 @@ impl Store {
     }
 
     /// The workspace id an API update writes into custom agent `id`'s file, which names `named`:
-    /// the one the agent is served with (an update keeps it, also for a copy whose original is
-    /// gone), else the file's while no other agent keeps it, else (a copied file, none named,
-    /// not a UUID) the one derived from `id`.
-    pub(super) fn workspace_for_update(&self, id: &str, named: Option<String>) -> Result<String> {
-        let served = self
-            .cached_custom(id)?
-            .as_ref()
-            .and_then(workspace_of)
-            .map(str::to_owned);
+    /// `served`, the one the agent is served with (an update keeps it, also for a copy whose
+    /// original is gone), else the file's while no other agent keeps it, else (a copied file,
+    /// none named, not a UUID) the one derived from `id`.
+    pub(super) fn workspace_for_update(
+        &self,
+        id: &str,
+        served: Option<&str>,
+        named: Option<String>,
+    ) -> String {
         let ws = self.workspaces();
-        Ok(served
+        served
+            .map(str::to_owned)
             .into_iter()
             .chain(named)
             .filter(|w| uuid::Uuid::parse_str(w).is_ok())
             .find(|w| ws.holders.get(&canonical(w)).is_none_or(|h| h == id))
-            .unwrap_or_else(|| definition::derived_workspace_id(id)))
+            .unwrap_or_else(|| definition::derived_workspace_id(id))
     }
 
     /// Whether custom agent `holder`'s file still names workspace id `w` (canonical), itself or
@@ -327,7 +328,7 @@ impl Workspaces {
 
 /// The workspace id a cached custom agent is served with (none in an entry cached before
 /// there were workspace ids).
-pub(super) fn workspace_of(agent: &v1::Agent) -> Option<&str> {
+fn workspace_of(agent: &v1::Agent) -> Option<&str> {
     match &agent.kind {
         Some(v1::agent::Kind::Custom(c)) if !c.workspace_id.is_empty() => {
             Some(c.workspace_id.as_str())

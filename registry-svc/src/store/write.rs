@@ -13,7 +13,7 @@ use taskforce_proto::{
     v1::{self, AgentSource, agent_change::Kind as ChangeKind},
 };
 
-use super::{Store, workspaces::workspace_of};
+use super::Store;
 use crate::{
     convert,
     definition::{self, CustomAgentFile},
@@ -63,7 +63,7 @@ impl Store {
         def.updated_at = Some(now.to_owned());
         // A new agent starts with no runtime history, even if an old one had this id.
         self.forget_facts(id)?;
-        self.write_custom(id, &path, &def, None)
+        self.write_custom(id, &path, &def, None, None)
     }
 
     fn update_inner(
@@ -83,26 +83,25 @@ impl Store {
             Ok(old) => (old.workspace_id, old.created_at),
             Err(_) => kept_fields(&current),
         };
-        // The created_at clients saw: the file's, else what was served for it.
-        let served = match self
-            .custom
-            .get(id)?
-            .and_then(|a| v1::Agent::decode(a.as_ref()).ok())
+        // What was served for it: the created_at clients saw when the file has none, and the
+        // workspace id.
+        let (served_created, served_workspace) = match self.cached_custom(id)?.and_then(|a| a.kind)
         {
-            Some(v1::Agent {
-                kind: Some(v1::agent::Kind::Custom(c)),
-                ..
-            }) => Some(c.created_at),
-            _ => None,
+            Some(v1::agent::Kind::Custom(c)) => (
+                Some(c.created_at),
+                Some(c.workspace_id).filter(|w| !w.is_empty()),
+            ),
+            _ => (None, None),
         };
-        let created = super::reconcile::served_created_at(created_at, served, &path);
+        let created = super::reconcile::served_created_at(created_at, served_created, &path);
         def.agent_id = Some(id.to_owned());
         // The workspace id stays what clients have seen, also for files written by hand; a
         // file copied from another agent's does not keep that agent's.
-        def.workspace_id = Some(self.workspace_for_update(id, workspace_id)?);
+        def.workspace_id =
+            Some(self.workspace_for_update(id, served_workspace.as_deref(), workspace_id));
         def.created_at = Some(created);
         def.updated_at = Some(now.to_owned());
-        self.write_custom(id, &path, &def, Some(&current))
+        self.write_custom(id, &path, &def, Some(&current), served_workspace.as_deref())
     }
 
     fn delete_inner(&self, id: &str, expected_version: &str) -> Result<u64> {
@@ -268,6 +267,7 @@ impl Store {
         path: &Path,
         def: &CustomAgentFile,
         previous: Option<&[u8]>,
+        served_workspace: Option<&str>,
     ) -> Result<v1::Agent> {
         let yaml = definition::file_text(id, def)?;
         let expected = previous.map(files::version_of);
@@ -303,7 +303,7 @@ impl Store {
             return Err(err.into());
         }
         let mut agent = convert::custom_to_proto(id, files::version_of(yaml.as_bytes()), def);
-        if let Err(e) = self.cache_written(id, &mut agent) {
+        if let Err(e) = self.cache_written(id, &mut agent, served_workspace) {
             return Err(self.undo(path, previous, e));
         }
         self.forget_diagnostic(path);
@@ -312,12 +312,11 @@ impl Store {
         Ok(agent)
     }
 
-    /// Caches custom agent `id` as an API write left its file. Its workspace id is the file's:
-    /// a create's fresh UUID is nobody's, and an update writes one the agent keeps
-    /// ([`Store::workspace_for_update`]).
-    fn cache_written(&self, id: &str, agent: &mut v1::Agent) -> Result<()> {
-        let before = self.cached_custom(id)?;
-        self.settle_workspace(id, agent, before.as_ref().and_then(workspace_of))?;
+    /// Caches custom agent `id` as an API write left its file (`served`: the workspace id it
+    /// was served with before). Its workspace id is the file's: a create's fresh UUID is
+    /// nobody's, and an update writes one the agent keeps ([`Store::workspace_for_update`]).
+    fn cache_written(&self, id: &str, agent: &mut v1::Agent, served: Option<&str>) -> Result<()> {
+        self.settle_workspace(id, agent, served)?;
         self.custom.insert(id, agent.encode_to_vec())?;
         Ok(())
     }

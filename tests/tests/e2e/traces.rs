@@ -302,18 +302,37 @@ async fn without_an_endpoint_nothing_is_exported_or_complained_about() {
     }
 }
 
-/// Asks the gateway for an agent its read model does not have (a span in the registry too)
-/// until the registry's log says its trace exports fail; the log then.
-async fn until_exports_fail(stack: &Stack) -> String {
-    let registry_log = stack.registry_log();
-    taskforce_tests::eventually(Duration::from_secs(30), Duration::from_millis(100), || {
-        let (http, url, log) = (
+/// Asks the gateway for an agent its read model does not have (a span in the registry too),
+/// every 100 ms within `within`, until `check` (run after each request) says something.
+async fn asking_the_registry_until<T, F, Fut>(
+    stack: &Stack,
+    within: Duration,
+    check: F,
+) -> Option<T>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    taskforce_tests::eventually(within, Duration::from_millis(100), || {
+        let (http, url) = (
             stack.http().clone(),
             stack.url("/api/v1/agents/not-an-agent"),
-            registry_log.clone(),
         );
+        let checked = check();
         async move {
             let _ = http.get(url).send().await;
+            checked.await
+        }
+    })
+    .await
+}
+
+/// [`asking_the_registry_until`] the registry's log says its trace exports fail; the log then.
+async fn until_exports_fail(stack: &Stack) -> String {
+    let registry_log = stack.registry_log();
+    asking_the_registry_until(stack, Duration::from_secs(30), || {
+        let log = registry_log.clone();
+        async move {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
             text.contains("trace export failed").then_some(text)
         }
@@ -344,25 +363,19 @@ async fn an_endpoint_that_is_down_is_said_once_not_per_batch() {
         "http://{}/metrics",
         stack.registry_metrics_addr().expect("registry metrics")
     );
-    let failed_again =
-        taskforce_tests::eventually(Duration::from_secs(20), Duration::from_millis(100), || {
-            let (http, url, metrics_url) = (
-                stack.http().clone(),
-                stack.url("/api/v1/agents/not-an-agent"),
-                metrics_url.clone(),
-            );
-            async move {
-                let _ = http.get(url).send().await;
-                let metrics = http.get(metrics_url).send().await.ok()?.text().await.ok()?;
-                let failures: f64 = metrics
-                    .lines()
-                    .find_map(|l| l.strip_prefix("taskforce_trace_export_failures_total "))
-                    .and_then(|v| v.trim().parse().ok())
-                    .unwrap_or(0.0);
-                (failures >= 2.0).then_some(())
-            }
-        })
-        .await;
+    let failed_again = asking_the_registry_until(&stack, Duration::from_secs(20), || {
+        let (http, metrics_url) = (stack.http().clone(), metrics_url.clone());
+        async move {
+            let metrics = http.get(metrics_url).send().await.ok()?.text().await.ok()?;
+            let failures: f64 = metrics
+                .lines()
+                .find_map(|l| l.strip_prefix("taskforce_trace_export_failures_total "))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0.0);
+            (failures >= 2.0).then_some(())
+        }
+    })
+    .await;
     assert!(
         failed_again.is_some(),
         "several batches failed: {}",

@@ -166,8 +166,10 @@ pub async fn run_with(
         &config.registry_url,
         Duration::from_millis(config.registry_timeout_ms),
         config.busy_lease_secs,
+        config.instance.as_deref(),
         service_token,
     )?;
+    registry.release_lost_runs(store.interrupted_agents());
     let tasks = CancellationToken::new();
     let watch = tokio::spawn(registry.clone().watch(tasks.clone()));
     let idle_reports = tokio::spawn(registry.clone().report_idle(tasks.clone()));

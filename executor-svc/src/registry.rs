@@ -66,6 +66,8 @@ struct Inner {
     client: AgentRegistryClient<taskforce_runtime::telemetry::TracedChannel>,
     timeout: Duration,
     lease_secs: u32,
+    /// Who the status reports say they come from: the executor's instance name ("" unnamed).
+    reporter: String,
     cache: Mutex<HashMap<String, Arc<AgentDef>>>,
     watching: AtomicBool,
     generation: AtomicU64,
@@ -77,11 +79,12 @@ struct Inner {
 }
 
 impl Registry {
-    /// A client for `url`, connected on first use.
+    /// A client for `url`, connected on first use, reporting as `reporter` (the instance name).
     pub fn new(
         url: &str,
         timeout: Duration,
         lease_secs: u32,
+        reporter: Option<&str>,
         authorization: Option<http::HeaderValue>,
     ) -> Result<Self, ExecutorError> {
         let endpoint = Channel::from_shared(url.to_owned())
@@ -99,6 +102,7 @@ impl Registry {
                 )),
                 timeout,
                 lease_secs: lease_secs.max(2),
+                reporter: reporter.unwrap_or_default().to_owned(),
                 cache: Mutex::new(HashMap::new()),
                 watching: AtomicBool::new(false),
                 generation: AtomicU64::new(0),
@@ -266,6 +270,27 @@ impl Registry {
         }
     }
 
+    /// Ends the BUSY the previous process reported for `agents` (the agents of the runs it left
+    /// running): their IDLE reports fall due now, unless a run of the agent starts first. Only
+    /// this reporter's hold ends, so it takes an executor restarted under its `--instance`
+    /// name (or the one unnamed executor); others end when their lease does.
+    pub fn release_lost_runs(&self, agents: &[String]) {
+        if agents.is_empty() {
+            return;
+        }
+        if let Ok(mut running) = self.inner.running.lock() {
+            let now = Instant::now();
+            for agent_id in agents {
+                running.entry(agent_id.clone()).or_insert(Running {
+                    live: 0,
+                    reported: None,
+                    idle_at: Some(now),
+                });
+            }
+        }
+        self.inner.idle_due.notify_one();
+    }
+
     /// Sends the IDLE reports as they fall due, until `stop` fires; then sends those still
     /// waiting at once (the runs have ended by then).
     pub async fn report_idle(self, stop: CancellationToken) {
@@ -362,6 +387,7 @@ impl Registry {
             status: status as i32,
             last_task: task.to_owned(),
             lease_seconds: self.inner.lease_secs,
+            reporter: self.inner.reporter.clone(),
         };
         match tokio::time::timeout(self.inner.timeout, client.report_agent_status(request)).await {
             Ok(Ok(_)) => {}
@@ -377,8 +403,7 @@ mod tests {
 
     #[tokio::test]
     async fn busy_is_reported_on_transitions_and_when_the_report_gets_old() {
-        let registry = Registry::new("http://127.0.0.1:9", Duration::from_secs(1), 120, None)
-            .expect("a valid URL");
+        let registry = test_registry();
         let renew = Duration::from_secs(60);
         let now = Instant::now();
         assert!(registry.start_run("a", renew), "the first run reports BUSY");
@@ -420,5 +445,32 @@ mod tests {
         assert_eq!(registry.end_run("a", now), 0);
         assert_eq!(registry.take_idle(None), vec!["a".to_owned()]);
         assert!(registry.take_idle(None).is_empty(), "b still runs");
+    }
+
+    fn test_registry() -> Registry {
+        Registry::new(
+            "http://127.0.0.1:9",
+            Duration::from_secs(1),
+            120,
+            Some("e0"),
+            None,
+        )
+        .expect("a valid URL")
+    }
+
+    #[tokio::test]
+    async fn the_runs_a_previous_process_left_are_reported_idle_at_once() {
+        let registry = test_registry();
+        let renew = Duration::from_secs(60);
+        registry.release_lost_runs(&["a".to_owned(), "b".to_owned()]);
+        assert!(registry.next_idle().is_some_and(|at| at <= Instant::now()));
+        // A run of b that starts first keeps it BUSY, and reports so (nothing was reported
+        // by this process yet).
+        assert!(registry.start_run("b", renew));
+        assert_eq!(
+            registry.take_idle(Some(Instant::now())),
+            vec!["a".to_owned()]
+        );
+        assert_eq!(registry.next_idle(), None);
     }
 }

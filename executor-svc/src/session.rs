@@ -512,6 +512,9 @@ pub struct SessionStore {
     fault: taskforce_runtime::Fault,
     /// Runs' ends that could not be stored (see [`SessionStore::keep_unsaved`]).
     unsaved: Arc<std::sync::Mutex<std::collections::HashMap<String, Session>>>,
+    /// The agents of the runs a previous process left running (see
+    /// [`SessionStore::interrupted_agents`]).
+    interrupted: Arc<[String]>,
 }
 
 /// The count of stored sessions against its limit.
@@ -646,7 +649,7 @@ impl SessionStore {
         let seqs = db.open_tree("seq_reserved")?;
         let fault = taskforce_runtime::Fault::default();
         let flusher = Flusher::start(db, fault.clone())?;
-        let store = Self {
+        let mut store = Self {
             sessions,
             seqs,
             durability: Arc::new(GroupCommit {
@@ -658,7 +661,9 @@ impl SessionStore {
             stored: Arc::default(),
             fault,
             unsaved: Arc::default(),
+            interrupted: Arc::new([]),
         };
+        let mut interrupted = std::collections::BTreeSet::new();
         let mut orphaned = 0usize;
         let mut count = 0usize;
         for entry in store.sessions.iter() {
@@ -687,8 +692,10 @@ impl SessionStore {
                     .sessions
                     .insert(session.id.as_bytes(), serde_json::to_vec(&session)?)?;
                 orphaned += 1;
+                interrupted.insert(session.agent_id);
             }
         }
+        store.interrupted = interrupted.into_iter().collect();
         store.stored.count.store(count, Ordering::Relaxed);
         // No run is live yet: every reservation is spent.
         store.seqs.clear()?;
@@ -700,6 +707,12 @@ impl SessionStore {
             );
         }
         Ok(store)
+    }
+
+    /// The agents whose runs the previous process left running when it stopped (each once,
+    /// sorted): the BUSY it reported for them ends with it.
+    pub fn interrupted_agents(&self) -> &[String] {
+        &self.interrupted
     }
 
     /// The key of the state tokens that name this store's paused sub-agent frames.
@@ -1109,12 +1122,12 @@ mod tests {
             first.next_seq = 10;
             first.seq_reserved = 266;
             store.save(&mut first, true).await.expect("save");
-            let mut second = Session::new("second".into(), "a".into(), None, "m".into());
+            let mut second = Session::new("second".into(), "b".into(), None, "m".into());
             second.seq_reserved = 256;
             store.save(&mut second, true).await.expect("save");
             store.reserve_seqs("second", 512).await.expect("reserve");
             // An ended run: its exact next number, no reservation.
-            let mut ended = Session::new("ended".into(), "a".into(), None, "m".into());
+            let mut ended = Session::new("ended".into(), "c".into(), None, "m".into());
             ended.status = Status::Completed;
             ended.next_seq = 7;
             store.save(&mut ended, true).await.expect("save");
@@ -1129,5 +1142,10 @@ mod tests {
             assert_eq!((session.status, session.next_seq), (status, next), "{id}");
             assert_eq!(session.seq_reserved, 0, "{id}");
         }
+        assert_eq!(
+            store.interrupted_agents(),
+            ["a", "b"],
+            "the agents of the runs left running, not of the ended one"
+        );
     }
 }

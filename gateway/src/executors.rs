@@ -1,9 +1,9 @@
 //! The executors behind the gateway (`--executor-url`): one, several, or none, and which one a
 //! session belongs to.
 //!
-//! Several executors are named (`NAME=URL`, the names their `--instance` flags give them). A
-//! new run goes to the next executor in turn, with a session id the gateway mints as
-//! `<name>_<uuid>` ([`taskforce_proto::ids::owned_session_id`]); every later call about that
+//! Several executors are named (`NAME=URL`, the names their `--instance` flags give them; one
+//! may be). A new run goes to the next executor in turn, with a session id the gateway mints as
+//! `<name>_<uuid>` for a named one ([`taskforce_proto::ids::owned_session_id`]); every later call about that
 //! session (answer, cancel, lookup, plan, the next chat turn) goes to the executor its id
 //! names, also after that executor restarted. A session id chosen by a client names no owner:
 //! it goes to the executor that rendezvous hashing of the id picks, the same one every time as
@@ -228,7 +228,7 @@ impl Executors {
     }
 
     /// Starts a new run (`request` names no session, or a session id minted for it that this
-    /// replaces when there are several executors): the next executor in turn takes it; when
+    /// replaces when the executors are named): the next executor in turn takes it; when
     /// that one cannot ([`unreachable`], or hung: no answer within [`START_TIMEOUT`] nor to a
     /// health check, while another could) the next one is tried, each at most once, and it is
     /// offered new runs last for [`SUSPECT_FOR`]. One at its most live runs passes the run on
@@ -245,10 +245,13 @@ impl Executors {
         for (tried, index) in order.into_iter().enumerate() {
             let replica = &self.replicas[index];
             let last = tried + 1 == count;
-            if count > 1 {
+            // A named executor's sessions carry its name, also when it is the only one (so
+            // they keep their owner when a second one is added); time-ordered, as the
+            // executor's own ids, so a new session's key lands next to the last ones in sled.
+            if let Some(name) = replica.name.as_deref() {
                 request.session_id = Some(ids::owned_session_id(
-                    replica.name.as_deref(),
-                    &uuid::Uuid::new_v4().to_string(),
+                    Some(name),
+                    &uuid::Uuid::now_v7().to_string(),
                 ));
                 last_session.clone_from(&request.session_id);
             }
@@ -558,6 +561,28 @@ mod tests {
         );
         assert_eq!(e.start_order(0), [1, 0]);
         broken_task.abort();
+        ok_task.abort();
+    }
+
+    #[tokio::test]
+    async fn a_single_named_executor_gets_session_ids_with_its_name() {
+        let (ok, ok_task) = h2_server_at(Some(0)).await;
+        let named = Executors::parse(&format!("e0={ok}"), None).expect("one named");
+        let started = named
+            .start_new(ExecuteRequest::default())
+            .await
+            .map_err(|err| format!("{err:?}"))
+            .expect("started");
+        let minted = started.session_id.clone().unwrap_or_default();
+        assert_eq!(ids::session_owner(&minted), Some("e0"), "{minted:?}");
+        // Unnamed, the executor mints it (with its own --instance, if any).
+        let unnamed = Executors::parse(&ok, None).expect("one");
+        let started = unnamed
+            .start_new(ExecuteRequest::default())
+            .await
+            .map_err(|err| format!("{err:?}"))
+            .expect("started");
+        assert_eq!(started.session_id, None);
         ok_task.abort();
     }
 

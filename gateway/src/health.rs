@@ -33,6 +33,9 @@ use crate::{
 /// How long `/readyz` waits for each health answer.
 const READY_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How much longer than a call's own deadline its answer is waited for at most.
+const BACKSTOP: Duration = Duration::from_millis(100);
+
 /// Body of the probes.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct StatusJson {
@@ -169,7 +172,8 @@ async fn serving(
         service: service.to_owned(),
     });
     req.set_timeout(READY_TIMEOUT);
-    match tokio::time::timeout(READY_TIMEOUT, health.check(req)).await {
+    // tonic's deadline (the request's timeout) ends a silent call; this one is a backstop.
+    match tokio::time::timeout(READY_TIMEOUT + BACKSTOP, health.check(req)).await {
         Ok(Ok(res)) => match res.into_inner().status() {
             ServingStatus::Serving => Ok(()),
             other => Err(format!(
@@ -177,11 +181,11 @@ async fn serving(
                 other.as_str_name()
             )),
         },
-        Ok(Err(status)) => {
+        Ok(Err(status)) if !taskforce_proto::error::is_client_deadline(&status) => {
             warn!(service, code = ?status.code(), error = %cause(&status), "health check failed");
             Err(format!("{who} is not reachable"))
         }
-        Err(_) => {
+        Ok(Err(_)) | Err(_) => {
             warn!(
                 service,
                 timeout_ms = READY_TIMEOUT.as_millis(),
@@ -189,5 +193,38 @@ async fn serving(
             );
             Err(format!("{who} did not answer its health check in time"))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A service that takes connections and never answers (a stopped or hung process) is
+    /// said to be silent, not unreachable; one whose port is closed is unreachable.
+    #[tokio::test]
+    async fn a_hung_service_is_told_apart_from_one_that_is_down() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("listener");
+        let url = format!("http://{}", listener.local_addr().expect("address"));
+        let held = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((conn, _)) = listener.accept().await {
+                held.push(conn);
+            }
+        });
+        let hung = HealthClient::new(crate::channel::lazy_channel(&url).expect("channel"));
+        let said = serving(hung, "", "the executor").await.expect_err("hung");
+        assert_eq!(said, "the executor did not answer its health check in time");
+        held.abort();
+
+        let closed = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
+            format!("http://{}", l.local_addr().expect("address"))
+        };
+        let down = HealthClient::new(crate::channel::lazy_channel(&closed).expect("channel"));
+        let said = serving(down, "", "the executor").await.expect_err("down");
+        assert_eq!(said, "the executor is not reachable");
     }
 }

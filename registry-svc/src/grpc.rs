@@ -426,12 +426,21 @@ impl AgentRegistry for RegistryService {
             )
             .to_status());
         }
+        if !r.reporter.is_empty() && !taskforce_proto::ids::is_instance_name(&r.reporter) {
+            return Err(ApiError::field(
+                "reporter",
+                "must be empty or an instance name (lowercase letters, digits and `-`)",
+            )
+            .to_status());
+        }
         let lease = std::time::Duration::from_secs(match r.lease_seconds {
             0 => DEFAULT_LEASE_SECS,
             n => u64::from(n),
         });
-        self.blocking(move |s| s.report_status(&r.agent_id, status, &r.last_task, lease))
-            .await?;
+        self.blocking(move |s| {
+            s.report_status(&r.agent_id, status, &r.last_task, lease, &r.reporter)
+        })
+        .await?;
         Ok(Response::new(v1::ReportAgentStatusResponse {}))
     }
 }

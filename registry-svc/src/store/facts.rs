@@ -1,7 +1,8 @@
-//! Runtime facts the executors report: BUSY for a lease, the last task. Not in YAML; kept in
-//! their own sled tree and in memory, so reads never touch the tree.
+//! Runtime facts the executors report: BUSY for a lease (one hold per reporting executor), the
+//! last task. Not in YAML; kept in their own sled tree and in memory, so reads never touch the
+//! tree.
 
-use std::time::Duration;
+use std::{collections::BTreeMap, time::Duration};
 
 use prost::Message;
 use taskforce_proto::{
@@ -17,13 +18,15 @@ use crate::{
 };
 
 impl Store {
-    /// Records an agent's status; BUSY holds for `lease` unless reported again.
+    /// Records `reporter`'s status of an agent: BUSY holds for `lease` unless reported again,
+    /// IDLE ends `reporter`'s hold only (another executor's run keeps the agent BUSY).
     pub fn report_status(
         &self,
         id: &str,
         status: v1::AgentStatus,
         last_task: &str,
         lease: Duration,
+        reporter: &str,
     ) -> Result<()> {
         let _guard = self.lock();
         let (source, tree) = if self.custom.contains_key(id)? {
@@ -36,12 +39,18 @@ impl Store {
             );
         };
         let mut facts = self.facts_of(id).unwrap_or_default();
-        facts.busy_until_ms = match status {
+        let now = now_ms();
+        facts.holds.retain(|_, until| *until > now);
+        match status {
             v1::AgentStatus::Busy => {
-                now_ms().saturating_add(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX))
+                let until =
+                    now.saturating_add(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX));
+                facts.holds.insert(reporter.to_owned(), until);
             }
-            v1::AgentStatus::Idle | v1::AgentStatus::Unspecified => 0,
-        };
+            v1::AgentStatus::Idle | v1::AgentStatus::Unspecified => {
+                facts.holds.remove(reporter);
+            }
+        }
         if !last_task.is_empty() {
             facts.last_task = last_task.to_owned();
         }
@@ -103,33 +112,45 @@ pub(super) fn load_facts(
     let mut out = std::collections::HashMap::new();
     for item in tree.iter() {
         let (k, v) = item?;
-        if let Ok(facts) = serde_json::from_slice(&v) {
+        if let Ok(mut facts) = serde_json::from_slice::<RuntimeFacts>(&v) {
+            // Written before holds were kept per reporter: the unnamed reporter's.
+            if facts.busy_until_ms > 0 {
+                facts
+                    .holds
+                    .entry(String::new())
+                    .or_insert(facts.busy_until_ms);
+            }
             out.insert(String::from_utf8_lossy(&k).into_owned(), facts);
         }
     }
     Ok(out)
 }
 
-/// What the executor reported about an agent.
+/// What the executors reported about an agent.
 #[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
 pub(super) struct RuntimeFacts {
-    /// Unix milliseconds until which the agent counts as busy (0: idle).
+    /// Per reporter (an executor's instance name, "" for an unnamed one), the Unix
+    /// milliseconds until which its BUSY holds.
     #[serde(default)]
+    holds: BTreeMap<String, u64>,
+    /// The one hold of facts written before holds were per reporter; read, never written.
+    #[serde(default, skip_serializing)]
     busy_until_ms: u64,
     #[serde(default)]
     last_task: String,
 }
 
 impl RuntimeFacts {
-    /// `agent` with these facts: status (as of now), last task, and the lease's end.
+    /// `agent` with these facts: status (as of now), last task, and the end of the last hold.
     fn apply(self, mut agent: v1::Agent) -> v1::Agent {
-        agent.status = if self.busy_until_ms > now_ms() {
+        let busy_until_ms = self.holds.values().copied().max().unwrap_or(0);
+        agent.status = if busy_until_ms > now_ms() {
             v1::AgentStatus::Busy
         } else {
             v1::AgentStatus::Idle
         }
         .into();
-        agent.busy_until_ms = self.busy_until_ms;
+        agent.busy_until_ms = busy_until_ms;
         agent.last_task = self.last_task;
         agent
     }

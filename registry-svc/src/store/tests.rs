@@ -255,18 +255,25 @@ fn busy_holds_for_its_lease_and_survives_a_reopen() -> Result<()> {
         v1::AgentStatus::Busy,
         "sorting",
         Duration::from_secs(60),
+        "",
     )?;
     assert_eq!(
         status(&store)?,
         (v1::AgentStatus::Busy.into(), "sorting".into())
     );
     // An expired lease reads as idle: a crashed executor cannot leave an agent busy.
-    store.report_status("worker", v1::AgentStatus::Busy, "", Duration::ZERO)?;
+    store.report_status("worker", v1::AgentStatus::Busy, "", Duration::ZERO, "")?;
     assert_eq!(
         status(&store)?,
         (v1::AgentStatus::Idle.into(), "sorting".into())
     );
-    store.report_status("worker", v1::AgentStatus::Idle, "sorted", Duration::ZERO)?;
+    store.report_status(
+        "worker",
+        v1::AgentStatus::Idle,
+        "sorted",
+        Duration::ZERO,
+        "",
+    )?;
     store.flush()?;
     drop(store);
 
@@ -276,8 +283,54 @@ fn busy_holds_for_its_lease_and_survives_a_reopen() -> Result<()> {
         status(&store)?,
         (v1::AgentStatus::Idle.into(), "sorted".into())
     );
-    let unknown = store.report_status("nobody", v1::AgentStatus::Busy, "", Duration::ZERO);
+    let unknown = store.report_status("nobody", v1::AgentStatus::Busy, "", Duration::ZERO, "");
     assert!(matches!(unknown, Err(RegistryError::Api(e)) if e.kind == ErrorKind::NotFound));
+    Ok(())
+}
+
+#[test]
+fn each_executor_holds_its_own_busy_and_its_idle_ends_only_that() -> Result<()> {
+    let dir = tempfile::tempdir().map_err(|e| RegistryError::io(Path::new("tmp"), e))?;
+    let (root, data) = (dir.path().join("configs"), dir.path().join("data"));
+    let store = Store::open(&root, &data)?;
+    store.reconcile_all()?;
+    store.create("worker", agent_file(), "2026-11-22T09:00:00Z")?;
+    let status = |s: &Store| s.get("worker").map(|a| a.status);
+    let (busy, idle) = (
+        i32::from(v1::AgentStatus::Busy),
+        i32::from(v1::AgentStatus::Idle),
+    );
+    let minute = Duration::from_secs(60);
+
+    store.report_status("worker", v1::AgentStatus::Busy, "a", minute, "e0")?;
+    store.report_status("worker", v1::AgentStatus::Busy, "b", minute, "e1")?;
+    store.report_status("worker", v1::AgentStatus::Idle, "", minute, "e0")?;
+    assert_eq!(status(&store)?, busy, "e1's run still holds it");
+    // An IDLE of a reporter that holds nothing changes nothing.
+    store.report_status("worker", v1::AgentStatus::Idle, "", minute, "e2")?;
+    assert_eq!(status(&store)?, busy);
+    store.report_status("worker", v1::AgentStatus::Idle, "", minute, "e1")?;
+    assert_eq!(status(&store)?, idle, "the last hold ended");
+
+    // Facts written before holds were per reporter: the unnamed reporter's hold.
+    store.report_status("worker", v1::AgentStatus::Busy, "", minute, "e0")?;
+    store.flush()?;
+    drop(store);
+    {
+        let db = taskforce_runtime::open_waiting_for_lock(|| sled::open(&data))
+            .map_err(RegistryError::from)?;
+        let tree = db.open_tree("runtime").map_err(RegistryError::from)?;
+        let until = now_ms() + 60_000;
+        let old = format!(r#"{{"busy_until_ms":{until},"last_task":"old"}}"#);
+        tree.insert("worker", old.as_bytes())
+            .map_err(RegistryError::from)?;
+        db.flush().map_err(RegistryError::from)?;
+    }
+    let store = reopen(&root, &data)?;
+    store.reconcile_all()?;
+    assert_eq!(status(&store)?, busy, "an old file's hold is read");
+    store.report_status("worker", v1::AgentStatus::Idle, "", minute, "")?;
+    assert_eq!(status(&store)?, idle, "and ended by the unnamed reporter");
     Ok(())
 }
 
@@ -309,6 +362,7 @@ fn a_snapshot_and_its_changes_make_every_write_visible_once_in_revision_order() 
         v1::AgentStatus::Busy,
         "sorting",
         Duration::from_secs(60),
+        "",
     )?;
     let deleted = store.delete("alpha", "")?;
     let mut changes = Vec::new();

@@ -215,6 +215,7 @@ async fn list_agents_filters_by_status_and_project() {
             status: v1::AgentStatus::Busy as i32,
             last_task: "Listing all fleet agents".into(),
             lease_seconds: 300,
+            ..Default::default()
         })
         .await
         .expect("status reported");

@@ -175,6 +175,7 @@ async fn changes_made_elsewhere_reach_the_gateway() {
                 status: status.into(),
                 last_task: task.into(),
                 lease_seconds,
+                ..Default::default()
             })
             .await
             .expect("ReportAgentStatus");
@@ -280,10 +281,22 @@ async fn a_watcher_that_excludes_status_gets_definition_changes_only() {
                 status: status.into(),
                 last_task: "a task".into(),
                 lease_seconds: 60,
+                ..Default::default()
             })
             .await
             .expect("ReportAgentStatus");
     }
+    let bad = registry
+        .report_agent_status(v1::ReportAgentStatusRequest {
+            agent_id: "watched".into(),
+            status: v1::AgentStatus::Busy.into(),
+            reporter: "Executor One".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("a reporter that is no instance name");
+    assert_eq!(bad.code(), tonic::Code::InvalidArgument, "{bad:?}");
+    assert!(bad.message().contains("reporter"), "{bad:?}");
     registry
         .delete_agent(v1::DeleteAgentRequest {
             agent_id: "watched".into(),

@@ -146,6 +146,7 @@ async fn sigkill_mid_run_leaves_a_session_the_next_start_marks_failed() {
         pid,
         last_seq,
     } = start_long_job(&stack).await;
+    assert_eq!(agent_status(&stack).await, v1::AgentStatus::Busy);
 
     stack.kill9_executor().expect("executor killed");
     drop(stream);
@@ -155,6 +156,14 @@ async fn sigkill_mid_run_leaves_a_session_the_next_start_marks_failed() {
     // ...but the next start finds it in its ledger and kills it.
     stack.restart_executor().await.expect("executor restarts");
     assert_gone(&stack, pid).await;
+    // The BUSY the dead executor reported ends with the restart, not with its lease.
+    let idle = eventually(
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || async { (agent_status(&stack).await == v1::AgentStatus::Idle).then_some(()) },
+    )
+    .await;
+    assert!(idle.is_some(), "the agent stays busy\n{}", stack.logs());
     let stored = get_session(&stack, &session).await;
     assert_eq!(stored.status(), v1::RunStatus::Failed, "{stored:?}");
     assert_eq!(stored.mission, "Run the long job");
@@ -190,6 +199,19 @@ async fn sigkill_mid_run_leaves_a_session_the_next_start_marks_failed() {
         other => panic!("the run ends with Done: {other:?}\n{}", stack.logs()),
     }
     assert_serves(&stack).await;
+}
+
+/// The registry's status of [`AGENT`].
+async fn agent_status(stack: &Stack) -> v1::AgentStatus {
+    let agent = stack
+        .registry()
+        .get_agent(v1::GetAgentRequest {
+            agent_id: AGENT.to_owned(),
+        })
+        .await
+        .expect("GetAgent")
+        .into_inner();
+    agent.status()
 }
 
 /// A model that calls the MCP fixture's `sleep` for an hour.

@@ -43,7 +43,17 @@ struct Running {
     reported: Option<Instant>,
     /// When IDLE is to be reported (set when the last run ended).
     idle_at: Option<Instant>,
+    /// When an IDLE report of it first failed to reach the registry, and the wait before the
+    /// next try.
+    idle_retry: Option<(Instant, Duration)>,
 }
+
+/// The wait before an IDLE report that did not reach the registry is tried again; it doubles
+/// up to [`IDLE_RETRY_MAX`], and the tries end when the lease would have ended the BUSY anyway.
+const IDLE_RETRY_FIRST: Duration = Duration::from_secs(1);
+
+/// The longest wait between two tries of an IDLE report.
+const IDLE_RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// What a run asks for: a registry agent or a profile.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -262,7 +272,9 @@ impl Registry {
         loop {
             tokio::select! {
                 () = done.cancelled() => break,
-                () = tokio::time::sleep(renew) => self.report(agent_id, AgentStatus::Busy, "").await,
+                () = tokio::time::sleep(renew) => {
+                    self.report(agent_id, AgentStatus::Busy, "").await;
+                }
             }
         }
         if self.end_run(agent_id, Instant::now()) == 0 {
@@ -285,14 +297,16 @@ impl Registry {
                     live: 0,
                     reported: None,
                     idle_at: Some(now),
+                    idle_retry: None,
                 });
             }
         }
         self.inner.idle_due.notify_one();
     }
 
-    /// Sends the IDLE reports as they fall due, until `stop` fires; then sends those still
-    /// waiting at once (the runs have ended by then).
+    /// Sends the IDLE reports as they fall due (one that does not reach the registry is tried
+    /// again later), until `stop` fires; then sends those still waiting at once (the runs have
+    /// ended by then).
     pub async fn report_idle(self, stop: CancellationToken) {
         loop {
             let next = self.next_idle();
@@ -309,8 +323,10 @@ impl Registry {
             };
             let now = Instant::now();
             let due = self.take_idle(if stopping { None } else { Some(now) });
-            for agent_id in due {
-                self.report(&agent_id, AgentStatus::Idle, "").await;
+            for (agent_id, retry) in due {
+                if !self.report(&agent_id, AgentStatus::Idle, "").await && !stopping {
+                    self.retry_idle(agent_id, retry);
+                }
             }
             if stopping {
                 return;
@@ -324,8 +340,9 @@ impl Registry {
         running.values().filter_map(|r| r.idle_at).min()
     }
 
-    /// Removes and returns the agents whose IDLE is due by `now` (`None`: every pending one).
-    fn take_idle(&self, now: Option<Instant>) -> Vec<String> {
+    /// Removes and returns the agents whose IDLE is due by `now` (`None`: every pending one),
+    /// each with its retry state.
+    fn take_idle(&self, now: Option<Instant>) -> Vec<(String, Option<(Instant, Duration)>)> {
         let Ok(mut running) = self.inner.running.lock() else {
             return Vec::new();
         };
@@ -334,10 +351,31 @@ impl Registry {
             .filter(|(_, r)| r.live == 0 && r.idle_at.is_some_and(|at| now.is_none_or(|n| at <= n)))
             .map(|(id, _)| id.clone())
             .collect();
-        for id in &due {
-            running.remove(id);
+        due.into_iter()
+            .filter_map(|id| {
+                let retry = running.remove(&id)?.idle_retry;
+                Some((id, retry))
+            })
+            .collect()
+    }
+
+    /// Queues the IDLE report of `agent_id` again after one that did not reach the registry
+    /// (`retry`: that report's retry state), unless a run of it started meanwhile (its own
+    /// reports take over) or its lease has ended the BUSY by now.
+    fn retry_idle(&self, agent_id: String, retry: Option<(Instant, Duration)>) {
+        let now = Instant::now();
+        let (since, wait) = retry.unwrap_or((now, IDLE_RETRY_FIRST));
+        if now.duration_since(since) >= Duration::from_secs(u64::from(self.inner.lease_secs)) {
+            return;
         }
-        due
+        if let Ok(mut running) = self.inner.running.lock() {
+            running.entry(agent_id).or_insert(Running {
+                live: 0,
+                reported: None,
+                idle_at: Some(now + wait),
+                idle_retry: Some((since, (wait * 2).min(IDLE_RETRY_MAX))),
+            });
+        }
     }
 
     /// Counts a run of `agent_id` in; true when BUSY is to be reported: its first run, or the
@@ -351,10 +389,12 @@ impl Registry {
             live: 0,
             reported: None,
             idle_at: None,
+            idle_retry: None,
         });
         entry.live += 1;
         // Its IDLE, if pending, is not sent: the agent stays BUSY.
         entry.idle_at = None;
+        entry.idle_retry = None;
         let due = entry
             .reported
             .is_none_or(|at| now.duration_since(at) >= renew);
@@ -380,7 +420,9 @@ impl Registry {
         entry.live
     }
 
-    async fn report(&self, agent_id: &str, status: AgentStatus, task: &str) {
+    /// Sends one status report; false when it did not reach the registry (no answer in time,
+    /// or unreachable), true when the registry took it or refused it for good.
+    async fn report(&self, agent_id: &str, status: AgentStatus, task: &str) -> bool {
         let mut client = self.inner.client.clone();
         let request = ReportAgentStatusRequest {
             agent_id: agent_id.to_owned(),
@@ -390,9 +432,18 @@ impl Registry {
             reporter: self.inner.reporter.clone(),
         };
         match tokio::time::timeout(self.inner.timeout, client.report_agent_status(request)).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => warn!(agent_id, ?status, error = %e.message(), "status report failed"),
-            Err(_) => warn!(agent_id, ?status, "status report timed out"),
+            Ok(Ok(_)) => true,
+            Ok(Err(e)) => {
+                warn!(agent_id, ?status, error = %e.message(), "status report failed");
+                !matches!(
+                    e.code(),
+                    Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled
+                )
+            }
+            Err(_) => {
+                warn!(agent_id, ?status, "status report timed out");
+                false
+            }
         }
     }
 }
@@ -434,7 +485,7 @@ mod tests {
         assert_eq!(registry.end_run("a", now), 0);
         assert_eq!(
             registry.take_idle(Some(now + IDLE_GRACE)),
-            vec!["a".to_owned()]
+            vec![("a".to_owned(), None)]
         );
         assert!(
             registry.start_run("a", renew),
@@ -443,7 +494,7 @@ mod tests {
         assert_eq!(registry.end_run("nobody", now), 0);
         // Stopping sends every pending IDLE at once, of agents without live runs only.
         assert_eq!(registry.end_run("a", now), 0);
-        assert_eq!(registry.take_idle(None), vec!["a".to_owned()]);
+        assert_eq!(registry.take_idle(None), vec![("a".to_owned(), None)]);
         assert!(registry.take_idle(None).is_empty(), "b still runs");
     }
 
@@ -469,8 +520,41 @@ mod tests {
         assert!(registry.start_run("b", renew));
         assert_eq!(
             registry.take_idle(Some(Instant::now())),
-            vec!["a".to_owned()]
+            vec![("a".to_owned(), None)]
         );
         assert_eq!(registry.next_idle(), None);
+    }
+
+    #[tokio::test]
+    async fn an_idle_report_the_registry_did_not_get_is_tried_again_until_the_lease_ends() {
+        // Nothing listens on port 9: every report fails to reach the registry.
+        let registry = test_registry();
+        let stop = CancellationToken::new();
+        let reporter = tokio::spawn(registry.clone().report_idle(stop.clone()));
+        registry.release_lost_runs(&["a".to_owned()]);
+        let requeued = async {
+            loop {
+                if let Some(at) = registry.next_idle()
+                    && at > Instant::now()
+                {
+                    return at;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        let at = tokio::time::timeout(Duration::from_secs(5), requeued)
+            .await
+            .expect("queued again after the failed report");
+        assert!(at <= Instant::now() + IDLE_RETRY_FIRST);
+        stop.cancel();
+        reporter.await.expect("stops");
+
+        // A run that starts meanwhile takes over; past the lease nothing is queued.
+        let long_ago = Instant::now() - Duration::from_secs(121);
+        registry.retry_idle("b".to_owned(), Some((long_ago, IDLE_RETRY_MAX)));
+        assert!(registry.take_idle(None).iter().all(|(id, _)| id != "b"));
+        assert!(registry.start_run("c", Duration::from_secs(60)));
+        registry.retry_idle("c".to_owned(), None);
+        assert_eq!(registry.end_run("c", Instant::now()), 0, "c's own run");
     }
 }

@@ -246,13 +246,9 @@ impl Executors {
             let replica = &self.replicas[index];
             let last = tried + 1 == count;
             // A named executor's sessions carry its name, also when it is the only one (so
-            // they keep their owner when a second one is added); time-ordered, as the
-            // executor's own ids, so a new session's key lands next to the last ones in sled.
+            // they keep their owner when a second one is added).
             if let Some(name) = replica.name.as_deref() {
-                request.session_id = Some(ids::owned_session_id(
-                    Some(name),
-                    &uuid::Uuid::now_v7().to_string(),
-                ));
+                request.session_id = Some(ids::mint_session_id(Some(name)));
                 last_session.clone_from(&request.session_id);
             }
             // Copied only while another executor may still have to be asked.
@@ -341,29 +337,50 @@ impl Executors {
         ms(self.epoch.elapsed())
     }
 
+    /// The executor of session `id`: the one its id names; else, for an id a gateway or an
+    /// executor minted (`<name>_<uuid>`) naming an executor this gateway does not list, an
+    /// error (the session is elsewhere: asking another executor would call it missing, and a
+    /// run naming it would start a second session under its id); else (a client's own id)
+    /// the one rendezvous hashing picks.
     fn owner_index(&self, id: &str) -> Result<usize, RestError> {
-        match self.replicas.len() {
-            0 => Err(no_executor()),
-            1 => Ok(0),
-            _ => {
-                if let Some(owner) = ids::session_owner(id)
-                    && let Some(i) = self
-                        .replicas
-                        .iter()
-                        .position(|r| r.name.as_deref() == Some(owner))
-                {
-                    return Ok(i);
-                }
-                // Rendezvous hashing: the highest score of (name, id) wins.
-                let score = |r: &Replica| score(r.name.as_deref().unwrap_or_default(), id);
-                Ok(self
-                    .replicas
-                    .iter()
-                    .enumerate()
-                    .max_by_key(|(_, r)| score(r))
-                    .map_or(0, |(i, _)| i))
-            }
+        if self.replicas.is_empty() {
+            return Err(no_executor());
         }
+        let named = |name: &str| {
+            self.replicas
+                .iter()
+                .position(|r| r.name.as_deref() == Some(name))
+        };
+        if let Some(i) = ids::session_owner(id).and_then(named) {
+            return Ok(i);
+        }
+        let names: Vec<&str> = self
+            .replicas
+            .iter()
+            .filter_map(|r| r.name.as_deref())
+            .collect();
+        if let Some(owner) = ids::minted_owner(id)
+            && !names.is_empty()
+        {
+            return Err(RestError::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "session `{id}` belongs to executor `{owner}`, which this gateway does not                      list (its --executor-url names {})",
+                    names.join(", ")
+                ),
+            ));
+        }
+        if self.replicas.len() == 1 {
+            return Ok(0);
+        }
+        // Rendezvous hashing: the highest score of (name, id) wins.
+        let score = |r: &Replica| score(r.name.as_deref().unwrap_or_default(), id);
+        Ok(self
+            .replicas
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, r)| score(r))
+            .map_or(0, |(i, _)| i))
     }
 }
 
@@ -438,10 +455,7 @@ mod tests {
         let mut owners = Vec::new();
         for _ in 0..3 {
             let next = e.start_order(e.next.fetch_add(1, Ordering::Relaxed))[0];
-            let id = ids::owned_session_id(
-                e.all()[next].name.as_deref(),
-                &uuid::Uuid::new_v4().to_string(),
-            );
+            let id = ids::mint_session_id(e.all()[next].name.as_deref());
             let owner = ids::session_owner(&id).expect("owned").to_owned();
             assert_eq!(
                 e.all()[e.owner_index(&id).expect("routed")].name.as_deref(),
@@ -460,6 +474,21 @@ mod tests {
             e.owner_index("thread-7").ok(),
             e.owner_index("thread-7").ok()
         );
+        // A minted id of an executor this gateway does not list (scaled down, a typo in one
+        // gateway's list) is not hashed to another one, where it would not exist.
+        let elsewhere = ids::mint_session_id(Some("e3"));
+        let err = e.owner_index(&elsewhere).expect_err("not listed");
+        assert_eq!(err.0.kind, ErrorKind::Unavailable);
+        assert!(err.0.message.contains("`e3`") && err.0.message.contains("e0, e1, e2"));
+        // A client's own id with a `_` is hashed as before, also `<word>_<a v4 UUID>`.
+        assert!(e.owner_index("e3_my-thread").is_ok());
+        assert!(
+            e.owner_index(&format!("e3_{}", uuid::Uuid::new_v4()))
+                .is_ok()
+        );
+        // One unnamed executor takes every id (its own are `<its --instance>_<uuid>`).
+        let one = Executors::parse("http://e0:1", None).expect("one");
+        assert_eq!(one.owner_index(&elsewhere).ok(), Some(0));
         assert!(
             Executors::parse("", None)
                 .expect("none")

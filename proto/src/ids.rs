@@ -95,6 +95,19 @@ pub fn owned_session_id(owner: Option<&str>, unique: &str) -> String {
     }
 }
 
+/// A new session id minted for `owner` (an instance name, or none): `<owner>_<uuid>`, or the
+/// UUID alone. The UUID is time-ordered (a v7's bytes, so a new session's key lands next to
+/// the last ones in sled) and marked version 8, which tells a minted id from a client's own
+/// `thread_<uuid>` (UUIDs clients make are version 4 or 7): see [`minted_owner`].
+pub fn mint_session_id(owner: Option<&str>) -> String {
+    let mut bytes = *uuid::Uuid::now_v7().as_bytes();
+    bytes[6] = (bytes[6] & 0x0f) | (MINTED_VERSION << 4);
+    owned_session_id(owner, &uuid::Uuid::from_bytes(bytes).to_string())
+}
+
+/// The UUID version of minted session ids.
+const MINTED_VERSION: u8 = 8;
+
 /// The instance that owns session `id`, when the id says so (see [`owned_session_id`]): the
 /// part before the first `_`, if it is an instance name. Ids chosen by clients may carry none.
 pub fn session_owner(id: &str) -> Option<&str> {
@@ -103,17 +116,14 @@ pub fn session_owner(id: &str) -> Option<&str> {
         .filter(|owner| is_instance_name(owner))
 }
 
-/// The instance that minted session `id`: as [`session_owner`], when the rest of the id is a
-/// UUID as the gateway and the executors mint them (`<owner>_<uuid>`). A client's own id that
-/// happens to hold a `_` (`my_thread`) names no owner here.
+/// The instance session `id` was minted for ([`mint_session_id`]): as [`session_owner`], when
+/// the rest of the id is a UUID of the minted version. A client's own id (`my_thread`,
+/// `thread_<a v4 UUID>`) names no owner here.
 pub fn minted_owner(id: &str) -> Option<&str> {
     let (owner, rest) = id.split_once('_')?;
-    let uuid_like = rest.len() == 36
-        && rest.bytes().enumerate().all(|(i, b)| match i {
-            8 | 13 | 18 | 23 => b == b'-',
-            _ => b.is_ascii_hexdigit(),
-        });
-    (uuid_like && is_instance_name(owner)).then_some(owner)
+    let minted = uuid::Uuid::try_parse(rest)
+        .is_ok_and(|u| u.get_version_num() == usize::from(MINTED_VERSION) && rest.len() == 36);
+    (minted && is_instance_name(owner)).then_some(owner)
 }
 
 #[cfg(test)]
@@ -122,15 +132,27 @@ mod tests {
 
     #[test]
     fn minted_ids_name_their_owner_and_a_clients_own_do_not() {
-        let uuid = "0195f0a2-7c1e-7b3a-9d4e-1f2a3b4c5d6e";
-        let id = owned_session_id(Some("e2"), uuid);
-        assert_eq!(minted_owner(&id), Some("e2"));
+        let id = mint_session_id(Some("e2"));
+        assert_eq!(minted_owner(&id), Some("e2"), "{id}");
+        assert_eq!(session_owner(&id), Some("e2"));
+        let plain = mint_session_id(None);
+        assert!(uuid::Uuid::try_parse(&plain).is_ok(), "{plain}");
+        // Time-ordered, as a v7.
+        let later = mint_session_id(None);
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        assert!(mint_session_id(None) > later);
+        let v4 = "3f2a9c1e-5b7d-4e8f-9a0b-1c2d3e4f5a6b";
+        let v7 = "0195f0a2-7c1e-7b3a-9d4e-1f2a3b4c5d6e";
+        let rest = id.split_once('_').map(|(_, r)| r).unwrap_or_default();
         for own in [
             "my_thread",
             "e2_abc",
-            uuid,
-            &format!("E2_{uuid}"),
-            &format!("e2_{uuid}x"),
+            &format!("thread_{v4}"),
+            &format!("e2_{v7}"),
+            rest,
+            &format!("E2_{rest}"),
+            &format!("e2_{rest}x"),
+            &format!("e2_{}", rest.replace('-', "")),
         ] {
             assert_eq!(minted_owner(own), None, "{own}");
         }

@@ -78,13 +78,10 @@ impl Runner {
                 }
             },
         };
+        // Time-ordered: a new session's key lands next to the last ones in sled, whose pages
+        // are in memory, instead of on a random page to be read from disk.
         let id = session_id.clone().unwrap_or_else(|| {
-            taskforce_proto::ids::owned_session_id(
-                self.budgets.instance.as_deref(),
-                // Time-ordered: a new session's key lands next to the last ones in sled, whose
-                // pages are in memory, instead of on a random page to be read from disk.
-                &uuid::Uuid::now_v7().to_string(),
-            )
+            taskforce_proto::ids::mint_session_id(self.budgets.instance.as_deref())
         });
         let model_name = non_empty(request.model);
         if let Some(model) = &model_name {
@@ -153,6 +150,20 @@ impl Runner {
                 )));
             }
             None => {
+                // A new session under an id another executor minted would never be reached
+                // through the gateway, which sends that id to its owner.
+                if let (Some(me), Some(owner)) = (
+                    self.budgets.instance.as_deref(),
+                    session_id
+                        .as_deref()
+                        .and_then(taskforce_proto::ids::minted_owner),
+                ) && owner != me
+                {
+                    return Err(ExecutorError::FailedPrecondition(format!(
+                        "session `{id}` belongs to executor `{owner}`, not to this one (`{me}`): \
+                         send it to its owner, or start a new session without a session_id"
+                    )));
+                }
                 if let Some(id) = confirmations.iter().next() {
                     return Err(ExecutorError::invalid(
                         "confirmations",

@@ -204,6 +204,67 @@ async fn runs_spread_over_executors_and_answers_reach_the_owner_also_after_it_re
         1,
         "one executor holds all three turns: {found:?}"
     );
+
+    // A client's own id of the same shape as a minted one (`<word>_<a v4 UUID>`) is the
+    // client's: it starts a session (review H1 of session 11).
+    let r = execute(
+        &stack,
+        "hello",
+        Some("thread_3f2a9c1e-5b7d-4e8f-9a0b-1c2d3e4f5a6b"),
+    )
+    .await;
+    assert_eq!(r["status"], "completed", "{r}");
+
+    // A minted id of an executor this gateway does not list (scaled down, or a typo in one
+    // gateway's list) is said to be elsewhere, not missing, and a run naming it forks nothing.
+    let elsewhere = &taskforce_proto::ids::mint_session_id(Some("e2"));
+    let r = send(
+        stack
+            .http()
+            .get(stack.url(&format!("/api/v1/sessions/{elsewhere}"))),
+    )
+    .await;
+    assert_eq!(r.status, 503, "{}", r.text);
+    let message = r.body["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("`e2`") && message.contains("e0, e1"),
+        "{}",
+        r.text
+    );
+    let r = send(
+        stack
+            .http()
+            .post(stack.url("/api/v1/execute"))
+            .json(&json!({"mission": "hello", "agent_id": "traveller", "session_id": elsewhere})),
+    )
+    .await;
+    assert_eq!(r.status, 503, "{}", r.text);
+    // Straight over gRPC, an executor does not take a new session under another's id.
+    let mut e0 = v1::executor_client::ExecutorClient::connect(format!("http://{}", addrs[0]))
+        .await
+        .expect("connects");
+    let e1_id = &taskforce_proto::ids::mint_session_id(Some("e1"));
+    let refused = e0
+        .execute(v1::ExecuteRequest {
+            mission: "hello".to_owned(),
+            agent_id: Some("traveller".to_owned()),
+            session_id: Some(e1_id.to_owned()),
+            ..Default::default()
+        })
+        .await
+        .expect_err("another executor's id");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::FailedPrecondition,
+        "{refused:?}"
+    );
+    assert!(refused.message().contains("`e1`"), "{refused:?}");
+    for addr in addrs {
+        assert_eq!(
+            session_on(addr, e1_id).await.err(),
+            Some(tonic::Code::NotFound)
+        );
+    }
 }
 
 #[tokio::test]

@@ -166,7 +166,7 @@ fn a_connection_giving_up_is_unavailable_not_payload_too_large() {
 fn a_broken_run_names_the_executor_its_session_id_names() {
     use crate::execute::run_error;
     let lost = || Status::internal("h2 protocol error: connection reset");
-    let minted = format!("e2_{}", uuid::Uuid::new_v4());
+    let minted = taskforce_proto::ids::mint_session_id(Some("e2"));
     let named = run_error(lost(), &minted);
     assert_eq!(named.0.kind, ErrorKind::Unavailable);
     assert!(
@@ -175,7 +175,8 @@ fn a_broken_run_names_the_executor_its_session_id_names() {
         named.0.message
     );
     // A client's own id (or none yet) names no executor.
-    for id in ["", "my_thread"] {
+    let thread = format!("e2_{}", uuid::Uuid::new_v4());
+    for id in ["", "my_thread", &thread] {
         let plain = run_error(lost(), id);
         assert!(!plain.0.message.contains('`'), "{}", plain.0.message);
     }

@@ -139,13 +139,22 @@ where
     info!(service = S::NAME, addr = %addr, "gRPC listening");
     let stopping = shutdown.clone();
     let faulted = health.clone();
-    // Each call runs in a span that continues the caller's trace (see `crate::telemetry`).
-    let tracing = crate::telemetry::RequestSpanLayer::new(|req: &http::Request<Body>| {
-        crate::telemetry::server_span("gRPC", req.uri().path(), req.headers())
+    // Each call runs in a span that continues the caller's trace (see `crate::telemetry`),
+    // named, as its metrics are, by the server's own methods (a client's made-up path is
+    // `unknown`); the gateway's readiness probes make none.
+    let methods = crate::metrics::GrpcMethods::of(S::NAME);
+    let tracing = crate::telemetry::RequestSpanLayer::new({
+        let methods = methods.clone();
+        move |req: &http::Request<Body>| {
+            if req.headers().contains_key(crate::telemetry::PROBE_HEADER) {
+                return tracing::Span::none();
+            }
+            crate::telemetry::server_span("gRPC", methods.label(req.uri().path()), req.headers())
+        }
     });
     let mut builder = builder
         .layer(tracing)
-        .layer(crate::metrics::GrpcMetricsLayer)
+        .layer(crate::metrics::GrpcMetricsLayer::new(methods))
         .layer(crate::auth::AuthLayer::grpc(keys));
     let server = builder
         .add_service(health_service)

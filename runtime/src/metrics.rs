@@ -6,13 +6,17 @@
 //! routes, never from a client's path):
 //! - `taskforce_grpc_server_requests_total{method, code}` and
 //!   `taskforce_grpc_server_request_duration_seconds{method}` (until the response headers: for a
-//!   server stream, the time to its start);
+//!   server stream, the time to its start); a method the server does not have is `unknown`, a
+//!   call its client gave up on before the answer is code `1` (CANCELLED), and the gateway's
+//!   readiness probes are not counted;
 //! - `taskforce_http_requests_total{route, method, code}` and
-//!   `taskforce_http_request_duration_seconds{route, method}`.
+//!   `taskforce_http_request_duration_seconds{route, method}`; a request whose client left
+//!   before the response is code `499` (nginx's "client closed request").
 
 use std::{
+    collections::HashSet,
     pin::Pin,
-    sync::{LazyLock, Mutex},
+    sync::{Arc, LazyLock, Mutex},
     task::{Context, Poll},
     time::Instant,
 };
@@ -163,34 +167,150 @@ static REQUESTS: LazyLock<Requests> = LazyLock::new(|| {
     requests
 });
 
-/// Counts a gRPC request. `code` is the `grpc-status` of the response headers (a trailers-only
-/// error) or, when they have none, `0` (the status of a unary success and of a started stream).
-fn grpc_request(method: &str, code: &str, started: Instant) {
-    let requests = &*REQUESTS;
-    requests
-        .grpc_total
-        .get_or_create(&GrpcLabels {
-            method: method.to_owned(),
-            code: code.to_owned(),
-        })
-        .inc();
-    requests
-        .grpc_seconds
-        .get_or_create(&MethodLabel {
-            method: method.to_owned(),
-        })
-        .observe(started.elapsed().as_secs_f64());
+/// The code of a gRPC call whose client gave up on it before its answer (CANCELLED).
+const GRPC_CLIENT_LEFT: &str = "1";
+
+/// The code of an HTTP request whose client left before its response ("client closed request").
+const HTTP_CLIENT_LEFT: &str = "499";
+
+/// A request's series, counted once: when its response is ready ([`Counted::finish`]) or, when
+/// its client left first (its future dropped), with the "client left" code.
+struct Counted {
+    labels: Option<Labels>,
+    started: Instant,
 }
 
-/// A tower layer counting the requests of a tonic server (`Server::builder().layer(...)`).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct GrpcMetricsLayer;
+enum Labels {
+    Grpc { method: String },
+    Http { route: String, method: String },
+}
+
+impl Counted {
+    fn new(labels: Labels) -> Self {
+        Self {
+            labels: Some(labels),
+            started: Instant::now(),
+        }
+    }
+
+    /// Counts the request with the `code` of its response.
+    fn finish(mut self, code: &str) {
+        if let Some(labels) = self.labels.take() {
+            count(labels, code, self.started);
+        }
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        if let Some(labels) = self.labels.take() {
+            let code = match labels {
+                Labels::Grpc { .. } => GRPC_CLIENT_LEFT,
+                Labels::Http { .. } => HTTP_CLIENT_LEFT,
+            };
+            count(labels, code, self.started);
+        }
+    }
+}
+
+fn count(labels: Labels, code: &str, started: Instant) {
+    let requests = &*REQUESTS;
+    let elapsed = started.elapsed().as_secs_f64();
+    match labels {
+        Labels::Grpc { method } => {
+            requests
+                .grpc_total
+                .get_or_create(&GrpcLabels {
+                    method: method.clone(),
+                    code: code.to_owned(),
+                })
+                .inc();
+            requests
+                .grpc_seconds
+                .get_or_create(&MethodLabel { method })
+                .observe(elapsed);
+        }
+        Labels::Http { route, method } => {
+            requests
+                .http_total
+                .get_or_create(&HttpLabels {
+                    route: route.clone(),
+                    method: method.clone(),
+                    code: code.to_owned(),
+                })
+                .inc();
+            requests
+                .http_seconds
+                .get_or_create(&RouteLabels { route, method })
+                .observe(elapsed);
+        }
+    }
+}
+
+/// The methods a gRPC server has, as `/package.Service/Method` paths: what its request metrics
+/// and spans are named by. Any other path (a client's made-up one, answered UNIMPLEMENTED, or
+/// refused by the key check before that) is `unknown`, so a client cannot grow the series.
+#[derive(Debug, Clone)]
+pub struct GrpcMethods(Arc<HashSet<String>>);
+
+impl GrpcMethods {
+    /// The methods of `service` (a Taskforce service's full name), health and reflection.
+    pub fn of(service: &str) -> Self {
+        let mut paths: HashSet<String> = [
+            "/grpc.health.v1.Health/Check",
+            "/grpc.health.v1.Health/Watch",
+            "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+            "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+        let set = <prost_types::FileDescriptorSet as prost::Message>::decode(
+            taskforce_proto::FILE_DESCRIPTOR_SET,
+        )
+        .unwrap_or_default();
+        for file in &set.file {
+            for s in &file.service {
+                if format!("{}.{}", file.package(), s.name()) == service {
+                    paths.extend(s.method.iter().map(|m| format!("/{service}/{}", m.name())));
+                }
+            }
+        }
+        Self(Arc::new(paths))
+    }
+
+    /// `path` when it is one of the methods, else `unknown`.
+    pub fn label<'a>(&self, path: &'a str) -> &'a str {
+        if self.0.contains(path) {
+            path
+        } else {
+            "unknown"
+        }
+    }
+}
+
+/// A tower layer counting the requests of a tonic server (`Server::builder().layer(...)`) by
+/// its [`GrpcMethods`].
+#[derive(Debug, Clone)]
+pub struct GrpcMetricsLayer {
+    methods: GrpcMethods,
+}
+
+impl GrpcMetricsLayer {
+    /// Counts the calls of `methods`' server.
+    pub fn new(methods: GrpcMethods) -> Self {
+        Self { methods }
+    }
+}
 
 impl<S> tower::Layer<S> for GrpcMetricsLayer {
     type Service = GrpcMetrics<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        GrpcMetrics { inner }
+        GrpcMetrics {
+            inner,
+            methods: self.methods.clone(),
+        }
     }
 }
 
@@ -198,6 +318,7 @@ impl<S> tower::Layer<S> for GrpcMetricsLayer {
 #[derive(Debug, Clone)]
 pub struct GrpcMetrics<S> {
     inner: S,
+    methods: GrpcMethods,
 }
 
 impl<S, B, R> tower::Service<http::Request<B>> for GrpcMetrics<S>
@@ -214,21 +335,28 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        let started = Instant::now();
-        // The path is `/package.Service/Method`; unknown ones answer UNIMPLEMENTED and are
-        // counted under one label, so a client cannot grow the series.
-        let method = request.uri().path().to_owned();
+        // The gateway's readiness probe reads something that does not exist on purpose: its
+        // NOT_FOUND is no client's.
+        let counted = (!request
+            .headers()
+            .contains_key(crate::telemetry::PROBE_HEADER))
+        .then(|| {
+            Counted::new(Labels::Grpc {
+                method: self.methods.label(request.uri().path()).to_owned(),
+            })
+        });
         let future = self.inner.call(request);
         Box::pin(async move {
             let result = future.await;
-            if let Ok(response) = &result {
+            if let (Ok(response), Some(counted)) = (&result, counted) {
+                // The response headers' status (a trailers-only error), else 0 (a unary
+                // success, a started stream).
                 let code = response
                     .headers()
                     .get("grpc-status")
                     .and_then(|v| v.to_str().ok())
                     .unwrap_or("0");
-                let method = if code == "12" { "unknown" } else { &method };
-                grpc_request(method, code, started);
+                counted.finish(code);
             }
             result
         })
@@ -262,25 +390,15 @@ pub fn route_label<B>(request: &http::Request<B>) -> &str {
 }
 
 /// Axum middleware counting HTTP requests by route template (`/api/v1/agents/{id}`); requests
-/// that match no route count as `unmatched`, methods that are not standard as `other`.
+/// that match no route count as `unmatched`, methods that are not standard as `other`, and a
+/// request whose client left before its response as `499`.
 pub async fn http_metrics(request: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let route = route_label(&request).to_owned();
-    let method = method_label(request.method()).to_owned();
+    let counted = Counted::new(Labels::Http {
+        route: route_label(&request).to_owned(),
+        method: method_label(request.method()).to_owned(),
+    });
     let response = next.run(request).await;
-    let requests = &*REQUESTS;
-    requests
-        .http_total
-        .get_or_create(&HttpLabels {
-            route: route.clone(),
-            method: method.clone(),
-            code: response.status().as_u16().to_string(),
-        })
-        .inc();
-    requests
-        .http_seconds
-        .get_or_create(&RouteLabels { route, method })
-        .observe(started.elapsed().as_secs_f64());
+    counted.finish(response.status().as_str());
     response
 }
 
@@ -301,13 +419,51 @@ mod tests {
 
     #[test]
     fn a_counted_request_renders_with_its_method_and_code() {
-        grpc_request("/taskforce.v1.Executor/Execute", "0", Instant::now());
+        let method = "/taskforce.v1.Executor/Execute".to_owned();
+        Counted::new(Labels::Grpc { method }).finish("0");
         let text = render();
         assert!(
             text.contains(
                 r#"taskforce_grpc_server_requests_total{method="/taskforce.v1.Executor/Execute",code="0"} 1"#
             ),
             "{text}"
+        );
+        // A request whose client left before its response counts with that code.
+        drop(Counted::new(Labels::Http {
+            route: "/api/v1/execute".to_owned(),
+            method: "POST".to_owned(),
+        }));
+        let text = render();
+        assert!(
+            text.contains(
+                r#"taskforce_http_requests_total{route="/api/v1/execute",method="POST",code="499"} 1"#
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn only_a_servers_own_methods_name_its_series() {
+        let registry = GrpcMethods::of("taskforce.v1.AgentRegistry");
+        for own in [
+            "/taskforce.v1.AgentRegistry/GetAgent",
+            "/taskforce.v1.AgentRegistry/ReportAgentStatus",
+            "/grpc.health.v1.Health/Check",
+        ] {
+            assert_eq!(registry.label(own), own);
+        }
+        for other in [
+            "/taskforce.v1.Executor/Execute",
+            "/taskforce.v1.AgentRegistry/Evil123",
+            "/evil.Svc/Method1",
+            "/x21691",
+        ] {
+            assert_eq!(registry.label(other), "unknown", "{other}");
+        }
+        let executor = GrpcMethods::of("taskforce.v1.Executor");
+        assert_eq!(
+            executor.label("/taskforce.v1.Executor/Execute"),
+            "/taskforce.v1.Executor/Execute"
         );
     }
 }

@@ -479,10 +479,7 @@ fn sdk_export_error(meta: &tracing::Metadata<'_>) -> bool {
 /// continue, no trace id to put on log lines, and no cost per request. Probes and scrapes
 /// (`/healthz`, `/readyz`, `/metrics`, `grpc.health.v1`) get none either.
 pub fn server_span(kind: &str, name: &str, headers: &http::HeaderMap) -> Span {
-    if !EXPORTING.load(std::sync::atomic::Ordering::Relaxed)
-        || is_probe(name)
-        || headers.contains_key(PROBE_HEADER)
-    {
+    if !EXPORTING.load(std::sync::atomic::Ordering::Relaxed) || is_probe(name) {
         return Span::none();
     }
     let parent =
@@ -536,7 +533,8 @@ fn grpc_failure(headers: &http::HeaderMap) -> Option<String> {
 }
 
 /// Marks a call made by a probe (the gateway's `/readyz` checking that the services take its
-/// token): like the probe itself, it makes no trace.
+/// token): like the probe itself, it makes no trace and is not counted in the gRPC servers'
+/// request metrics. Only gRPC servers heed it; a REST client's is ignored.
 pub const PROBE_HEADER: &str = "x-taskforce-probe";
 
 /// Whether `name` (a route or gRPC method) is a probe or a scrape: asked every few seconds by
@@ -660,17 +658,19 @@ where
         let inner = span.in_scope(|| self.inner.call(req));
         SpanFuture {
             inner,
-            span: Some(span),
+            span: Some(SpanEnd(span)),
         }
     }
 }
 
 pin_project_lite::pin_project! {
-    /// The response future of [`RequestSpanService`]: polled inside the request's span.
+    /// The response future of [`RequestSpanService`]: polled inside the request's span, which
+    /// ends when the future is dropped before its response (the client left) or, with the
+    /// response, when the response body is.
     pub struct SpanFuture<F> {
         #[pin]
         inner: F,
-        span: Option<Span>,
+        span: Option<SpanEnd>,
     }
 }
 
@@ -686,10 +686,10 @@ where
     ) -> std::task::Poll<Self::Output> {
         let this = self.project();
         let response = {
-            let _entered = this.span.as_ref().map(Span::enter);
+            let _entered = this.span.as_ref().map(|s| s.0.enter());
             std::task::ready!(this.inner.poll(cx))
         };
-        let span = SpanEnd(this.span.take().unwrap_or_else(Span::none));
+        let span = this.span.take().unwrap_or_else(|| SpanEnd(Span::none()));
         // Without a span (no trace export) there is no status to look for.
         if let Ok(r) = &response
             && !span.0.is_none()

@@ -335,6 +335,42 @@ async fn grpc_needs_a_key_with_the_methods_scope_and_health_stays_open() {
             tonic_health::pb::health_check_response::ServingStatus::Serving as i32
         );
     }
+    // A made-up method without a key is refused before anything else looks at it: its path
+    // names no series of the request metrics (anyone could grow them without bound).
+    let protos = tempfile::tempdir().expect("a temporary directory");
+    std::fs::write(
+        protos.path().join("evil.proto"),
+        "syntax = \"proto3\";\npackage evil;\nmessage M {}\nservice Svc { rpc Method1 (M) returns (M); }\n",
+    )
+    .expect("evil.proto");
+    let r = crate::grpcurl::run(vec![
+        "-plaintext".into(),
+        "-import-path".into(),
+        protos.path().display().to_string(),
+        "-proto".into(),
+        "evil.proto".into(),
+        registry.clone(),
+        "evil.Svc/Method1".into(),
+    ])
+    .await;
+    assert!(
+        !r.ok && r.stderr.contains("Unauthenticated"),
+        "{}",
+        r.stderr
+    );
+    let metrics_url = format!(
+        "http://{}/metrics",
+        stack
+            .registry_metrics_addr()
+            .expect("the registry's metrics")
+    );
+    let metrics = send(stack.http().get(metrics_url)).await.text;
+    assert!(!metrics.contains("evil"), "{metrics}");
+    assert!(
+        metrics.contains(r#"taskforce_grpc_server_requests_total{method="unknown",code="16"}"#),
+        "{metrics}"
+    );
+
     let r = crate::grpcurl::run(vec!["-plaintext".into(), registry.clone(), "list".into()]).await;
     assert!(!r.ok, "{}", r.stdout);
     let r = crate::grpcurl::run(vec![

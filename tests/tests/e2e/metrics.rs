@@ -13,8 +13,13 @@ use crate::helpers::{RUN_TIMEOUT, SseReader, create_agent_with_tools};
 
 const SCRIPT: &str = r#"
 turns:
-  - tool_calls: [{name: file_read, arguments: {path: notes.txt}}]
-  - text: "It says hello."
+  - match: "Take your time"
+    delay_ms: 30000
+    text: "Too late."
+  - match: "What do the notes say"
+    tool_calls: [{name: file_read, arguments: {path: notes.txt}}]
+  - match: "hello"
+    text: "It says hello."
 "#;
 
 /// One sample: name, labels, value.
@@ -223,4 +228,75 @@ async fn every_service_serves_its_metrics_after_a_run() {
         value(&registry, "taskforce_grpc_server_requests_total", &create),
         Some(1.0)
     );
+}
+
+#[tokio::test]
+async fn a_request_whose_client_left_is_counted_and_readiness_probes_are_not() {
+    let stack = StackOptions::full()
+        .with_executor()
+        .llm_script(SCRIPT)
+        .spawn()
+        .await
+        .expect("stack starts");
+    let registry_url = format!(
+        "http://{}/metrics",
+        stack
+            .registry_metrics_addr()
+            .expect("the registry's metrics")
+    );
+    create_agent_with_tools(&stack, "patient", &["file_read"]).await;
+
+    // Readiness probes read an agent and a session that do not exist on purpose: no client's
+    // NOT_FOUND.
+    for _ in 0..3 {
+        let ready = stack.http().get(stack.url("/readyz")).send().await;
+        assert_eq!(ready.map(|r| r.status().as_u16()).ok(), Some(200));
+    }
+    let registry = scrape(&stack, &registry_url).await;
+    let probe_miss = [
+        ("method", "/taskforce.v1.AgentRegistry/GetAgent"),
+        ("code", "5"),
+    ];
+    assert_eq!(
+        value(
+            &registry,
+            "taskforce_grpc_server_requests_total",
+            &probe_miss
+        ),
+        None
+    );
+
+    // A blocking run the client gives up on after a second: counted, as 499.
+    let gave_up = stack
+        .http()
+        .post(stack.url("/api/v1/execute"))
+        .timeout(std::time::Duration::from_secs(1))
+        .json(&json!({"mission": "Take your time", "agent_id": "patient"}))
+        .send()
+        .await;
+    assert!(gave_up.is_err(), "{gave_up:?}");
+    let left = [
+        ("route", "/api/v1/execute"),
+        ("method", "POST"),
+        ("code", "499"),
+    ];
+    let counted = taskforce_tests::eventually(
+        std::time::Duration::from_secs(10),
+        std::time::Duration::from_millis(100),
+        || {
+            let stack = &stack;
+            async move {
+                let gateway = scrape(stack, &stack.url("/metrics")).await;
+                value(&gateway, "taskforce_http_requests_total", &left)
+                    .filter(|n| *n == 1.0)
+                    .and(value(
+                        &gateway,
+                        "taskforce_http_request_duration_seconds_count",
+                        &[("route", "/api/v1/execute")],
+                    ))
+            }
+        },
+    )
+    .await;
+    assert_eq!(counted, Some(1.0), "the abandoned request is not counted");
 }

@@ -25,6 +25,9 @@ turns:
     text: "Done."
   - match: "Read the lost notes"
     tool_calls: [{name: file_read, arguments: {path: lost.txt}}]
+  - match: "Take your time"
+    delay_ms: 30000
+    text: "Too late."
   - error: "the model is overloaded"
 "#;
 
@@ -90,6 +93,8 @@ async fn one_run_is_one_trace_across_gateway_executor_and_registry() {
         .http()
         .post(stack.url("/api/v1/execute/stream"))
         .header("traceparent", format!("00-{TRACE_ID}-{CLIENT_SPAN}-01"))
+        // The services' own probe marker means nothing from a REST client: still traced.
+        .header("x-taskforce-probe", "1")
         .json(&json!({"mission": "Read the notes", "agent_id": "traced"}))
         .send()
         .await
@@ -207,6 +212,38 @@ async fn one_run_is_one_trace_across_gateway_executor_and_registry() {
         .filter(|g| g.name.contains("readyz") || g.name.ends_with("/GetSession"))
         .collect();
     assert!(probes.is_empty(), "{probes:#?}");
+}
+
+#[tokio::test]
+async fn a_request_whose_client_left_ends_its_span_when_it_left() {
+    const LEFT: &str = "5bf92f3577b34da6a3ce929d0e0e4737";
+    let received = Receiver::start().await.expect("the OTLP receiver starts");
+    let stack = traced_stack(&received, "100", "patient").await;
+    // A blocking run the client gives up on after a second.
+    let gave_up = stack
+        .http()
+        .post(stack.url("/api/v1/execute"))
+        .header("traceparent", format!("00-{LEFT}-{CLIENT_SPAN}-01"))
+        .timeout(Duration::from_secs(1))
+        .json(&json!({"mission": "Take your time", "agent_id": "patient"}))
+        .send()
+        .await;
+    assert!(gave_up.is_err(), "{gave_up:?}");
+    let spans = trace_when(&received, &stack, LEFT, |spans| {
+        spans
+            .iter()
+            .any(|g| g.service == "gateway" && g.name == "POST /api/v1/execute")
+    })
+    .await;
+    let rest = spans
+        .iter()
+        .find(|g| g.service == "gateway")
+        .unwrap_or_else(|| panic!("{spans:#?}"));
+    let lasted = rest.end_unix_nano.saturating_sub(rest.start_unix_nano);
+    assert!(
+        lasted >= 900_000_000,
+        "the request span ends at its last poll, not when the client left: {lasted} ns"
+    );
 }
 
 #[tokio::test]

@@ -323,15 +323,33 @@ impl Registry {
             };
             let now = Instant::now();
             let due = self.take_idle(if stopping { None } else { Some(now) });
-            for (agent_id, retry) in due {
-                if !self.report(&agent_id, AgentStatus::Idle, "").await && !stopping {
-                    self.retry_idle(agent_id, retry);
-                }
-            }
+            // Together, so that a stop waits for the slowest one, not for their sum.
+            let reached = futures::future::join_all(
+                due.iter()
+                    .map(|(agent_id, _)| self.report(agent_id, AgentStatus::Idle, "")),
+            )
+            .await;
             if stopping {
                 return;
             }
+            for ((agent_id, retry), reached) in due.into_iter().zip(reached) {
+                if !reached {
+                    self.retry_idle(agent_id, retry);
+                } else if self.has_live_runs(&agent_id) {
+                    // A run started while the IDLE was on its way: its BUSY may have reached
+                    // the registry first, so it is said again after.
+                    self.report(&agent_id, AgentStatus::Busy, "").await;
+                }
+            }
         }
+    }
+
+    /// Whether `agent_id` has live runs.
+    fn has_live_runs(&self, agent_id: &str) -> bool {
+        self.inner
+            .running
+            .lock()
+            .is_ok_and(|running| running.get(agent_id).is_some_and(|r| r.live > 0))
     }
 
     /// The earliest pending IDLE report.
@@ -435,10 +453,9 @@ impl Registry {
             Ok(Ok(_)) => true,
             Ok(Err(e)) => {
                 warn!(agent_id, ?status, error = %e.message(), "status report failed");
-                !matches!(
-                    e.code(),
-                    Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled
-                )
+                // The registry's own answers say they are (a refusal, an unknown agent); any
+                // other error is the way there (down, restarting, a connection broken).
+                taskforce_proto::error::from_taskforce(&e)
             }
             Err(_) => {
                 warn!(agent_id, ?status, "status report timed out");
@@ -549,12 +566,16 @@ mod tests {
         stop.cancel();
         reporter.await.expect("stops");
 
-        // A run that starts meanwhile takes over; past the lease nothing is queued.
-        let long_ago = Instant::now() - Duration::from_secs(121);
-        registry.retry_idle("b".to_owned(), Some((long_ago, IDLE_RETRY_MAX)));
-        assert!(registry.take_idle(None).iter().all(|(id, _)| id != "b"));
+        // Past the lease nothing is queued (on a machine up for longer than a lease).
+        if let Some(long_ago) = Instant::now().checked_sub(Duration::from_secs(121)) {
+            registry.retry_idle("b".to_owned(), Some((long_ago, IDLE_RETRY_MAX)));
+            assert!(registry.take_idle(None).iter().all(|(id, _)| id != "b"));
+        }
+        // A run that starts meanwhile takes over: no IDLE is queued while it runs.
         assert!(registry.start_run("c", Duration::from_secs(60)));
         registry.retry_idle("c".to_owned(), None);
+        assert_eq!(registry.next_idle(), None, "c runs");
+        assert!(registry.has_live_runs("c"));
         assert_eq!(registry.end_run("c", Instant::now()), 0, "c's own run");
     }
 }

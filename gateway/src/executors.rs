@@ -2,12 +2,13 @@
 //! session belongs to.
 //!
 //! Several executors are named (`NAME=URL`, the names their `--instance` flags give them; one
-//! may be). A new run goes to the next executor in turn, with a session id the gateway mints as
-//! `<name>_<uuid>` for a named one ([`taskforce_proto::ids::owned_session_id`]); every later call about that
-//! session (answer, cancel, lookup, plan, the next chat turn) goes to the executor its id
-//! names, also after that executor restarted. A session id chosen by a client names no owner:
-//! it goes to the executor that rendezvous hashing of the id picks, the same one every time as
-//! long as the list of names is the same. A new run whose executor cannot take it (down,
+//! may be). A new run goes to the next executor in turn, with a session id the gateway mints
+//! as `<name>_<uuid>` for a named one ([`taskforce_proto::ids::mint_session_id`]); every later
+//! call about that session (answer, cancel, lookup, plan, the next chat turn) goes to the
+//! executor its id names, also after that executor restarted; a minted id naming an executor
+//! the gateway does not list is an error naming it. A session id chosen by a client names no
+//! owner: it goes to the executor that rendezvous hashing of the id picks, the same one every
+//! time as long as the list of names is the same. A new run whose executor cannot take it (down,
 //! stopping, hung) goes to the next one instead, so one executor down does not fail or slow
 //! every other new run; a session's calls only ever go to its owner, and when it is down the
 //! error names it.
@@ -365,7 +366,8 @@ impl Executors {
             return Err(RestError::new(
                 ErrorKind::Unavailable,
                 format!(
-                    "session `{id}` belongs to executor `{owner}`, which this gateway does not                      list (its --executor-url names {})",
+                    "session `{id}` belongs to executor `{owner}`, which this gateway does not \
+                     list (its --executor-url names {})",
                     names.join(", ")
                 ),
             ));
@@ -479,7 +481,13 @@ mod tests {
         let elsewhere = ids::mint_session_id(Some("e3"));
         let err = e.owner_index(&elsewhere).expect_err("not listed");
         assert_eq!(err.0.kind, ErrorKind::Unavailable);
-        assert!(err.0.message.contains("`e3`") && err.0.message.contains("e0, e1, e2"));
+        assert_eq!(
+            err.0.message,
+            format!(
+                "session `{elsewhere}` belongs to executor `e3`, which this gateway does not list \
+                 (its --executor-url names e0, e1, e2)"
+            )
+        );
         // A client's own id with a `_` is hashed as before, also `<word>_<a v4 UUID>`.
         assert!(e.owner_index("e3_my-thread").is_ok());
         assert!(

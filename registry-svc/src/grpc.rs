@@ -429,7 +429,11 @@ impl AgentRegistry for RegistryService {
         if !r.reporter.is_empty() && !taskforce_proto::ids::is_instance_name(&r.reporter) {
             return Err(ApiError::field(
                 "reporter",
-                "must be empty or an instance name (lowercase letters, digits and `-`)",
+                format!(
+                    "must be empty or an executor's instance name: 1-{} lowercase letters, digits \
+                     and `-`, starting with a letter or digit",
+                    taskforce_proto::ids::MAX_INSTANCE_LEN
+                ),
             )
             .to_status());
         }

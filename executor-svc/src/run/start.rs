@@ -150,20 +150,6 @@ impl Runner {
                 )));
             }
             None => {
-                // A new session under an id another executor minted would never be reached
-                // through the gateway, which sends that id to its owner.
-                if let (Some(me), Some(owner)) = (
-                    self.budgets.instance.as_deref(),
-                    session_id
-                        .as_deref()
-                        .and_then(taskforce_proto::ids::minted_owner),
-                ) && owner != me
-                {
-                    return Err(ExecutorError::FailedPrecondition(format!(
-                        "session `{id}` belongs to executor `{owner}`, not to this one (`{me}`): \
-                         send it to its owner, or start a new session without a session_id"
-                    )));
-                }
                 if let Some(id) = confirmations.iter().next() {
                     return Err(ExecutorError::invalid(
                         "confirmations",

@@ -51,6 +51,7 @@ impl Store {
                 facts.holds.remove(reporter);
             }
         }
+        facts.busy_until_ms = facts.busy_until();
         if !last_task.is_empty() {
             facts.last_task = last_task.to_owned();
         }
@@ -114,11 +115,8 @@ pub(super) fn load_facts(
         let (k, v) = item?;
         if let Ok(mut facts) = serde_json::from_slice::<RuntimeFacts>(&v) {
             // Written before holds were kept per reporter: the unnamed reporter's.
-            if facts.busy_until_ms > 0 {
-                facts
-                    .holds
-                    .entry(String::new())
-                    .or_insert(facts.busy_until_ms);
+            if facts.holds.is_empty() && facts.busy_until_ms > 0 {
+                facts.holds.insert(String::new(), facts.busy_until_ms);
             }
             out.insert(String::from_utf8_lossy(&k).into_owned(), facts);
         }
@@ -133,17 +131,23 @@ pub(super) struct RuntimeFacts {
     /// milliseconds until which its BUSY holds.
     #[serde(default)]
     holds: BTreeMap<String, u64>,
-    /// The one hold of facts written before holds were per reporter; read, never written.
-    #[serde(default, skip_serializing)]
+    /// The end of the last hold: all facts written before holds were per reporter have
+    /// (read as the unnamed reporter's hold), and all a registry of that time can read.
+    #[serde(default)]
     busy_until_ms: u64,
     #[serde(default)]
     last_task: String,
 }
 
 impl RuntimeFacts {
+    /// When the last hold ends (0: none).
+    fn busy_until(&self) -> u64 {
+        self.holds.values().copied().max().unwrap_or(0)
+    }
+
     /// `agent` with these facts: status (as of now), last task, and the end of the last hold.
     fn apply(self, mut agent: v1::Agent) -> v1::Agent {
-        let busy_until_ms = self.holds.values().copied().max().unwrap_or(0);
+        let busy_until_ms = self.busy_until();
         agent.status = if busy_until_ms > now_ms() {
             v1::AgentStatus::Busy
         } else {

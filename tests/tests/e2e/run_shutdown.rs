@@ -146,7 +146,13 @@ async fn sigkill_mid_run_leaves_a_session_the_next_start_marks_failed() {
         pid,
         last_seq,
     } = start_long_job(&stack).await;
-    assert_eq!(agent_status(&stack).await, v1::AgentStatus::Busy);
+    let busy = eventually(
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || async { (agent_status(&stack).await == v1::AgentStatus::Busy).then_some(()) },
+    )
+    .await;
+    assert!(busy.is_some(), "the run's BUSY never arrived");
 
     stack.kill9_executor().expect("executor killed");
     drop(stream);

@@ -546,15 +546,29 @@ pub fn invalid_subagents(
 }
 
 /// The first control character of `value` (line breaks and tabs allowed when `lines`).
+/// The first control character of `value` (line breaks and tabs are fine in texts of `lines`);
+/// in one-line fields also the bidirectional overrides and isolates, which make a terminal
+/// show the characters after them in another order than they are (a name that reads as
+/// another).
 fn control_char(value: &str, lines: bool) -> Option<char> {
-    value
-        .chars()
-        .find(|c| c.is_control() && !(lines && matches!(c, '\n' | '\r' | '\t')))
+    value.chars().find(|c| {
+        (c.is_control() && !(lines && matches!(c, '\n' | '\r' | '\t')))
+            || (!lines && matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}'))
+    })
+}
+
+/// Whether `c` shows nothing: whitespace, or a zero-width or invisible format character.
+fn invisible(c: char) -> bool {
+    c.is_whitespace()
+        || matches!(
+            c,
+            '\u{00AD}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{2060}'..='\u{2064}' | '\u{FEFF}'
+        )
 }
 
 fn check_len(bad: &mut impl FnMut(&str, String), field: &str, value: &str, max: usize) {
     let n = value.chars().count();
-    if value.trim().is_empty() {
+    if value.chars().all(invisible) {
         bad(field, "is required and must not be empty".into());
     } else if n > max {
         bad(field, format!("must be at most {max} characters, got {n}"));
@@ -683,6 +697,33 @@ mod tests {
         );
         assert!(e.contains("system_prompt: must not contain control"), "{e}");
         assert!(!e.contains("description"), "{e}");
+
+        // A one-line field cannot reorder what a terminal shows; a text may hold RTL marks.
+        let mut d = good();
+        d.name = "invoice-\u{202E}txt.exe".into();
+        d.project = Some("a\u{2067}b".into());
+        d.description = "\u{202B}שלום\u{202C} and more".into();
+        let e = validate("abc", &d)
+            .err()
+            .map(|e| e.message)
+            .unwrap_or_default();
+        assert!(
+            e.contains("name: must not contain control characters (found U+202E)"),
+            "{e}"
+        );
+        assert!(
+            e.contains("project: must not contain control characters (found U+2067)"),
+            "{e}"
+        );
+        assert!(!e.contains("description"), "{e}");
+        // A name of nothing visible is blank.
+        let mut d = good();
+        d.name = "\u{200B}\u{FEFF} ".into();
+        let e = validate("abc", &d)
+            .err()
+            .map(|e| e.message)
+            .unwrap_or_default();
+        assert!(e.contains("name: is required and must not be empty"), "{e}");
     }
 
     #[test]

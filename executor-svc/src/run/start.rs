@@ -430,14 +430,15 @@ impl Runner {
             confirmations: with.confirmations,
             no_tools: with.no_tools,
         };
-        self.tasks.spawn(
-            async move {
-                run.drive().await;
-                // The slot is free once the run has sent its last event.
-                drop(slot);
-            }
-            .instrument(span),
-        );
+        // The event stream stays open until the run's span has ended, so that the span of the
+        // call streaming it (which ends with the stream) encloses the run's.
+        let stream_open = Arc::clone(&run.sink);
+        self.tasks.spawn(async move {
+            run.drive().instrument(span).await;
+            drop(stream_open);
+            // The slot is free once the run has sent its last event.
+            drop(slot);
+        });
         Ok(ReceiverStream::new(rx))
     }
 }

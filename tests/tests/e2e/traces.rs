@@ -167,6 +167,12 @@ async fn one_run_is_one_trace_across_gateway_executor_and_registry() {
             "{request:?} ended before the run's last model call ({last_llm}): {spans:#?}"
         );
     }
+    // ...and the run's: the call streaming it encloses it.
+    let run = find("executor-svc", "run traced");
+    assert!(
+        run.end_unix_nano <= execute.end_unix_nano,
+        "the run ends after the call streaming it: {spans:#?}"
+    );
     // Hop 2: the registry's request spans in this trace are children of executor spans (the
     // definition lookup, the BUSY report), and its other spans are inside those.
     let registry: Vec<&Got> = spans

@@ -468,11 +468,13 @@ fn listed_twice(i: usize, s: &str) -> String {
 }
 
 /// [`validate`] for a definition a client sends (create, update): also refuses a tool listed
-/// twice in `tool_allowlist` or `mcp_tool_allowlist`. A file on disk with such a repeat is
-/// read with it dropped instead ([`CustomAgentFile::drop_repeated_tools`]): files written
-/// before this rule keep their agents.
+/// twice in `tool_allowlist` or `mcp_tool_allowlist`, a text of only invisible characters
+/// (U+200B, ...) and, in the one-line `name`, `role` and `project`, the bidirectional
+/// embeddings and overrides (U+202A-U+202E) that make a terminal show one name as another. A
+/// file on disk is read without these rules (a repeat dropped: [`CustomAgentFile::drop_repeated_tools`]):
+/// files written before them keep their agents.
 pub fn validate_new(id: &str, def: &CustomAgentFile) -> Result<(), ApiError> {
-    let repeats: Vec<(String, String)> = [
+    let mut repeats: Vec<(String, String)> = [
         ("tool_allowlist", def.tools.allowlist.as_slice()),
         ("mcp_tool_allowlist", def.mcp_allowlist()),
     ]
@@ -483,6 +485,36 @@ pub fn validate_new(id: &str, def: &CustomAgentFile) -> Result<(), ApiError> {
             .map(move |d| (field.to_owned(), d))
     })
     .collect();
+    for (field, value) in [
+        ("name", &def.name),
+        ("description", &def.description),
+        ("system_prompt", &def.prompt.system_prompt),
+    ] {
+        if !value.trim().is_empty() && value.chars().all(invisible) {
+            repeats.push((
+                field.to_owned(),
+                "is required and must not be empty (it has only invisible characters)".into(),
+            ));
+        }
+    }
+    for (field, value) in [
+        ("name", Some(&def.name)),
+        ("role", def.role.as_ref()),
+        ("project", def.project.as_ref()),
+    ] {
+        if let Some(c) =
+            value.and_then(|v| v.chars().find(|c| matches!(c, '\u{202A}'..='\u{202E}')))
+        {
+            repeats.push((
+                field.to_owned(),
+                format!(
+                    "must not contain bidirectional embeddings or overrides (found U+{:04X}): \
+                     they make a terminal show the text in another order",
+                    u32::from(c)
+                ),
+            ));
+        }
+    }
     match validate(id, def) {
         Err(e) if !repeats.is_empty() && !e.field_violations.is_empty() => {
             let mut all = e.field_violations;
@@ -546,15 +578,10 @@ pub fn invalid_subagents(
 }
 
 /// The first control character of `value` (line breaks and tabs allowed when `lines`).
-/// The first control character of `value` (line breaks and tabs are fine in texts of `lines`);
-/// in one-line fields also the bidirectional overrides and isolates, which make a terminal
-/// show the characters after them in another order than they are (a name that reads as
-/// another).
 fn control_char(value: &str, lines: bool) -> Option<char> {
-    value.chars().find(|c| {
-        (c.is_control() && !(lines && matches!(c, '\n' | '\r' | '\t')))
-            || (!lines && matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}'))
-    })
+    value
+        .chars()
+        .find(|c| c.is_control() && !(lines && matches!(c, '\n' | '\r' | '\t')))
 }
 
 /// Whether `c` shows nothing: whitespace, or a zero-width or invisible format character.
@@ -562,13 +589,23 @@ fn invisible(c: char) -> bool {
     c.is_whitespace()
         || matches!(
             c,
-            '\u{00AD}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{2060}'..='\u{2064}' | '\u{FEFF}'
+            '\u{00AD}'
+                | '\u{115F}'
+                | '\u{1160}'
+                | '\u{180E}'
+                | '\u{200B}'..='\u{200F}'
+                | '\u{2060}'..='\u{2064}'
+                | '\u{2800}'
+                | '\u{3164}'
+                | '\u{FE00}'..='\u{FE0F}'
+                | '\u{FEFF}'
+                | '\u{FFA0}'
         )
 }
 
 fn check_len(bad: &mut impl FnMut(&str, String), field: &str, value: &str, max: usize) {
     let n = value.chars().count();
-    if value.chars().all(invisible) {
+    if value.trim().is_empty() {
         bad(field, "is required and must not be empty".into());
     } else if n > max {
         bad(field, format!("must be at most {max} characters, got {n}"));
@@ -697,33 +734,37 @@ mod tests {
         );
         assert!(e.contains("system_prompt: must not contain control"), "{e}");
         assert!(!e.contains("description"), "{e}");
+    }
 
-        // A one-line field cannot reorder what a terminal shows; a text may hold RTL marks.
+    #[test]
+    fn a_client_cannot_send_invisible_or_reordering_names_that_files_keep() {
+        // A one-line field cannot reorder what a terminal shows; a text may hold RTL marks,
+        // and a name balanced isolates.
         let mut d = good();
         d.name = "invoice-\u{202E}txt.exe".into();
-        d.project = Some("a\u{2067}b".into());
+        d.project = Some("a\u{202B}b".into());
+        d.role = Some("\u{2067}שלום\u{2069} team".into());
         d.description = "\u{202B}שלום\u{202C} and more".into();
-        let e = validate("abc", &d)
+        let e = validate_new("abc", &d)
             .err()
             .map(|e| e.message)
             .unwrap_or_default();
         assert!(
-            e.contains("name: must not contain control characters (found U+202E)"),
+            e.contains("name: must not contain bidirectional") && e.contains("U+202E"),
             "{e}"
         );
-        assert!(
-            e.contains("project: must not contain control characters (found U+2067)"),
-            "{e}"
-        );
-        assert!(!e.contains("description"), "{e}");
+        assert!(e.contains("project: must not contain bidirectional"), "{e}");
+        assert!(!e.contains("role") && !e.contains("description"), "{e}");
         // A name of nothing visible is blank.
         let mut d = good();
-        d.name = "\u{200B}\u{FEFF} ".into();
-        let e = validate("abc", &d)
+        d.name = "\u{200B}\u{FEFF}".into();
+        let e = validate_new("abc", &d)
             .err()
             .map(|e| e.message)
             .unwrap_or_default();
         assert!(e.contains("name: is required and must not be empty"), "{e}");
+        // A file written before these rules keeps its agent.
+        assert_eq!(validate("abc", &d), Ok(()));
     }
 
     #[test]

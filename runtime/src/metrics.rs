@@ -6,12 +6,14 @@
 //! routes, never from a client's path):
 //! - `taskforce_grpc_server_requests_total{method, code}` and
 //!   `taskforce_grpc_server_request_duration_seconds{method}` (until the response headers: for a
-//!   server stream, the time to its start); a method the server does not have is `unknown`, a
-//!   call its client gave up on before the answer is code `1` (CANCELLED), and the gateway's
-//!   readiness probes are not counted;
+//!   server stream, the time to its start, or until its client gave up on it); a method the
+//!   server does not have is `unknown`, a call whose client gave up on it before the answer is
+//!   code `1` (CANCELLED), and the NOT_FOUND reads of the gateway's readiness probe are not
+//!   counted;
 //! - `taskforce_http_requests_total{route, method, code}` and
 //!   `taskforce_http_request_duration_seconds{route, method}`; a request whose client left
-//!   before the response is code `499` (nginx's "client closed request").
+//!   before the response is code `499` (nginx's "client closed request"), its duration until
+//!   then.
 
 use std::{
     collections::HashSet,
@@ -151,7 +153,7 @@ static REQUESTS: LazyLock<Requests> = LazyLock::new(|| {
     );
     register(
         "taskforce_grpc_server_request_duration_seconds",
-        "Time from a gRPC request to its response headers",
+        "Time from a gRPC request to its response headers (or to its client giving up)",
         requests.grpc_seconds.clone(),
     );
     register(
@@ -161,7 +163,7 @@ static REQUESTS: LazyLock<Requests> = LazyLock::new(|| {
     );
     register(
         "taskforce_http_request_duration_seconds",
-        "Time from an HTTP request to its response headers",
+        "Time from an HTTP request to its response headers (or to its client leaving)",
         requests.http_seconds.clone(),
     );
     requests
@@ -198,6 +200,11 @@ impl Counted {
         if let Some(labels) = self.labels.take() {
             count(labels, code, self.started);
         }
+    }
+
+    /// Does not count the request.
+    fn forget(mut self) {
+        self.labels = None;
     }
 }
 
@@ -335,27 +342,31 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        // The gateway's readiness probe reads something that does not exist on purpose: its
-        // NOT_FOUND is no client's.
-        let counted = (!request
+        let probe = request
             .headers()
-            .contains_key(crate::telemetry::PROBE_HEADER))
-        .then(|| {
-            Counted::new(Labels::Grpc {
-                method: self.methods.label(request.uri().path()).to_owned(),
-            })
+            .contains_key(crate::telemetry::PROBE_HEADER);
+        let counted = Counted::new(Labels::Grpc {
+            method: self.methods.label(request.uri().path()).to_owned(),
         });
         let future = self.inner.call(request);
         Box::pin(async move {
             let result = future.await;
-            if let (Ok(response), Some(counted)) = (&result, counted) {
-                // The response headers' status (a trailers-only error), else 0 (a unary
-                // success, a started stream).
-                let code = response
+            // The response headers' status (a trailers-only error), else 0 (a unary success,
+            // a started stream); an error of the service itself (none of tonic's) is its own.
+            let code = match &result {
+                Ok(response) => response
                     .headers()
                     .get("grpc-status")
                     .and_then(|v| v.to_str().ok())
-                    .unwrap_or("0");
+                    .unwrap_or("0"),
+                Err(_) => "2",
+            };
+            // The gateway's readiness probe reads something that does not exist on purpose:
+            // that NOT_FOUND is no client's. Anything else a call marked so gets (a refused
+            // key) is counted: the marker hides nothing else.
+            if probe && code == "5" {
+                counted.forget();
+            } else {
                 counted.finish(code);
             }
             result

@@ -343,21 +343,27 @@ async fn grpc_needs_a_key_with_the_methods_scope_and_health_stays_open() {
         "syntax = \"proto3\";\npackage evil;\nmessage M {}\nservice Svc { rpc Method1 (M) returns (M); }\n",
     )
     .expect("evil.proto");
-    let r = crate::grpcurl::run(vec![
-        "-plaintext".into(),
-        "-import-path".into(),
-        protos.path().display().to_string(),
-        "-proto".into(),
-        "evil.proto".into(),
-        registry.clone(),
-        "evil.Svc/Method1".into(),
-    ])
-    .await;
-    assert!(
-        !r.ok && r.stderr.contains("Unauthenticated"),
-        "{}",
-        r.stderr
-    );
+    // The second call carries the services' probe marker: it hides nothing but a probe's
+    // NOT_FOUND.
+    for marker in [None, Some("x-taskforce-probe: 1")] {
+        let mut args = vec![
+            "-plaintext".to_owned(),
+            "-import-path".into(),
+            protos.path().display().to_string(),
+            "-proto".into(),
+            "evil.proto".into(),
+        ];
+        if let Some(header) = marker {
+            args.extend(["-H".to_owned(), header.to_owned()]);
+        }
+        args.extend([registry.clone(), "evil.Svc/Method1".into()]);
+        let r = crate::grpcurl::run(args).await;
+        assert!(
+            !r.ok && r.stderr.contains("Unauthenticated"),
+            "{}",
+            r.stderr
+        );
+    }
     let metrics_url = format!(
         "http://{}/metrics",
         stack
@@ -367,7 +373,7 @@ async fn grpc_needs_a_key_with_the_methods_scope_and_health_stays_open() {
     let metrics = send(stack.http().get(metrics_url)).await.text;
     assert!(!metrics.contains("evil"), "{metrics}");
     assert!(
-        metrics.contains(r#"taskforce_grpc_server_requests_total{method="unknown",code="16"}"#),
+        metrics.contains(r#"taskforce_grpc_server_requests_total{method="unknown",code="16"} 2"#),
         "{metrics}"
     );
 

@@ -333,15 +333,28 @@ impl Registry {
                 return;
             }
             for ((agent_id, retry), reached) in due.into_iter().zip(reached) {
-                if !reached {
-                    self.retry_idle(agent_id, retry);
-                } else if self.has_live_runs(&agent_id) {
-                    // A run started while the IDLE was on its way: its BUSY may have reached
-                    // the registry first, so it is said again after.
+                if self.after_idle(agent_id.clone(), retry, reached) {
                     self.report(&agent_id, AgentStatus::Busy, "").await;
                 }
             }
         }
+    }
+
+    /// What follows an IDLE report of `agent_id` (`reached`: the registry answered it): one
+    /// that did not reach the registry is queued again ([`Registry::retry_idle`]); true when
+    /// BUSY is to be said again, because a run of the agent started while the IDLE was on its
+    /// way (its BUSY may have reached the registry first).
+    fn after_idle(
+        &self,
+        agent_id: String,
+        retry: Option<(Instant, Duration)>,
+        reached: bool,
+    ) -> bool {
+        if !reached {
+            self.retry_idle(agent_id, retry);
+            return false;
+        }
+        self.has_live_runs(&agent_id)
     }
 
     /// Whether `agent_id` has live runs.
@@ -577,5 +590,27 @@ mod tests {
         assert_eq!(registry.next_idle(), None, "c runs");
         assert!(registry.has_live_runs("c"));
         assert_eq!(registry.end_run("c", Instant::now()), 0, "c's own run");
+    }
+
+    #[tokio::test]
+    async fn busy_is_said_again_when_a_run_started_while_its_idle_was_on_its_way() {
+        let registry = test_registry();
+        let renew = Duration::from_secs(60);
+        assert!(registry.start_run("a", renew));
+        assert_eq!(registry.end_run("a", Instant::now()), 0);
+        let due = registry.take_idle(None);
+        assert_eq!(due, vec![("a".to_owned(), None)], "IDLE is sent");
+        // A run starts before the IDLE's answer is back.
+        assert!(registry.start_run("a", renew), "its BUSY is sent too");
+        assert!(
+            registry.after_idle("a".to_owned(), None, true),
+            "BUSY is said again after the IDLE"
+        );
+        // No run: nothing more; not reached: queued again, no BUSY.
+        assert_eq!(registry.end_run("a", Instant::now()), 0);
+        let _ = registry.take_idle(None);
+        assert!(!registry.after_idle("a".to_owned(), None, true));
+        assert!(!registry.after_idle("a".to_owned(), None, false));
+        assert!(registry.next_idle().is_some(), "queued again");
     }
 }

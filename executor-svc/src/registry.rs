@@ -37,7 +37,7 @@ use crate::{agent::AgentDef, error::ExecutorError};
 pub const IDLE_GRACE: Duration = Duration::from_millis(250);
 
 /// An agent with live runs, or whose IDLE report is due.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Running {
     live: usize,
     reported: Option<Instant>,
@@ -290,16 +290,9 @@ impl Registry {
         if agents.is_empty() {
             return;
         }
-        if let Ok(mut running) = self.inner.running.lock() {
-            let now = Instant::now();
-            for agent_id in agents {
-                running.entry(agent_id.clone()).or_insert(Running {
-                    live: 0,
-                    reported: None,
-                    idle_at: Some(now),
-                    idle_retry: None,
-                });
-            }
+        let now = Instant::now();
+        for agent_id in agents {
+            self.queue_idle(agent_id.clone(), now, None);
         }
         self.inner.idle_due.notify_one();
     }
@@ -399,12 +392,21 @@ impl Registry {
         if now.duration_since(since) >= Duration::from_secs(u64::from(self.inner.lease_secs)) {
             return;
         }
+        self.queue_idle(
+            agent_id,
+            now + wait,
+            Some((since, (wait * 2).min(IDLE_RETRY_MAX))),
+        );
+    }
+
+    /// Queues an IDLE report of `agent_id` at `at`, unless the agent has an entry already (a
+    /// run: its own reports take over).
+    fn queue_idle(&self, agent_id: String, at: Instant, retry: Option<(Instant, Duration)>) {
         if let Ok(mut running) = self.inner.running.lock() {
             running.entry(agent_id).or_insert(Running {
-                live: 0,
-                reported: None,
-                idle_at: Some(now + wait),
-                idle_retry: Some((since, (wait * 2).min(IDLE_RETRY_MAX))),
+                idle_at: Some(at),
+                idle_retry: retry,
+                ..Running::default()
             });
         }
     }
@@ -416,12 +418,7 @@ impl Registry {
             return true;
         };
         let now = Instant::now();
-        let entry = running.entry(agent_id.to_owned()).or_insert(Running {
-            live: 0,
-            reported: None,
-            idle_at: None,
-            idle_retry: None,
-        });
+        let entry = running.entry(agent_id.to_owned()).or_default();
         entry.live += 1;
         // Its IDLE, if pending, is not sent: the agent stays BUSY.
         entry.idle_at = None;

@@ -355,12 +355,15 @@ impl Executors {
         if let Some(i) = ids::session_owner(id).and_then(named) {
             return Ok(i);
         }
-        let names: Vec<&str> = self
-            .replicas
-            .iter()
-            .filter_map(|r| r.name.as_deref())
-            .collect();
+        // Only a minted id pays for the list of names.
+        let names = || -> Vec<&str> {
+            self.replicas
+                .iter()
+                .filter_map(|r| r.name.as_deref())
+                .collect()
+        };
         if let Some(owner) = ids::minted_owner(id)
+            && let names = names()
             && !names.is_empty()
         {
             return Err(RestError::new(
@@ -508,25 +511,21 @@ mod tests {
     /// An executor's address whose health service answers (`serving`), or a listener that takes
     /// connections and answers nothing (a stopped process).
     async fn executor_at(serving: bool) -> (Replica, tokio::task::JoinHandle<()>) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("listener");
-        let url = format!("http://{}", listener.local_addr().expect("address"));
-        let task = if serving {
+        let (url, task) = if serving {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("listener");
+            let url = format!("http://{}", listener.local_addr().expect("address"));
             let (_, health) = tonic_health::server::health_reporter();
-            tokio::spawn(async move {
+            let task = tokio::spawn(async move {
                 let _ = tonic::transport::Server::builder()
                     .add_service(health)
                     .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
                     .await;
-            })
+            });
+            (url, task)
         } else {
-            tokio::spawn(async move {
-                let mut held = Vec::new();
-                while let Ok((conn, _)) = listener.accept().await {
-                    held.push(conn);
-                }
-            })
+            crate::tests::silent_listener().await
         };
         let e = Executors::parse(&format!("e0={url}"), None).expect("one");
         (e.all()[0].clone(), task)

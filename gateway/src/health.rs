@@ -204,16 +204,7 @@ mod tests {
     /// said to be silent, not unreachable; one whose port is closed is unreachable.
     #[tokio::test]
     async fn a_hung_service_is_told_apart_from_one_that_is_down() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("listener");
-        let url = format!("http://{}", listener.local_addr().expect("address"));
-        let held = tokio::spawn(async move {
-            let mut held = Vec::new();
-            while let Ok((conn, _)) = listener.accept().await {
-                held.push(conn);
-            }
-        });
+        let (url, held) = crate::tests::silent_listener().await;
         let hung = HealthClient::new(crate::channel::lazy_channel(&url).expect("channel"));
         let said = serving(hung, "", "the executor").await.expect_err("hung");
         assert_eq!(said, "the executor did not answer its health check in time");

@@ -474,7 +474,7 @@ fn listed_twice(i: usize, s: &str) -> String {
 /// file on disk is read without these rules (a repeat dropped: [`CustomAgentFile::drop_repeated_tools`]):
 /// files written before them keep their agents.
 pub fn validate_new(id: &str, def: &CustomAgentFile) -> Result<(), ApiError> {
-    let mut repeats: Vec<(String, String)> = [
+    let mut extra: Vec<(String, String)> = [
         ("tool_allowlist", def.tools.allowlist.as_slice()),
         ("mcp_tool_allowlist", def.mcp_allowlist()),
     ]
@@ -491,7 +491,7 @@ pub fn validate_new(id: &str, def: &CustomAgentFile) -> Result<(), ApiError> {
         ("system_prompt", &def.prompt.system_prompt),
     ] {
         if !value.trim().is_empty() && value.chars().all(invisible) {
-            repeats.push((
+            extra.push((
                 field.to_owned(),
                 "is required and must not be empty (it has only invisible characters)".into(),
             ));
@@ -505,7 +505,7 @@ pub fn validate_new(id: &str, def: &CustomAgentFile) -> Result<(), ApiError> {
         if let Some(c) =
             value.and_then(|v| v.chars().find(|c| matches!(c, '\u{202A}'..='\u{202E}')))
         {
-            repeats.push((
+            extra.push((
                 field.to_owned(),
                 format!(
                     "must not contain bidirectional embeddings or overrides (found U+{:04X}): \
@@ -516,12 +516,12 @@ pub fn validate_new(id: &str, def: &CustomAgentFile) -> Result<(), ApiError> {
         }
     }
     match validate(id, def) {
-        Err(e) if !repeats.is_empty() && !e.field_violations.is_empty() => {
+        Err(e) if !extra.is_empty() && !e.field_violations.is_empty() => {
             let mut all = e.field_violations;
-            all.extend(repeats);
+            all.extend(extra);
             Err(ApiError::fields(all))
         }
-        Ok(()) if !repeats.is_empty() => Err(ApiError::fields(repeats)),
+        Ok(()) if !extra.is_empty() => Err(ApiError::fields(extra)),
         other => other,
     }
 }

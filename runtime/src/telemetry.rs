@@ -89,6 +89,11 @@ fn traced_filter<S: tracing::Subscriber>() -> impl tracing_subscriber::layer::Fi
 /// span only carries the trace, so it would cost every request and say nothing).
 static EXPORTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// Whether [`init`] set up trace export: without it no request span is made.
+pub fn traces_exported() -> bool {
+    EXPORTING.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// How long flushing the last spans at exit may take.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -479,7 +484,7 @@ fn sdk_export_error(meta: &tracing::Metadata<'_>) -> bool {
 /// continue, no trace id to put on log lines, and no cost per request. Probes and scrapes
 /// (`/healthz`, `/readyz`, `/metrics`, `grpc.health.v1`) get none either.
 pub fn server_span(kind: &str, name: &str, headers: &http::HeaderMap) -> Span {
-    if !EXPORTING.load(std::sync::atomic::Ordering::Relaxed) || is_probe(name) {
+    if !traces_exported() || is_probe(name) {
         return Span::none();
     }
     let parent =

@@ -26,6 +26,20 @@ use tower::ServiceExt;
 
 use crate::{AppState, Config, router};
 
+/// A listener on a free port that takes connections and answers nothing (a stopped or hung
+/// process): its URL, and the task holding the connections.
+pub(crate) async fn silent_listener() -> (String, tokio::task::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("listener");
+    let url = format!("http://{}", listener.local_addr().expect("address"));
+    let task = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((conn, _)) = listener.accept().await {
+            held.push(conn);
+        }
+    });
+    (url, task)
+}
+
 /// Serves `fake` (with a SERVING health service) on a free port; returns its URL.
 async fn serve(fake: FakeRegistry) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");

@@ -77,14 +77,19 @@ fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64>
         .map(|(_, _, v)| *v)
 }
 
-#[tokio::test]
-async fn every_service_serves_its_metrics_after_a_run() {
-    let stack = StackOptions::full()
+/// The full stack on [`SCRIPT`].
+async fn stack() -> Stack {
+    StackOptions::full()
         .with_executor()
         .llm_script(SCRIPT)
         .spawn()
         .await
-        .expect("stack starts");
+        .expect("stack starts")
+}
+
+#[tokio::test]
+async fn every_service_serves_its_metrics_after_a_run() {
+    let stack = stack().await;
     let registry_metrics = stack
         .registry_metrics_addr()
         .expect("the registry's metrics");
@@ -232,12 +237,7 @@ async fn every_service_serves_its_metrics_after_a_run() {
 
 #[tokio::test]
 async fn a_request_whose_client_left_is_counted_and_readiness_probes_are_not() {
-    let stack = StackOptions::full()
-        .with_executor()
-        .llm_script(SCRIPT)
-        .spawn()
-        .await
-        .expect("stack starts");
+    let stack = stack().await;
     let registry_url = format!(
         "http://{}/metrics",
         stack

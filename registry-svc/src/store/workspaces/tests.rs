@@ -48,55 +48,36 @@ fn the_agent_whose_id_derives_a_workspace_id_keeps_it_over_any_other_claim() {
     assert!(!served_and_older.beats(&own));
 }
 
+/// A claim of an agent created at `created` (seconds), in a file made at `file` (seconds).
+fn dated(id: &str, created: i64, file: Option<u64>) -> Claim {
+    Claim {
+        created: chrono::DateTime::from_timestamp(created, 0),
+        file_created: file.map(|s| SystemTime::UNIX_EPOCH + Duration::from_secs(s)),
+        ..claim(id)
+    }
+}
+
 #[test]
 fn the_agent_served_with_it_keeps_it_then_the_older_agent_then_the_older_file_then_the_smaller_id()
 {
-    let t = |s: u64| Some(SystemTime::UNIX_EPOCH + Duration::from_secs(s));
-    let at = |s: i64| chrono::DateTime::from_timestamp(s, 0);
+    let wins = |a: &Claim, b: &Claim| a.beats(b) && !b.beats(a);
     // Served with it before: keeps it against an agent created earlier, in an older file.
     let served = Claim {
         prior: true,
-        created: at(50),
-        file_created: t(50),
-        ..claim("zz-served")
+        ..dated("zz-served", 50, Some(50))
     };
-    let older = Claim {
-        created: at(10),
-        file_created: t(10),
-        ..claim("aa-older")
-    };
-    assert!(served.beats(&older) && !older.beats(&served));
+    assert!(wins(&served, &dated("aa-older", 10, Some(10))));
     // Neither served: the earlier `created_at`, even in a newer file.
-    let created_first = Claim {
-        created: at(10),
-        file_created: t(90),
-        ..claim("zz-first")
-    };
-    let created_later = Claim {
-        created: at(20),
-        file_created: t(10),
-        ..claim("aa-later")
-    };
-    assert!(created_first.beats(&created_later) && !created_later.beats(&created_first));
+    assert!(wins(
+        &dated("zz-first", 10, Some(90)),
+        &dated("aa-later", 20, Some(10))
+    ));
     // The same `created_at` (a copied file): the older file; no time known counts as latest.
-    let old_file = Claim {
-        created: at(10),
-        file_created: t(10),
-        ..claim("zz-old-file")
-    };
-    let new_file = Claim {
-        created: at(10),
-        file_created: t(20),
-        ..claim("aa-new-file")
-    };
-    assert!(old_file.beats(&new_file) && !new_file.beats(&old_file));
-    let no_time = Claim {
-        created: at(10),
-        ..claim("aa-no-time")
-    };
-    assert!(old_file.beats(&no_time) && !no_time.beats(&old_file));
+    let old_file = dated("zz-old-file", 10, Some(10));
+    assert!(wins(&old_file, &dated("aa-new-file", 10, Some(20))));
+    assert!(wins(&old_file, &dated("aa-no-time", 10, None)));
     // Nothing else tells them apart: the smaller id.
-    assert!(claim("aa").beats(&claim("bb")) && !claim("bb").beats(&claim("aa")));
+    assert!(wins(&claim("aa"), &claim("bb")));
 }
 
 /// A config directory with its `custom/` under `dir`.

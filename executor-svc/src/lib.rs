@@ -169,8 +169,12 @@ pub async fn run_with(
         config.instance.as_deref(),
         service_token,
     )?;
-    registry.release_lost_runs(store.interrupted_agents());
     let tasks = CancellationToken::new();
+    let release = tokio::spawn(
+        registry
+            .clone()
+            .release_previous_holds(store.interrupted_agents().to_vec(), tasks.clone()),
+    );
     let watch = tokio::spawn(registry.clone().watch(tasks.clone()));
     let idle_reports = tokio::spawn(registry.clone().report_idle(tasks.clone()));
     let global = tools::global::GlobalSettings::load(&config.global_mcp_config, |k| {
@@ -249,6 +253,9 @@ pub async fn run_with(
     tasks.cancel();
     if let Err(e) = watch.await {
         warn!(error = %e, "registry watch task failed");
+    }
+    if let Err(e) = release.await {
+        warn!(error = %e, "hold release task failed");
     }
     if let Err(e) = idle_reports.await {
         warn!(error = %e, "status report task failed");

@@ -22,8 +22,9 @@ use std::{
 };
 
 use taskforce_proto::v1::{
-    AgentStatus, GetAgentRequest, ReportAgentStatusRequest, WatchAgentsRequest,
-    agent_change::Kind as ChangeKind, agent_registry_client::AgentRegistryClient,
+    AgentStatus, GetAgentRequest, ReleaseHoldsRequest, ReportAgentStatusRequest,
+    WatchAgentsRequest, agent_change::Kind as ChangeKind,
+    agent_registry_client::AgentRegistryClient,
 };
 use tokio_util::sync::CancellationToken;
 use tonic::{Code, transport::Channel};
@@ -282,11 +283,70 @@ impl Registry {
         }
     }
 
-    /// Ends the BUSY the previous process reported for `agents` (the agents of the runs it left
-    /// running): their IDLE reports fall due now, unless a run of the agent starts first. Only
-    /// this reporter's hold ends, so it takes an executor restarted under its `--instance`
-    /// name (or the one unnamed executor); others end when their lease does.
-    pub fn release_lost_runs(&self, agents: &[String]) {
+    /// Ends the BUSY holds the previous process of this executor left (its runs are gone),
+    /// unless `stop` fires first. A named executor asks the registry to end every hold of its
+    /// name (`ReleaseHolds`: also those of runs that had ended but whose IDLE was never sent),
+    /// tried again 1 s doubling to 30 s while the lease would still hold them, then says BUSY
+    /// again for the agents whose runs started meanwhile (their BUSY may have reached the
+    /// registry first). An unnamed executor (unnamed executors share one hold), or one whose
+    /// registry does not know `ReleaseHolds`, reports IDLE for `lost` instead: the agents of
+    /// the runs its previous process left running.
+    pub async fn release_previous_holds(self, lost: Vec<String>, stop: CancellationToken) {
+        if self.inner.reporter.is_empty() {
+            self.release_lost_runs(&lost);
+            return;
+        }
+        let started = Instant::now();
+        let lease = Duration::from_secs(u64::from(self.inner.lease_secs));
+        let mut wait = IDLE_RETRY_FIRST;
+        loop {
+            let mut client = self.inner.client.clone();
+            let request = ReleaseHoldsRequest {
+                reporter: self.inner.reporter.clone(),
+            };
+            let answer = tokio::select! {
+                () = stop.cancelled() => return,
+                answer = tokio::time::timeout(self.inner.timeout, client.release_holds(request)) => answer,
+            };
+            match answer {
+                Ok(Ok(released)) => {
+                    let released = released.into_inner().agent_ids;
+                    if !released.is_empty() {
+                        info!(agents = ?released, "ended the BUSY holds this executor's previous process left");
+                    }
+                    for agent_id in self.live_agents() {
+                        self.report(&agent_id, AgentStatus::Busy, "").await;
+                    }
+                    return;
+                }
+                Ok(Err(e))
+                    if e.code() == Code::Unimplemented
+                        || taskforce_proto::error::from_taskforce(&e) =>
+                {
+                    warn!(error = %e.message(), "the registry did not end this executor's holds; reporting IDLE for the runs left running");
+                    self.release_lost_runs(&lost);
+                    return;
+                }
+                Ok(Err(e)) => {
+                    debug!(error = %e.message(), "releasing the previous process's holds failed; trying again");
+                }
+                Err(_) => debug!("releasing the previous process's holds timed out; trying again"),
+            }
+            if started.elapsed() + wait >= lease {
+                return;
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(wait) => {}
+            }
+            wait = (wait * 2).min(IDLE_RETRY_MAX);
+        }
+    }
+
+    /// Queues IDLE reports of `agents` (the agents of the runs the previous process left
+    /// running), due now unless a run of the agent starts first. Only this reporter's hold
+    /// ends.
+    fn release_lost_runs(&self, agents: &[String]) {
         if agents.is_empty() {
             return;
         }
@@ -295,6 +355,20 @@ impl Registry {
             self.queue_idle(agent_id.clone(), now, None);
         }
         self.inner.idle_due.notify_one();
+    }
+
+    /// The agents with live runs.
+    fn live_agents(&self) -> Vec<String> {
+        self.inner.running.lock().map_or_else(
+            |_| Vec::new(),
+            |running| {
+                running
+                    .iter()
+                    .filter(|(_, r)| r.live > 0)
+                    .map(|(id, _)| id.clone())
+                    .collect()
+            },
+        )
     }
 
     /// Sends the IDLE reports as they fall due (one that does not reach the registry is tried

@@ -426,16 +426,8 @@ impl AgentRegistry for RegistryService {
             )
             .to_status());
         }
-        if !r.reporter.is_empty() && !taskforce_proto::ids::is_instance_name(&r.reporter) {
-            return Err(ApiError::field(
-                "reporter",
-                format!(
-                    "must be empty or an executor's instance name: 1-{} lowercase letters, digits \
-                     and `-`, starting with a letter or digit",
-                    taskforce_proto::ids::MAX_INSTANCE_LEN
-                ),
-            )
-            .to_status());
+        if !r.reporter.is_empty() {
+            check_reporter(&r.reporter, "must be empty or an executor's instance name")?;
         }
         let lease = std::time::Duration::from_secs(match r.lease_seconds {
             0 => DEFAULT_LEASE_SECS,
@@ -447,6 +439,35 @@ impl AgentRegistry for RegistryService {
         .await?;
         Ok(Response::new(v1::ReportAgentStatusResponse {}))
     }
+
+    async fn release_holds(
+        &self,
+        req: Request<v1::ReleaseHoldsRequest>,
+    ) -> Result<Response<v1::ReleaseHoldsResponse>, Status> {
+        let reporter = req.into_inner().reporter;
+        check_reporter(
+            &reporter,
+            "must be an executor's instance name (the unnamed executors share one hold, which \
+             one of them cannot end for the others)",
+        )?;
+        let agent_ids = self.blocking(move |s| s.release_holds(&reporter)).await?;
+        Ok(Response::new(v1::ReleaseHoldsResponse { agent_ids }))
+    }
+}
+
+/// Refuses a `reporter` that is no executor instance name, saying `what` it must be.
+fn check_reporter(reporter: &str, what: &str) -> Result<(), Status> {
+    if taskforce_proto::ids::is_instance_name(reporter) {
+        return Ok(());
+    }
+    Err(ApiError::field(
+        "reporter",
+        format!(
+            "{what}: 1-{} lowercase letters, digits and `-`, starting with a letter or digit",
+            taskforce_proto::ids::MAX_INSTANCE_LEN
+        ),
+    )
+    .to_status())
 }
 
 /// The answer of a read while the cache has failed.

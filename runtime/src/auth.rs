@@ -478,8 +478,8 @@ impl Denied {
 
 /// The access a gRPC method of the Taskforce services needs: health is public; reflection
 /// takes any valid key; changing agents and validating one (it starts the agent's MCP servers)
-/// need `write`; runs and the executors' status reports need `execute`; everything else
-/// (reads, the watch stream, unknown methods) needs `read`.
+/// need `write`; runs and the executors' status reports (and releases of their holds) need
+/// `execute`; everything else (reads, the watch stream, unknown methods) needs `read`.
 pub fn grpc_access(path: &str) -> Access {
     if path.starts_with("/grpc.health.v1.Health/") {
         return Access::Public;
@@ -493,6 +493,7 @@ pub fn grpc_access(path: &str) -> Access {
         | "/taskforce.v1.AgentRegistry/DeleteAgent"
         | "/taskforce.v1.AgentRegistry/ValidateAgent" => Access::Needs(Scope::Write),
         "/taskforce.v1.AgentRegistry/ReportAgentStatus"
+        | "/taskforce.v1.AgentRegistry/ReleaseHolds"
         | "/taskforce.v1.Executor/Execute"
         | "/taskforce.v1.Executor/Answer"
         | "/taskforce.v1.Executor/Cancel" => Access::Needs(Scope::Execute),

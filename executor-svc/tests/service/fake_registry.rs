@@ -221,6 +221,13 @@ impl AgentRegistry for Fake {
         Ok(Response::new(v1::ReportAgentStatusResponse {}))
     }
 
+    async fn release_holds(
+        &self,
+        _req: Request<v1::ReleaseHoldsRequest>,
+    ) -> Result<Response<v1::ReleaseHoldsResponse>, Status> {
+        Ok(Response::new(v1::ReleaseHoldsResponse::default()))
+    }
+
     async fn create_agent(
         &self,
         _: Request<v1::CreateAgentRequest>,

@@ -278,6 +278,13 @@ impl AgentRegistry for FakeRegistry {
     ) -> Result<Response<v1::ReportAgentStatusResponse>, Status> {
         Ok(Response::new(v1::ReportAgentStatusResponse {}))
     }
+
+    async fn release_holds(
+        &self,
+        _req: Request<v1::ReleaseHoldsRequest>,
+    ) -> Result<Response<v1::ReleaseHoldsResponse>, Status> {
+        Ok(Response::new(v1::ReleaseHoldsResponse::default()))
+    }
 }
 
 /// A boxed stream of run events.

@@ -29,11 +29,7 @@ impl Store {
         reporter: &str,
     ) -> Result<()> {
         let _guard = self.lock();
-        let (source, tree) = if self.custom.contains_key(id)? {
-            (AgentSource::Custom, &self.custom)
-        } else if self.profile.contains_key(id)? {
-            (AgentSource::Profile, &self.profile)
-        } else {
+        let Some((source, tree)) = self.tree_of(id)? else {
             return Err(
                 ApiError::new(ErrorKind::NotFound, format!("agent {id:?} not found")).into(),
             );
@@ -51,10 +47,60 @@ impl Store {
                 facts.holds.remove(reporter);
             }
         }
-        facts.busy_until_ms = facts.busy_until();
         if !last_task.is_empty() {
             facts.last_task = last_task.to_owned();
         }
+        self.put_facts(id, source, tree, facts)
+    }
+
+    /// Ends every hold of `reporter` (an executor restarting under its name: the runs its
+    /// previous process held are gone); returns the agents whose hold ended, sorted.
+    pub fn release_holds(&self, reporter: &str) -> Result<Vec<String>> {
+        let _guard = self.lock();
+        let now = now_ms();
+        let mut held: Vec<(String, RuntimeFacts)> = match self.facts.read() {
+            Ok(all) => all
+                .iter()
+                .filter(|(_, f)| f.holds.get(reporter).is_some_and(|until| *until > now))
+                .map(|(id, f)| (id.clone(), f.clone()))
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        held.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut released = Vec::with_capacity(held.len());
+        for (id, mut facts) in held {
+            // An agent deleted meanwhile has no facts to keep.
+            let Some((source, tree)) = self.tree_of(&id)? else {
+                continue;
+            };
+            facts.holds.retain(|r, until| r != reporter && *until > now);
+            self.put_facts(&id, source, tree, facts)?;
+            released.push(id);
+        }
+        Ok(released)
+    }
+
+    /// The source and cache tree holding agent `id`, if any.
+    fn tree_of(&self, id: &str) -> Result<Option<(AgentSource, &sled::Tree)>> {
+        Ok(if self.custom.contains_key(id)? {
+            Some((AgentSource::Custom, &self.custom))
+        } else if self.profile.contains_key(id)? {
+            Some((AgentSource::Profile, &self.profile))
+        } else {
+            None
+        })
+    }
+
+    /// Stores `facts` of agent `id` (in `tree`) in sled and in memory, and tells the watchers
+    /// its status. Called with the store's lock held.
+    fn put_facts(
+        &self,
+        id: &str,
+        source: AgentSource,
+        tree: &sled::Tree,
+        mut facts: RuntimeFacts,
+    ) -> Result<()> {
+        facts.busy_until_ms = facts.busy_until();
         self.runtime.insert(
             id,
             serde_json::to_vec(&facts).map_err(|e| RegistryError::Config(e.to_string()))?,

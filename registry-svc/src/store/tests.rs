@@ -335,6 +335,50 @@ fn each_executor_holds_its_own_busy_and_its_idle_ends_only_that() -> Result<()> 
 }
 
 #[test]
+fn a_reporter_releasing_its_holds_ends_only_its_own() -> Result<()> {
+    let dir = tempfile::tempdir().map_err(|e| RegistryError::io(Path::new("tmp"), e))?;
+    let (root, data) = (dir.path().join("configs"), dir.path().join("data"));
+    let store = Store::open(&root, &data)?;
+    store.reconcile_all()?;
+    for id in ["alpha", "beta", "gamma"] {
+        store.create(id, agent_file(), "2026-11-22T09:00:00Z")?;
+    }
+    let busy = |id: &str| {
+        store
+            .get(id)
+            .map(|a| a.status == i32::from(v1::AgentStatus::Busy))
+    };
+    let minute = Duration::from_secs(60);
+    store.report_status("alpha", v1::AgentStatus::Busy, "a", minute, "e0")?;
+    store.report_status("beta", v1::AgentStatus::Busy, "b", minute, "e0")?;
+    store.report_status("beta", v1::AgentStatus::Busy, "b", minute, "e1")?;
+    store.report_status("gamma", v1::AgentStatus::Busy, "c", minute, "e1")?;
+    // A hold whose lease ended is no hold to release.
+    store.report_status("gamma", v1::AgentStatus::Busy, "", Duration::ZERO, "e0")?;
+    let mut changes = store.subscribe();
+
+    assert_eq!(store.release_holds("e0")?, ["alpha", "beta"]);
+    assert!(!busy("alpha")?, "e0's only hold ended");
+    assert!(busy("beta")?, "e1 still holds beta");
+    assert!(busy("gamma")?);
+    let told: Vec<String> = std::iter::from_fn(|| changes.try_recv().ok())
+        .map(|c| c.agent_id)
+        .collect();
+    assert_eq!(told, ["alpha", "beta"], "watchers hear each status");
+    assert_eq!(store.get("alpha")?.last_task, "a", "the last task stays");
+    assert!(store.release_holds("e0")?.is_empty(), "nothing left to end");
+    // It lasts: the facts were written, not only changed in memory.
+    store.flush()?;
+    drop(changes);
+    drop(store);
+    let store = reopen(&root, &data)?;
+    store.reconcile_all()?;
+    assert_eq!(store.get("alpha")?.status, i32::from(v1::AgentStatus::Idle));
+    assert_eq!(store.get("beta")?.status, i32::from(v1::AgentStatus::Busy));
+    Ok(())
+}
+
+#[test]
 fn a_snapshot_and_its_changes_make_every_write_visible_once_in_revision_order() -> Result<()> {
     let (_dir, store) = store_with_dev_profile()?;
     let first = store.create("alpha", agent_file(), "2026-11-22T09:00:00Z")?;

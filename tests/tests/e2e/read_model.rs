@@ -297,6 +297,17 @@ async fn a_watcher_that_excludes_status_gets_definition_changes_only() {
         .expect_err("a reporter that is no instance name");
     assert_eq!(bad.code(), tonic::Code::InvalidArgument, "{bad:?}");
     assert!(bad.message().contains("reporter"), "{bad:?}");
+    // Unnamed executors share one hold: none of them may end it for all.
+    for reporter in ["", "Executor One"] {
+        let bad = registry
+            .release_holds(v1::ReleaseHoldsRequest {
+                reporter: reporter.into(),
+            })
+            .await
+            .expect_err("a release by no instance name");
+        assert_eq!(bad.code(), tonic::Code::InvalidArgument, "{bad:?}");
+        assert!(bad.message().contains("reporter"), "{bad:?}");
+    }
     registry
         .delete_agent(v1::DeleteAgentRequest {
             agent_id: "watched".into(),

@@ -149,7 +149,7 @@ async fn sigkill_mid_run_leaves_a_session_the_next_start_marks_failed() {
     let busy = eventually(
         Duration::from_secs(10),
         Duration::from_millis(50),
-        || async { (agent_status(&stack).await == v1::AgentStatus::Busy).then_some(()) },
+        || async { (agent_status(&stack, AGENT).await == v1::AgentStatus::Busy).then_some(()) },
     )
     .await;
     assert!(busy.is_some(), "the run's BUSY never arrived");
@@ -166,7 +166,7 @@ async fn sigkill_mid_run_leaves_a_session_the_next_start_marks_failed() {
     let idle = eventually(
         Duration::from_secs(10),
         Duration::from_millis(50),
-        || async { (agent_status(&stack).await == v1::AgentStatus::Idle).then_some(()) },
+        || async { (agent_status(&stack, AGENT).await == v1::AgentStatus::Idle).then_some(()) },
     )
     .await;
     assert!(idle.is_some(), "the agent stays busy\n{}", stack.logs());
@@ -207,12 +207,62 @@ async fn sigkill_mid_run_leaves_a_session_the_next_start_marks_failed() {
     assert_serves(&stack).await;
 }
 
-/// The registry's status of [`AGENT`].
-async fn agent_status(stack: &Stack) -> v1::AgentStatus {
+/// A named executor that restarts ends every BUSY hold its previous process left, also those
+/// no session says were running (a run that ended within the IDLE grace before the crash, an
+/// IDLE the registry never got); another executor's hold on the same agent stays.
+#[tokio::test]
+async fn a_restarted_named_executor_ends_every_hold_its_previous_process_left() {
+    let mut stack = StackOptions::full()
+        .with_executor()
+        .executor_args(["--instance", "exec-a"])
+        .spawn()
+        .await
+        .expect("stack with a named executor starts");
+    for id in ["alpha", "beta"] {
+        create_agent_with_tools(&stack, id, &["python"]).await;
+    }
+    // What the previous process left: two holds of its own, and another executor's.
+    for (agent_id, reporter) in [("alpha", "exec-a"), ("beta", "exec-a"), ("beta", "exec-b")] {
+        stack
+            .registry()
+            .report_agent_status(v1::ReportAgentStatusRequest {
+                agent_id: agent_id.to_owned(),
+                status: v1::AgentStatus::Busy.into(),
+                last_task: "left over".to_owned(),
+                lease_seconds: 300,
+                reporter: reporter.to_owned(),
+            })
+            .await
+            .expect("ReportAgentStatus");
+    }
+    assert_eq!(agent_status(&stack, "alpha").await, v1::AgentStatus::Busy);
+
+    stack.kill9_executor().expect("executor killed");
+    stack.restart_executor().await.expect("executor restarts");
+    let idle = eventually(
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || async { (agent_status(&stack, "alpha").await == v1::AgentStatus::Idle).then_some(()) },
+    )
+    .await;
+    assert!(
+        idle.is_some(),
+        "alpha stays busy for its lease\n{}",
+        stack.logs()
+    );
+    assert_eq!(
+        agent_status(&stack, "beta").await,
+        v1::AgentStatus::Busy,
+        "exec-b's hold is not exec-a's to end"
+    );
+}
+
+/// The registry's status of agent `id`.
+async fn agent_status(stack: &Stack, id: &str) -> v1::AgentStatus {
     let agent = stack
         .registry()
         .get_agent(v1::GetAgentRequest {
-            agent_id: AGENT.to_owned(),
+            agent_id: id.to_owned(),
         })
         .await
         .expect("GetAgent")

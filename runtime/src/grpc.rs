@@ -146,9 +146,7 @@ where
     let tracing = crate::telemetry::RequestSpanLayer::new({
         let methods = methods.clone();
         move |req: &http::Request<Body>| {
-            if !crate::telemetry::traces_exported()
-                || req.headers().contains_key(crate::telemetry::PROBE_HEADER)
-            {
+            if !crate::telemetry::traces_exported() || crate::telemetry::is_probe_call(req) {
                 return tracing::Span::none();
             }
             crate::telemetry::server_span("gRPC", methods.label(req.uri().path()), req.headers())

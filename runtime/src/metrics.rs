@@ -342,9 +342,7 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        let probe = request
-            .headers()
-            .contains_key(crate::telemetry::PROBE_HEADER);
+        let probe = crate::telemetry::is_probe_call(&request);
         let counted = Counted::new(Labels::Grpc {
             method: self.methods.label(request.uri().path()).to_owned(),
         });

@@ -539,8 +539,23 @@ fn grpc_failure(headers: &http::HeaderMap) -> Option<String> {
 
 /// Marks a call made by a probe (the gateway's `/readyz` checking that the services take its
 /// token): like the probe itself, it makes no trace and is not counted in the gRPC servers'
-/// request metrics. Only gRPC servers heed it; a REST client's is ignored.
+/// request metrics. Only gRPC servers heed it, and only on the methods the probe calls
+/// ([`PROBE_METHODS`]); a REST client's is ignored.
 pub const PROBE_HEADER: &str = "x-taskforce-probe";
+
+/// The methods the gateway's readiness probe calls (reads of an agent and a session that do
+/// not exist): the only ones [`PROBE_HEADER`] keeps out of traces and metrics, so a client
+/// sending it cannot hide its runs or writes.
+pub const PROBE_METHODS: [&str; 2] = [
+    "/taskforce.v1.AgentRegistry/GetAgent",
+    "/taskforce.v1.Executor/GetSession",
+];
+
+/// Whether a gRPC request is marked as the readiness probe's ([`PROBE_HEADER`] on one of the
+/// [`PROBE_METHODS`]).
+pub fn is_probe_call<B>(request: &http::Request<B>) -> bool {
+    request.headers().contains_key(PROBE_HEADER) && PROBE_METHODS.contains(&request.uri().path())
+}
 
 /// Whether `name` (a route or gRPC method) is a probe or a scrape: asked every few seconds by
 /// orchestrators and Prometheus, each would be a trace of its own that says nothing.

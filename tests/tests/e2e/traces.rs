@@ -220,6 +220,48 @@ async fn one_run_is_one_trace_across_gateway_executor_and_registry() {
     assert!(probes.is_empty(), "{probes:#?}");
 }
 
+/// The readiness probe's marker keeps only the probe's own reads out of traces: a client that
+/// sends it on any other method is traced as always.
+#[tokio::test]
+async fn the_probe_marker_hides_only_the_probes_own_calls() {
+    const MARKED: &str = "5bf92f3577b34da6a3ce929d0e0e4736";
+    let received = Receiver::start().await.expect("the OTLP receiver starts");
+    let stack = traced_stack(&received, "100", "marked").await;
+    fn marked<T>(message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        for (key, value) in [
+            ("traceparent", format!("00-{MARKED}-{CLIENT_SPAN}-01")),
+            ("x-taskforce-probe", "readyz".to_owned()),
+        ] {
+            request
+                .metadata_mut()
+                .insert(key, value.parse().expect("metadata value"));
+        }
+        request
+    }
+    // The probe's read first: had it a span, it would be sent no later than the second's.
+    stack
+        .registry()
+        .get_agent(marked(taskforce_proto::v1::GetAgentRequest {
+            agent_id: "marked".into(),
+        }))
+        .await
+        .expect("GetAgent");
+    stack
+        .registry()
+        .list_agents(marked(taskforce_proto::v1::ListAgentsRequest::default()))
+        .await
+        .expect("ListAgents");
+    let spans = trace_when(&received, &stack, MARKED, |spans| {
+        spans.iter().any(|g| g.name.ends_with("/ListAgents"))
+    })
+    .await;
+    assert!(
+        spans.iter().all(|g| !g.name.ends_with("/GetAgent")),
+        "the probe's read is no trace: {spans:#?}"
+    );
+}
+
 #[tokio::test]
 async fn a_request_whose_client_left_ends_its_span_when_it_left() {
     const LEFT: &str = "5bf92f3577b34da6a3ce929d0e0e4737";

@@ -312,7 +312,12 @@ impl Registry {
                 Ok(Ok(released)) => {
                     let released = released.into_inner().agent_ids;
                     if !released.is_empty() {
-                        info!(agents = ?released, "ended the BUSY holds this executor's previous process left");
+                        // The first few by name: thousands of agents make no useful line.
+                        info!(
+                            count = released.len(),
+                            first = ?released.iter().take(10).collect::<Vec<_>>(),
+                            "ended the BUSY holds this executor's previous process left"
+                        );
                     }
                     for agent_id in self.live_agents() {
                         self.report(&agent_id, AgentStatus::Busy, "").await;

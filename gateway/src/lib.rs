@@ -218,30 +218,28 @@ pub async fn metrics() -> impl axum::response::IntoResponse {
 
 /// The scope each route needs (see `docs/security.md`): health, readiness, metrics and the
 /// OpenAPI document are public; runs, answers, cancels and the chat streams need `execute`;
-/// creating, updating, deleting and validating agents (`:validate` starts the agent's MCP
-/// servers) needs `write`; every other route (reads, `/mcp`, unknown paths) needs `read`.
+/// anything but a read (`GET`, `HEAD`) under `/api/v1/agents` (creating, updating, deleting,
+/// and validating, which starts the agent's MCP servers) needs `write`; every other route
+/// (reads, `/mcp`, unknown paths) needs `read`.
+///
+/// Decided by whole path segments, never by a prefix or suffix of the path: an id is any
+/// segment (an agent named `metadata`, a session named `cancel`), and a write to it is a write.
 pub fn access(method: &Method, path: &str) -> taskforce_runtime::auth::Access {
     use taskforce_runtime::auth::{Access, Scope};
-    match path {
-        "/healthz" | "/readyz" | "/openapi.json" | "/metrics" => Access::Public,
+    let read = matches!(*method, Method::GET | Method::HEAD);
+    let segments: Vec<&str> = path.strip_prefix('/').unwrap_or(path).split('/').collect();
+    match segments.as_slice() {
+        ["healthz" | "readyz" | "openapi.json" | "metrics"] => Access::Public,
         // A browser's CORS preflight carries no credentials; it is answered without running
         // anything (see `mcp::cors`).
-        "/mcp" if *method == Method::OPTIONS => Access::Public,
-        "/api/v1/execute" | "/api/v1/execute/stream" | "/ai/agent/stream" | "/ai/stream" => {
-            Access::Needs(Scope::Execute)
-        }
-        "/api/v1/agents:validate" => Access::Needs(Scope::Write),
-        p if p.starts_with("/api/v1/sessions/")
-            && (p.ends_with("/answer") || p.ends_with("/cancel")) =>
-        {
-            Access::Needs(Scope::Execute)
-        }
-        p if p.starts_with("/api/v1/agents")
-            && !p.ends_with("/metadata")
-            && !matches!(*method, Method::GET | Method::HEAD) =>
-        {
-            Access::Needs(Scope::Write)
-        }
+        ["mcp"] if *method == Method::OPTIONS => Access::Public,
+        ["api", "v1", "execute"]
+        | ["api", "v1", "execute", "stream"]
+        | ["ai", "agent", "stream"]
+        | ["ai", "stream"] => Access::Needs(Scope::Execute),
+        ["api", "v1", "sessions", _, "answer" | "cancel"] if !read => Access::Needs(Scope::Execute),
+        ["api", "v1", "agents:validate"] => Access::Needs(Scope::Write),
+        ["api", "v1", "agents", ..] if !read => Access::Needs(Scope::Write),
         _ => Access::Needs(Scope::Read),
     }
 }

@@ -237,3 +237,53 @@ fn validating_an_agent_needs_write_because_it_starts_the_agents_mcp_servers() {
         Access::Needs(Scope::Read)
     );
 }
+
+#[test]
+fn the_scope_a_route_needs_is_decided_by_whole_segments_so_an_id_is_never_a_route() {
+    use http::Method;
+    use taskforce_runtime::auth::{Access, Scope};
+    let needs = |method: Method, path: &str| crate::access(&method, path);
+    // An agent whose id is `metadata` is an agent: changing it is a write.
+    for method in [Method::PUT, Method::DELETE, Method::POST, Method::PATCH] {
+        for path in [
+            "/api/v1/agents/metadata",
+            "/api/v1/agents/x",
+            "/api/v1/agents",
+            "/api/v1/agents/x/metadata",
+            "/api/v1/agents/x/",
+        ] {
+            assert_eq!(
+                needs(method.clone(), path),
+                Access::Needs(Scope::Write),
+                "{method} {path}"
+            );
+        }
+    }
+    assert_eq!(
+        needs(Method::GET, "/api/v1/agents/x/metadata"),
+        Access::Needs(Scope::Read)
+    );
+    // A session whose id is `answer` or `cancel` is read with `read`; answering needs `execute`.
+    for path in ["/api/v1/sessions/answer", "/api/v1/sessions/cancel"] {
+        assert_eq!(
+            needs(Method::GET, path),
+            Access::Needs(Scope::Read),
+            "{path}"
+        );
+    }
+    for path in [
+        "/api/v1/sessions/s1/answer",
+        "/api/v1/sessions/answer/cancel",
+        "/api/v1/execute",
+        "/ai/agent/stream",
+    ] {
+        assert_eq!(
+            needs(Method::POST, path),
+            Access::Needs(Scope::Execute),
+            "{path}"
+        );
+    }
+    assert_eq!(needs(Method::GET, "/healthz"), Access::Public);
+    assert_eq!(needs(Method::OPTIONS, "/mcp"), Access::Public);
+    assert_eq!(needs(Method::POST, "/mcp"), Access::Needs(Scope::Read));
+}

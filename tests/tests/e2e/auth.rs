@@ -137,10 +137,33 @@ async fn rest_needs_a_key_with_the_routes_scope_and_public_routes_stay_open() {
     get(&stack, "/api/v1/agents/by-editor", Some(WRITER))
         .await
         .assert_error(403, "permission_denied");
+    // An agent whose id reads like a route (`metadata`) is an agent: a reader cannot change it.
+    let r = post(
+        &stack,
+        "/api/v1/agents",
+        Some(WRITER),
+        &agent_json("metadata"),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    for method in [reqwest::Method::PUT, reqwest::Method::DELETE] {
+        let r = send(
+            stack
+                .http()
+                .request(method.clone(), stack.url("/api/v1/agents/metadata"))
+                .header("authorization", bearer(READER))
+                .json(&agent_json("metadata")),
+        )
+        .await;
+        r.assert_error(403, "permission_denied")
+            .assert_names("write");
+    }
+    let r = get(&stack, "/api/v1/agents/metadata", Some(READER)).await;
+    assert_eq!(r.status, 200, "{}", r.text);
     let after = get(&stack, "/api/v1/agents", Some(READER)).await;
     assert_eq!(
         after.body["agents"].as_array().map_or(0, Vec::len),
-        before + 1,
+        before + 2,
         "{}",
         after.text
     );

@@ -100,9 +100,11 @@ pub struct Config {
           value_parser = ["dependent-owner", "any-author", "orchestrator-only"])]
     pub plan_unlink_policy: String,
 
-    /// Most messages a continued session keeps for the model (0: all); the oldest turns are
-    /// forgotten whole.
-    #[arg(long, env = "AGENT_MEMORY_MESSAGES", default_value_t = 200)]
+    /// Most messages a session keeps (0: all): when a new mission continues a longer one, its
+    /// oldest turns are dropped from the stored session, whole (a tool result never loses its
+    /// call; the system prompt stays), so neither the model nor a read of the session sees
+    /// them again. At least 2: the system prompt and the new mission.
+    #[arg(long, env = "AGENT_MEMORY_MESSAGES", default_value_t = 200, value_parser = memory_messages)]
     pub memory_messages: usize,
 
     /// Where the executor serves Prometheus metrics (`/metrics`); empty: nowhere.
@@ -154,6 +156,18 @@ pub struct Config {
     /// The native tools: endpoints, binaries, the GitHub token, the subprocess sandbox.
     #[command(flatten)]
     pub tools: crate::tools::native::NativeToolsArgs,
+}
+
+fn memory_messages(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(1) => Err(
+            "1 would keep not even the new mission with the system prompt: use 0 \
+                      (keep all) or at least 2"
+                .to_owned(),
+        ),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("`{text}` is not a number of messages: {e}")),
+    }
 }
 
 fn instance_name(text: &str) -> Result<String, String> {
@@ -263,6 +277,7 @@ mod tests {
             ("--mcp-call-timeout-ms", "0"),
             ("--subagent-timeout-secs", "0"),
             ("--registry-timeout-ms", "0"),
+            ("--memory-messages", "1"),
         ] {
             let e = Config::try_parse_from(["executor-svc", flag, value]).expect_err(flag);
             assert!(e.to_string().contains(flag), "{e}");

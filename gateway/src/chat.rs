@@ -478,7 +478,7 @@ async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
             return failure("`threadId` must be 1-128 letters, digits, `-` or `_`");
         }
         // A placeholder until an executor takes the conversation (`start_new` names its owner).
-        None => uuid::Uuid::new_v4().to_string(),
+        None => taskforce_proto::ids::mint_session_id(None),
     };
     if body.prompt.trim().is_empty() {
         return with_thread(failure("the prompt is empty"), &thread);

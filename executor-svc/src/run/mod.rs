@@ -338,6 +338,9 @@ impl Runner {
         const WHY: &str = "cancelled while waiting for an answer";
         session.status = crate::session::Status::Cancelled;
         session.pending = None;
+        // The question's call (and any call waiting with it) gets its answer: a conversation
+        // with an unanswered call is one a model API refuses, so the session could not go on.
+        agent_loop::close_open_calls(&mut session.messages, WHY);
         session.error = crate::session::RunError::new("CANCELLED", WHY);
         session
             .orchestration

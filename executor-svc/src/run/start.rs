@@ -50,9 +50,7 @@ impl Runner {
             (None, None) => match &session_id {
                 Some(id) => match self.store.get(id)? {
                     Some(stored) if stored.status == Status::Paused => {
-                        return Err(ExecutorError::AwaitingAnswer(format!(
-                            "session `{id}` waits for an answer to its question; call Answer"
-                        )));
+                        return Err(awaiting_answer(id));
                     }
                     Some(stored) => {
                         own_agent = Some(stored.agent_id.clone());
@@ -62,9 +60,11 @@ impl Runner {
                         return Err(ExecutorError::invalid(
                             "agent_id",
                             format!(
-                                "set `agent_id` (a registry agent) or `profile` (a profile \
-                                 agent): session `{id}` does not exist yet, so it has no agent \
-                                 to go on with"
+                                "session `{id}` does not exist (never started on this executor, \
+                                 or deleted after it ended: see --session-ttl-hours and \
+                                 --max-stored-sessions), so it has no agent to go on with; set \
+                                 `agent_id` (a registry agent) or `profile` (a profile agent) to \
+                                 start it"
                             ),
                         ));
                     }
@@ -101,12 +101,6 @@ impl Runner {
             }
             (Err(e), _) => return Err(e),
         };
-        // The request's model, else the one the agent's definition names, else the default.
-        let model = self
-            .router
-            .resolve(model_name.as_deref().or(agent.model.as_deref()))
-            .map_err(|e| ExecutorError::invalid("model", e.to_string()))?;
-
         // Claimed before it is read, so two requests cannot both continue one stored state.
         let claim = self.claim(&id)?;
         let existing = match &session_id {
@@ -122,12 +116,16 @@ impl Runner {
                     )));
                 }
                 if session.status == Status::Paused {
-                    return Err(ExecutorError::AwaitingAnswer(format!(
-                        "session `{}` waits for an answer to its question; call Answer",
-                        session.id
-                    )));
+                    return Err(awaiting_answer(&session.id));
                 }
                 grant(&mut session, mode, &confirmations)?;
+                // A call the last run left unanswered (a crash mid-tool, a session stored by an
+                // older version after a cancel) gets its answer first: a model API refuses a
+                // conversation with an open call, so the session could never go on.
+                super::agent_loop::close_open_calls(
+                    &mut session.messages,
+                    "the run ended before this call was answered",
+                );
                 // A retry of a run that failed before the model answered (the chat's fallback
                 // to the plain LLM, a client trying again) asks the same once, not twice.
                 let retry = session.status == Status::Failed
@@ -165,6 +163,13 @@ impl Runner {
                 session
             }
         };
+        // The request's model, else the session's (a continued session keeps the one it was
+        // given, as its answers do), else the one the agent's definition names, else the
+        // default.
+        let model = self
+            .router
+            .resolve(session.model.as_deref().or(agent.model.as_deref()))
+            .map_err(|e| ExecutorError::invalid("model", e.to_string()))?;
         // Debug only: the "run ended" line carries all of it (and the outcome), one line per run.
         debug!(session_id = %session.id, agent_id = %agent.agent_id, model = %model.model, "run starting");
         let with = Continuation {
@@ -551,6 +556,15 @@ fn forget_oldest(messages: &mut Vec<Message>, max: usize) {
         return;
     };
     messages.drain(start..cut);
+}
+
+/// A new mission for session `id`, which waits for an answer: the ways to give it one.
+fn awaiting_answer(id: &str) -> ExecutorError {
+    ExecutorError::AwaitingAnswer(format!(
+        "session `{id}` waits for an answer to its question; answer it first (REST `POST \
+         /api/v1/sessions/{id}/answer`, `taskforce answer {id} \"...\"`, gRPC `Answer`) or \
+         cancel it"
+    ))
 }
 
 fn non_empty(value: Option<String>) -> Option<String> {

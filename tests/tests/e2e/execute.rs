@@ -75,7 +75,11 @@ async fn execute_runs_a_custom_agent_to_its_final_answer() {
     )
     .await;
     r.assert_error(400, "invalid_argument");
-    assert!(r.text.contains("does not exist yet"), "{}", r.text);
+    assert!(
+        r.text.contains("does not exist (never started"),
+        "{}",
+        r.text
+    );
 
     // Existing callers send `lean` (seed 000 §6): accepted, with `agent_id` or `profile`.
     for body in [

@@ -106,11 +106,24 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
     let bytes = axum::body::to_bytes(body, usize::MAX)
         .await
         .unwrap_or_default();
+    let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    // As the real APIs do: a conversation with a tool call left unanswered is refused (and
+    // takes no scripted reply).
+    let refused = unanswered_calls(parts.uri.path(), &body);
     shared.seen.lock().expect("lock").push(Seen {
         uri: parts.uri.to_string(),
         headers: parts.headers,
-        body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        body,
     });
+    if let Some(refusal) = refused {
+        let mut response = Response::new(Body::from(refusal.to_string()));
+        *response.status_mut() = StatusCode::BAD_REQUEST;
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            "application/json".parse().expect("a valid header"),
+        );
+        return response;
+    }
     let reply = {
         let mut replies = shared.replies.lock().expect("lock");
         if replies.len() > 1 {
@@ -163,6 +176,75 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         content_type.parse().expect("a valid header"),
     );
     response
+}
+
+/// The error body the API at `path` answers a conversation with (status 400) whose tool calls
+/// are not all answered right after the assistant message making them, as OpenAI's chat
+/// completions ("An assistant message with 'tool_calls' must be followed by tool messages
+/// responding to each 'tool_call_id'") and Anthropic's Messages API (each `tool_use` needs a
+/// `tool_result` in the next message) do; `None` for a conversation they take.
+fn unanswered_calls(path: &str, body: &Value) -> Option<Value> {
+    let messages = body["messages"].as_array()?;
+    let anthropic = path.ends_with("/messages");
+    for (i, message) in messages.iter().enumerate() {
+        if message["role"] != "assistant" {
+            continue;
+        }
+        let calls: Vec<&str> = if anthropic {
+            message["content"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|b| b["type"] == "tool_use")
+                .filter_map(|b| b["id"].as_str())
+                .collect()
+        } else {
+            message["tool_calls"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c["id"].as_str())
+                .collect()
+        };
+        let answered: Vec<&str> = if anthropic {
+            messages
+                .get(i + 1)
+                .filter(|m| m["role"] == "user")
+                .and_then(|m| m["content"].as_array())
+                .into_iter()
+                .flatten()
+                .filter(|b| b["type"] == "tool_result")
+                .filter_map(|b| b["tool_use_id"].as_str())
+                .collect()
+        } else {
+            messages[i + 1..]
+                .iter()
+                .take_while(|m| m["role"] == "tool")
+                .filter_map(|m| m["tool_call_id"].as_str())
+                .collect()
+        };
+        let open: Vec<&str> = calls
+            .into_iter()
+            .filter(|id| !answered.contains(id))
+            .collect();
+        if open.is_empty() {
+            continue;
+        }
+        let open = open.join(", ");
+        return Some(if anthropic {
+            json!({"type": "error", "error": {"type": "invalid_request_error", "message": format!(
+                "messages.{}: `tool_use` ids were found without `tool_result` blocks immediately \
+                 after: {open}. Each `tool_use` block must have a corresponding `tool_result` \
+                 block in the next message.", i + 1)}})
+        } else {
+            json!({"error": {"type": "invalid_request_error", "param": format!("messages.[{}].role", i + 1),
+                "code": null, "message": format!(
+                "An assistant message with 'tool_calls' must be followed by tool messages \
+                 responding to each 'tool_call_id'. The following tool_call_ids did not have \
+                 response messages: {open}")}})
+        });
+    }
+    None
 }
 
 /// The OpenAI chat-completions stream.

@@ -340,3 +340,62 @@ async fn tool_subprocesses_never_see_the_api_keys() {
     assert_eq!(seen.len(), 2);
     assert!(!seen[1].body["messages"].to_string().contains(ANTHROPIC_KEY));
 }
+
+/// A session cancelled while it waits on its question goes on with a new mission on a real
+/// protocol: the question's call is answered in the stored conversation (the API refuses one
+/// with an open call, as the fake does), and the session keeps the model it was given (here
+/// not the default provider's).
+#[tokio::test]
+async fn a_session_cancelled_on_its_question_goes_on_with_its_own_model() {
+    let claude = FakeLlm::start(vec![
+        anthropic::tool_use(
+            "Let me ask.",
+            "toolu_q",
+            "ask_user",
+            &["{\"question\": \"Which file?\"}"],
+        ),
+        anthropic::text(&["Fresh start."]),
+    ])
+    .await;
+    let default = FakeLlm::start(vec![openai::text(&["not this one"])]).await;
+    let stack = fake_llm::options(&default, &claude)
+        .spawn()
+        .await
+        .expect("stack starts");
+    create_agent_with_tools(&stack, AGENT, &["ask_user"]).await;
+    let started = json!({"mission": "Read a file", "agent_id": AGENT, "model": "claude"});
+    let events = SseReader::open(&stack, "/api/v1/execute/stream", &started)
+        .await
+        .rest(RUN_TIMEOUT)
+        .await;
+    let (_, done) = events.last().expect("events");
+    assert_eq!(done["status"], "paused", "{events:?}");
+    let session = done["session_id"].as_str().unwrap_or_default().to_owned();
+    let r = crate::helpers::send(
+        stack
+            .http()
+            .post(stack.url(&format!("/api/v1/sessions/{session}/cancel")))
+            .json(&json!({})),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+
+    // No model named: the session's own, not the default provider.
+    let next = json!({"mission": "Never mind, say hi", "session_id": session});
+    let events = SseReader::open(&stack, "/api/v1/execute/stream", &next)
+        .await
+        .rest(RUN_TIMEOUT)
+        .await;
+    let (_, done) = events.last().expect("events");
+    assert_eq!(done["status"], "completed", "{events:?}\n{}", stack.logs());
+    assert!(default.seen().is_empty(), "{:#?}", default.seen());
+    let seen = claude.seen();
+    let bodies = bodies(&seen, 2);
+    let messages = bodies[1]["messages"].as_array().expect("messages");
+    let answered = messages
+        .iter()
+        .flat_map(|m| m["content"].as_array().into_iter().flatten())
+        .find(|b| b["type"] == "tool_result" && b["tool_use_id"] == "toolu_q")
+        .unwrap_or_else(|| panic!("the question's call is answered: {messages:#?}"));
+    assert!(answered.to_string().contains("cancelled"), "{answered}");
+}

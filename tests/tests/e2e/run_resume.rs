@@ -264,7 +264,7 @@ async fn answers_that_do_not_fit_the_session_are_refused_over_rest_with_clear_er
     .await;
     assert_eq!(busy.status, 409, "{}", busy.text);
     assert_eq!(busy.body["error"], "session_conflict", "{}", busy.text);
-    assert!(busy.text.contains("call Answer"), "{}", busy.text);
+    assert!(busy.text.contains("answer it first"), "{}", busy.text);
 
     // The question is still there, and answering it works once.
     let mut sse = SseReader::open(

@@ -6,8 +6,7 @@
 #   ./scripts/image-sizes.sh            # prints a Markdown table
 #
 # - Our layers: the release binaries with their debug info dropped (`objcopy --strip-debug`, what
-#   the Dockerfiles' CARGO_PROFILE_RELEASE_STRIP=debuginfo does), tini-static for the registry,
-#   the registry's configs/ seed, as in deploy/docker/*.Dockerfile.
+#   the Dockerfiles' CARGO_PROFILE_RELEASE_STRIP=debuginfo does), the registry's configs/ seed, as in deploy/docker/*.Dockerfile.
 # - The base, gcr.io/distroless/cc-debian12: rebuilt from the Debian bookworm packages it is made
 #   of (`apt-get download`: base-files, netbase, tzdata, ca-certificates, libc6, libssl3,
 #   libgcc-s1, libgomp1, libstdc++6), without their docs and man pages, as distroless has them.
@@ -35,15 +34,12 @@ mb() { awk -v b="$1" 'BEGIN { printf "%.1f MB", b / 1000000 }'; }
 (
     cd "$work"
     apt-get download -q base-files netbase tzdata ca-certificates libc6 libssl3 libgcc-s1 \
-        libgomp1 'libstdc++6' tini >/dev/null 2>&1 \
+        libgomp1 'libstdc++6' >/dev/null 2>&1 \
         || { echo "apt-get download failed: is this a Debian host with apt sources?" >&2; exit 1; }
 )
-mkdir -p "$work/base" "$work/tini"
+mkdir -p "$work/base"
 for deb in "$work"/*.deb; do
-    case "$(basename "$deb")" in
-        tini_*) dpkg-deb -x "$deb" "$work/tini" ;;
-        *) dpkg-deb -x "$deb" "$work/base" ;;
-    esac
+    dpkg-deb -x "$deb" "$work/base"
 done
 rm -rf "$work/base/usr/share/doc" "$work/base/usr/share/man" "$work/base/usr/share/info" \
     "$work/base/usr/share/lintian"
@@ -55,7 +51,6 @@ mkdir -p "$reg/usr/local/bin" "$reg/var/lib/taskforce/config" "$reg/var/lib/task
     "$reg/etc/taskforce"
 objcopy --strip-debug "$bin/registry-svc" "$reg/usr/local/bin/registry-svc"
 objcopy --strip-debug "$bin/taskforce" "$reg/usr/local/bin/taskforce"
-install -m 0755 "$work/tini/usr/bin/tini-static" "$reg/usr/local/bin/tini"
 cp -r "$root/configs/." "$reg/var/lib/taskforce/config/"
 cp "$root/configs/llm_config.yaml" "$reg/etc/taskforce/llm_config.yaml"
 

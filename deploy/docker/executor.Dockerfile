@@ -30,12 +30,11 @@ RUN --mount=type=cache,id=taskforce-cargo-registry,target=/usr/local/cargo/regis
 
 # ---- runtime -----------------------------------------------------------------------------------
 FROM ${RUNTIME_IMAGE}
-# python3 and git for the native tools, CA certificates for HTTPS model APIs and web tools, tini
-# as PID 1 so the tools' orphaned grandchildren are reaped. Versions come from the bookworm
-# snapshot the base image was built with.
+# python3 and git for the native tools, CA certificates for HTTPS model APIs and web tools.
+# Versions come from the bookworm snapshot the base image was built with.
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates git python3 tini \
+    && apt-get install -y --no-install-recommends ca-certificates git python3 \
     && rm -rf /var/lib/apt/lists/*
 # The same uid/gid as distroless `nonroot` (65532), so volumes and the Kubernetes security
 # context are alike for all three services. Home: git and python may write caches there.
@@ -55,7 +54,11 @@ USER 65532:65532
 # Sessions (sled) and the default agent workspaces live in the data dir: a volume.
 WORKDIR /var/lib/taskforce/executor
 EXPOSE 50052 9464
-ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/executor-svc"]
+# No init such as tini: a service started as PID 1 is its own (it starts itself again as its
+# child and stays PID 1 to reap what tools left behind and pass on SIGTERM), and unlike tini it
+# keeps the container's environment (the service token, the API keys, the providers' keys)
+# unreadable to the tools and MCP servers it starts.
+ENTRYPOINT ["/usr/local/bin/executor-svc"]
 # Container defaults (deploy/compose.yaml and deploy/k8s/ pass the same flags explicitly); the
 # registry URL comes from the environment (TASKFORCE_REGISTRY_URL).
 CMD ["--listen", "0.0.0.0:50052", "--data-dir", "/var/lib/taskforce/executor", "--llm-config", "/etc/taskforce/llm_config.yaml", "--global-mcp-config", "/etc/taskforce/mcp/global.yaml", "--metrics-listen", "0.0.0.0:9464"]

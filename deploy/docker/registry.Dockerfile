@@ -8,8 +8,8 @@
 #
 # Runtime base: gcr.io/distroless/cc-debian12:nonroot (glibc, libgcc_s, CA certificates, tzdata,
 # /etc/passwd with `nonroot` = 65532; no shell, no package manager) weighs about 9 MB compressed.
-# With the stripped registry-svc, the `taskforce` CLI for the health check, a static tini and the
-# configs/ seed, the image is 23.9 MB compressed (scripts/image-sizes.sh), under the 60 MB budget.
+# With the stripped registry-svc, the `taskforce` CLI for the health check and the configs/ seed,
+# the image is about 23 MB compressed (scripts/image-sizes.sh), under the 60 MB budget.
 
 ARG RUST_IMAGE=rust:1-bookworm
 ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
@@ -17,14 +17,6 @@ ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
 # ---- build -------------------------------------------------------------------------------------
 FROM ${RUST_IMAGE} AS build
 WORKDIR /src
-# tini as PID 1 (the static build: distroless has no shell or package manager), so what a killed
-# metadata task left behind is reaped, not kept as a zombie by the registry. Before the sources
-# are copied, so a source change does not install it again.
-# hadolint ignore=DL3008
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends tini \
-    && install -D -m 0755 /usr/bin/tini-static /out/bin/tini \
-    && rm -rf /var/lib/apt/lists/*
 COPY . .
 # The release profile keeps line tables (binaries of ~110 MB); images keep the symbols (readable
 # backtraces) and drop the debug info (~25 MB).
@@ -55,7 +47,11 @@ COPY configs/llm_config.yaml /etc/taskforce/llm_config.yaml
 USER 65532:65532
 WORKDIR /var/lib/taskforce
 EXPOSE 50051 9465
-ENTRYPOINT ["/usr/local/bin/tini", "--", "/usr/local/bin/registry-svc"]
+# No init such as tini: a service started as PID 1 is its own (it starts itself again as its
+# child and stays PID 1 to reap what a killed metadata task left behind and pass on SIGTERM),
+# and unlike tini it keeps the container's environment (the service token, the API keys)
+# unreadable to the programs it starts.
+ENTRYPOINT ["/usr/local/bin/registry-svc"]
 # Container defaults (deploy/compose.yaml and deploy/k8s/ pass the same flags explicitly).
 CMD ["--listen", "0.0.0.0:50051", "--config-dir", "/var/lib/taskforce/config", "--data-dir", "/var/lib/taskforce/data", "--llm-config", "/etc/taskforce/llm_config.yaml", "--metrics-listen", "0.0.0.0:9465"]
 # No shell or curl in distroless: the `taskforce` CLI asks grpc.health.v1 about the registry

@@ -1148,19 +1148,21 @@ struct Spec {
     workdir: String,
 }
 
-/// The workspace binary an argv runs and its arguments (an init such as `tini --` before it is
-/// left out: here the test process reaps children).
+/// The workspace binary an argv runs and its arguments. The binary comes first: no init such as
+/// `tini` in front of it (a service started as PID 1 is its own init, and `tini` would keep the
+/// container's secrets readable in its `/proc/1/environ`; see `init.rs`).
 fn program(argv: &[String]) -> anyhow::Result<(PathBuf, Vec<String>)> {
-    for (i, arg) in argv.iter().enumerate() {
-        let name = Path::new(arg)
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default();
-        if BINARIES.contains(&name) {
-            return Ok((paths::binary(name)?, argv[i + 1..].to_vec()));
-        }
+    let Some(first) = argv.first() else {
+        bail!("an empty command line")
+    };
+    let name = Path::new(first)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    if BINARIES.contains(&name) {
+        return Ok((paths::binary(name)?, argv[1..].to_vec()));
     }
-    bail!("{argv:?} runs no binary of the workspace")
+    bail!("{argv:?} does not start with a binary of the workspace (no init in front of it)")
 }
 
 impl Spec {

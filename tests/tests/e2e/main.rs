@@ -40,6 +40,7 @@
 //! - `scale_out`: two executors behind one gateway, readiness over executors, workspaces the
 //!   registry resolves for the executor.
 //! - `ssrf`: `web_fetch` against loopback in every spelling, by name, by redirect, metadata.
+//! - `init`: a service started as PID 1 is its own init (signals, its environment unreadable).
 //! - `traces`: one run as one OpenTelemetry trace over the three services (an OTLP receiver in
 //!   the test), trace ids in the logs, nothing exported without an endpoint.
 //! - `policy_modes`: `readOnly`, `default`, `safeWrite` over native and real MCP tools.
@@ -67,6 +68,7 @@ mod gateway_meta;
 mod global_mcp;
 mod grpcurl;
 mod helpers;
+mod init;
 mod lifecycle;
 mod listing;
 mod mcp_server;

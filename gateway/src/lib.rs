@@ -123,6 +123,7 @@ pub async fn run(
 /// body limit (the same `--max-body-bytes`).
 pub fn router(state: AppState, config: &Config) -> Router {
     let mcp = mcp::http_service(&state, config);
+    let rebinding = rebinding_guard(&state, config);
     let auth =
         taskforce_runtime::auth::AuthLayer::new(state.keys.clone(), access, error::auth_rejection);
     let api = Router::new()
@@ -192,6 +193,8 @@ pub fn router(state: AppState, config: &Config) -> Router {
         // API keys (when configured): before anything else runs, after metrics and tracing see
         // the request, so refusals are counted and traced.
         .layer(auth)
+        // Without keys on loopback: only loopback `Host`s (DNS rebinding), as on `/mcp`.
+        .layer(axum::middleware::from_fn_with_state(rebinding, host_guard))
         // Requests by route template, method and status, `/mcp` included.
         .layer(axum::middleware::from_fn(
             taskforce_runtime::metrics::http_metrics,
@@ -241,6 +244,64 @@ pub fn access(method: &Method, path: &str) -> taskforce_runtime::auth::Access {
         ["api", "v1", "agents:validate"] => Access::Needs(Scope::Write),
         ["api", "v1", "agents", ..] if !read => Access::Needs(Scope::Write),
         _ => Access::Needs(Scope::Read),
+    }
+}
+
+/// The `Host` names every route accepts when the gateway serves without API keys on a loopback
+/// address (the default of `scripts/run.sh`): those `/mcp` accepts (loopback names, or
+/// `--mcp-allowed-hosts`). A web page the browser loaded from a name that now resolves to
+/// 127.0.0.1 (DNS rebinding) sends its own name, and without keys nothing else would stop it
+/// from creating agents (whose MCP servers the registry starts) or running them. `None`: any
+/// host (keys decide, or the gateway is reachable from the network anyway).
+fn rebinding_guard(state: &AppState, config: &Config) -> Option<std::sync::Arc<[String]>> {
+    if state.keys.is_some() || !config.listen.ip().is_loopback() {
+        return None;
+    }
+    mcp::transport::allowed_hosts(config).map(Into::into)
+}
+
+/// Refuses (403) a request whose `Host` is not in `allowed` (see [`rebinding_guard`]).
+async fn host_guard(
+    axum::extract::State(allowed): axum::extract::State<Option<std::sync::Arc<[String]>>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let Some(allowed) = allowed else {
+        return next.run(request).await;
+    };
+    let host = request
+        .headers()
+        .get(http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| request.uri().authority().map(http::uri::Authority::as_str))
+        .unwrap_or_default();
+    let name = host_name(host);
+    // A browser always names the host; a request naming none is no page's.
+    if name.is_empty() || allowed.iter().any(|a| a.eq_ignore_ascii_case(name)) {
+        return next.run(request).await;
+    }
+    RestError::new(
+        ErrorKind::PermissionDenied,
+        format!(
+            "`Host: {host}` is not a name this gateway answers without API keys (it listens on \
+             loopback and accepts {}): a page from another site reaching it through DNS \
+             rebinding is refused; use one of those names, or configure API keys",
+            allowed.join(", ")
+        ),
+    )
+    .into_response()
+}
+
+/// The name of a `Host` value: without its port, an IPv6 address without its brackets.
+fn host_name(host: &str) -> &str {
+    let host = host.trim();
+    if let Some(v6) = host.strip_prefix('[') {
+        return v6.split(']').next().unwrap_or_default();
+    }
+    match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
     }
 }
 

@@ -287,3 +287,17 @@ fn the_scope_a_route_needs_is_decided_by_whole_segments_so_an_id_is_never_a_rout
     assert_eq!(needs(Method::OPTIONS, "/mcp"), Access::Public);
     assert_eq!(needs(Method::POST, "/mcp"), Access::Needs(Scope::Read));
 }
+
+#[test]
+fn a_host_header_names_its_host_without_port_or_brackets() {
+    for (host, name) in [
+        ("localhost:8080", "localhost"),
+        ("127.0.0.1", "127.0.0.1"),
+        ("[::1]:8080", "::1"),
+        ("[::1]", "::1"),
+        ("Rebound.Example:80", "Rebound.Example"),
+        ("", ""),
+    ] {
+        assert_eq!(crate::host_name(host), name, "{host}");
+    }
+}

@@ -591,3 +591,45 @@ async fn each_key_has_its_own_cap_on_open_runs() {
     }
     assert_eq!(status, 200, "the slot came back");
 }
+
+/// Without keys on loopback (the stack `scripts/run.sh` starts), every route answers only
+/// loopback `Host` names: a page whose name was made to resolve to 127.0.0.1 (DNS rebinding)
+/// can neither create an agent (whose MCP servers the registry would start) nor run one.
+#[tokio::test]
+async fn without_keys_a_foreign_host_is_refused_on_every_route() {
+    let stack = StackOptions::full()
+        .spawn()
+        .await
+        .expect("stack without keys starts");
+    let port = reqwest::Url::parse(&stack.url("/"))
+        .ok()
+        .and_then(|u| u.port())
+        .expect("a port");
+    for host in [
+        format!("rebound.example:{port}"),
+        "rebound.example".to_owned(),
+    ] {
+        let r = send(
+            stack
+                .http()
+                .post(stack.url("/api/v1/agents"))
+                .header("host", &host)
+                .json(&agent_json("rebound")),
+        )
+        .await;
+        r.assert_error(403, "permission_denied");
+        assert!(r.text.contains("DNS rebinding"), "{}", r.text);
+    }
+    let r = get(&stack, "/api/v1/agents/rebound", None).await;
+    r.assert_error(404, "not_found");
+    for host in [format!("localhost:{port}"), format!("127.0.0.1:{port}")] {
+        let r = send(
+            stack
+                .http()
+                .get(stack.url("/api/v1/agents"))
+                .header("host", &host),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{host}: {}", r.text);
+    }
+}

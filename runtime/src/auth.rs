@@ -202,7 +202,7 @@ impl Keys {
                             "the token of key {name:?} is shorter than {MIN_TOKEN_CHARS} characters"
                         )));
                     }
-                    if HeaderValue::from_str(&token).is_err() || token.contains(' ') {
+                    if !token.bytes().all(|b| b.is_ascii_graphic()) {
                         return Err(invalid(format!(
                             "the token of key {name:?} must be visible ASCII without spaces"
                         )));
@@ -224,6 +224,14 @@ impl Keys {
                     )));
                 }
             };
+            // Two keys with one token would be one caller with the scopes of whichever is
+            // compared last: say which ones, whatever was meant.
+            if let Some(twin) = keys.iter().find(|k| k.digest == digest) {
+                return Err(invalid(format!(
+                    "keys {:?} and {name:?} have the same token (or sha256)",
+                    &*twin.principal.name
+                )));
+            }
             keys.push(Key {
                 digest,
                 principal: Principal {
@@ -336,9 +344,17 @@ impl AuthArgs {
                 })?;
                 Some(Keys::parse(&text, &format!("the file {}", path.display()))?)
             }
-            (None, Some(inline)) if !inline.trim().is_empty() => {
-                Some(Keys::parse(inline, "TASKFORCE_API_KEYS")?)
+            // Set but empty (a secret that did not reach the environment) is no choice to run
+            // without keys: that takes leaving the variable unset.
+            (None, Some(inline)) if inline.trim().is_empty() => {
+                return Err(AuthError::Invalid {
+                    origin: "TASKFORCE_API_KEYS".to_owned(),
+                    reason: "it is set but empty: give the keys document, or unset it to serve \
+                             without keys (on loopback only)"
+                        .to_owned(),
+                });
             }
+            (None, Some(inline)) => Some(Keys::parse(inline, "TASKFORCE_API_KEYS")?),
             (None, _) => None,
         };
         match keys {
@@ -664,6 +680,48 @@ keys:
         for bad in ["two words", "caf\u{e9}", "a\nb", "tab\there"] {
             assert_eq!(authorization_value(bad), Err(InvalidToken), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn keys_no_request_could_present_or_that_collide_stop_the_start() {
+        let doc = |tokens: &[&str]| {
+            let mut yaml = "keys:\n".to_owned();
+            for (i, token) in tokens.iter().enumerate() {
+                yaml.push_str(&format!(
+                    "  - {{name: k{i}, token: \"{token}\", scopes: [read]}}\n"
+                ));
+            }
+            yaml
+        };
+        for bad in [
+            "caf\u{e9}-0123456789abcdef",
+            "tab\there-0123456789abcdef",
+            "space here-0123456789abcdef",
+        ] {
+            let e = Keys::parse(&doc(&[bad]), "test")
+                .expect_err(bad)
+                .to_string();
+            assert!(e.contains("visible ASCII"), "{bad:?}: {e}");
+        }
+        let twins = doc(&["same-token-0123456789", "same-token-0123456789"]);
+        let e = Keys::parse(&twins, "test").expect_err("twins").to_string();
+        assert!(e.contains("\"k0\" and \"k1\" have the same token"), "{e}");
+        // Set but empty is no way to turn keys off.
+        let loopback: SocketAddr = ([127, 0, 0, 1], 8080).into();
+        let empty = AuthArgs {
+            api_keys: Some(" ".to_owned()),
+            ..AuthArgs::default()
+        };
+        let e = empty
+            .keys("test", &[loopback])
+            .expect_err("empty keys")
+            .to_string();
+        assert!(e.contains("set but empty"), "{e}");
+        assert!(
+            AuthArgs::default()
+                .keys("test", &[loopback])
+                .is_ok_and(|k| k.is_none())
+        );
     }
 
     fn headers(auth: Option<&str>) -> http::HeaderMap {

@@ -96,11 +96,20 @@ pub fn owned_session_id(owner: Option<&str>, unique: &str) -> String {
 }
 
 /// A new session id minted for `owner` (an instance name, or none): `<owner>_<uuid>`, or the
-/// UUID alone. The UUID is time-ordered (a v7's bytes, so a new session's key lands next to
-/// the last ones in sled) and marked version 8, which tells a minted id from a client's own
-/// `thread_<uuid>` (UUIDs clients make are version 4 or 7): see [`minted_owner`].
+/// UUID alone. The UUID is time-ordered (its first 48 bits are the Unix time in milliseconds,
+/// as a v7's, so a new session's key lands next to the last ones in sled), the other 74 bits
+/// random (a v7's would hold a counter: ids minted in one millisecond would differ in 32 random
+/// bits only, and a session id is all a caller needs to read or answer it), and it is marked
+/// version 8, which tells a minted id from a client's own `thread_<uuid>` (UUIDs clients make
+/// are version 4 or 7): see [`minted_owner`].
 pub fn mint_session_id(owner: Option<&str>) -> String {
-    let mut bytes = *uuid::Uuid::now_v7().as_bytes();
+    // A v4's bytes: 122 random bits, the RFC 9562 variant set.
+    let mut bytes = *uuid::Uuid::new_v4().as_bytes();
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let millis = u64::try_from(millis).unwrap_or(u64::MAX).to_be_bytes();
+    bytes[..6].copy_from_slice(&millis[2..]);
     bytes[6] = (bytes[6] & 0x0f) | (MINTED_VERSION << 4);
     owned_session_id(owner, &uuid::Uuid::from_bytes(bytes).to_string())
 }
@@ -141,6 +150,21 @@ mod tests {
         let later = mint_session_id(None);
         std::thread::sleep(std::time::Duration::from_millis(2));
         assert!(mint_session_id(None) > later);
+        // Its first 48 bits are the time in milliseconds, the rest is random, not a counter:
+        // ids minted one after another differ in (nearly) all of their last eight bytes.
+        let bytes = |id: &str| *uuid::Uuid::try_parse(id).expect("a UUID").as_bytes();
+        let millis = |b: &[u8; 16]| b[..6].iter().fold(0u64, |t, x| t << 8 | u64::from(*x));
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        let minted = bytes(&mint_session_id(None));
+        assert!(u128::from(millis(&minted)).abs_diff(now) < 1000, "{minted:?}");
+        let ids: Vec<[u8; 16]> = (0..100).map(|_| bytes(&mint_session_id(None))).collect();
+        let differing: usize = ids
+            .windows(2)
+            .map(|w| (8..16).filter(|&i| w[0][i] != w[1][i]).count())
+            .sum();
+        assert!(differing > 99 * 6, "{differing} of {} bytes differ", 99 * 8);
         let v4 = "3f2a9c1e-5b7d-4e8f-9a0b-1c2d3e4f5a6b";
         let v7 = "0195f0a2-7c1e-7b3a-9d4e-1f2a3b4c5d6e";
         let rest = id.split_once('_').map(|(_, r)| r).unwrap_or_default();

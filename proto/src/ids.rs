@@ -158,7 +158,10 @@ mod tests {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis());
         let minted = bytes(&mint_session_id(None));
-        assert!(u128::from(millis(&minted)).abs_diff(now) < 1000, "{minted:?}");
+        assert!(
+            u128::from(millis(&minted)).abs_diff(now) < 1000,
+            "{minted:?}"
+        );
         let ids: Vec<[u8; 16]> = (0..100).map(|_| bytes(&mint_session_id(None))).collect();
         let differing: usize = ids
             .windows(2)

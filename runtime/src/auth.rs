@@ -336,6 +336,16 @@ impl AuthArgs {
     pub fn keys(&self, service: &str, listeners: &[SocketAddr]) -> Result<Option<Keys>, AuthError> {
         // Every service reads its keys, also one that calls no other (the registry).
         crate::env::never_log(self.service_token.as_deref());
+        for flag in secrets_on_command_line(std::env::args()) {
+            warn!(
+                service,
+                flag,
+                "a secret was given on the command line, which every process of this machine can \
+                 read in /proc/<pid>/cmdline (the service's tools and MCP servers too); pass it \
+                 in the environment (TASKFORCE_API_KEYS, TASKFORCE_SERVICE_TOKEN) or a file \
+                 (--api-keys-file) instead"
+            );
+        }
         let keys = match (&self.api_keys_file, &self.api_keys) {
             (Some(path), _) => {
                 let text = std::fs::read_to_string(path).map_err(|source| AuthError::Read {
@@ -393,6 +403,24 @@ impl AuthArgs {
         authorization_value(self.service_token.as_deref().unwrap_or_default())
             .map_err(|_| AuthError::ServiceToken)
     }
+}
+
+/// The flags of `args` (a command line) that carry a secret: `--api-keys` and
+/// `--service-token`, as `--flag value` or `--flag=value`.
+fn secrets_on_command_line(args: impl Iterator<Item = String>) -> Vec<&'static str> {
+    let mut found = Vec::new();
+    for arg in args {
+        for flag in ["--api-keys", "--service-token"] {
+            let given = arg == flag
+                || arg
+                    .strip_prefix(flag)
+                    .is_some_and(|rest| rest.starts_with('='));
+            if given && !found.contains(&flag) {
+                found.push(flag);
+            }
+        }
+    }
+    found
 }
 
 /// A token that is not visible ASCII (a space, a control or non-ASCII character): no key is,
@@ -722,6 +750,17 @@ keys:
                 .keys("test", &[loopback])
                 .is_ok_and(|k| k.is_none())
         );
+    }
+
+    #[test]
+    fn secrets_given_as_flags_are_found() {
+        let line =
+            |args: &[&str]| super::secrets_on_command_line(args.iter().map(|a| (*a).to_owned()));
+        assert_eq!(
+            line(&["svc", "--service-token", "x", "--api-keys=keys: []"]),
+            ["--service-token", "--api-keys"]
+        );
+        assert!(line(&["svc", "--api-keys-file", "/k.yaml", "--listen", "x"]).is_empty());
     }
 
     fn headers(auth: Option<&str>) -> http::HeaderMap {

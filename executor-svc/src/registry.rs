@@ -164,6 +164,21 @@ impl Registry {
                     status.message().to_owned(),
                 ));
             }
+            // A setting to fix, not an outage to wait out.
+            Ok(Err(status))
+                if matches!(
+                    status.code(),
+                    Code::Unauthenticated | Code::PermissionDenied
+                ) =>
+            {
+                tracing::error!(registry = %inner.url, error = %status.message(), "the registry refuses this executor's service token");
+                return Err(ExecutorError::Config(format!(
+                    "the registry refuses this executor's service token ({}): set \
+                     TASKFORCE_SERVICE_TOKEN of the executor to a registry key with the `read` and \
+                     `execute` scopes (or `admin`)",
+                    status.message()
+                )));
+            }
             Ok(Err(status)) => {
                 warn!(registry = %inner.url, code = ?status.code(), error = %status.message(), "the registry failed");
                 return Err(ExecutorError::Unavailable(format!(

@@ -633,3 +633,43 @@ async fn without_keys_a_foreign_host_is_refused_on_every_route() {
         assert_eq!(r.status, 200, "{host}: {}", r.text);
     }
 }
+
+/// An executor whose service token the registry refuses says what to fix (500 naming
+/// `TASKFORCE_SERVICE_TOKEN`), not "unavailable, try again later": waiting fixes nothing.
+#[tokio::test]
+async fn an_executor_whose_token_the_registry_refuses_says_so() {
+    let stack = StackOptions::full()
+        .with_executor()
+        .env_all("TASKFORCE_API_KEYS", keys_yaml())
+        .env_all("TASKFORCE_SERVICE_TOKEN", ADMIN)
+        // The editor's key cannot read agents.
+        .executor_env("TASKFORCE_SERVICE_TOKEN", WRITER)
+        .spawn()
+        .await
+        .expect("stack with keys starts");
+    let mission =
+        json!({"mission": "Extract the totals of invoice 42", "agent_id": "invoice-extractor"});
+    let r = post(&stack, "/api/v1/execute", Some(RUNNER), &mission).await;
+    r.assert_error(500, "internal");
+    // The executor says it to its callers (the gateway logs it, a gRPC client reads it).
+    let mut request = tonic::Request::new(taskforce_proto::v1::ExecuteRequest {
+        mission: "Extract the totals".to_owned(),
+        agent_id: Some("invoice-extractor".to_owned()),
+        ..Default::default()
+    });
+    request.metadata_mut().insert(
+        "authorization",
+        bearer(RUNNER).parse().expect("a metadata value"),
+    );
+    let refused = stack
+        .executor()
+        .execute(request)
+        .await
+        .expect_err("the run cannot start");
+    assert_eq!(refused.code(), tonic::Code::Internal, "{refused:?}");
+    assert!(
+        refused.message().contains("TASKFORCE_SERVICE_TOKEN"),
+        "{refused:?}"
+    );
+    assert!(!refused.message().contains(WRITER), "{refused:?}");
+}

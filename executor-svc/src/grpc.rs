@@ -12,7 +12,7 @@ use tracing::instrument;
 
 use crate::{
     ExecutorError,
-    run::{Runner, StreamItem, check_session_id},
+    run::{Runner, StreamItem, session_id_of},
 };
 
 /// The gRPC service.
@@ -64,8 +64,7 @@ impl Executor for ExecutorService {
         &self,
         request: Request<CancelRequest>,
     ) -> Result<Response<CancelResponse>, Status> {
-        let id = request.into_inner().session_id;
-        check_session_id(&id).map_err(|e| e.to_status())?;
+        let id = session_id_of(&request.into_inner().session_id).map_err(|e| e.to_status())?;
         let cancelled = self.runner.cancel(&id).await.map_err(|e| e.to_status())?;
         if !cancelled
             && self
@@ -86,8 +85,7 @@ impl Executor for ExecutorService {
         &self,
         request: Request<GetSessionRequest>,
     ) -> Result<Response<Session>, Status> {
-        let id = request.into_inner().session_id;
-        check_session_id(&id).map_err(|e| e.to_status())?;
+        let id = session_id_of(&request.into_inner().session_id).map_err(|e| e.to_status())?;
         match self.runner.session(&id).map_err(|e| e.to_status())? {
             Some(session) => Ok(Response::new(session.to_proto())),
             None => {
@@ -98,8 +96,7 @@ impl Executor for ExecutorService {
 
     #[instrument(level = "debug", skip_all, fields(session_id = %request.get_ref().session_id))]
     async fn get_plan(&self, request: Request<GetPlanRequest>) -> Result<Response<Plan>, Status> {
-        let id = request.into_inner().session_id;
-        check_session_id(&id).map_err(|e| e.to_status())?;
+        let id = session_id_of(&request.into_inner().session_id).map_err(|e| e.to_status())?;
         match self.runner.plan(&id).map_err(|e| e.to_status())? {
             Some(plan) => Ok(Response::new(crate::session::plan_to_proto(&plan))),
             None => {

@@ -29,7 +29,7 @@ use std::{
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 pub use events::StreamItem;
-pub use start::check_session_id;
+pub use start::session_id_of;
 
 use crate::{
     agent::AgentDef,

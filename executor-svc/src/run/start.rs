@@ -184,9 +184,9 @@ impl Runner {
     /// event stream.
     pub async fn answer(
         self: &Arc<Self>,
-        request: v1::AnswerRequest,
+        mut request: v1::AnswerRequest,
     ) -> Result<ReceiverStream<StreamItem>, ExecutorError> {
-        check_session_id(&request.session_id)?;
+        request.session_id = session_id_of(&request.session_id)?;
         // Blank answers by key count as not given (the question's default, else it is asked
         // again), as the seed wants for missing fields; a request with neither says nothing.
         if request.answer.trim().is_empty() && request.answers.is_empty() {
@@ -576,8 +576,17 @@ fn check_id(field: &'static str, id: &str) -> Result<(), ExecutorError> {
         .map_err(|e| ExecutorError::invalid(field, format!("`{id}`: {e}")))
 }
 
+/// A session id as a request gives it: spaces around it dropped (as `Execute` always did, so
+/// every call names a session the same way), then 1-128 letters, digits, `-` and `_`;
+/// anything else is a 400 naming it.
+pub fn session_id_of(given: &str) -> Result<String, ExecutorError> {
+    let id = given.trim();
+    check_session_id(id)?;
+    Ok(id.to_owned())
+}
+
 /// A session id is 1-128 letters, digits, `-` and `_`; anything else is a 400 naming it.
-pub fn check_session_id(id: &str) -> Result<(), ExecutorError> {
+fn check_session_id(id: &str) -> Result<(), ExecutorError> {
     if taskforce_proto::ids::is_session_id(id) {
         Ok(())
     } else {
@@ -591,6 +600,14 @@ pub fn check_session_id(id: &str) -> Result<(), ExecutorError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_session_id_is_trimmed_then_checked_on_every_call() {
+        assert_eq!(session_id_of(" s-1_a ").ok().as_deref(), Some("s-1_a"));
+        for bad in ["", "  ", "a b", "a/b", &"a".repeat(129)] {
+            assert!(session_id_of(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn old_turns_are_forgotten_whole_and_the_system_prompt_stays() {

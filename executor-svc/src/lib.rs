@@ -170,13 +170,6 @@ pub async fn run_with(
         service_token,
     )?;
     let tasks = CancellationToken::new();
-    let release = tokio::spawn(
-        registry
-            .clone()
-            .release_previous_holds(store.interrupted_agents().to_vec(), tasks.clone()),
-    );
-    let watch = tokio::spawn(registry.clone().watch(tasks.clone()));
-    let idle_reports = tokio::spawn(registry.clone().report_idle(tasks.clone()));
     let global = tools::global::GlobalSettings::load(&config.global_mcp_config, |k| {
         if k == "AGENT_ENABLE" {
             Some(config.agent_enable.clone())
@@ -221,6 +214,14 @@ pub async fn run_with(
     )
     .await
     .map_err(ExecutorError::Config)?;
+    // Once nothing of the start can fail: a start refused for its configuration ends no hold.
+    let release = tokio::spawn(
+        registry
+            .clone()
+            .release_previous_holds(store.interrupted_agents().to_vec(), tasks.clone()),
+    );
+    let watch = tokio::spawn(registry.clone().watch(tasks.clone()));
+    let idle_reports = tokio::spawn(registry.clone().report_idle(tasks.clone()));
     let runner = Arc::new(run::Runner::new(
         parts.router,
         parts.tools,

@@ -336,6 +336,12 @@ impl Registry {
                     }
                     for agent_id in self.live_agents() {
                         self.report(&agent_id, AgentStatus::Busy, "").await;
+                        // Its last run may have ended, and its IDLE gone out, before this BUSY
+                        // arrived: say IDLE again (nothing is queued while one is pending).
+                        if !self.has_live_runs(&agent_id) {
+                            self.queue_idle(agent_id, Instant::now(), None);
+                            self.inner.idle_due.notify_one();
+                        }
                     }
                     return;
                 }

@@ -257,7 +257,10 @@ fn rebinding_guard(state: &AppState, config: &Config) -> Option<std::sync::Arc<[
     if state.keys.is_some() || !config.listen.ip().is_loopback() {
         return None;
     }
-    mcp::transport::allowed_hosts(config).map(Into::into)
+    let mut hosts = mcp::transport::allowed_hosts(config)?;
+    // Its own address too (127.0.0.2, say), as a client that was given it sends it.
+    hosts.push(config.listen.ip().to_string());
+    Some(hosts.into())
 }
 
 /// Refuses (403) a request whose `Host` is not in `allowed` (see [`rebinding_guard`]).
@@ -270,15 +273,17 @@ async fn host_guard(
     let Some(allowed) = allowed else {
         return next.run(request).await;
     };
-    let host = request
-        .headers()
-        .get(http::header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .or_else(|| request.uri().authority().map(http::uri::Authority::as_str))
-        .unwrap_or_default();
-    let name = host_name(host);
+    let host = match request.headers().get(http::header::HOST) {
+        // Not text: no name it could be.
+        Some(value) => value.to_str().unwrap_or("(not text)"),
+        None => request
+            .uri()
+            .authority()
+            .map(http::uri::Authority::as_str)
+            .unwrap_or_default(),
+    };
     // A browser always names the host; a request naming none is no page's.
-    if name.is_empty() || allowed.iter().any(|a| a.eq_ignore_ascii_case(name)) {
+    if host.trim().is_empty() || host_allowed(host, &allowed) {
         return next.run(request).await;
     }
     RestError::new(
@@ -293,15 +298,33 @@ async fn host_guard(
     .into_response()
 }
 
-/// The name of a `Host` value: without its port, an IPv6 address without its brackets.
-fn host_name(host: &str) -> &str {
+/// Whether `host` (a `Host` value) is one of `allowed`, each a name with or without a port
+/// (`localhost`, `localhost:8080`, `::1`, `[::1]:8080`), as `/mcp` reads them: a name without
+/// a port allows every port.
+fn host_allowed(host: &str, allowed: &[String]) -> bool {
+    let (name, port) = host_parts(host);
+    allowed.iter().any(|entry| {
+        let (allowed_name, allowed_port) = host_parts(entry);
+        allowed_name.eq_ignore_ascii_case(name) && allowed_port.is_none_or(|p| Some(p) == port)
+    })
+}
+
+/// A `Host` value as its name and port: `[::1]:8080` is `::1` and `8080`, a bare IPv6 address
+/// (`::1`) has no port.
+fn host_parts(host: &str) -> (&str, Option<&str>) {
     let host = host.trim();
-    if let Some(v6) = host.strip_prefix('[') {
-        return v6.split(']').next().unwrap_or_default();
+    if let Some(rest) = host.strip_prefix('[') {
+        let (name, after) = rest.split_once(']').unwrap_or((rest, ""));
+        return (name, after.strip_prefix(':'));
+    }
+    if host.matches(':').count() > 1 {
+        return (host, None);
     }
     match host.rsplit_once(':') {
-        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
-        _ => host,
+        Some((name, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => {
+            (name, Some(port))
+        }
+        _ => (host, None),
     }
 }
 

@@ -336,7 +336,9 @@ impl AuthArgs {
     pub fn keys(&self, service: &str, listeners: &[SocketAddr]) -> Result<Option<Keys>, AuthError> {
         // Every service reads its keys, also one that calls no other (the registry).
         crate::env::never_log(self.service_token.as_deref());
-        for flag in secrets_on_command_line(std::env::args()) {
+        for flag in
+            secrets_on_command_line(std::env::args_os().map(|a| a.to_string_lossy().into_owned()))
+        {
             warn!(
                 service,
                 flag,

@@ -1,7 +1,7 @@
 //! A service started as PID 1 (a container with no init) is its own init: before anything else
 //! runs, the process starts its own program again as its child (with the same arguments and
 //! environment), which is the service; the parent stays PID 1, reaps every orphan the kernel
-//! hands it, forwards the stop signals to the service and exits with the service's status.
+//! hands it, passes the stop signals on to the service and exits with the service's status.
 //!
 //! Why not `tini`: an init keeps the container's whole environment (the service token, the API
 //! keys, the model providers' keys) in its `/proc/1/environ` for its whole life, and `tini` is
@@ -9,6 +9,8 @@
 //! Landlock) could read them there. This init makes itself non-dumpable first, as the service
 //! does ([`crate::protect_secrets`]). (A `fork` would save starting the program again, but the
 //! workspace forbids `unsafe`.)
+
+use std::os::unix::process::CommandExt;
 
 use nix::{
     sys::{
@@ -18,15 +20,10 @@ use nix::{
     unistd::Pid,
 };
 
-/// The signals the init passes on to the service (a stop, a reload, a dump request).
-const FORWARDED: [Signal; 6] = [
-    Signal::SIGTERM,
-    Signal::SIGINT,
-    Signal::SIGHUP,
-    Signal::SIGQUIT,
-    Signal::SIGUSR1,
-    Signal::SIGUSR2,
-];
+/// The signals the init passes on to the service: the stops it handles (others sent to PID 1
+/// stay pending, as they would for a service that is PID 1 itself: PID 1 ignores what it does
+/// not handle).
+const FORWARDED: [Signal; 2] = [Signal::SIGTERM, Signal::SIGINT];
 
 /// When this process is PID 1, starts this program again as its child (the service) and runs
 /// [`init`], never returning; anywhere else it unblocks the signals the service handles (an
@@ -49,15 +46,28 @@ pub fn become_init_if_pid1() -> std::io::Result<()> {
     // Blocked before the service starts, so a signal arriving meanwhile waits for the loop
     // (the child unblocks them for itself, above).
     sigprocmask(SigmaskHow::SIG_BLOCK, Some(&watched), None)?;
-    let service = std::process::Command::new(std::env::current_exe()?)
+    let exe = std::env::current_exe().map_err(|e| {
+        std::io::Error::new(e.kind(), format!("PID 1 cannot find its own program: {e}"))
+    })?;
+    // In a process group of its own: a Ctrl-C on a terminal (`docker run -it`) reaches the
+    // init's group, and the init passes it on once; a second SIGINT would stop the service
+    // at once, without draining its runs.
+    let service = std::process::Command::new(&exe)
         .args(std::env::args_os().skip(1))
-        .spawn()?;
+        .process_group(0)
+        .spawn()
+        .map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("PID 1 cannot start the service ({}): {e}", exe.display()),
+            )
+        })?;
     let pid = i32::try_from(service.id()).map_err(std::io::Error::other)?;
     init(Pid::from_raw(pid), &watched)
 }
 
 /// PID 1's loop: reaps every child that ends (the service, and the orphans reparented to PID
-/// 1), forwards the [`FORWARDED`] signals to `service`, and exits as the service did (its exit
+/// 1), passes the [`FORWARDED`] signals on to `service`, and exits as the service did (its exit
 /// code, or 128 + the signal that killed it).
 fn init(service: Pid, watched: &SigSet) -> ! {
     loop {

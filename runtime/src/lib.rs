@@ -10,8 +10,9 @@
 //!   graceful stop).
 //! - [`auth`]: API keys with scopes, one tower layer for REST, `/mcp` and gRPC.
 //! - [`env`]: `${VAR}` placeholders, the one expander every configuration uses.
-//! - `init`: a service started as PID 1 forks itself an init (reaps orphans, forwards stop
-//!   signals, keeps no readable copy of the environment), see [`run_main`].
+//! - `init`: a service started as PID 1 starts itself again as its child and stays PID 1 as its
+//!   init (reaps orphans, passes SIGTERM and SIGINT on, keeps no readable copy of the
+//!   environment), see [`run_main`].
 //! - [`metrics`]: the process-wide Prometheus registry, `/metrics`, HTTP and gRPC request metrics.
 //! - [`sandbox`]: the command line of `taskforce-sandbox`, the tool and task launcher.
 //! - [`telemetry`]: logs and OpenTelemetry traces.
@@ -42,7 +43,8 @@ pub const EXIT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// Runs a service's `main` on a multi-threaded tokio runtime that, once `main` returns, waits at
 /// most [`EXIT_WAIT`] for blocking tasks (tokio's own `#[tokio::main]` waits for them without
 /// end, so one stuck write would keep the process from exiting). A service started as PID 1 (a
-/// container without an init) first forks its own init, which stays PID 1 (see `init`).
+/// container without an init) first becomes its own init: it starts itself again as its
+/// child, the service, and stays PID 1 (see `init`).
 pub fn run_main<F: std::future::Future>(main: F) -> std::io::Result<F::Output> {
     #[cfg(target_os = "linux")]
     init::become_init_if_pid1()?;

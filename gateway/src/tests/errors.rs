@@ -289,15 +289,28 @@ fn the_scope_a_route_needs_is_decided_by_whole_segments_so_an_id_is_never_a_rout
 }
 
 #[test]
-fn a_host_header_names_its_host_without_port_or_brackets() {
-    for (host, name) in [
-        ("localhost:8080", "localhost"),
-        ("127.0.0.1", "127.0.0.1"),
-        ("[::1]:8080", "::1"),
-        ("[::1]", "::1"),
-        ("Rebound.Example:80", "Rebound.Example"),
-        ("", ""),
+fn a_host_is_allowed_by_name_and_by_port_when_the_entry_names_one() {
+    let allowed: Vec<String> = ["localhost", "::1", "127.0.0.1:8080", "[::2]:9000"]
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    for ok in [
+        "localhost",
+        "LocalHost:1234",
+        "[::1]:8080",
+        "::1",
+        "127.0.0.1:8080",
+        "[::2]:9000",
     ] {
-        assert_eq!(crate::host_name(host), name, "{host}");
+        assert!(crate::host_allowed(ok, &allowed), "{ok}");
+    }
+    for refused in [
+        "rebound.example",
+        "127.0.0.1",
+        "127.0.0.1:8081",
+        "[::2]:9001",
+        "evil:localhost",
+    ] {
+        assert!(!crate::host_allowed(refused, &allowed), "{refused}");
     }
 }

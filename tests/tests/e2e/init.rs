@@ -47,6 +47,16 @@ fn exe(pid: u32) -> String {
         .unwrap_or_default()
 }
 
+/// The `unshare` process, killed (with its namespace: `--kill-child`) if the test fails.
+struct Namespace(std::process::Child);
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !done() {
@@ -80,32 +90,34 @@ fn a_service_started_as_pid_1_is_its_own_init_and_keeps_its_environment_unreadab
     let registry = paths::binary("registry-svc").expect("registry-svc is built");
     let addr_file = dir.path().join("addr");
     let log = std::fs::File::create(dir.path().join("log")).expect("log file");
-    let mut unshare = Command::new("unshare")
-        .args(["--pid", "--fork", "--kill-child", "--", "setpriv"])
-        .args([
-            &format!("--reuid={USER}"),
-            &format!("--regid={USER}"),
-            "--clear-groups",
-            "--",
-        ])
-        .arg(&registry)
-        .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
-        .arg("--addr-file")
-        .arg(&addr_file)
-        .arg("--config-dir")
-        .arg(dir.path().join("config"))
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .env("TASKFORCE_SERVICE_TOKEN", SECRET)
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("unshare starts");
+    let mut unshare = Namespace(
+        Command::new("unshare")
+            .args(["--pid", "--fork", "--kill-child", "--", "setpriv"])
+            .args([
+                &format!("--reuid={USER}"),
+                &format!("--regid={USER}"),
+                "--clear-groups",
+                "--",
+            ])
+            .arg(&registry)
+            .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+            .arg("--addr-file")
+            .arg(&addr_file)
+            .arg("--config-dir")
+            .arg(dir.path().join("config"))
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .env("TASKFORCE_SERVICE_TOKEN", SECRET)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("unshare starts"),
+    );
     let logs = || std::fs::read_to_string(dir.path().join("log")).unwrap_or_default();
     wait_for("the registry listening", || addr_file.exists());
 
     // PID 1 of the namespace is the registry's program, and its one child is the service.
-    let init = children(unshare.id());
+    let init = children(unshare.0.id());
     assert_eq!(init.len(), 1, "{init:?}");
     let init = init[0];
     assert_eq!(exe(init), registry.display().to_string());
@@ -138,7 +150,7 @@ fn a_service_started_as_pid_1_is_its_own_init_and_keeps_its_environment_unreadab
     assert!(term.success());
     let mut status = None;
     wait_for("the namespace's end", || {
-        status = unshare.try_wait().ok().flatten();
+        status = unshare.0.try_wait().ok().flatten();
         status.is_some()
     });
     assert!(

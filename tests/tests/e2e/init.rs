@@ -80,6 +80,14 @@ fn a_service_started_as_pid_1_is_its_own_init_and_keeps_its_environment_unreadab
     for sub in ["config", "data"] {
         std::fs::create_dir(dir.path().join(sub)).expect("dir");
     }
+    // A copy the images' user can run: the build's directory may be closed to it (a clone in
+    // a private temp dir).
+    let registry = dir.path().join("registry-svc");
+    std::fs::copy(
+        paths::binary("registry-svc").expect("registry-svc is built"),
+        &registry,
+    )
+    .expect("copy of registry-svc");
     // The images' user writes the state; the test's temp dir is root's.
     let open = Command::new("chmod")
         .args(["-R", "a+rwx"])
@@ -87,7 +95,6 @@ fn a_service_started_as_pid_1_is_its_own_init_and_keeps_its_environment_unreadab
         .status()
         .expect("chmod");
     assert!(open.success());
-    let registry = paths::binary("registry-svc").expect("registry-svc is built");
     let addr_file = dir.path().join("addr");
     let log = std::fs::File::create(dir.path().join("log")).expect("log file");
     let mut unshare = Namespace(
@@ -114,7 +121,14 @@ fn a_service_started_as_pid_1_is_its_own_init_and_keeps_its_environment_unreadab
             .expect("unshare starts"),
     );
     let logs = || std::fs::read_to_string(dir.path().join("log")).unwrap_or_default();
-    wait_for("the registry listening", || addr_file.exists());
+    wait_for("the registry listening", || {
+        addr_file.exists() || unshare.0.try_wait().ok().flatten().is_some()
+    });
+    assert!(
+        addr_file.exists(),
+        "the registry did not start:\n{}",
+        logs()
+    );
 
     // PID 1 of the namespace is the registry's program, and its one child is the service.
     let init = children(unshare.0.id());

@@ -57,6 +57,31 @@ pub struct Shared {
     pub agents: crate::read_model::ReadModel,
 }
 
+/// Warns when the gateway's service token is one of its own keys without every scope its calls
+/// to the services need (they share the keys, as docs/security.md asks): reads would work and
+/// creates or runs fail with 500. A gateway meant only for reads may have such a token, so it
+/// is said, not refused. A token that is none of the gateway's keys is not judged.
+fn warn_on_narrow_service_token(keys: Option<&taskforce_runtime::auth::Keys>, token: Option<&str>) {
+    use taskforce_runtime::auth::Scope;
+    let Some(principal) = keys.zip(token).and_then(|(keys, t)| keys.verify(t.trim())) else {
+        return;
+    };
+    let missing: Vec<&str> = [Scope::Read, Scope::Write, Scope::Execute]
+        .into_iter()
+        .filter(|s| !principal.has(*s))
+        .map(Scope::as_str)
+        .collect();
+    if !missing.is_empty() {
+        tracing::warn!(
+            key = %principal.name,
+            missing = %missing.join(", "),
+            "TASKFORCE_SERVICE_TOKEN is a key without every scope the gateway's calls need: \
+             requests that need the missing ones will fail with 500 (give it admin, or read, \
+             write and execute)"
+        );
+    }
+}
+
 impl AppState {
     /// The state for `config`, with a lazily connected channel: no I/O happens here but reading
     /// the API keys file. Without keys, a `--listen` address off loopback is refused (see
@@ -69,6 +94,7 @@ impl AppState {
         };
         let keys = config.auth.keys("gateway", &listeners)?;
         let token = config.auth.outgoing()?;
+        warn_on_narrow_service_token(keys.as_ref(), config.auth.service_token.as_deref());
         let channel = lazy_channel(&config.registry_url)
             .map_err(|reason| GatewayError::RegistryUrl { reason })?;
         Ok(Self(Arc::new(Shared {

@@ -673,3 +673,24 @@ async fn an_executor_whose_token_the_registry_refuses_says_so() {
     );
     assert!(!refused.message().contains(WRITER), "{refused:?}");
 }
+
+/// A gateway whose service token is a read-only key serves reads and says at start that
+/// creates and runs will fail (a dashboard's gateway may mean it, so it still starts).
+#[tokio::test]
+async fn a_gateway_with_a_read_only_service_token_warns_at_start() {
+    let mut options = StackOptions::full()
+        .env_all("TASKFORCE_API_KEYS", keys_yaml())
+        .env_all("TASKFORCE_SERVICE_TOKEN", ADMIN);
+    options
+        .gateway_env
+        .push(("TASKFORCE_SERVICE_TOKEN".to_owned(), READER.to_owned()));
+    let stack = options.spawn().await.expect("stack starts");
+    let r = get(&stack, "/api/v1/agents", Some(READER)).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let logs = stack.logs();
+    assert!(
+        logs.contains("without every scope") && logs.contains("write, execute"),
+        "{logs}"
+    );
+    assert!(!logs.contains(READER), "the token itself is never logged");
+}

@@ -84,6 +84,7 @@ impl Runner {
             taskforce_proto::ids::mint_session_id(self.budgets.instance.as_deref())
         });
         let model_name = non_empty(request.model);
+        let model_named = model_name.is_some();
         if let Some(model) = &model_name {
             taskforce_proto::ids::check_model(model)
                 .map_err(|e| ExecutorError::invalid("model", e))?;
@@ -169,7 +170,14 @@ impl Runner {
         let model = self
             .router
             .resolve(session.model.as_deref().or(agent.model.as_deref()))
-            .map_err(|e| ExecutorError::invalid("model", e.to_string()))?;
+            .map_err(|e| {
+                model_error(
+                    &session,
+                    !model_named,
+                    &e,
+                    "name a `model` to go on with another",
+                )
+            })?;
         // Debug only: the "run ended" line carries all of it (and the outcome), one line per run.
         debug!(session_id = %session.id, agent_id = %agent.agent_id, model = %model.model, "run starting");
         let with = Continuation {
@@ -244,7 +252,14 @@ impl Runner {
         let model = self
             .router
             .resolve(session.model.as_deref().or(agent.model.as_deref()))
-            .map_err(|e| ExecutorError::invalid("model", e.to_string()))?;
+            .map_err(|e| {
+                model_error(
+                    &session,
+                    true,
+                    &e,
+                    "configure it again to answer, or cancel the session",
+                )
+            })?;
         if !pending.is_plain() {
             // Questions of sub-agents: answers by key, applied by the run before its next
             // model call.
@@ -556,6 +571,28 @@ fn forget_oldest(messages: &mut Vec<Message>, max: usize) {
         return;
     };
     messages.drain(start..cut);
+}
+
+/// A model that does not resolve for `session`; `stored` when it was the session's own (not
+/// named by the request): a configuration changed since, which the caller is told, with
+/// `what_now`.
+fn model_error(
+    session: &Session,
+    stored: bool,
+    e: &impl std::fmt::Display,
+    what_now: &str,
+) -> ExecutorError {
+    match session.model.as_deref().filter(|_| stored) {
+        Some(model) => ExecutorError::invalid(
+            "model",
+            format!(
+                "session `{}` runs on model `{model}`, which this executor no longer has ({e}); \
+                 {what_now}",
+                session.id
+            ),
+        ),
+        None => ExecutorError::invalid("model", e.to_string()),
+    }
 }
 
 /// A new mission for session `id`, which waits for an answer: the ways to give it one.

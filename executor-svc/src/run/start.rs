@@ -336,7 +336,8 @@ impl Runner {
         self.launch(claim, session, agent, model, with).await
     }
 
-    /// Enters `session_id` in the live-run table, or says it already has a live run.
+    /// Enters `session_id` in the live-run table, or says it is in use (a live run, or an
+    /// answer or cancel being applied).
     pub(super) fn claim(self: &Arc<Self>, session_id: &str) -> Result<Claim, ExecutorError> {
         let cancel = self.shutdown.child_token();
         let mut live = self
@@ -344,8 +345,10 @@ impl Runner {
             .lock()
             .map_err(|_| ExecutorError::Config("live-run table poisoned".into()))?;
         if live.contains_key(session_id) {
+            // A run, or an answer or a cancel being applied (each holds the session briefly).
             return Err(ExecutorError::FailedPrecondition(format!(
-                "session `{session_id}` already has a live run"
+                "session `{session_id}` is in use: a run, an answer or a cancel is going on; \
+                 read the session to see which, and try again when it has ended"
             )));
         }
         live.insert(session_id.to_owned(), cancel.clone());

@@ -312,7 +312,6 @@ impl Registry {
             return;
         }
         let started = Instant::now();
-        let lease = Duration::from_secs(u64::from(self.inner.lease_secs));
         let mut wait = IDLE_RETRY_FIRST;
         loop {
             let mut client = self.inner.client.clone();
@@ -358,14 +357,14 @@ impl Registry {
                 }
                 Err(_) => debug!("releasing the previous process's holds timed out; trying again"),
             }
-            if started.elapsed() + wait >= lease {
+            let Some(next) = self.next_try(started, wait) else {
                 return;
-            }
+            };
             tokio::select! {
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep(wait) => {}
             }
-            wait = (wait * 2).min(IDLE_RETRY_MAX);
+            wait = next;
         }
     }
 
@@ -489,14 +488,17 @@ impl Registry {
     fn retry_idle(&self, agent_id: String, retry: Option<(Instant, Duration)>) {
         let now = Instant::now();
         let (since, wait) = retry.unwrap_or((now, IDLE_RETRY_FIRST));
-        if now.duration_since(since) >= Duration::from_secs(u64::from(self.inner.lease_secs)) {
-            return;
+        if let Some(next) = self.next_try(since, wait) {
+            self.queue_idle(agent_id, now + wait, Some((since, next)));
         }
-        self.queue_idle(
-            agent_id,
-            now + wait,
-            Some((since, (wait * 2).min(IDLE_RETRY_MAX))),
-        );
+    }
+
+    /// Whether a report first tried at `since` is worth trying again `wait` from now: until the
+    /// lease would have ended the BUSY it is about anyway. `Some` holds the wait after that
+    /// try (doubled, up to [`IDLE_RETRY_MAX`]).
+    fn next_try(&self, since: Instant, wait: Duration) -> Option<Duration> {
+        let lease = Duration::from_secs(u64::from(self.inner.lease_secs));
+        (since.elapsed() < lease).then(|| (wait * 2).min(IDLE_RETRY_MAX))
     }
 
     /// Queues an IDLE report of `agent_id` at `at`, unless the agent has an entry already (a

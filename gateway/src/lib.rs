@@ -193,8 +193,11 @@ pub fn router(state: AppState, config: &Config) -> Router {
         // API keys (when configured): before anything else runs, after metrics and tracing see
         // the request, so refusals are counted and traced.
         .layer(auth)
-        // Without keys on loopback: only loopback `Host`s (DNS rebinding), as on `/mcp`.
-        .layer(axum::middleware::from_fn_with_state(rebinding, host_guard))
+        // Without keys on loopback: only loopback `Host`s (DNS rebinding), as on `/mcp`; no
+        // layer at all otherwise.
+        .layer(tower::util::option_layer(rebinding.map(|hosts| {
+            axum::middleware::from_fn_with_state(hosts, host_guard)
+        })))
         // Requests by route template, method and status, `/mcp` included.
         .layer(axum::middleware::from_fn(
             taskforce_runtime::metrics::http_metrics,
@@ -265,14 +268,11 @@ fn rebinding_guard(state: &AppState, config: &Config) -> Option<std::sync::Arc<[
 
 /// Refuses (403) a request whose `Host` is not in `allowed` (see [`rebinding_guard`]).
 async fn host_guard(
-    axum::extract::State(allowed): axum::extract::State<Option<std::sync::Arc<[String]>>>,
+    axum::extract::State(allowed): axum::extract::State<std::sync::Arc<[String]>>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
-    let Some(allowed) = allowed else {
-        return next.run(request).await;
-    };
     let host = match request.headers().get(http::header::HOST) {
         // Not text: no name it could be.
         Some(value) => value.to_str().unwrap_or("(not text)"),

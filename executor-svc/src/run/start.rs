@@ -167,17 +167,12 @@ impl Runner {
         // The request's model, else the session's (a continued session keeps the one it was
         // given, as its answers do), else the one the agent's definition names, else the
         // default.
-        let model = self
-            .router
-            .resolve(session.model.as_deref().or(agent.model.as_deref()))
-            .map_err(|e| {
-                model_error(
-                    &session,
-                    !model_named,
-                    &e,
-                    "name a `model` to go on with another",
-                )
-            })?;
+        let model = self.session_model(
+            &session,
+            &agent,
+            !model_named,
+            "name a `model` to go on with another",
+        )?;
         // Debug only: the "run ended" line carries all of it (and the outcome), one line per run.
         debug!(session_id = %session.id, agent_id = %agent.agent_id, model = %model.model, "run starting");
         let with = Continuation {
@@ -249,17 +244,12 @@ impl Runner {
             }
             other => other?,
         };
-        let model = self
-            .router
-            .resolve(session.model.as_deref().or(agent.model.as_deref()))
-            .map_err(|e| {
-                model_error(
-                    &session,
-                    true,
-                    &e,
-                    "configure it again to answer, or cancel the session",
-                )
-            })?;
+        let model = self.session_model(
+            &session,
+            &agent,
+            true,
+            "configure it again to answer, or cancel the session",
+        )?;
         if !pending.is_plain() {
             // Questions of sub-agents: answers by key, applied by the run before its next
             // model call.
@@ -334,6 +324,32 @@ impl Runner {
             ..Continuation::default()
         };
         self.launch(claim, session, agent, model, with).await
+    }
+
+    /// The model `session` runs on: its own (the request's, when it named one), else the one
+    /// `agent`'s definition names, else the default. One that no longer resolves and was the
+    /// session's own (`stored`: not named by this request) is said so, with `what_now`: a
+    /// configuration changed since.
+    fn session_model(
+        &self,
+        session: &Session,
+        agent: &crate::agent::AgentDef,
+        stored: bool,
+        what_now: &str,
+    ) -> Result<crate::llm::ResolvedModel, ExecutorError> {
+        self.router
+            .resolve(session.model.as_deref().or(agent.model.as_deref()))
+            .map_err(|e| match session.model.as_deref().filter(|_| stored) {
+                Some(model) => ExecutorError::invalid(
+                    "model",
+                    format!(
+                        "session `{}` runs on model `{model}`, which this executor no longer \
+                         has ({e}); {what_now}",
+                        session.id
+                    ),
+                ),
+                None => ExecutorError::invalid("model", e.to_string()),
+            })
     }
 
     /// Enters `session_id` in the live-run table, or says it is in use (a live run, or an
@@ -574,28 +590,6 @@ fn forget_oldest(messages: &mut Vec<Message>, max: usize) {
         return;
     };
     messages.drain(start..cut);
-}
-
-/// A model that does not resolve for `session`; `stored` when it was the session's own (not
-/// named by the request): a configuration changed since, which the caller is told, with
-/// `what_now`.
-fn model_error(
-    session: &Session,
-    stored: bool,
-    e: &impl std::fmt::Display,
-    what_now: &str,
-) -> ExecutorError {
-    match session.model.as_deref().filter(|_| stored) {
-        Some(model) => ExecutorError::invalid(
-            "model",
-            format!(
-                "session `{}` runs on model `{model}`, which this executor no longer has ({e}); \
-                 {what_now}",
-                session.id
-            ),
-        ),
-        None => ExecutorError::invalid("model", e.to_string()),
-    }
 }
 
 /// A new mission for session `id`, which waits for an answer: the ways to give it one.

@@ -191,13 +191,7 @@ fn unanswered_calls(path: &str, body: &Value) -> Option<Value> {
             continue;
         }
         let calls: Vec<&str> = if anthropic {
-            message["content"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|b| b["type"] == "tool_use")
-                .filter_map(|b| b["id"].as_str())
-                .collect()
+            block_ids(&message["content"], "tool_use", "id")
         } else {
             message["tool_calls"]
                 .as_array()
@@ -210,12 +204,9 @@ fn unanswered_calls(path: &str, body: &Value) -> Option<Value> {
             messages
                 .get(i + 1)
                 .filter(|m| m["role"] == "user")
-                .and_then(|m| m["content"].as_array())
-                .into_iter()
-                .flatten()
-                .filter(|b| b["type"] == "tool_result")
-                .filter_map(|b| b["tool_use_id"].as_str())
-                .collect()
+                .map_or_else(Vec::new, |m| {
+                    block_ids(&m["content"], "tool_result", "tool_use_id")
+                })
         } else {
             messages[i + 1..]
                 .iter()
@@ -245,6 +236,17 @@ fn unanswered_calls(path: &str, body: &Value) -> Option<Value> {
         });
     }
     None
+}
+
+/// The `field` of every Anthropic content block of type `kind` in `content`.
+fn block_ids<'a>(content: &'a Value, kind: &str, field: &str) -> Vec<&'a str> {
+    content
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|b| b["type"] == kind)
+        .filter_map(|b| b[field].as_str())
+        .collect()
 }
 
 /// The OpenAI chat-completions stream.

@@ -264,7 +264,9 @@ async fn a_definition_broken_by_hand_is_refused_naming_its_problem_until_it_is_f
     std::fs::write(&file, broken).expect("hand edit");
     let gone = eventually(EDIT_VISIBLE_WITHIN * 4, STEP, || async {
         let r = get(&stack, "fragile").await;
-        (r.status == 400).then_some(r)
+        // The watcher may see the file while the write is under way (empty, half written):
+        // wait for the diagnosis of the whole file.
+        (r.status == 400 && r.text.contains("no_such_tool")).then_some(r)
     })
     .await
     .unwrap_or_else(|| panic!("the registry drops the broken definition\n{}", stack.logs()));
@@ -277,7 +279,7 @@ async fn a_definition_broken_by_hand_is_refused_naming_its_problem_until_it_is_f
     // is the seed's 400 "agent config invalid", naming the file and what is wrong with it.
     let refused = eventually(EDIT_VISIBLE_WITHIN * 4, STEP, || async {
         let r = execute(&stack, &run).await;
-        (r.status == 400).then_some(r)
+        (r.status == 400 && r.text.contains("no_such_tool")).then_some(r)
     })
     .await
     .unwrap_or_else(|| panic!("execute keeps running the broken agent\n{}", stack.logs()));

@@ -296,8 +296,10 @@ impl Sandbox {
     }
 }
 
-/// A per-call temp dir (mode 0700) under the system's, removed with everything in it on drop
-/// (on the blocking pool when a runtime is there).
+/// A per-call temp dir (mode 0700) under the system's, removed with everything in it on drop:
+/// at once when the tool left it empty (one `rmdir`, the common case), else on the blocking pool
+/// when a runtime is there (a runtime shutting down may never run that task: the empty dirs of
+/// calls ended by a stop were left behind).
 #[derive(Debug)]
 pub(crate) struct TempDir {
     path: PathBuf,
@@ -316,6 +318,9 @@ impl TempDir {
 impl Drop for TempDir {
     fn drop(&mut self) {
         let path = std::mem::take(&mut self.path);
+        if std::fs::remove_dir(&path).is_ok() {
+            return;
+        }
         let remove = move || {
             if let Err(e) = std::fs::remove_dir_all(&path) {
                 warn!(path = %path.display(), error = %e, "could not remove a tool's temp dir");
@@ -331,6 +336,26 @@ impl Drop for TempDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tools_temp_dir_is_removed_on_drop_also_when_the_runtime_stops_right_after() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let (empty, full) = runtime.block_on(async {
+            let empty = TempDir::new().expect("temp dir");
+            let full = TempDir::new().expect("temp dir");
+            std::fs::write(full.path.join("left.txt"), "by the tool").expect("file");
+            let paths = (empty.path.clone(), full.path.clone());
+            drop((empty, full));
+            // An empty one is gone at once, with no task that a stopping runtime could drop.
+            assert!(!paths.0.exists(), "{}", paths.0.display());
+            paths
+        });
+        // Shutting down waits for the blocking pool's removal of the other.
+        drop(runtime);
+        assert!(!empty.exists() && !full.exists(), "{}", full.display());
+    }
 
     #[test]
     fn bwrap_mode_without_bubblewrap_refuses_to_start() {

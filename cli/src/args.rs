@@ -272,6 +272,13 @@ pub struct AnswerArgs {
     /// Only answer if this is the pending question's call id.
     #[arg(long, value_name = "ID")]
     pub call_id: Option<String>,
+    /// The policy mode of the continued run: `readOnly`, `default` or `safeWrite` (default:
+    /// the session's).
+    #[arg(long)]
+    pub mode: Option<String>,
+    /// Approve a `safeWrite` call by its confirmation id (`c-...`); repeatable.
+    #[arg(long = "confirm", value_name = "ID")]
+    pub confirmations: Vec<String>,
 }
 
 /// `taskforce sessions ...`.

@@ -55,6 +55,12 @@ pub struct AnswerBody {
     /// Only if this is the pending question's call id.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub call_id: Option<String>,
+    /// The continued run's policy mode.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// Confirmation ids of `safeWrite` calls.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub confirmations: Vec<String>,
 }
 
 /// Where requests go.

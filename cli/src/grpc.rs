@@ -246,7 +246,9 @@ impl Grpc {
             answer: body.answer.clone(),
             call_id: body.call_id.clone(),
             answers: body.answers.clone().into_iter().collect(),
-            ..Default::default()
+            mode: body.mode.clone(),
+            confirmations: body.confirmations.clone(),
+            no_tools: None,
         };
         let events = self
             .call(self.executor_endpoint()?, "executor", client.answer(req))

@@ -264,6 +264,8 @@ async fn answer(
         answer: args.answer.unwrap_or_default(),
         answers: args.set.into_iter().collect(),
         call_id: args.call_id,
+        mode: args.mode,
+        confirmations: args.confirmations,
     };
     if body.answer.trim().is_empty() && body.answers.is_empty() {
         return Err(Error::Usage(

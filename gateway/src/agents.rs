@@ -300,6 +300,17 @@ pub async fn delete_agent(
     QueryParams(q): QueryParams<DeleteQuery>,
     NoBody: NoBody,
 ) -> Result<StatusCode, RestError> {
+    // `?expected_version=` is a check asked for without its version (a script's unset
+    // variable), refused as an empty `If-Match` is, not a delete without a check.
+    if q.expected_version
+        .as_deref()
+        .is_some_and(|v| v.trim().is_empty())
+    {
+        return Err(RestError(ApiError::field(
+            "expected_version",
+            "is empty; leave it out to delete whatever version is stored",
+        )));
+    }
     let expected = expected_version(&headers, q.expected_version.as_deref())?;
     let req = v1::DeleteAgentRequest {
         agent_id: id,

@@ -88,6 +88,16 @@ pub struct AnswerBody {
     /// When set, must be the pending question's call id.
     #[serde(default)]
     pub call_id: Option<String>,
+    /// The policy mode of the continued run, as `/execute`'s (unset: the session's).
+    #[serde(default)]
+    pub mode: Option<String>,
+    /// Confirmation ids (`c-…`) of `safeWrite` calls the user approves with this answer, each
+    /// for one run of that call.
+    #[serde(default)]
+    pub confirmations: Vec<String>,
+    /// The continued run calls no tools: the model answers in words.
+    #[serde(default)]
+    pub no_tools: Option<bool>,
 }
 
 /// The executor's `AnswerRequest` for `body`: one of `answer` and `answers` must be non-empty.
@@ -123,7 +133,9 @@ fn answer_request(session_id: String, body: AnswerBody) -> Result<v1::AnswerRequ
         answer: body.answer,
         call_id: body.call_id.filter(|s| !s.is_empty()),
         answers,
-        ..Default::default()
+        mode: body.mode.filter(|s| !s.is_empty()),
+        confirmations: body.confirmations,
+        no_tools: body.no_tools,
     })
 }
 

@@ -97,10 +97,61 @@ pub fn json_rejection(r: &JsonRejection, limit: usize) -> RestError {
             "expected a JSON body with `Content-Type: application/json`".to_owned()
         }
         JsonRejection::JsonSyntaxError(e) => format!("malformed JSON: {}", e.body_text()),
-        JsonRejection::JsonDataError(e) => format!("invalid request body: {}", e.body_text()),
+        JsonRejection::JsonDataError(e) => {
+            let message = format!("invalid request body: {}", e.body_text());
+            return with_field(message, e);
+        }
         other => format!("could not read the request body: {}", other.body_text()),
     };
     RestError::new(ErrorKind::InvalidArgument, message)
+}
+
+/// A 400 with `message`, and a `details` entry for the field at fault when the rejection `e`
+/// knows it (a wrong type, an unknown or missing field), as the body's validation gives.
+fn with_field(message: String, e: &(dyn std::error::Error + 'static)) -> RestError {
+    let mut error = ApiError::new(ErrorKind::InvalidArgument, message);
+    if let Some(violation) = field_at_fault(e) {
+        error.field_violations.push(violation);
+    }
+    RestError(error)
+}
+
+/// The field a deserialization error `e` (or one of its sources) is about, and what is wrong
+/// with it: serde's path (`name`, `mcp_servers[0].url`), ending in the field an unknown-field
+/// or missing-field error names (`mcp_servers[0].command`).
+fn field_at_fault(e: &(dyn std::error::Error + 'static)) -> Option<(String, String)> {
+    fn of<E: std::fmt::Display>(e: &serde_path_to_error::Error<E>) -> Option<(String, String)> {
+        let inner = e.inner().to_string();
+        let path = Some(e.path().to_string()).filter(|p| p != ".");
+        let named = ["unknown field `", "missing field `"]
+            .iter()
+            .find_map(|p| inner.split_once(p))
+            .and_then(|(_, rest)| rest.split_once('`'))
+            .map(|(field, _)| field);
+        let field = match (path, named) {
+            // An unknown field's path ends in it; a missing one's is where it is missing.
+            (Some(path), Some(named)) if path == named || path.ends_with(&format!(".{named}")) => {
+                path
+            }
+            (Some(path), Some(named)) => format!("{path}.{named}"),
+            (Some(path), None) => path,
+            (None, Some(named)) => named.to_owned(),
+            (None, None) => return None,
+        };
+        Some((field, inner))
+    }
+    let mut at = Some(e);
+    while let Some(e) = at {
+        if let Some(json) = e.downcast_ref::<serde_path_to_error::Error<serde_json::Error>>() {
+            return of(json);
+        }
+        if let Some(query) = e.downcast_ref::<serde_path_to_error::Error<serde::de::value::Error>>()
+        {
+            return of(query);
+        }
+        at = e.source();
+    }
+    None
 }
 
 /// Query parameters; a malformed query string is a JSON 400.
@@ -113,9 +164,9 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for QueryParams<T>
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         match Query::<T>::from_request_parts(parts, state).await {
             Ok(Query(v)) => Ok(Self(v)),
-            Err(r) => Err(RestError::new(
-                ErrorKind::InvalidArgument,
+            Err(r) => Err(with_field(
                 format!("invalid query string: {}", r.body_text()),
+                &r,
             )),
         }
     }
@@ -224,6 +275,45 @@ mod tests {
 
     fn ok(v: &str) -> Option<String> {
         parse_if_match(v).expect("valid If-Match")
+    }
+
+    #[test]
+    fn a_deserialization_error_names_the_field_at_fault() {
+        #[derive(Debug, serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct Server {
+            command: String,
+        }
+        #[derive(Debug, serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct Body {
+            name: String,
+            #[serde(default)]
+            servers: Vec<Server>,
+        }
+        let field = |json: &str| {
+            let e = serde_path_to_error::deserialize::<_, Body>(
+                &mut serde_json::Deserializer::from_str(json),
+            )
+            .expect_err("refused");
+            field_at_fault(&e).map(|(field, _)| field)
+        };
+        assert_eq!(field(r#"{"name": 5}"#).as_deref(), Some("name"));
+        assert_eq!(field(r#"{"servers": []}"#).as_deref(), Some("name"));
+        assert_eq!(
+            field(r#"{"name": "a", "bogus": 1}"#).as_deref(),
+            Some("bogus")
+        );
+        assert_eq!(
+            field(r#"{"name": "a", "servers": [{"cwd": "/"}]}"#).as_deref(),
+            Some("servers[0].cwd")
+        );
+        assert_eq!(
+            field(r#"{"name": "a", "servers": [{}]}"#).as_deref(),
+            Some("servers[0].command")
+        );
     }
 
     #[test]

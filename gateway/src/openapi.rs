@@ -293,9 +293,11 @@ fn constraints(doc: &mut serde_json::Value) {
         &mut props["session_id"],
         json!({"pattern": "^[A-Za-z0-9_-]{0,128}$"}),
     );
+    let confirmation = json!({"items": {"type": "string", "pattern": "^c-[0-9a-f]{12}$"}});
+    merge(&mut props["confirmations"], confirmation.clone());
     merge(
-        &mut props["confirmations"],
-        json!({"items": {"type": "string", "pattern": "^c-[0-9a-f]{12}$"}}),
+        &mut schemas["AnswerBody"]["properties"]["confirmations"],
+        confirmation,
     );
     // Answers: `execute::answer_request` (an answer with text, or at least one keyed answer).
     merge(
@@ -402,6 +404,10 @@ mod tests {
         assert!(request["subagents"].is_object() && request["model"].is_object());
         let answer = &doc["components"]["schemas"]["AnswerBody"]["properties"];
         assert!(answer["answers"].is_object() && answer["answer"].is_object());
+        for continued in ["mode", "confirmations", "no_tools"] {
+            assert!(answer[continued].is_object(), "AnswerBody.{continued}");
+        }
+        assert!(answer["confirmations"]["items"]["pattern"].is_string());
         let plan = &paths["/api/v1/sessions/{session_id}/plan"]["get"]["responses"];
         for status in ["200", "400", "404", "503"] {
             assert!(plan[status].is_object(), "plan {status}");

@@ -37,15 +37,19 @@ impl Runner {
         }
         // The session's own agent, when the request named none.
         let mut own_agent = None;
-        let target = match (non_empty(request.agent_id), non_empty(request.profile)) {
-            (Some(id), _) => {
-                check_id("agent_id", &id)?;
-                Target::Agent(id)
+        // Agent ids are taken as given (not trimmed: the registry, REST and the CLI refuse
+        // `" id "`), and both are checked, also the `profile` that `agent_id` overrides: a
+        // malformed one is a mistake to report, not to ignore (as REST does).
+        let agent_id = request.agent_id.filter(|id| !id.is_empty());
+        let profile = request.profile.filter(|id| !id.is_empty());
+        for (field, id) in [("agent_id", &agent_id), ("profile", &profile)] {
+            if let Some(id) = id {
+                check_id(field, id)?;
             }
-            (None, Some(profile)) => {
-                check_id("profile", &profile)?;
-                Target::Profile(profile)
-            }
+        }
+        let target = match (agent_id, profile) {
+            (Some(id), _) => Target::Agent(id),
+            (None, Some(profile)) => Target::Profile(profile),
             // A session goes on with its own agent.
             (None, None) => match &session_id {
                 Some(id) => match self.store.get(id)? {
@@ -277,8 +281,9 @@ impl Runner {
             };
             return self.launch(claim, session, agent, model, with).await;
         }
-        // The one question's key, as shown in its `items` (sessions stored before keys existed
-        // have none: then any one key will do).
+        // An ordinary question shows no items: it takes `answer`. Its own key (the asker's)
+        // is still taken in `answers` (sessions stored before keys existed have none: then any
+        // one key will do).
         if let Some(unknown) = request
             .answers
             .keys()
@@ -287,8 +292,8 @@ impl Runner {
             return Err(ExecutorError::invalid(
                 "answers",
                 format!(
-                    "unknown answer key {unknown}; the open question is: {}",
-                    answers::keys(&pending)
+                    "unknown answer key `{unknown}`: the question waiting is an ordinary one \
+                     (no items); answer it with `answer`"
                 ),
             ));
         }
@@ -299,7 +304,7 @@ impl Runner {
         if answer.trim().is_empty() {
             return Err(ExecutorError::invalid(
                 "answers",
-                "every answer is empty: the question has no default to fall back on",
+                "every answer is empty: an ordinary question needs an answer with text",
             ));
         }
         session.pending = None;

@@ -204,6 +204,10 @@ async fn malformed_json_wrong_types_and_wrong_content_type_are_400() {
         .await;
         assert_eq!(r.status, 400, "{what}: {}", r.text);
         r.assert_error(400, "invalid_argument");
+        // A field of the wrong type is named in `details`, as validation's are.
+        if let Some(field) = what.split(' ').next().filter(|_| what.contains(" as a ")) {
+            assert_eq!(r.body["details"][0]["field"], field, "{what}: {}", r.text);
+        }
     }
     assert_eq!(snapshot(&stack).await, before);
 }
@@ -214,16 +218,16 @@ async fn unknown_fields_are_400_naming_them() {
     let before = snapshot(&stack).await;
     let mut body = agent_json("unknown-field");
     body["temperature"] = json!(0.2);
-    create(&stack, &body)
-        .await
-        .assert_error(400, "invalid_argument")
+    let r = create(&stack, &body).await;
+    r.assert_error(400, "invalid_argument")
         .assert_names("temperature");
+    assert_eq!(r.body["details"][0]["field"], "temperature", "{}", r.text);
     let mut body = agent_json("unknown-field");
     body["mcp_servers"] = json!([{"type": "stdio", "command": "true", "cwd": "/tmp"}]);
-    create(&stack, &body)
-        .await
-        .assert_error(400, "invalid_argument")
-        .assert_names("cwd");
+    let r = create(&stack, &body).await;
+    r.assert_error(400, "invalid_argument").assert_names("cwd");
+    let field = r.body["details"][0]["field"].as_str().unwrap_or_default();
+    assert!(field.ends_with("cwd"), "{}", r.text);
     assert_eq!(snapshot(&stack).await, before);
 }
 
@@ -334,6 +338,11 @@ async fn stale_versions_are_409_version_conflict() {
     send(stack.http().delete(format!("{url}?expected_version={v1}")))
         .await
         .assert_error(409, "version_conflict");
+    // A check asked for without its version (`?expected_version=$UNSET`) deletes nothing.
+    send(stack.http().delete(format!("{url}?expected_version=")))
+        .await
+        .assert_error(400, "invalid_argument")
+        .assert_names("expected_version");
     assert_eq!(
         snapshot(&stack).await,
         before,
@@ -409,6 +418,7 @@ async fn bad_listing_parameters_are_400() {
         "page_size=abc",
         "source=bogus",
         "page_token=not-a-token",
+        "bogus=1",
     ] {
         let r = send(
             stack
@@ -418,6 +428,9 @@ async fn bad_listing_parameters_are_400() {
         .await;
         assert_eq!(r.status, 400, "{query}: {}", r.text);
         r.assert_error(400, "invalid_argument");
+        // The parameter at fault is named in `details`.
+        let (name, _) = query.split_once('=').unwrap_or_default();
+        assert_eq!(r.body["details"][0]["field"], name, "{query}: {}", r.text);
     }
 }
 

@@ -31,7 +31,7 @@ pub(crate) struct Out {
 
 impl Out {
     /// Asserts exit code `code`; returns stdout.
-    fn expect_code(&self, code: i32) -> &str {
+    pub(crate) fn expect_code(&self, code: i32) -> &str {
         assert_eq!(
             self.code,
             Some(code),
@@ -63,7 +63,7 @@ impl Out {
 
 /// Runs `taskforce args...` with the stack's gateway, registry and executor in its environment
 /// (as `TASKFORCE_*_URL`), nothing else of this process's Taskforce or proxy settings.
-async fn cli(stack: &Stack, args: &[&str]) -> Out {
+pub(crate) async fn cli(stack: &Stack, args: &[&str]) -> Out {
     let mut env = vec![
         (
             "TASKFORCE_REGISTRY_URL",

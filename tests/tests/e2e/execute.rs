@@ -204,6 +204,33 @@ async fn errors_before_a_run_are_json_with_the_right_status() {
         r.assert_error(400, "invalid_argument");
         assert!(r.text.contains("model"), "{}", r.text);
     }
+    // REST and gRPC refuse the same ids: spaces around an id, and a malformed `profile` that
+    // `agent_id` overrides.
+    for (agent_id, profile, field) in [
+        (" invoice-extractor ", None, "agent_id"),
+        ("invoice-extractor", Some("Not A Profile"), "profile"),
+    ] {
+        let r = send(
+            stack
+                .http()
+                .post(stack.url("/api/v1/execute"))
+                .json(&json!({"mission": "Do it", "agent_id": agent_id, "profile": profile})),
+        )
+        .await;
+        r.assert_error(400, "invalid_argument").assert_names(field);
+        let status = stack
+            .executor()
+            .execute(taskforce_proto::v1::ExecuteRequest {
+                mission: "Do it".into(),
+                agent_id: Some(agent_id.into()),
+                profile: profile.map(str::to_owned),
+                ..Default::default()
+            })
+            .await
+            .expect_err("gRPC refuses it too");
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+        assert!(status.message().contains(field), "{status:?}");
+    }
 }
 
 /// Runs a program to its end (60 s at most) and returns its stdout; fails the test otherwise.

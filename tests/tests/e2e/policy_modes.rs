@@ -58,11 +58,15 @@ async fn run_in(stack: &Stack, body: Value) -> (String, Vec<(String, Value)>) {
         .as_str()
         .unwrap_or_default()
         .to_owned();
-    let tools = events
+    (session, results(events))
+}
+
+/// The tool results (`tool_end`, `tool_error`) of a run's events.
+fn results(events: Vec<(String, Value)>) -> Vec<(String, Value)> {
+    events
         .into_iter()
         .filter(|(n, _)| n == "tool_end" || n == "tool_error")
-        .collect();
-    (session, tools)
+        .collect()
 }
 
 fn outcome<'a>(events: &'a [(String, Value)], call: &str) -> (&'a str, String) {
@@ -228,4 +232,115 @@ async fn default_runs_allowlisted_writes_and_safe_write_needs_a_confirmation_per
     )
     .await;
     assert_eq!(bad.status, 400, "{}", bad.text);
+}
+
+/// A `safeWrite` write the user is asked about: the write asks for a confirmation, the model
+/// asks the user, and the same write runs once the answer grants it.
+const ASK_THEN_WRITE: &str = r#"
+turns:
+  - tool_calls:
+      - {name: file_write, id: w1, arguments: {path: notes.txt, content: hello}}
+  - tool_calls:
+      - {name: ask_user, id: q1, arguments: {question: "May I write notes.txt?"}}
+  - tool_calls:
+      - {name: file_write, id: w2, arguments: {path: notes.txt, content: hello}}
+  - text: "Written: {{last_message}}"
+"#;
+
+/// A `safeWrite` session paused on its question: its session id and the write's
+/// confirmation id.
+async fn paused_on_the_write(stack: &Stack) -> (String, String) {
+    let mut sse = SseReader::open(
+        stack,
+        "/api/v1/execute/stream",
+        &json!({"mission": "note it", "agent_id": "careful", "mode": "safeWrite"}),
+    )
+    .await;
+    let events = sse.rest(RUN_TIMEOUT).await;
+    assert_eq!(events[events.len() - 1].1["status"], "paused", "{events:?}");
+    let session = events[0].1["session_id"]
+        .as_str()
+        .expect("session")
+        .to_owned();
+    let tools = results(events);
+    let (kind, message) = outcome(&tools, "w1");
+    assert_eq!(kind, "tool_error");
+    let id = message
+        .split('`')
+        .find(|part| part.starts_with("c-"))
+        .unwrap_or_else(|| panic!("a confirmation id: {message}"))
+        .to_owned();
+    (session, id)
+}
+
+#[tokio::test]
+async fn an_answer_over_rest_or_the_cli_grants_the_confirmation_its_question_was_about() {
+    let stack = StackOptions::full()
+        .with_executor()
+        .executor_env("AGENT_WRITE_ALLOWLIST", "file_write")
+        .llm_script(ASK_THEN_WRITE)
+        .spawn()
+        .await
+        .expect("stack starts");
+    let mut body = agent_json("careful");
+    body["tool_allowlist"] = json!(["file_write", "ask_user"]);
+    let r = create(&stack, &body).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let notes = stack.executor_workspace("careful").join("notes.txt");
+
+    // REST: a confirmation the session never asked for is refused, and the question still waits.
+    let (session, id) = paused_on_the_write(&stack).await;
+    let path = format!("/api/v1/sessions/{session}/answer");
+    let bad = send(stack.http().post(stack.url(&path)).json(&json!({
+        "answer": "yes", "mode": "safeWrite", "confirmations": ["c-000000000000"]
+    })))
+    .await;
+    bad.assert_error(400, "invalid_argument")
+        .assert_names("c-000000000000");
+    let still = send(
+        stack
+            .http()
+            .get(stack.url(&format!("/api/v1/sessions/{session}"))),
+    )
+    .await;
+    assert_eq!(still.body["status"], "paused", "{}", still.text);
+    assert!(!notes.exists());
+
+    let mut sse = SseReader::open(
+        &stack,
+        &path,
+        &json!({"answer": "yes", "mode": "safeWrite", "confirmations": [id]}),
+    )
+    .await;
+    let events = sse.rest(RUN_TIMEOUT).await;
+    assert_eq!(
+        events[events.len() - 1].1["status"],
+        "completed",
+        "{events:?}"
+    );
+    assert_eq!(outcome(&results(events), "w2").0, "tool_end", "granted");
+    assert_eq!(std::fs::read_to_string(&notes).expect("written"), "hello");
+    std::fs::remove_file(&notes).expect("remove");
+
+    // The CLI, through the gateway.
+    let (session, id) = paused_on_the_write(&stack).await;
+    let out = crate::cli::cli(
+        &stack,
+        &[
+            "answer",
+            &session,
+            "yes",
+            "--mode",
+            "safeWrite",
+            "--confirm",
+            &id,
+        ],
+    )
+    .await;
+    let out = out.expect_code(0);
+    assert!(
+        out.contains(&format!("session {session}: completed")),
+        "{out}"
+    );
+    assert_eq!(std::fs::read_to_string(&notes).expect("written"), "hello");
 }

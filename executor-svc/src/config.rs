@@ -194,6 +194,12 @@ impl Config {
         config
     }
 
+    /// What the tools may not read or write: the sessions, the state-token key and the other
+    /// agents' workspaces in the data directory, and the API keys.
+    pub fn hidden_paths(&self) -> Vec<PathBuf> {
+        taskforce_runtime::sandbox::hidden_paths(&self.data_dir, self.auth.api_keys_file.as_deref())
+    }
+
     /// The checks that span several flags (clap checks each alone): the ports the tools may
     /// connect to leave out the executor's own and the registry's, which a tool could otherwise
     /// call (`--tool-connect-ports any` is the operator's explicit choice and passes).

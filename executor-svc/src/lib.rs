@@ -96,12 +96,7 @@ impl Parts {
         let router = Arc::new(LlmRouter::from_file(&config.llm_config)?);
         metrics::init(router.provider_names().iter().map(String::as_str));
         let mut native = config.tools.config();
-        // What the tools' programs may not read: the sessions, the state-token key and the
-        // other agents' workspaces in the data directory, and the API keys.
-        native.sandbox.hidden = taskforce_runtime::sandbox::hidden_paths(
-            &config.data_dir,
-            config.auth.api_keys_file.as_deref(),
-        );
+        native.sandbox.hidden = config.hidden_paths();
         native
             .check()
             .map_err(|e| ExecutorError::Config(format!("tool sandbox: {e}")))?;
@@ -196,6 +191,7 @@ pub async fn run_with(
         max_duration: config.run_budget(),
         tool_limits: config.tool_limits(),
         workspaces: config.data_dir.join("workspaces"),
+        hidden: config.hidden_paths().into(),
         instance: config.instance.clone(),
         max_live_runs: config.max_live_runs as usize,
         max_events_per_second: config.max_events_per_second,

@@ -388,7 +388,7 @@ async fn run_frame(
     path.push(frame.id.clone());
     let ctx = Arc::new(RunCtx {
         sink: Arc::new(parent.sink.child(&agent_id, &frame.id)),
-        workspace: crate::tools::Workspace::new(workspace_for(&runner, &def)),
+        workspace: workspace_for(&runner, &def),
         agent: def,
         session_id: parent.session_id.clone(),
         cancel: parent.cancel.child_token(),

@@ -2,7 +2,6 @@
 //! BUSY/IDLE lease, storing the session, and the last events (answer, question, error, `Done`).
 
 use std::{
-    path::PathBuf,
     sync::{Arc, atomic::AtomicU32},
     time::Instant,
 };
@@ -102,7 +101,7 @@ impl Run {
         )));
         let ctx = Arc::new(RunCtx {
             sink: Arc::clone(&self.sink),
-            workspace: crate::tools::Workspace::new(workspace_for(&runner, &self.agent)),
+            workspace: workspace_for(&runner, &self.agent),
             agent: Arc::clone(&self.agent),
             session_id: self.session.id.clone(),
             cancel: self.cancel.clone(),
@@ -395,11 +394,12 @@ impl Run {
 
 /// Where an agent's tools work: its definition's workspace as the registry resolved it, else
 /// `<workspaces>/<agent_id>`. Created by the first tool that works in it.
-pub(super) fn workspace_for(runner: &Runner, agent: &AgentDef) -> PathBuf {
-    agent
+pub(super) fn workspace_for(runner: &Runner, agent: &AgentDef) -> crate::tools::Workspace {
+    let path = agent
         .workspace
         .clone()
-        .unwrap_or_else(|| runner.budgets.workspaces.join(&agent.agent_id))
+        .unwrap_or_else(|| runner.budgets.workspaces.join(&agent.agent_id));
+    crate::tools::Workspace::new(path).hiding(runner.budgets.hidden.clone())
 }
 
 /// The frame's tools: the native tools of its allowlist the executor has (others are skipped,

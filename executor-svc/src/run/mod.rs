@@ -52,6 +52,8 @@ pub struct Budgets {
     pub tool_limits: Limits,
     /// Workspace of agents whose definition names none: `<this>/<agent_id>`.
     pub workspaces: PathBuf,
+    /// What no agent's workspace may hold (the data directory, the API keys file).
+    pub hidden: std::sync::Arc<[PathBuf]>,
     /// This executor's instance name, the owner part of the session ids it mints.
     pub instance: Option<String>,
     /// Most runs live at once; more are refused with `RESOURCE_EXHAUSTED`.

@@ -50,6 +50,7 @@ impl Default for Limits {
 pub struct Workspace {
     path: PathBuf,
     root: Arc<OnceLock<PathBuf>>,
+    hidden: Arc<[PathBuf]>,
 }
 
 impl Workspace {
@@ -58,7 +59,19 @@ impl Workspace {
         Self {
             path: path.into(),
             root: Arc::default(),
+            hidden: Arc::new([]),
         }
+    }
+
+    /// The same, refused by every tool when it holds one of `hidden` (the executor's data
+    /// directory, the API keys file): a workspace at or above one would hand it to the tools.
+    pub fn hiding(self, hidden: Arc<[PathBuf]>) -> Self {
+        Self { hidden, ..self }
+    }
+
+    /// What this workspace may not hold.
+    pub(crate) fn hidden(&self) -> &[PathBuf] {
+        &self.hidden
     }
 
     /// The canonical path, when a tool of this run has resolved it.

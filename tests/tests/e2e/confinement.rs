@@ -192,3 +192,62 @@ async fn hostile_git_options_are_refused_and_write_nothing_outside() {
         .collect();
     assert!(left.is_empty(), "git wrote outside its workspace: {left:?}");
 }
+
+/// Reads the state-token key and writes beside it, from a workspace that holds the data dir.
+const WIDE_SCRIPT: &str = r#"
+turns:
+  - tool_calls:
+      - {name: file_read, id: read, arguments: {path: executor/state_token.key}}
+      - {name: file_write, id: write, arguments: {path: executor/workspaces/other/planted.txt, content: x}}
+  - text: "done"
+"#;
+
+#[tokio::test]
+async fn file_tools_refuse_a_workspace_that_holds_the_executors_data_dir() {
+    let stack = StackOptions::full()
+        .with_executor()
+        .llm_script(WIDE_SCRIPT)
+        .spawn()
+        .await
+        .expect("stack starts");
+    let data = stack.executor_data_dir();
+    let wide = data
+        .parent()
+        .expect("the data dir has a parent")
+        .to_path_buf();
+    assert!(
+        data.join("state_token.key").exists(),
+        "the key is there to take"
+    );
+    let mut body = crate::helpers::agent_json("wide");
+    body["tool_allowlist"] = json!(["file_read", "file_write"]);
+    body["workspace"] = json!(wide);
+    let r = crate::helpers::create(&stack, &body).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let mut sse = SseReader::open(
+        &stack,
+        "/api/v1/execute/stream",
+        &json!({"mission": "take it", "agent_id": "wide"}),
+    )
+    .await;
+    let events = sse.rest(RUN_TIMEOUT).await;
+    for call in ["read", "write"] {
+        let (name, outcome) = events
+            .iter()
+            .find(|(n, e)| (n == "tool_end" || n == "tool_error") && e["call_id"] == call)
+            .unwrap_or_else(|| panic!("no {call} outcome: {events:?}"));
+        assert_eq!(name, "tool_error", "{outcome}");
+        let message = outcome["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("holds") && message.contains(&*data.to_string_lossy()),
+            "{message}"
+        );
+    }
+    assert!(!data.join("workspaces/other/planted.txt").exists());
+    let key = std::fs::read(data.join("state_token.key")).expect("key");
+    let text = events
+        .iter()
+        .map(|(_, e)| e.to_string())
+        .collect::<String>();
+    assert!(!text.contains(&hex::encode(&key)) && !text.contains(&*String::from_utf8_lossy(&key)));
+}

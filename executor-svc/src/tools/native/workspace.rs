@@ -39,6 +39,25 @@ pub(crate) fn root_blocking(tool: &str, workspace: &Workspace) -> Result<PathBuf
         .map_err(|e| failed(tool, format!("workspace {}: {e}", workspace.display())))?;
     let root = std::fs::canonicalize(&**workspace)
         .map_err(|e| failed(tool, format!("workspace {}: {e}", workspace.display())))?;
+    // As the sandbox's launcher refuses a program whose workspace holds a hidden path, so do
+    // the tools that work in this process (`file_read`, `file_write`).
+    let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    if let Some(held) = workspace
+        .hidden()
+        .iter()
+        .map(|h| real(h))
+        .find(|h| h.starts_with(&root))
+    {
+        return Err(failed(
+            tool,
+            format!(
+                "the workspace {} holds {}, which the tools may not read or write; give the \
+                 agent a workspace that does not contain it",
+                root.display(),
+                held.display()
+            ),
+        ));
+    }
     workspace.set_resolved(&root);
     Ok(root)
 }

@@ -14,8 +14,9 @@ use anyhow::{Context, bail};
 
 use crate::wait::eventually;
 
-/// Proxy variables are removed from every child: tests talk to loopback only, and a proxy
-/// inherited from the developer's shell must not change what they observe.
+/// Proxy variables inherited from the developer's shell are removed from every child: tests talk
+/// to loopback only, and such a proxy must not change what they observe (a test that sets one
+/// on the command keeps it).
 const PROXY_VARS: [&str; 6] = [
     "http_proxy",
     "https_proxy",
@@ -42,7 +43,10 @@ impl ChildProcess {
     /// `RUST_LOG` defaults to `info` when neither `cmd` nor the caller's environment sets it.
     pub fn spawn(name: &str, mut cmd: Command, log: &Path) -> anyhow::Result<Self> {
         for var in PROXY_VARS {
-            cmd.env_remove(var);
+            let given = cmd.get_envs().any(|(k, v)| k == var && v.is_some());
+            if !given {
+                cmd.env_remove(var);
+            }
         }
         let set_by_cmd = cmd.get_envs().any(|(k, v)| k == "RUST_LOG" && v.is_some());
         if !set_by_cmd && std::env::var_os("RUST_LOG").is_none() {

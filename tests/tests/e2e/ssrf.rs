@@ -52,6 +52,13 @@ async fn web_fetch_never_reaches_loopback_link_local_or_a_redirect_into_them() {
         ),
     )
     .await;
+    // A proxy in the executor's environment that would fetch anything it is asked for: the
+    // web tools never use it (it would resolve `localhost` where the guard cannot look).
+    let (proxy, proxy_hits) = serve(
+        "127.0.0.1:0",
+        "HTTP/1.1 200 OK\r\ncontent-length: 7\r\nconnection: close\r\n\r\nproxied".into(),
+    )
+    .await;
     let urls = [
         format!("http://127.0.0.1:{secret}/"),
         format!("http://localhost:{secret}/"),
@@ -78,6 +85,8 @@ async fn web_fetch_never_reaches_loopback_link_local_or_a_redirect_into_them() {
         // The redirector is an allowed host (as an operator's internal service could be); what it
         // redirects to is checked again.
         .executor_env("TASKFORCE_WEB_ALLOW_NETS", "127.0.0.2/32")
+        .executor_env("HTTP_PROXY", format!("http://127.0.0.1:{proxy}"))
+        .executor_env("http_proxy", format!("http://127.0.0.1:{proxy}"))
         .llm_script(script)
         .spawn()
         .await
@@ -114,6 +123,7 @@ async fn web_fetch_never_reaches_loopback_link_local_or_a_redirect_into_them() {
         0,
         "the internal service was reached"
     );
+    assert_eq!(proxy_hits.load(Ordering::SeqCst), 0, "the proxy was asked");
     assert_eq!(
         redirector_hits.load(Ordering::SeqCst),
         1,

@@ -19,7 +19,11 @@ impl WebClient {
     /// A client that follows `guard`.
     pub fn new(builder: reqwest::ClientBuilder, guard: NetGuard) -> reqwest::Result<Self> {
         let guard = Arc::new(guard);
+        // Never through `HTTP(S)_PROXY`: a proxy resolves the host names itself, so the guard's
+        // resolver would only ever see the proxy's, and a name of a loopback, private or
+        // metadata address would be fetched by the proxy (tools audit F3).
         let client = builder
+            .no_proxy()
             .dns_resolver(Arc::clone(&guard))
             .redirect(guard.redirect_policy())
             .build()?;

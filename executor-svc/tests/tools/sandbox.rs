@@ -197,9 +197,8 @@ fn python_sees_no_service_secrets() {
 }
 
 #[tokio::test]
-async fn what_a_hostile_repository_config_makes_git_run_is_confined() {
+async fn git_refuses_a_repository_whose_config_names_a_program_and_runs_no_hook() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let outside = tempfile::tempdir().expect("outside");
     let c = ctx(dir.path());
     let git = tool_with(&config(), "git");
     ok_text(
@@ -207,26 +206,69 @@ async fn what_a_hostile_repository_config_makes_git_run_is_confined() {
             .await,
     );
     std::fs::write(dir.path().join("a.txt"), "a\n").expect("a");
-    // A hook and an external diff driver, as another tool could write them into `.git/`.
-    let marker = outside.path().join("pwned");
-    let script = format!(
-        "#!/bin/sh\ntouch {}\ntouch ran-in-workspace\n",
-        marker.display()
-    );
+    // A hook and an external diff driver, as another tool (or git's own `--output`) could
+    // write them into `.git/`.
+    let script = "#!/bin/sh\ntouch ran-in-workspace\n";
     for path in [".git/hooks/pre-commit", "ext-diff.sh"] {
         let p = dir.path().join(path);
-        std::fs::write(&p, &script).expect("script");
+        std::fs::write(&p, script).expect("script");
         std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .expect("chmod");
     }
     let cfg = dir.path().join(".git/config");
-    let mut text = std::fs::read_to_string(&cfg).expect("config");
-    text.push_str(&format!(
-        "[diff]\n\texternal = {}\n",
-        dir.path().join("ext-diff.sh").display()
-    ));
-    std::fs::write(&cfg, text).expect("write config");
+    let clean = std::fs::read_to_string(&cfg).expect("config");
+    for hostile in [
+        format!(
+            "[diff]\n\texternal = {}\n",
+            dir.path().join("ext-diff.sh").display()
+        ),
+        "[core]\n\tworktree = /etc\n".to_owned(),
+        "[include]\n\tpath = elsewhere.cfg\n".to_owned(),
+    ] {
+        std::fs::write(&cfg, format!("{clean}{hostile}")).expect("write config");
+        std::fs::write(dir.path().join("a.txt"), "b\n").expect("a");
+        for args in [json!(["diff"]), json!(["status"]), json!(["add", "a.txt"])] {
+            let refused = git.call(&c, json!({ "args": args })).await;
+            let text = format!("{refused:?}");
+            assert!(refused.is_err(), "{hostile}: {args} ran: {text}");
+            assert!(
+                text.contains("does not run with")
+                    && text.contains("the repository's configuration"),
+                "{text}"
+            );
+        }
+        assert!(
+            !dir.path().join("ran-in-workspace").exists(),
+            "{hostile}: a program ran"
+        );
+    }
+    // A `.git` file naming a repository outside the workspace.
+    let elsewhere = tempfile::tempdir().expect("elsewhere");
+    assert!(
+        std::process::Command::new("git")
+            .args(["init", "-q"])
+            .current_dir(elsewhere.path())
+            .status()
+            .expect("git")
+            .success()
+    );
+    let linked = dir.path().join("linked");
+    std::fs::create_dir(&linked).expect("dir");
+    std::fs::write(
+        linked.join(".git"),
+        format!("gitdir: {}\n", elsewhere.path().join(".git").display()),
+    )
+    .expect("gitdir file");
+    let refused = git
+        .call(&c, json!({ "args": ["-C", "linked", "status"] }))
+        .await;
+    assert!(
+        format!("{refused:?}").contains("outside the workspace"),
+        "{refused:?}"
+    );
 
+    // Back to a plain configuration, git works again, and hooks stay off.
+    std::fs::write(&cfg, &clean).expect("write config");
     ok_text(git.call(&c, json!({ "args": ["add", "a.txt"] })).await);
     ok_text(
         git.call(&c, json!({ "args": ["commit", "-qm", "a"] }))
@@ -236,19 +278,6 @@ async fn what_a_hostile_repository_config_makes_git_run_is_confined() {
         !dir.path().join("ran-in-workspace").exists(),
         "the pre-commit hook ran"
     );
-    std::fs::write(dir.path().join("a.txt"), "b\n").expect("a");
-    let _ = git.call(&c, json!({ "args": ["diff"] })).await;
-    assert!(
-        dir.path().join("ran-in-workspace").exists(),
-        "the external diff driver did not run: this test proves nothing"
-    );
-    if landlock_enforced() {
-        // The driver ran (git's `diff.external` is not forced off) but could not write outside.
-        assert!(
-            !marker.exists(),
-            "the external diff wrote outside the workspace"
-        );
-    }
 }
 
 #[tokio::test]

@@ -251,3 +251,67 @@ async fn file_tools_refuse_a_workspace_that_holds_the_executors_data_dir() {
         .collect::<String>();
     assert!(!text.contains(&hex::encode(&key)) && !text.contains(&*String::from_utf8_lossy(&key)));
 }
+
+#[tokio::test]
+async fn git_alone_cannot_write_itself_a_config_that_runs_a_program() {
+    // Tools audit 11 F1: a commit message written over `.git/config` by git's own `--output`,
+    // naming an external diff program; the next `git diff` would run it.
+    let message = "[core]\n\trepositoryformatversion = 0\n\tbare = false\n[diff]\n\texternal = sh -c \"touch PWNED\" --\n";
+    let calls = [
+        json!(["init", "-q", "repo"]),
+        json!(["-C", "repo", "commit", "--allow-empty", "-qm", message]),
+        json!([
+            "-C",
+            "repo",
+            "log",
+            "-1",
+            "--format=%B",
+            "--output=.git/config"
+        ]),
+        json!(["-C", "repo", "diff"]),
+        json!(["-C", "repo", "status"]),
+    ];
+    // One call a turn: the calls of one turn run at once.
+    let mut turns: Vec<serde_json::Value> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, args)| {
+            json!({"tool_calls": [{"name": "git", "id": format!("g{i}"), "arguments": {"args": args}}]})
+        })
+        .collect();
+    turns.push(json!({"text": "done"}));
+    let script = json!({ "turns": turns });
+    let stack = StackOptions::full()
+        .with_executor()
+        .llm_script(serde_yaml::to_string(&script).expect("YAML"))
+        .spawn()
+        .await
+        .expect("stack starts");
+    create_agent_with_tools(&stack, "gitonly", &["git"]).await;
+    let mut sse = SseReader::open(
+        &stack,
+        "/api/v1/execute/stream",
+        &json!({"mission": "try it", "agent_id": "gitonly"}),
+    )
+    .await;
+    let events = sse.rest(RUN_TIMEOUT).await;
+    let outcome = |call: &str| {
+        events
+            .iter()
+            .find(|(n, e)| (n == "tool_end" || n == "tool_error") && e["call_id"] == call)
+            .map(|(n, e)| (n.clone(), e.to_string()))
+            .unwrap_or_else(|| panic!("no outcome of {call}: {events:?}"))
+    };
+    for call in ["g3", "g4"] {
+        let (name, text) = outcome(call);
+        assert_eq!(name, "tool_error", "{text}");
+        assert!(text.contains("`diff.external`"), "{text}");
+    }
+    let workspace = stack.executor_workspace("gitonly");
+    assert!(
+        std::fs::read_to_string(workspace.join("repo/.git/config"))
+            .is_ok_and(|c| c.contains("external")),
+        "the config was written as in the audit, so the refusal is what stopped it"
+    );
+    assert!(!workspace.join("repo/PWNED").exists() && !workspace.join("PWNED").exists());
+}

@@ -43,7 +43,8 @@ fn refuse(arg: &str, reason: impl Into<String>) -> Refusal {
 
 /// Checks git's arguments against the allowlist; `root` is the canonical workspace (git's
 /// working directory). Reads the file system to resolve symlinks: call off the async threads.
-pub(crate) fn check(args: &[String], root: &Path) -> Result<(), Refusal> {
+/// The directory git works in (`root`, or where its `-C` options lead).
+pub(crate) fn check(args: &[String], root: &Path) -> Result<PathBuf, Refusal> {
     let mut base = root.to_path_buf();
     let globals = globals(args)?;
     for (option, dir) in globals.dirs {
@@ -53,7 +54,7 @@ pub(crate) fn check(args: &[String], root: &Path) -> Result<(), Refusal> {
     let i = globals.subcommand;
     let Some(name) = args.get(i) else {
         return if args.iter().any(|a| a == "--version") {
-            Ok(())
+            Ok(base)
         } else {
             Err(refuse("", "give a git subcommand such as `status`"))
         };
@@ -73,7 +74,8 @@ pub(crate) fn check(args: &[String], root: &Path) -> Result<(), Refusal> {
     if sub.name == "config" {
         check_config_reads(rest, &positionals)?;
     }
-    check_positionals(sub, &positionals, root, &base)
+    check_positionals(sub, &positionals, root, &base)?;
+    Ok(base)
 }
 
 /// Where the subcommand is in `args`, past the global options and their values; `None` when
@@ -345,7 +347,7 @@ mod tests {
 
     fn run(root: &Path, a: &[&str]) -> Result<(), Refusal> {
         let args: Vec<String> = a.iter().map(|s| (*s).to_owned()).collect();
-        check(&args, root)
+        check(&args, root).map(drop)
     }
 
     fn ws() -> (tempfile::TempDir, PathBuf) {

@@ -9,6 +9,7 @@
 
 mod allowlist;
 mod args;
+mod config;
 
 pub(crate) use args::subcommand_at;
 
@@ -34,9 +35,9 @@ use crate::{
 };
 
 /// Configuration the model cannot change (`-c` is refused), given through the environment; it
-/// outranks the repository's own `.git/config`, which other tools may write: no hooks, no
-/// fsmonitor, no credential helpers, no signing (gpg). Whatever else a written `.git/config`
-/// names still runs inside the tool's sandbox.
+/// outranks the repository's own `.git/config`, which other tools (and git itself) may write:
+/// no hooks, no fsmonitor, no credential helpers, no signing (gpg). Anything else in a
+/// repository's configuration must pass [`config::allowed`] before git runs.
 const FORCED_CONFIG: [(&str, &str); 5] = [
     ("core.hooksPath", "/dev/null"),
     ("core.fsmonitor", "false"),
@@ -87,10 +88,11 @@ impl Tool for Git {
             };
             let cwd = workspace::root("git", &ctx.workspace).await?;
             let (checked, root) = (args.args.clone(), cwd.clone());
-            super::blocking("git", move || {
+            let dir = super::blocking("git", move || {
                 args::check(&checked, &root).map_err(|r| invalid(r.to_string()))
             })
             .await?;
+            self.check_config(ctx, &cwd, &dir).await?;
             let spec = Spawn {
                 tool: "git",
                 program: &self.bin,
@@ -107,6 +109,52 @@ impl Tool for Git {
         .boxed()
     }
 }
+
+impl Git {
+    /// Refuses the call when the repository git would use at `dir` (inside the canonical
+    /// workspace `root`) has a setting outside [`config::allowed`] or lives outside the
+    /// workspace; git itself lists the settings, in the call's sandbox and environment.
+    async fn check_config(
+        &self,
+        ctx: &ToolContext,
+        root: &Path,
+        dir: &Path,
+    ) -> Result<(), ToolError> {
+        let probe = Spawn {
+            tool: "git",
+            program: &self.bin,
+            args: config::probe_args(dir),
+            env: git_env(root, &ctx.agent_id),
+            stdin: None,
+            cwd: root.to_path_buf(),
+            timeout: ctx.limits.timeout,
+            sandbox: self.sandbox.clone(),
+        };
+        let listed = process::run(ctx, probe, PROBE_CAP).await?;
+        if listed.code != Some(0) || listed.dropped > 0 {
+            let why = String::from_utf8_lossy(&listed.stderr);
+            return Err(super::failed(
+                "git",
+                format!(
+                    "the repository's configuration could not be read ({}), so git does not run \
+                     with it",
+                    if why.trim().is_empty() {
+                        "it is too large"
+                    } else {
+                        why.trim()
+                    }
+                ),
+            ));
+        }
+        match config::problems(&listed.stdout, dir, root) {
+            Some(problem) => Err(super::failed("git", problem)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The most configuration listing read: a repository's settings are a few hundred bytes.
+const PROBE_CAP: usize = 256 * 1024;
 
 /// git's environment: no repository above the workspace, no system or user configuration, the
 /// forced configuration, only the `file` and `https` transports, no prompts or editors, and an

@@ -1,0 +1,259 @@
+//! The repository configuration a `git` call runs with: only settings that make git run no
+//! program and reach nothing outside the workspace.
+//!
+//! A repository's `.git/config` is in the model's hands: `file_write` writes it, and so does git
+//! itself (`log --output=.git/config` with a crafted commit message). The environment pins the
+//! best-known keys (hooks, fsmonitor, credential helpers, signing), but git has many more that
+//! name a program (`diff.external`, `filter.<driver>.clean`, `remote.<name>.uploadpack`, ...) or
+//! a place (`core.worktree`, `include.path`). So before each call the tool asks git itself which
+//! settings the repository has (`git config --list`, which reads them and runs nothing) and
+//! refuses the call when one is not on [`allowed`]'s list, or when the repository's
+//! configuration lives outside the workspace (a `.git` file naming another repository).
+
+use std::path::{Component, Path, PathBuf};
+
+/// The `git` arguments that list the configuration of the repository at `dir`: scope, origin
+/// and name of each setting, NUL-separated.
+pub(super) fn probe_args(dir: &Path) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = vec!["-C".into(), dir.as_os_str().to_owned()];
+    args.extend(
+        [
+            "config",
+            "--list",
+            "--name-only",
+            "--show-scope",
+            "--show-origin",
+            "-z",
+        ]
+        .map(Into::into),
+    );
+    args
+}
+
+/// What is wrong with the configuration `listing` (the output of [`probe_args`] run in `dir`,
+/// inside the canonical workspace `root`), if anything: the settings refused and the files
+/// outside the workspace.
+pub(super) fn problems(listing: &[u8], dir: &Path, root: &Path) -> Option<String> {
+    let text = String::from_utf8_lossy(listing);
+    let mut fields = text.split('\0');
+    let (mut refused, mut outside): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
+    while let (Some(scope), Some(origin), Some(name)) =
+        (fields.next(), fields.next(), fields.next())
+    {
+        // The tool's own settings (the environment's), and the empty end of the listing.
+        if scope == "command" || name.is_empty() {
+            continue;
+        }
+        if !allowed(name) && !refused.iter().any(|r| r == name) {
+            refused.push(name.to_owned());
+        }
+        if let Some(file) = origin.strip_prefix("file:")
+            && !is_inside(root, &dir.join(file))
+            && !outside.iter().any(|o| o == file)
+        {
+            outside.push(file.to_owned());
+        }
+    }
+    let mut said = Vec::new();
+    if !outside.is_empty() {
+        said.push(format!(
+            "the repository's configuration is outside the workspace ({})",
+            outside.join(", ")
+        ));
+    }
+    if !refused.is_empty() {
+        let names: Vec<String> = refused.iter().map(|n| format!("`{n}`")).collect();
+        said.push(format!(
+            "the repository's configuration sets {}, which the git tool does not run with: such \
+             settings can make git run a program or reach outside the workspace (core, remote, \
+             branch, user and similar basics are allowed); remove them from the repository's \
+             config to use git here",
+            names.join(", ")
+        ));
+    }
+    (!said.is_empty()).then(|| said.join("; "))
+}
+
+/// Whether `path` (absolute, or relative to the workspace) lies inside `root`, lexically.
+fn is_inside(root: &Path, path: &Path) -> bool {
+    let mut normal = PathBuf::new();
+    for c in root.join(path).components() {
+        match c {
+            Component::ParentDir => {
+                normal.pop();
+            }
+            Component::CurDir => {}
+            other => normal.push(other),
+        }
+    }
+    normal.starts_with(root)
+}
+
+/// Whether git may run with setting `name` (`section.key` or `section.subsection.key`; git
+/// lowercases the section and the key, not the subsection) in the repository's configuration.
+pub(super) fn allowed(name: &str) -> bool {
+    let Some((section, rest)) = name.split_once('.') else {
+        return false;
+    };
+    let (sub, key) = match rest.rsplit_once('.') {
+        Some((sub, key)) => (Some(sub), key),
+        None => (None, rest),
+    };
+    let section = section.to_ascii_lowercase();
+    let key = key.to_ascii_lowercase();
+    let key = key.as_str();
+    match (section.as_str(), sub.is_some()) {
+        ("core", false) => matches!(
+            key,
+            "repositoryformatversion"
+                | "filemode"
+                | "bare"
+                | "logallrefupdates"
+                | "ignorecase"
+                | "precomposeunicode"
+                | "symlinks"
+                | "autocrlf"
+                | "eol"
+                | "safecrlf"
+                | "quotepath"
+                | "checkstat"
+                | "trustctime"
+                | "abbrev"
+                | "compression"
+                | "sharedrepository"
+                | "sparsecheckout"
+                | "sparsecheckoutcone"
+                | "splitindex"
+                | "untrackedcache"
+                | "commentchar"
+                | "commentstring"
+                | "whitespace"
+                // The environment's GIT_EDITOR and GIT_PAGER outrank them; the tool's
+                // `hooksPath` and `fsmonitor` outrank the repository's.
+                | "editor"
+                | "pager"
+                | "hookspath"
+                | "fsmonitor"
+        ),
+        ("extensions", false) => matches!(
+            key,
+            "objectformat" | "refstorage" | "partialclone" | "noop" | "preciousobjects"
+        ),
+        ("remote", true) => matches!(
+            key,
+            "url"
+                | "pushurl"
+                | "fetch"
+                | "push"
+                | "tagopt"
+                | "prune"
+                | "prunetags"
+                | "mirror"
+                | "skipdefaultupdate"
+                | "skipfetchall"
+                | "promisor"
+                | "partialclonefilter"
+        ),
+        ("branch", true) => matches!(
+            key,
+            "remote" | "pushremote" | "merge" | "rebase" | "description"
+        ),
+        ("submodule", true) => matches!(key, "url" | "active" | "path" | "branch"),
+        ("user", false) => matches!(key, "name" | "email" | "signingkey" | "useconfigonly"),
+        ("init", false) => key == "defaultbranch",
+        // Signing is off by the tool's own settings, which outrank these.
+        ("commit" | "tag", false) => key == "gpgsign",
+        ("pull", false) => matches!(key, "rebase" | "ff"),
+        ("push", false) => matches!(key, "default" | "autosetupremote" | "followtags"),
+        ("fetch", false) => matches!(key, "prune" | "prunetags" | "writecommitgraph"),
+        ("merge", false) => matches!(key, "ff" | "conflictstyle"),
+        ("index", false) => matches!(key, "sparse" | "version" | "skiphash"),
+        // Names for colours and builtins (an alias never replaces a builtin, and only
+        // builtins are allowed), and LFS's own bookkeeping (its programs are `filter.lfs.*`).
+        ("color" | "alias" | "advice" | "i18n" | "lfs", _) => true,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fresh_clone_runs_and_program_or_place_settings_are_refused() {
+        for ok in [
+            "core.repositoryformatversion",
+            "core.bare",
+            "remote.origin.url",
+            "remote.my.fork.fetch",
+            "branch.main.merge",
+            "user.email",
+            "extensions.objectformat",
+            "color.ui",
+        ] {
+            assert!(allowed(ok), "{ok}");
+        }
+        for refused in [
+            "diff.external",
+            "diff.pdf.textconv",
+            "filter.x.clean",
+            "filter.lfs.smudge",
+            "remote.loc.uploadpack",
+            "remote.loc.receivepack",
+            "remote.loc.vcs",
+            "core.worktree",
+            "core.sshcommand",
+            "core.askpass",
+            "core.alternaterefscommand",
+            "include.path",
+            "includeif.gitdir:/x.path",
+            "merge.ours.driver",
+            "submodule.x.update",
+            "credential.helper",
+            "gpg.program",
+            "log.showsignature",
+            "url.file:///x.insteadof",
+            "http.proxy",
+            "nosection",
+        ] {
+            assert!(!allowed(refused), "{refused}");
+        }
+    }
+
+    #[test]
+    fn a_listing_names_the_settings_refused_and_a_configuration_outside() {
+        let root = Path::new("/ws");
+        let listing = |records: &[(&str, &str, &str)]| {
+            let mut out = Vec::new();
+            for (scope, origin, name) in records {
+                for field in [scope, origin, name] {
+                    out.extend_from_slice(field.as_bytes());
+                    out.push(0);
+                }
+            }
+            out
+        };
+        let clean = listing(&[
+            ("command", "command line:", "core.hookspath"),
+            ("local", "file:.git/config", "core.bare"),
+            ("local", "file:.git/config", "remote.origin.url"),
+        ]);
+        assert_eq!(problems(&clean, Path::new("/ws/repo"), root), None);
+        let hostile = listing(&[
+            ("local", "file:.git/config", "diff.external"),
+            ("local", "file:.git/config", "diff.external"),
+            ("local", "file:/elsewhere/.git/config", "core.bare"),
+            ("local", "file:../../x", "core.bare"),
+        ]);
+        let said = problems(&hostile, Path::new("/ws/repo"), root).expect("refused");
+        assert_eq!(said.matches("`diff.external`").count(), 1, "{said}");
+        assert!(said.contains("/elsewhere/.git/config"), "{said}");
+        assert!(said.contains("../../x"), "{said}");
+        // Inside, however it is spelled.
+        let inside = listing(&[
+            ("local", "file:/ws/repo/.git/config", "core.bare"),
+            ("local", "file:../.git/config", "core.bare"),
+        ]);
+        assert_eq!(problems(&inside, Path::new("/ws/repo/sub"), root), None);
+    }
+}

@@ -97,6 +97,7 @@ impl Parts {
         metrics::init(router.provider_names().iter().map(String::as_str));
         let mut native = config.tools.config();
         native.sandbox.hidden = config.hidden_paths();
+        native.sandbox.temp_root = Some(tool_temp_root(&config.data_dir)?);
         native
             .check()
             .map_err(|e| ExecutorError::Config(format!("tool sandbox: {e}")))?;
@@ -105,6 +106,38 @@ impl Parts {
             tools: tools::native::native_tools(&native),
         })
     }
+}
+
+/// The tools' temp dirs' directory, `<data dir>/tmp`, made if missing.
+const TOOL_TEMP: &str = "tmp";
+
+/// Removes what the tools' temp dirs' directory holds: the temp dirs of calls of an executor
+/// that was killed. Only once the data directory is this executor's (its store is open).
+fn empty_tool_temp_root(data_dir: &std::path::Path) {
+    let root = data_dir.join(TOOL_TEMP);
+    let Ok(entries) = std::fs::read_dir(&root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if let Err(e) = std::fs::remove_dir_all(&path) {
+            warn!(path = %path.display(), error = %e, "could not remove a tool's temp dir left by a previous executor");
+        }
+    }
+}
+
+fn tool_temp_root(data_dir: &std::path::Path) -> Result<std::path::PathBuf, ExecutorError> {
+    use std::os::unix::fs::DirBuilderExt;
+    let root = std::path::absolute(data_dir.join(TOOL_TEMP))
+        .map_err(|e| ExecutorError::Config(format!("--data-dir: {e}")))?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&root)
+        .map_err(|e| {
+            ExecutorError::Config(format!("the tools' temp dir {}: {e}", root.display()))
+        })?;
+    Ok(root)
 }
 
 /// Serves the executor on `listener` until `shutdown` fires, with the configured LLM router and
@@ -142,6 +175,8 @@ pub async fn run_with(
     let data_dir = config.data_dir.clone();
     let store =
         tokio::task::spawn_blocking(move || session::SessionStore::open(&data_dir)).await??;
+    let data_dir = config.data_dir.clone();
+    tokio::task::spawn_blocking(move || empty_tool_temp_root(&data_dir)).await?;
     let ledger = config.data_dir.join("subprocesses");
     let killed = tokio::task::spawn_blocking(move || tools::native::ledger::install(&ledger))
         .await?

@@ -31,7 +31,8 @@ fn probe_code(outside: &str) -> String {
          try:\n    open('/proc/%s/environ' % pid, 'rb').read()\n    print('READ-ENVIRON')\n\
          except OSError as e:\n    print('ENVIRON-REFUSED', e.errno)\n\
          print('CAPS', [l.split()[1] for l in open('/proc/self/status') if l.startswith(('CapEff', 'CapBnd'))])\n\
-         for name, path in (('KEY', '../../state_token.key'), ('OTHER', '../neighbour/notes.txt')):\n    try:\n        open(path, 'rb').read()\n        print('READ-' + name)\n    except OSError as e:\n        print(name + '-REFUSED', e.errno)\n\
+         print('TMPDIR=' + os.environ['TMPDIR'])\n\
+         for name, path in (('KEY', '../../state_token.key'), ('OTHER', '../neighbour/notes.txt'), ('OTHER-TMP', '../../tmp/taskforce-tool-other/data.csv')):\n    try:\n        open(path, 'rb').read()\n        print('READ-' + name)\n    except OSError as e:\n        print(name + '-REFUSED', e.errno)\n\
          print('ETC-READ' if open('/etc/hostname').read() is not None else 'ETC-REFUSED')\n\
          open('inside.txt', 'w').write('ok')\n\
          print('WROTE-INSIDE')\n"
@@ -60,6 +61,10 @@ async fn python_sees_no_secrets_and_writes_only_in_its_workspace() {
     let neighbour = stack.executor_workspace("neighbour");
     std::fs::create_dir_all(&neighbour).expect("neighbour");
     std::fs::write(neighbour.join("notes.txt"), "private").expect("neighbour's notes");
+    // And another call's temp dir, where the executor makes them (tools audit 11 F5).
+    let other_tmp = stack.executor_data_dir().join("tmp/taskforce-tool-other");
+    std::fs::create_dir_all(&other_tmp).expect("other call's temp dir");
+    std::fs::write(other_tmp.join("data.csv"), "alice,4111").expect("other call's file");
     let registry_pid = stack.registry_pid().expect("registry pid");
     std::fs::write(
         workspace.join("target.txt"),
@@ -81,6 +86,11 @@ async fn python_sees_no_secrets_and_writes_only_in_its_workspace() {
     assert!(output.contains("NO-SECRET"), "{output}");
     assert!(!output.contains(SECRET), "{output}");
     assert!(output.contains("WROTE-INSIDE"), "{output}");
+    let tmp_root = stack.executor_data_dir().join("tmp/taskforce-tool-");
+    assert!(
+        output.contains(&format!("TMPDIR={}", tmp_root.display())),
+        "each call's temp dir is in the data dir: {output}"
+    );
     let log = std::fs::read_to_string(stack.executor_log()).unwrap_or_default();
     // Only the kernel may excuse the checks below: a probe that failed (as when it ran in a
     // directory holding the data dir) would silently turn them off.
@@ -102,6 +112,7 @@ async fn python_sees_no_secrets_and_writes_only_in_its_workspace() {
     // workspaces, the sessions: audit 7 F1); the rest of the file system it can.
     assert!(output.contains("KEY-REFUSED 13"), "{output}");
     assert!(output.contains("OTHER-REFUSED 13"), "{output}");
+    assert!(output.contains("OTHER-TMP-REFUSED 13"), "{output}");
     assert!(output.contains("ETC-READ"), "{output}");
     assert!(
         output.contains("'0000000000000000', '0000000000000000'"),

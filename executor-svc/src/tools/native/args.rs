@@ -114,6 +114,7 @@ impl NativeToolsArgs {
                 },
                 connect_ports: self.tool_connect_ports.clone(),
                 hidden: Vec::new(),
+                temp_root: None,
             },
             ..NativeToolsConfig::default()
         }

@@ -56,6 +56,10 @@ pub struct SandboxConfig {
     /// What the programs may not read: the executor's data directory (sessions, the
     /// state-token key, other agents' workspaces) and its API keys file. Set by the executor.
     pub hidden: Vec<PathBuf>,
+    /// Where each call's temp dir (`TMPDIR`) is made: inside the hidden data directory, so one
+    /// call's temp files are no other call's to read (each call is granted its own). `None`:
+    /// the system's temp dir. Set by the executor.
+    pub temp_root: Option<PathBuf>,
 }
 
 impl Default for SandboxConfig {
@@ -68,6 +72,7 @@ impl Default for SandboxConfig {
             limits: ResourceLimits::default(),
             connect_ports: ConnectPorts::default(),
             hidden: Vec::new(),
+            temp_root: None,
         }
     }
 }
@@ -198,7 +203,7 @@ impl Sandbox {
     fn probe(&self) -> LandlockState {
         // A fresh directory of its own: the system's temp dir itself may hold the data directory
         // (a hidden path), where the launcher refuses to run (as it does for a tool).
-        let out = TempDir::new().and_then(|dir| {
+        let out = TempDir::new(self.config.temp_root.as_deref()).and_then(|dir| {
             let mut args = self.launcher_args(&dir.path, Vec::new());
             args.probe = true;
             taskforce_runtime::env::minimal_command(&self.launcher, &[])
@@ -280,8 +285,8 @@ impl Sandbox {
             // Logs once whether Landlock is enforced; the launcher itself refuses when required.
             self.landlock_state();
         }
-        let temp =
-            TempDir::new().map_err(|e| failed(tool, format!("cannot create a temp dir: {e}")))?;
+        let temp = TempDir::new(self.config.temp_root.as_deref())
+            .map_err(|e| failed(tool, format!("cannot create a temp dir: {e}")))?;
         let mut launcher = self.launcher_args(workspace, vec![temp.path.clone()]);
         launcher.command = std::iter::once(program.as_os_str().to_owned())
             .chain(args)
@@ -296,7 +301,7 @@ impl Sandbox {
     }
 }
 
-/// A per-call temp dir (mode 0700) under the system's, removed with everything in it on drop:
+/// A per-call temp dir (mode 0700) under `root` (else the system's), removed with everything in it on drop:
 /// at once when the tool left it empty (one `rmdir`, the common case), else on the blocking pool
 /// when a runtime is there (a runtime shutting down may never run that task: the empty dirs of
 /// calls ended by a stop were left behind).
@@ -306,10 +311,11 @@ pub(crate) struct TempDir {
 }
 
 impl TempDir {
-    fn new() -> std::io::Result<Self> {
+    fn new(root: Option<&Path>) -> std::io::Result<Self> {
         use std::os::unix::fs::DirBuilderExt;
-        let path =
-            std::env::temp_dir().join(format!("taskforce-tool-{}", uuid::Uuid::new_v4().simple()));
+        let path = root
+            .map_or_else(std::env::temp_dir, Path::to_path_buf)
+            .join(format!("taskforce-tool-{}", uuid::Uuid::new_v4().simple()));
         std::fs::DirBuilder::new().mode(0o700).create(&path)?;
         Ok(Self { path })
     }
@@ -343,8 +349,8 @@ mod tests {
             .build()
             .expect("runtime");
         let (empty, full) = runtime.block_on(async {
-            let empty = TempDir::new().expect("temp dir");
-            let full = TempDir::new().expect("temp dir");
+            let empty = TempDir::new(None).expect("temp dir");
+            let full = TempDir::new(None).expect("temp dir");
             std::fs::write(full.path.join("left.txt"), "by the tool").expect("file");
             let paths = (empty.path.clone(), full.path.clone());
             drop((empty, full));

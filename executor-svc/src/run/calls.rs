@@ -164,7 +164,11 @@ async fn run_one(
     let (content, is_error, kind) = match outcome {
         Ok(ToolOutcome::Output { content, is_error }) => {
             // Masked before anything sees it: the stream, the model's context, the audit hash.
-            let content = redacted(ctx, name, cap(content, ctx.limits.max_output_bytes));
+            let content = redacted(
+                ctx,
+                name,
+                cap(content, ctx.limits.max_output_bytes + NOTICE_ROOM),
+            );
             ctx.sink
                 .emit(Event::ToolEnd(v1::ToolEnd {
                     call_id: call_id.to_owned(),
@@ -465,6 +469,11 @@ fn redacted(ctx: &RunCtx, tool: &str, text: String) -> String {
 }
 
 /// At most `max` bytes of `content`, cut on a character boundary and marked.
+/// Past the output limit, what a tool's own notes of its cuts may take (`[stdout cut: ...]`,
+/// `[file cut: ...]`): the native tools cut their output to the limit and say so after it, and
+/// that is not cut again here (which lost the note and told the model a wrong total).
+const NOTICE_ROOM: usize = 512;
+
 fn cap(mut content: String, max: usize) -> String {
     if content.len() <= max {
         return content;

@@ -21,7 +21,7 @@ use taskforce_runtime::env::{TOOL_ENV, minimal_command};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tracing::{debug, warn};
 
-use super::{cap_text, failed, sandbox::Sandbox};
+use super::{failed, sandbox::Sandbox};
 use crate::tools::{ToolContext, ToolError, ToolOutcome};
 
 /// How long reaping a killed process group may take before it is left to `KillOnDrop`.
@@ -63,25 +63,48 @@ pub(crate) struct Finished {
 }
 
 impl Finished {
-    /// The output for the model: exit code, stdout, stderr, cut to `max` bytes; a non-zero exit
-    /// is a failed outcome.
+    /// The output for the model: exit code, stdout, stderr, about `max` bytes of them; a
+    /// non-zero exit is a failed outcome. When both do not fit, stderr keeps up to half of
+    /// `max` (its end: a traceback's last lines say what went wrong) and stdout the rest (its
+    /// beginning), each cut said with its size.
     pub fn into_outcome(self, max: usize) -> ToolOutcome {
         let code = self
             .code
             .map_or_else(|| "killed by a signal".to_owned(), |c| c.to_string());
         let mut text = format!("exit code: {code}\n");
-        for (name, bytes) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
-            if !bytes.is_empty() {
-                text.push_str(&format!("{name}:\n{}", String::from_utf8_lossy(bytes)));
-                if !text.ends_with('\n') {
-                    text.push('\n');
-                }
+        let room = max.saturating_sub(text.len());
+        let (out, err) = (&self.stdout, &self.stderr);
+        let err_room = if out.len() + err.len() <= room {
+            err.len()
+        } else {
+            err.len()
+                .min((room / 2).max(room.saturating_sub(out.len())))
+        };
+        let out_room = room.saturating_sub(err_room);
+        for (name, bytes, keep, from_end) in [
+            ("stdout", out, out_room, false),
+            ("stderr", err, err_room, true),
+        ] {
+            if bytes.is_empty() {
+                continue;
+            }
+            text.push_str(name);
+            text.push_str(":\n");
+            text.push_str(&part(bytes, keep, from_end));
+            if !text.ends_with('\n') {
+                text.push('\n');
+            }
+            if keep < bytes.len() {
+                let which = if from_end { "last" } else { "first" };
+                text.push_str(&format!(
+                    "[{name} cut: the {which} {keep} of {} bytes shown]\n",
+                    bytes.len()
+                ));
             }
         }
         if self.stdout.is_empty() && self.stderr.is_empty() {
             text.push_str("(no output)\n");
         }
-        let mut text = cap_text(text, max);
         if self.dropped > 0 {
             text.push_str(&format!(
                 "\n[output cut: {} more bytes were not kept]",
@@ -93,6 +116,27 @@ impl Finished {
         } else {
             ToolOutcome::failed(text)
         }
+    }
+}
+
+/// At most `keep` bytes of `bytes` as text, from the start or the end, on a character boundary.
+fn part(bytes: &[u8], keep: usize, from_end: bool) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    if text.len() <= keep {
+        return text.into_owned();
+    }
+    if from_end {
+        let mut start = text.len() - keep;
+        while !text.is_char_boundary(start) {
+            start += 1;
+        }
+        text[start..].to_owned()
+    } else {
+        let mut end = keep;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text[..end].to_owned()
     }
 }
 
@@ -252,4 +296,63 @@ pub(crate) fn timeout(ctx: &ToolContext, requested_seconds: Option<u64>) -> Dura
     requested_seconds
         .map(Duration::from_secs)
         .map_or(ctx.limits.timeout, |t| t.min(ctx.limits.timeout))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(outcome: ToolOutcome) -> String {
+        match outcome {
+            ToolOutcome::Output { content, .. } => content,
+            other => panic!("not an output: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_flood_on_stdout_leaves_the_end_of_stderr_and_both_cuts_are_said() {
+        let max = 64 * 1024;
+        let stdout = "row of data\n".repeat(20_000).into_bytes();
+        let stderr = format!("{}ValueError: THE REAL ERROR\n", "  frame\n".repeat(10_000));
+        let (out_len, err_len) = (stdout.len(), stderr.len());
+        let shown = text(
+            Finished {
+                code: Some(1),
+                stdout,
+                stderr: stderr.into_bytes(),
+                dropped: 0,
+            }
+            .into_outcome(max),
+        );
+        assert!(
+            shown.starts_with("exit code: 1\nstdout:\nrow of data\n"),
+            "{}",
+            &shown[..80]
+        );
+        assert!(
+            shown.contains("ValueError: THE REAL ERROR\n"),
+            "the traceback's end is kept"
+        );
+        assert!(
+            shown.contains(&format!(" of {out_len} bytes shown]")),
+            "stdout's cut"
+        );
+        assert!(shown.contains("[stderr cut: the last "), "stderr's cut");
+        assert!(
+            shown.contains(&format!(" of {err_len} bytes shown]")),
+            "its total"
+        );
+        assert!(shown.len() <= max + 200, "{}", shown.len());
+        // Small output is whole, with nothing said.
+        let small = text(
+            Finished {
+                code: Some(0),
+                stdout: b"fine\n".to_vec(),
+                stderr: b"warning\n".to_vec(),
+                dropped: 0,
+            }
+            .into_outcome(max),
+        );
+        assert_eq!(small, "exit code: 0\nstdout:\nfine\nstderr:\nwarning\n");
+    }
 }

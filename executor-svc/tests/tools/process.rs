@@ -283,3 +283,32 @@ async fn dropping_the_call_kills_its_process_group() {
         "{pids:?} survived the dropped call"
     );
 }
+
+#[tokio::test]
+async fn a_timeout_says_what_the_program_printed_by_then() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = ctx_with(dir.path(), Duration::from_secs(10), 64 * 1024);
+    let py = tool("python");
+    for (code, printed) in [
+        (
+            "import time\nprint('started the job', flush=True)\ntime.sleep(60)",
+            "started the job",
+        ),
+        // It exits at once, but the background process it started keeps the output open.
+        (
+            "import subprocess\nsubprocess.Popen(['sleep', '60'])\nprint('launched the server', flush=True)",
+            "launched the server",
+        ),
+    ] {
+        let result = py
+            .call(&c, json!({ "code": code, "timeout_seconds": 2 }))
+            .await;
+        let text = match &result {
+            Err(e) => e.to_string(),
+            Ok(o) => panic!("{code}: {o:?}"),
+        };
+        assert!(text.contains("timed out after 2s"), "{text}");
+        assert!(text.contains(printed), "{text}");
+        assert!(text.contains("background process"), "{text}");
+    }
+}

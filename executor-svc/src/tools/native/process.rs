@@ -119,6 +119,40 @@ impl Finished {
     }
 }
 
+/// A timeout that says what the program had printed by then (the model would otherwise see
+/// nothing of a program that printed and then hung, or that exited leaving a background
+/// process holding its output open: the group runs until all of it has ended). Without output,
+/// or for a cancel, the error as it was.
+fn with_partial_output(e: ToolError, stdout: &[u8], stderr: &[u8], cap: usize) -> ToolError {
+    let ToolError::Timeout { tool, after } = e else {
+        return e;
+    };
+    if stdout.is_empty() && stderr.is_empty() {
+        return ToolError::Timeout { tool, after };
+    }
+    let printed = Finished {
+        code: None,
+        stdout: stdout.to_vec(),
+        stderr: stderr.to_vec(),
+        dropped: 0,
+    }
+    .into_outcome(cap);
+    let ToolOutcome::Output { content, .. } = printed else {
+        return ToolError::Timeout { tool, after };
+    };
+    let printed = content
+        .strip_prefix("exit code: killed by a signal\n")
+        .unwrap_or(&content)
+        .to_owned();
+    ToolError::Failed {
+        reason: format!(
+            "timed out after {after:?}, and its processes were killed (a background process that \
+             keeps the output open counts as running); what it printed by then:\n{printed}"
+        ),
+        tool,
+    }
+}
+
 /// At most `keep` bytes of `bytes` as text, from the start or the end, on a character boundary.
 fn part(bytes: &[u8], keep: usize, from_end: bool) -> String {
     let text = String::from_utf8_lossy(bytes);
@@ -191,6 +225,7 @@ pub(crate) async fn run(
     let stdin = child.stdin().take();
     let (stdout, stderr) = (child.stdout().take(), child.stderr().take());
     let input = spec.stdin;
+    let (mut out, mut err) = (Captured::default(), Captured::default());
     let ended = {
         let feed = async move {
             if let (Some(mut pipe), Some(bytes)) = (stdin, input) {
@@ -199,10 +234,13 @@ pub(crate) async fn run(
             }
         };
         let work = async {
-            let ((), out, err) =
-                tokio::join!(feed, read_capped(stdout, cap), read_capped(stderr, cap));
+            let ((), o, e) = tokio::join!(
+                feed,
+                read_capped(stdout, cap, &mut out),
+                read_capped(stderr, cap, &mut err)
+            );
             let status = child.wait().await;
-            (out, err, status)
+            (o, e, status)
         };
         tokio::select! {
             r = work => Ok(r),
@@ -211,24 +249,24 @@ pub(crate) async fn run(
         }
     };
     match ended {
-        Ok((out, err, status)) => {
+        Ok((o, e, status)) => {
             // The wait covers the whole group: nothing of it is left to kill.
             guard.ended = status.is_ok();
             let status = status.map_err(|e| failed(tool, e))?;
-            let (stdout, d1) = out.map_err(|e| failed(tool, e))?;
-            let (stderr, d2) = err.map_err(|e| failed(tool, e))?;
+            o.map_err(|e| failed(tool, e))?;
+            e.map_err(|e| failed(tool, e))?;
             debug!(tool, pid, code = status.code(), "subprocess ended");
             Ok(Finished {
                 code: status.code(),
-                stdout,
-                stderr,
-                dropped: d1 + d2,
+                stdout: out.buf,
+                stderr: err.buf,
+                dropped: out.dropped + err.dropped,
             })
         }
         Err(e) => {
             kill_group(tool, pid, guard.child.as_mut()).await;
             guard.ended = true;
-            Err(e)
+            Err(with_partial_output(e, &out.buf, &err.buf, cap))
         }
     }
 }
@@ -270,24 +308,31 @@ async fn kill_group(tool: &str, pid: Option<u32>, child: &mut dyn ChildWrapper) 
 }
 
 /// Reads at most `cap` bytes, then drains the rest; returns the bytes and how many were dropped.
+/// What was read of one stream: kept where the caller can still see it when the reading is
+/// given up (a timeout).
+#[derive(Debug, Default)]
+struct Captured {
+    buf: Vec<u8>,
+    dropped: usize,
+}
+
 async fn read_capped<R: AsyncRead + Unpin>(
     pipe: Option<R>,
     cap: usize,
-) -> std::io::Result<(Vec<u8>, usize)> {
+    into: &mut Captured,
+) -> std::io::Result<()> {
     let Some(mut pipe) = pipe else {
-        return Ok((Vec::new(), 0));
+        return Ok(());
     };
-    let mut buf = Vec::new();
-    let mut dropped = 0;
     let mut chunk = [0u8; 8192];
     loop {
         let n = pipe.read(&mut chunk).await?;
         if n == 0 {
-            return Ok((buf, dropped));
+            return Ok(());
         }
-        let room = cap.saturating_sub(buf.len());
-        buf.extend_from_slice(&chunk[..n.min(room)]);
-        dropped += n.saturating_sub(room);
+        let room = cap.saturating_sub(into.buf.len());
+        into.buf.extend_from_slice(&chunk[..n.min(room)]);
+        into.dropped += n.saturating_sub(room);
     }
 }
 

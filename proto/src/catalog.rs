@@ -197,7 +197,8 @@ pub fn native_tools() -> Vec<NativeTool> {
             parameters_schema: object(
                 json!({
                     "code": string("Python source to run"),
-                    "timeout_seconds": { "type": "integer", "minimum": 1, "maximum": 600 }
+                    "timeout_seconds": { "type": "integer", "minimum": 1, "maximum": 600,
+                        "description": "Seconds before the program is killed; the executor's own limit (--tool-timeout-secs, 120 s by default) is never exceeded" }
                 }),
                 &["code"],
             ),
@@ -236,7 +237,8 @@ pub fn native_tools() -> Vec<NativeTool> {
             parameters_schema: object(
                 json!({
                     "script": string("PowerShell source to run"),
-                    "timeout_seconds": { "type": "integer", "minimum": 1, "maximum": 600 }
+                    "timeout_seconds": { "type": "integer", "minimum": 1, "maximum": 600,
+                        "description": "Seconds before the program is killed; the executor's own limit (--tool-timeout-secs, 120 s by default) is never exceeded" }
                 }),
                 &["script"],
             ),

@@ -312,3 +312,16 @@ async fn a_timeout_says_what_the_program_printed_by_then() {
         assert!(text.contains("background process"), "{text}");
     }
 }
+
+#[tokio::test]
+async fn a_timeout_of_zero_seconds_is_refused_naming_the_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = ctx_with(dir.path(), Duration::from_secs(10), 64 * 1024);
+    let r = tool("python")
+        .call(&c, json!({ "code": "print(1)", "timeout_seconds": 0 }))
+        .await;
+    assert!(
+        matches!(&r, Err(ToolError::InvalidArguments { reason, .. }) if reason.contains("timeout_seconds")),
+        "{r:?}"
+    );
+}

@@ -337,10 +337,21 @@ async fn read_capped<R: AsyncRead + Unpin>(
 }
 
 /// The effective timeout: the model may ask for less than the call's limit, never more.
-pub(crate) fn timeout(ctx: &ToolContext, requested_seconds: Option<u64>) -> Duration {
-    requested_seconds
+/// `timeout_seconds: 0` is refused (the schema's minimum is 1).
+pub(crate) fn timeout(
+    tool: &str,
+    ctx: &ToolContext,
+    requested_seconds: Option<u64>,
+) -> Result<Duration, ToolError> {
+    if requested_seconds == Some(0) {
+        return Err(ToolError::InvalidArguments {
+            tool: tool.to_owned(),
+            reason: "`timeout_seconds` must be at least 1".to_owned(),
+        });
+    }
+    Ok(requested_seconds
         .map(Duration::from_secs)
-        .map_or(ctx.limits.timeout, |t| t.min(ctx.limits.timeout))
+        .map_or(ctx.limits.timeout, |t| t.min(ctx.limits.timeout)))
 }
 
 #[cfg(test)]

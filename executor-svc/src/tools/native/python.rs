@@ -69,7 +69,7 @@ impl Tool for Python {
                 ],
                 stdin: Some(args.code.into_bytes()),
                 cwd,
-                timeout: process::timeout(ctx, args.timeout_seconds),
+                timeout: process::timeout("python", ctx, args.timeout_seconds)?,
                 sandbox: self.sandbox.clone(),
             };
             let cap = ctx.limits.max_output_bytes;
@@ -148,7 +148,7 @@ impl Tool for Powershell {
                 env: vec![("POWERSHELL_TELEMETRY_OPTOUT", "1".into())],
                 stdin: None,
                 cwd,
-                timeout: process::timeout(ctx, args.timeout_seconds),
+                timeout: process::timeout("powershell", ctx, args.timeout_seconds)?,
                 sandbox: self.sandbox.clone(),
             };
             let cap = ctx.limits.max_output_bytes;

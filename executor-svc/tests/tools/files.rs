@@ -66,6 +66,12 @@ async fn write_then_read_round_trips_creating_directories_and_appending() {
     let abs = d.ws.join("notes/2026/plan.md");
     let read = ok_text(tool("file_read").call(&c, json!({ "path": abs })).await);
     assert_eq!(read, on_disk);
+    // A path naming a directory is refused, and no file of that name is written.
+    let r = tool("file_write")
+        .call(&c, json!({ "path": "drafts/", "content": "x" }))
+        .await;
+    assert!(format!("{r:?}").contains("names a directory"), "{r:?}");
+    assert!(!d.ws.join("drafts").exists());
 }
 
 #[tokio::test]

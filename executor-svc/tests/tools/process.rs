@@ -325,3 +325,17 @@ async fn a_timeout_of_zero_seconds_is_refused_naming_the_field() {
         "{r:?}"
     );
 }
+
+#[tokio::test]
+async fn a_program_killed_by_a_signal_is_told_which() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = ctx_with(dir.path(), Duration::from_secs(10), 64 * 1024);
+    let r = tool("python")
+        .call(
+            &c,
+            json!({ "code": "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)" }),
+        )
+        .await;
+    let text = format!("{r:?}");
+    assert!(text.contains("killed by signal 9 (SIGKILL)"), "{text}");
+}

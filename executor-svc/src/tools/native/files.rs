@@ -177,6 +177,16 @@ impl Tool for FileWrite {
     ) -> BoxFuture<'a, Result<ToolOutcome, ToolError>> {
         async move {
             let args: WriteArgs = parse_args("file_write", arguments)?;
+            // `dir/` names a directory: writing a file `dir` instead would say it wrote `dir/`.
+            if args.path.ends_with('/') {
+                return Err(ToolError::InvalidArguments {
+                    tool: "file_write".to_owned(),
+                    reason: format!(
+                        "`path` `{}` names a directory; give the file's path",
+                        args.path
+                    ),
+                });
+            }
             if args.content.len() > self.max_bytes {
                 return Err(ToolError::InvalidArguments {
                     tool: "file_write".to_owned(),

@@ -54,6 +54,8 @@ pub(crate) struct Spawn<'a> {
 pub(crate) struct Finished {
     /// Exit code; `None` when a signal ended it.
     pub code: Option<i32>,
+    /// The signal that ended it, if one did.
+    pub signal: Option<i32>,
     /// Captured stdout (at most the cap).
     pub stdout: Vec<u8>,
     /// Captured stderr (at most the cap).
@@ -68,9 +70,15 @@ impl Finished {
     /// `max` (its end: a traceback's last lines say what went wrong) and stdout the rest (its
     /// beginning), each cut said with its size.
     pub fn into_outcome(self, max: usize) -> ToolOutcome {
-        let code = self
-            .code
-            .map_or_else(|| "killed by a signal".to_owned(), |c| c.to_string());
+        let code = match (self.code, self.signal) {
+            (Some(c), _) => c.to_string(),
+            (None, Some(s)) => match nix::sys::signal::Signal::try_from(s) {
+                // SIGKILL and SIGXCPU are what the sandbox's CPU limit sends.
+                Ok(name) => format!("killed by signal {s} ({name})"),
+                Err(_) => format!("killed by signal {s}"),
+            },
+            (None, None) => "killed by a signal".to_owned(),
+        };
         let mut text = format!("exit code: {code}\n");
         let room = max.saturating_sub(text.len());
         let (out, err) = (&self.stdout, &self.stderr);
@@ -132,6 +140,7 @@ fn with_partial_output(e: ToolError, stdout: &[u8], stderr: &[u8], cap: usize) -
     }
     let printed = Finished {
         code: None,
+        signal: None,
         stdout: stdout.to_vec(),
         stderr: stderr.to_vec(),
         dropped: 0,
@@ -258,6 +267,7 @@ pub(crate) async fn run(
             debug!(tool, pid, code = status.code(), "subprocess ended");
             Ok(Finished {
                 code: status.code(),
+                signal: std::os::unix::process::ExitStatusExt::signal(&status),
                 stdout: out.buf,
                 stderr: err.buf,
                 dropped: out.dropped + err.dropped,
@@ -374,6 +384,7 @@ mod tests {
         let shown = text(
             Finished {
                 code: Some(1),
+                signal: None,
                 stdout,
                 stderr: stderr.into_bytes(),
                 dropped: 0,
@@ -403,6 +414,7 @@ mod tests {
         let small = text(
             Finished {
                 code: Some(0),
+                signal: None,
                 stdout: b"fine\n".to_vec(),
                 stderr: b"warning\n".to_vec(),
                 dropped: 0,

@@ -199,3 +199,69 @@ async fn github_errors_are_reported_without_the_token() {
         );
     }
 }
+
+#[tokio::test]
+async fn the_token_follows_no_redirect_out_of_the_api_base_path() {
+    use std::sync::{Arc, Mutex};
+    // A GitHub Enterprise host: the API under `/api/v3`, other applications beside it.
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let outside = Arc::clone(&seen);
+    let app = Router::new()
+        .route(
+            "/api/v3/moved",
+            get(|| async { axum::response::Redirect::permanent("/api/v3/repos/acme/widgets") }),
+        )
+        .route(
+            "/api/v3/repos/acme/widgets",
+            get(|headers: HeaderMap| async move {
+                check(&headers)?;
+                Ok::<_, (StatusCode, Json<Value>)>(Json(json!({ "full_name": "acme/widgets" })))
+            }),
+        )
+        .route(
+            "/api/v3/away",
+            get(|| async { axum::response::Redirect::temporary("/other-app/collect") }),
+        )
+        .route(
+            "/other-app/collect",
+            get(move |headers: HeaderMap| async move {
+                let auth = headers
+                    .get("authorization")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_owned();
+                outside.lock().expect("lock").push(auth);
+                "collected"
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let base = format!("http://{addr}/api/v3");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let gh = tool_with(&config(&base, Some(TOKEN)), "github");
+    let c = ctx(dir.path());
+
+    // A redirect within the API is followed, with the token.
+    let text = ok_text(
+        gh.call(&c, json!({ "method": "GET", "path": "/moved" }))
+            .await,
+    );
+    assert!(text.contains("acme/widgets"), "{text}");
+    // One out of it is not.
+    let refused = gh
+        .call(&c, json!({ "method": "GET", "path": "/away" }))
+        .await;
+    let text = format!("{refused:?}");
+    assert!(
+        refused.is_err() && text.contains("is not followed"),
+        "{text}"
+    );
+    assert!(!text.contains(TOKEN), "{text}");
+    assert!(
+        seen.lock().expect("lock").is_empty(),
+        "the other application was called"
+    );
+}

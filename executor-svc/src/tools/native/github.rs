@@ -120,9 +120,7 @@ impl Tool for GitHub {
             // However the path was spelled, the call (and the token) stay under the API's base.
             let base = reqwest::Url::parse(&self.config.github_api_url)
                 .map_err(|e| failed(TOOL, format!("bad GitHub API URL: {e}")))?;
-            if url.origin() != base.origin()
-                || !url.path().starts_with(base.path().trim_end_matches('/'))
-            {
+            if !super::guard::within(&base, &url) {
                 return Err(invalid(format!(
                     "`path` {:?} leads outside the GitHub API",
                     args.path

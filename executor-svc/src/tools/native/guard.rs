@@ -88,12 +88,21 @@ impl NetGuard {
         }
     }
 
-    /// The redirect policy: at most 10 hops, each checked like the first URL.
-    pub fn redirect_policy(self: &Arc<Self>) -> reqwest::redirect::Policy {
+    /// The redirect policy: at most 10 hops, each checked like the first URL, and with a
+    /// `scope`, none leaving its origin and path.
+    pub fn redirect_policy(self: &Arc<Self>, scope: Option<Url>) -> reqwest::redirect::Policy {
         let guard = Arc::clone(self);
         reqwest::redirect::Policy::custom(move |attempt| {
             if attempt.previous().len() >= MAX_REDIRECTS {
                 return attempt.error(format!("more than {MAX_REDIRECTS} redirects"));
+            }
+            if let Some(scope) = &scope
+                && !within(scope, attempt.url())
+            {
+                let to = attempt.url().to_string();
+                return attempt.error(format!(
+                    "a redirect to {to} leaves {scope}, so it is not followed"
+                ));
             }
             match guard.check_url(attempt.url()) {
                 Ok(()) => attempt.follow(),
@@ -104,6 +113,16 @@ impl NetGuard {
             }
         })
     }
+}
+
+/// Whether `url` is under `scope`: the same origin, and its path at or below the scope's.
+pub(crate) fn within(scope: &Url, url: &Url) -> bool {
+    let base = scope.path().trim_end_matches('/');
+    url.origin() == scope.origin()
+        && url
+            .path()
+            .strip_prefix(base)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
 /// The resolver of the tools' HTTP client: the system's, keeping only allowed addresses.

@@ -16,8 +16,14 @@ pub struct WebClient {
 }
 
 impl WebClient {
-    /// A client that follows `guard`.
-    pub fn new(builder: reqwest::ClientBuilder, guard: NetGuard) -> reqwest::Result<Self> {
+    /// A client that follows `guard`, and with a `scope`, follows redirects only under it
+    /// (same origin, a path below its path): the `github` tool's token stays with the API (a
+    /// GitHub Enterprise host serves other applications beside `/api/v3`).
+    pub fn scoped(
+        builder: reqwest::ClientBuilder,
+        guard: NetGuard,
+        scope: Option<reqwest::Url>,
+    ) -> reqwest::Result<Self> {
         let guard = Arc::new(guard);
         // Never through `HTTP(S)_PROXY`: a proxy resolves the host names itself, so the guard's
         // resolver would only ever see the proxy's, and a name of a loopback, private or
@@ -25,7 +31,7 @@ impl WebClient {
         let client = builder
             .no_proxy()
             .dns_resolver(Arc::clone(&guard))
-            .redirect(guard.redirect_policy())
+            .redirect(guard.redirect_policy(scope))
             .build()?;
         Ok(Self { client, guard })
     }

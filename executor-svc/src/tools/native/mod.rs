@@ -135,23 +135,26 @@ impl NativeToolsConfig {
 /// All nine native tools, in catalog order, sharing one HTTP client.
 pub fn native_tools(config: &NativeToolsConfig) -> Vec<Arc<dyn Tool>> {
     let config = Arc::new(config.clone());
-    let client = http_client(&config);
+    let client = http_client(&config, None);
+    // Its own client: redirects stay under the API's base, with the token.
+    let github = http_client(&config, reqwest::Url::parse(&config.github_api_url).ok());
     let sandbox = Arc::new(Sandbox::new(config.sandbox.clone()));
     vec![
         Arc::new(WebSearch::new(config.clone(), client.clone())),
-        Arc::new(WebFetch::new(config.clone(), client.clone())),
+        Arc::new(WebFetch::new(config.clone(), client)),
         Arc::new(FileRead::new()),
         Arc::new(FileWrite::new(config.max_write_bytes)),
         Arc::new(Python::new(config.python_bin.clone(), sandbox.clone())),
         Arc::new(Git::new(config.git_bin.clone(), sandbox.clone())),
-        Arc::new(GitHub::new(config.clone(), client)),
+        Arc::new(GitHub::new(config.clone(), github)),
         Arc::new(Powershell::new(config.pwsh_bin.clone(), sandbox)),
         Arc::new(AskUser::new()),
     ]
 }
 
-/// The shared client; `None` (and the HTTP tools unavailable) if TLS cannot be set up.
-fn http_client(config: &NativeToolsConfig) -> Option<http::WebClient> {
+/// The web tools' client (redirects under `scope` only, when given); `None` (and the HTTP
+/// tools unavailable) if TLS cannot be set up.
+fn http_client(config: &NativeToolsConfig, scope: Option<reqwest::Url>) -> Option<http::WebClient> {
     let builder = reqwest::Client::builder()
         .user_agent(config.user_agent.clone())
         .connect_timeout(Duration::from_secs(10))
@@ -160,7 +163,7 @@ fn http_client(config: &NativeToolsConfig) -> Option<http::WebClient> {
         config.web_allow_nets.clone(),
         &[&config.web_search_url, &config.github_api_url],
     );
-    match http::WebClient::new(builder, guard) {
+    match http::WebClient::scoped(builder, guard, scope) {
         Ok(c) => Some(c),
         Err(e) => {
             warn!(error = %e, "could not build the HTTP client; web and github tools are unavailable");

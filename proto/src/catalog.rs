@@ -131,8 +131,15 @@ pub fn orchestration_tools() -> Vec<NativeTool> {
     ]
 }
 
+/// An arguments object: the tools refuse a field they do not take (naming it), rather than
+/// ignore it (a `cwd` the model thought it set).
 fn object(properties: Value, required: &[&str]) -> Value {
-    json!({ "type": "object", "properties": properties, "required": required })
+    json!({
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": false
+    })
 }
 
 /// The full native catalog, in [`NATIVE_TOOL_NAMES`] order.

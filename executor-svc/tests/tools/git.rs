@@ -128,3 +128,27 @@ async fn hostile_git_options_are_refused_and_nothing_is_created_outside() {
     );
     assert!(!dir.path().join("copy").exists());
 }
+
+#[tokio::test]
+async fn an_argument_the_tool_does_not_take_is_refused_naming_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = super::ctx(dir.path());
+    for (name, args, field) in [
+        (
+            "git",
+            serde_json::json!({"args": ["status"], "cwd": "repo"}),
+            "cwd",
+        ),
+        (
+            "file_read",
+            serde_json::json!({"path": "a.txt", "offset": 3}),
+            "offset",
+        ),
+    ] {
+        let r = super::tool(name).call(&c, args).await;
+        assert!(
+            matches!(&r, Err(executor_svc::tools::ToolError::InvalidArguments { reason, .. }) if reason.contains(field)),
+            "{name}: {r:?}"
+        );
+    }
+}

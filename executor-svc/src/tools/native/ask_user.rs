@@ -32,6 +32,7 @@ impl Default for AskUser {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct AskArgs {
     question: String,
     #[serde(default)]

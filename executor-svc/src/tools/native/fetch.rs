@@ -36,6 +36,7 @@ impl WebFetch {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct FetchArgs {
     url: String,
 }

@@ -38,6 +38,7 @@ impl Default for FileRead {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct ReadArgs {
     path: String,
     max_bytes: Option<u64>,
@@ -158,6 +159,7 @@ impl FileWrite {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct WriteArgs {
     path: String,
     content: String,

@@ -39,6 +39,7 @@ impl GitHub {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct GitHubArgs {
     method: String,
     path: String,

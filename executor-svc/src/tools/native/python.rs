@@ -40,6 +40,7 @@ impl Python {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct PythonArgs {
     code: String,
     timeout_seconds: Option<u64>,
@@ -109,6 +110,7 @@ impl Powershell {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct PowershellArgs {
     script: String,
     timeout_seconds: Option<u64>,

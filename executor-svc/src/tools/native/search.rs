@@ -126,6 +126,7 @@ impl WebSearch {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct SearchArgs {
     query: String,
     num_results: Option<u64>,

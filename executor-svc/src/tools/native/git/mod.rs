@@ -66,6 +66,7 @@ impl Git {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct GitArgs {
     args: Vec<String>,
 }

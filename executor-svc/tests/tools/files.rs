@@ -202,7 +202,10 @@ async fn binary_missing_and_directory_reads_are_clear_errors() {
             .call(&c, json!({ "path": "img.png" }))
             .await,
     );
-    assert!(is_error && text.contains("binary file (8 bytes)"), "{text}");
+    assert!(
+        is_error && text.contains("is not UTF-8 text (8 bytes: a binary file"),
+        "{text}"
+    );
     let r = tool("file_read")
         .call(&c, json!({ "path": "nope.txt" }))
         .await;

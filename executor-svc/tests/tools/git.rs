@@ -152,3 +152,23 @@ async fn an_argument_the_tool_does_not_take_is_refused_naming_it() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_nul_byte_is_named_as_such() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = super::ctx(dir.path());
+    for (name, args) in [
+        (
+            "git",
+            serde_json::json!({"args": ["commit", "-m", "a\u{0}b"]}),
+        ),
+        ("file_read", serde_json::json!({"path": "a\u{0}.txt"})),
+        (
+            "file_write",
+            serde_json::json!({"path": "a\u{0}.txt", "content": "x"}),
+        ),
+    ] {
+        let r = super::tool(name).call(&c, args).await;
+        assert!(format!("{r:?}").contains("NUL byte"), "{name}: {r:?}");
+    }
+}

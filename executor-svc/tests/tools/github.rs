@@ -142,6 +142,23 @@ async fn github_calls_the_api_with_the_token_and_never_shows_it() {
     assert!(!text.contains(TOKEN), "{text}");
     assert!(text.contains("Bearer ***"), "{text}");
     assert!(!format!("{:?}", config(&base, Some(TOKEN))).contains(TOKEN));
+
+    // A body that is not an object, or one on a GET (which would be dropped), is refused.
+    for (method, body) in [
+        ("POST", json!("not an object")),
+        ("GET", json!({"state": "open"})),
+    ] {
+        let r = gh
+            .call(
+                &c,
+                json!({ "method": method, "path": "/repos/acme/widgets/issues", "body": body }),
+            )
+            .await;
+        assert!(
+            matches!(&r, Err(ToolError::InvalidArguments { reason, .. }) if reason.contains("body")),
+            "{method}: {r:?}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -137,7 +137,8 @@ fn read(workspace: &Workspace, given: &str, cap: usize) -> Result<ToolOutcome, T
 
 fn binary(given: &str, total: u64) -> ToolOutcome {
     ToolOutcome::failed(format!(
-        "{given} is a binary file ({total} bytes); file_read returns text files only"
+        "{given} is not UTF-8 text ({total} bytes: a binary file, or text in another encoding); \
+         file_read returns UTF-8 text files only"
     ))
 }
 

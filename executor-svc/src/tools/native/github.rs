@@ -102,6 +102,16 @@ impl Tool for GitHub {
                 }
             };
             check_path(&args.path).map_err(invalid)?;
+            // As the schema says: a JSON object, and not on a GET (which would drop it).
+            match &args.body {
+                Some(Value::Object(_)) if method == Method::GET => {
+                    return Err(invalid(
+                        "a GET takes no `body`; put parameters in the `path`'s query".to_owned(),
+                    ));
+                }
+                Some(Value::Object(_)) | None | Some(Value::Null) => {}
+                Some(_) => return Err(invalid("`body` must be a JSON object".to_owned())),
+            }
             let token = self.config.github_token.as_ref();
             if token.is_none() && method != Method::GET {
                 return Err(ToolError::Unavailable {

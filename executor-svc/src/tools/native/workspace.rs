@@ -75,9 +75,14 @@ pub(crate) fn lexical(
         path: given.to_owned(),
     };
     if given.trim().is_empty() || given.contains('\0') {
+        let why = if given.contains('\0') {
+            "`path` contains a NUL byte, which no path can hold"
+        } else {
+            "`path` must be a non-empty path"
+        };
         return Err(ToolError::InvalidArguments {
             tool: tool.to_owned(),
-            reason: "`path` must be a non-empty path".to_owned(),
+            reason: why.to_owned(),
         });
     }
     let p = Path::new(given);

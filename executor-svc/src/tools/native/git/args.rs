@@ -45,6 +45,13 @@ fn refuse(arg: &str, reason: impl Into<String>) -> Refusal {
 /// working directory). Reads the file system to resolve symlinks: call off the async threads.
 /// The directory git works in (`root`, or where its `-C` options lead).
 pub(crate) fn check(args: &[String], root: &Path) -> Result<PathBuf, Refusal> {
+    // No argument of a program can hold one (the launcher could not even start git).
+    if let Some(a) = args.iter().find(|a| a.contains('\0')) {
+        return Err(refuse(
+            a,
+            "it contains a NUL byte, which no argument can hold",
+        ));
+    }
     let mut base = root.to_path_buf();
     let globals = globals(args)?;
     for (option, dir) in globals.dirs {

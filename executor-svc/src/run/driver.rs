@@ -448,7 +448,10 @@ pub(super) async fn select_tools(
             continue;
         }
         match runner.tools.get(name) {
-            Some(tool) => offer(tool, &mut tools),
+            Some(tool) if tool.available() => offer(tool, &mut tools),
+            Some(_) => {
+                tracing::debug!(agent_id = %agent.agent_id, tool = %name, "the tool's program is not installed in this executor; not offered")
+            }
             None => {
                 warn!(agent_id = %agent.agent_id, tool = %name, "tool not available in this executor; not offered")
             }

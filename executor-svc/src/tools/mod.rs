@@ -274,6 +274,12 @@ pub trait Tool: Send + Sync + std::fmt::Debug {
         &self.definition().name
     }
 
+    /// Whether it can work in this executor (its program is installed): one that cannot is
+    /// not offered to the model, which would only waste a call on it.
+    fn available(&self) -> bool {
+        true
+    }
+
     /// True for tools that bound their own time (sub-agents run under their own budget, within
     /// their parent's): the loop then does not apply the per-call timeout.
     fn bounds_own_time(&self) -> bool {

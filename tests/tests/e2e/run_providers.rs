@@ -121,7 +121,15 @@ async fn a_whole_run_over_the_openai_protocol_streams_tool_calls_and_the_answer_
     ])
     .await;
     let (stack, unused) = fake_llm::openai_stack(&llm).await;
-    create_agent_with_tools(&stack, AGENT, &["file_write", "file_read"]).await;
+    // `powershell` is offered only where `pwsh` is installed (a model would waste calls on it).
+    create_agent_with_tools(&stack, AGENT, &["file_write", "file_read", "powershell"]).await;
+    let pwsh = std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join("pwsh").is_file()));
+    let offered: &[&str] = if pwsh {
+        &["file_write", "file_read", "powershell"]
+    } else {
+        &["file_write", "file_read"]
+    };
 
     let events = run(&stack, None).await;
     let names = event_names(&events);
@@ -169,7 +177,7 @@ async fn a_whole_run_over_the_openai_protocol_streams_tool_calls_and_the_answer_
             .iter()
             .filter_map(|t| t["function"]["name"].as_str())
             .collect();
-        assert_eq!(tools, ["file_write", "file_read"], "{}", s.body);
+        assert_eq!(tools, offered, "{}", s.body);
     }
     let messages = requests[2]["messages"].as_array().expect("messages");
     let assistant = messages

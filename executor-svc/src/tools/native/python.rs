@@ -104,7 +104,7 @@ impl Powershell {
     }
 
     /// True when this tool's binary is installed.
-    pub fn available(&self) -> bool {
+    pub fn installed(&self) -> bool {
         which::which(&self.bin).is_ok()
     }
 }
@@ -121,6 +121,10 @@ impl Tool for Powershell {
         &self.definition
     }
 
+    fn available(&self) -> bool {
+        self.installed()
+    }
+
     fn call<'a>(
         &'a self,
         ctx: &'a ToolContext,
@@ -128,7 +132,7 @@ impl Tool for Powershell {
     ) -> BoxFuture<'a, Result<ToolOutcome, ToolError>> {
         async move {
             let args: PowershellArgs = parse_args("powershell", arguments)?;
-            if !self.available() {
+            if !self.installed() {
                 return Err(ToolError::Unavailable {
                     tool: "powershell".to_owned(),
                     reason: format!(

@@ -62,6 +62,8 @@ pub(crate) struct Finished {
     pub stderr: Vec<u8>,
     /// Bytes that were read and dropped because of the cap.
     pub dropped: usize,
+    /// The program ended, but a process it started kept the output open and was killed.
+    pub lingered: bool,
 }
 
 impl Finished {
@@ -113,6 +115,13 @@ impl Finished {
         if self.stdout.is_empty() && self.stderr.is_empty() {
             text.push_str("(no output)\n");
         }
+        if self.lingered {
+            text.push_str(&format!(
+                "[a process the program started kept its output open; it was killed {}s after \
+                 the program ended (start servers outside the tool: nothing survives a call)]\n",
+                LINGER.as_secs()
+            ));
+        }
         if self.dropped > 0 {
             text.push_str(&format!(
                 "\n[output cut: {} more bytes were not kept]",
@@ -144,6 +153,7 @@ fn with_partial_output(e: ToolError, stdout: &[u8], stderr: &[u8], cap: usize) -
         stdout: stdout.to_vec(),
         stderr: stderr.to_vec(),
         dropped: 0,
+        lingered: false,
     }
     .into_outcome(cap);
     let ToolOutcome::Output { content, .. } = printed else {
@@ -243,13 +253,31 @@ pub(crate) async fn run(
             }
         };
         let work = async {
-            let ((), o, e) = tokio::join!(
-                feed,
-                read_capped(stdout, cap, &mut out),
-                read_capped(stderr, cap, &mut err)
-            );
+            let reading = async {
+                tokio::join!(
+                    feed,
+                    read_capped(stdout, cap, &mut out),
+                    read_capped(stderr, cap, &mut err)
+                )
+            };
+            tokio::pin!(reading);
+            // The output ends when every process holding the pipes has ended; the program may
+            // have ended long before, leaving a background process (a server it started)
+            // holding them: the call then ends `LINGER` after the program did, and the rest
+            // of its group is killed.
+            let read = tokio::select! {
+                r = &mut reading => Some(r),
+                _ = leader(child.as_mut()).wait() => {
+                    tokio::time::timeout(LINGER, &mut reading).await.ok()
+                }
+            };
+            let lingered = read.is_none();
+            if lingered {
+                let _ = child.start_kill();
+            }
             let status = child.wait().await;
-            (o, e, status)
+            let (o, e) = read.map_or((Ok(()), Ok(())), |((), o, e)| (o, e));
+            (o, e, status, lingered)
         };
         tokio::select! {
             r = work => Ok(r),
@@ -258,19 +286,26 @@ pub(crate) async fn run(
         }
     };
     match ended {
-        Ok((o, e, status)) => {
+        Ok((o, e, status, lingered)) => {
             // The wait covers the whole group: nothing of it is left to kill.
             guard.ended = status.is_ok();
             let status = status.map_err(|e| failed(tool, e))?;
             o.map_err(|e| failed(tool, e))?;
             e.map_err(|e| failed(tool, e))?;
-            debug!(tool, pid, code = status.code(), "subprocess ended");
+            debug!(
+                tool,
+                pid,
+                code = status.code(),
+                lingered,
+                "subprocess ended"
+            );
             Ok(Finished {
                 code: status.code(),
                 signal: std::os::unix::process::ExitStatusExt::signal(&status),
                 stdout: out.buf,
                 stderr: err.buf,
                 dropped: out.dropped + err.dropped,
+                lingered,
             })
         }
         Err(e) => {
@@ -279,6 +314,25 @@ pub(crate) async fn run(
             Err(with_partial_output(e, &out.buf, &err.buf, cap))
         }
     }
+}
+
+/// How long the output may stay open after the program ended (a background process it started
+/// holds it) before the rest of its group is killed and the call ends.
+const LINGER: Duration = Duration::from_secs(1);
+
+/// The program itself in its wrappers (kill-on-drop, process group): waiting on it waits for
+/// it alone, not for its whole group.
+fn leader(mut child: &mut dyn ChildWrapper) -> &mut dyn ChildWrapper {
+    // Each wrapper's `inner_mut` is the next one in; the innermost's is itself.
+    for _ in 0..8 {
+        let at: *const dyn ChildWrapper = child;
+        let next: *const dyn ChildWrapper = child.inner_mut();
+        if std::ptr::addr_eq(at, next) {
+            break;
+        }
+        child = child.inner_mut();
+    }
+    child
 }
 
 /// Kills the process group when the call's future is dropped mid-run (the loop gave up on it):
@@ -388,6 +442,7 @@ mod tests {
                 stdout,
                 stderr: stderr.into_bytes(),
                 dropped: 0,
+                lingered: false,
             }
             .into_outcome(max),
         );
@@ -418,6 +473,7 @@ mod tests {
                 stdout: b"fine\n".to_vec(),
                 stderr: b"warning\n".to_vec(),
                 dropped: 0,
+                lingered: false,
             }
             .into_outcome(max),
         );

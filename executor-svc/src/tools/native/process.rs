@@ -267,9 +267,11 @@ pub(crate) async fn run(
             // of its group is killed.
             let read = tokio::select! {
                 r = &mut reading => Some(r),
-                _ = leader(child.as_mut()).wait() => {
-                    tokio::time::timeout(LINGER, &mut reading).await.ok()
-                }
+                exited = leader(child.as_mut()).wait() => match exited {
+                    Ok(_) => tokio::time::timeout(LINGER, &mut reading).await.ok(),
+                    // Not known to have ended: read to the end (or the timeout) as before.
+                    Err(_) => Some(reading.await),
+                },
             };
             let lingered = read.is_none();
             if lingered {

@@ -395,11 +395,9 @@ impl Run {
 /// Where an agent's tools work: its definition's workspace as the registry resolved it, else
 /// `<workspaces>/<agent_id>`. Created by the first tool that works in it.
 pub(super) fn workspace_for(runner: &Runner, agent: &AgentDef) -> crate::tools::Workspace {
-    let path = agent
-        .workspace
-        .clone()
-        .unwrap_or_else(|| runner.budgets.workspaces.join(&agent.agent_id));
-    crate::tools::Workspace::new(path).hiding(runner.budgets.hidden.clone())
+    let own = runner.budgets.workspaces.join(&agent.agent_id);
+    let path = agent.workspace.clone().unwrap_or_else(|| own.clone());
+    crate::tools::Workspace::new(path).hiding(runner.budgets.hidden.clone(), own)
 }
 
 /// The frame's tools: the native tools of its allowlist the executor has (others are skipped,

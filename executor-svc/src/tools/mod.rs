@@ -51,6 +51,7 @@ pub struct Workspace {
     path: PathBuf,
     root: Arc<OnceLock<PathBuf>>,
     hidden: Arc<[PathBuf]>,
+    own: Option<PathBuf>,
 }
 
 impl Workspace {
@@ -60,18 +61,30 @@ impl Workspace {
             path: path.into(),
             root: Arc::default(),
             hidden: Arc::new([]),
+            own: None,
         }
     }
 
     /// The same, refused by every tool when it holds one of `hidden` (the executor's data
     /// directory, the API keys file): a workspace at or above one would hand it to the tools.
-    pub fn hiding(self, hidden: Arc<[PathBuf]>) -> Self {
-        Self { hidden, ..self }
+    /// A workspace inside one of them is refused too, but for `own`: the agent's default
+    /// workspace (`<data dir>/workspaces/<agent id>`), the one place in there that is its.
+    pub fn hiding(self, hidden: Arc<[PathBuf]>, own: PathBuf) -> Self {
+        Self {
+            hidden,
+            own: Some(own),
+            ..self
+        }
     }
 
     /// What this workspace may not hold.
     pub(crate) fn hidden(&self) -> &[PathBuf] {
         &self.hidden
+    }
+
+    /// The agent's default workspace, the one allowed inside a hidden path.
+    pub(crate) fn own(&self) -> Option<&Path> {
+        self.own.as_deref()
     }
 
     /// The canonical path, when a tool of this run has resolved it.

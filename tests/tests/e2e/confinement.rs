@@ -254,7 +254,35 @@ async fn file_tools_refuse_a_workspace_that_holds_the_executors_data_dir() {
             "{message}"
         );
     }
+    // Nor one inside it: `<data dir>/workspaces` holds the other agents' (review s16 R4).
+    let mut body = crate::helpers::agent_json("nosy");
+    body["tool_allowlist"] = json!(["file_read", "file_write"]);
+    std::fs::create_dir_all(data.join("workspaces/other")).expect("workspaces");
+    body["workspace"] = json!(data.join("workspaces"));
+    let r = crate::helpers::create(&stack, &body).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let mut sse = SseReader::open(
+        &stack,
+        "/api/v1/execute/stream",
+        &json!({"mission": "take it", "agent_id": "nosy"}),
+    )
+    .await;
+    let nosy = sse.rest(RUN_TIMEOUT).await;
+    let refused = nosy
+        .iter()
+        .filter(|(n, e)| {
+            n == "tool_error"
+                && e["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("is inside"))
+        })
+        .count();
+    assert_eq!(refused, 2, "{nosy:?}");
     assert!(!data.join("workspaces/other/planted.txt").exists());
+    assert!(
+        !data.join("workspaces/executor").exists(),
+        "nothing written inside"
+    );
     let key = std::fs::read(data.join("state_token.key")).expect("key");
     let text = events
         .iter()

@@ -89,7 +89,9 @@ impl NetGuard {
     }
 
     /// The redirect policy: at most 10 hops, each checked like the first URL, and with a
-    /// `scope`, none leaving its origin and path.
+    /// `scope`, none to another path of its origin (a hop to another host is followed: the
+    /// client drops the `Authorization` header there, and downloads of logs, tarballs and
+    /// release assets live on other hosts).
     pub fn redirect_policy(self: &Arc<Self>, scope: Option<Url>) -> reqwest::redirect::Policy {
         let guard = Arc::clone(self);
         reqwest::redirect::Policy::custom(move |attempt| {
@@ -97,6 +99,7 @@ impl NetGuard {
                 return attempt.error(format!("more than {MAX_REDIRECTS} redirects"));
             }
             if let Some(scope) = &scope
+                && attempt.url().origin() == scope.origin()
                 && !within(scope, attempt.url())
             {
                 let to = attempt.url().to_string();

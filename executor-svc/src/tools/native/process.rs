@@ -118,7 +118,7 @@ impl Finished {
         if self.lingered {
             text.push_str(&format!(
                 "[a process the program started kept its output open; it was killed {}s after \
-                 the program ended (start servers outside the tool: nothing survives a call)]\n",
+                 the program ended (a server cannot be left running by a tool call)]\n",
                 LINGER.as_secs()
             ));
         }

@@ -42,6 +42,25 @@ pub(crate) fn root_blocking(tool: &str, workspace: &Workspace) -> Result<PathBuf
     // As the sandbox's launcher refuses a program whose workspace holds a hidden path, so do
     // the tools that work in this process (`file_read`, `file_write`).
     let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    // Nor one inside a hidden path (`<data dir>/workspaces`, its ledger, its temp dirs), but
+    // the agent's own default workspace there.
+    let own = workspace.own().map(real);
+    if let Some(inside) = workspace
+        .hidden()
+        .iter()
+        .map(|h| real(h))
+        .find(|h| root.starts_with(h) && own.as_ref().is_none_or(|o| !root.starts_with(o)))
+    {
+        return Err(failed(
+            tool,
+            format!(
+                "the workspace {} is inside {}, which the tools may not read or write; give the \
+                 agent a workspace outside it (or none: its own is made there)",
+                root.display(),
+                inside.display()
+            ),
+        ));
+    }
     if let Some(held) = workspace
         .hidden()
         .iter()

@@ -285,6 +285,173 @@ async fn git_refuses_a_repository_whose_config_names_a_program_and_runs_no_hook(
     );
 }
 
+/// Runs the system's git in `dir` as a user would (not through the tool); whether it succeeded.
+fn plain_git(dir: &Path, args: &[&str]) -> bool {
+    Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.com")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.com")
+        .output()
+        .expect("git")
+        .status
+        .success()
+}
+
+/// Appends `text` to the file at `path`.
+fn append(path: &Path, text: &str) {
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .expect("append");
+}
+
+#[tokio::test]
+async fn git_never_enters_a_nested_repository_whose_configuration_it_did_not_check() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = ctx(dir.path());
+    let git = tool_with(&config(), "git");
+    let run = |args: serde_json::Value| {
+        let (git, c) = (git.clone(), &c);
+        async move { git.call(c, json!({ "args": args })).await }
+    };
+    ok_text(run(json!(["init", "-q", "-b", "main"])).await);
+    // A repository nested in the workspace's, whose files pass through a "clean filter" that
+    // its own configuration names: git status in it runs the program.
+    let sub = dir.path().join("sub");
+    let marker = dir.path().join("filter-ran");
+    std::fs::create_dir(&sub).expect("sub");
+    assert!(plain_git(&sub, &["init", "-q", "-b", "main"]));
+    std::fs::write(sub.join("f.txt"), "one\n").expect("f");
+    std::fs::write(sub.join(".gitattributes"), "* filter=x\n").expect("attributes");
+    assert!(plain_git(&sub, &["add", "."]) && plain_git(&sub, &["commit", "-qm", "s"]));
+    append(
+        &sub.join(".git/config"),
+        &format!(
+            "[filter \"x\"]\n\tclean = \"sh -c 'touch {}; cat'\"\n",
+            marker.display()
+        ),
+    );
+    ok_text(run(json!(["add", "sub"])).await);
+    ok_text(run(json!(["commit", "-qm", "with sub"])).await);
+    // Same size, a new time: git must read the file (through the filter) to know it changed.
+    let later = std::time::SystemTime::now() + Duration::from_secs(5);
+    std::fs::File::options()
+        .write(true)
+        .open(sub.join("f.txt"))
+        .and_then(|f| f.set_modified(later))
+        .expect("touch");
+    for args in [
+        json!(["status"]),
+        json!(["status", "--porcelain=v2"]),
+        json!(["status", "--ignore-submodules=all"]),
+        json!(["diff", "--stat"]),
+        json!(["commit", "-qam", "again", "--allow-empty"]),
+    ] {
+        let (text, _) = output(run(args.clone()).await);
+        assert!(
+            !marker.exists(),
+            "{args} ran the nested repository's filter: {text}"
+        );
+    }
+    for (args, named) in [
+        (
+            json!(["status", "--ignore-submodules=none"]),
+            "--ignore-submodules=none",
+        ),
+        (json!(["diff", "--submodule=diff"]), "--submodule=diff"),
+        (
+            json!(["diff", "--ignore-submodules=dirty"]),
+            "--ignore-submodules=dirty",
+        ),
+    ] {
+        match run(args.clone()).await {
+            Err(ToolError::InvalidArguments { reason, .. }) => {
+                assert!(
+                    reason.contains(named) && reason.contains("submodule"),
+                    "{reason}"
+                )
+            }
+            other => panic!("{args} was not refused: {other:?}"),
+        }
+    }
+    assert!(!marker.exists(), "a refused call ran the filter");
+    // The same status run by hand enters the nested repository and runs the filter: the
+    // repository is as hostile as this test says.
+    assert!(plain_git(dir.path(), &["status"]));
+    assert!(marker.exists(), "the test's filter never runs");
+}
+
+#[tokio::test]
+async fn a_call_that_reaches_another_repository_checks_its_configuration_and_remotes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let outside = tempfile::tempdir().expect("outside");
+    let c = ctx(dir.path());
+    let git = tool_with(&config(), "git");
+    let run = |args: serde_json::Value| {
+        let (git, c) = (git.clone(), &c);
+        async move { git.call(c, json!({ "args": args })).await }
+    };
+    ok_text(run(json!(["init", "-q", "-b", "main", "repo"])).await);
+    ok_text(run(json!(["init", "-q", "-b", "main", "peer"])).await);
+    std::fs::write(dir.path().join("repo/a.txt"), "a\n").expect("a");
+    ok_text(run(json!(["-C", "repo", "add", "a.txt"])).await);
+    ok_text(run(json!(["-C", "repo", "commit", "-qm", "a"])).await);
+    // A clean peer takes a push, by path and through a remote.
+    ok_text(run(json!(["-C", "repo", "push", "-q", "../peer", "main:one"])).await);
+    ok_text(run(json!(["-C", "repo", "remote", "add", "up", "../peer"])).await);
+    ok_text(run(json!(["-C", "repo", "push", "-q", "up", "main:two"])).await);
+    let branches = ok_text(run(json!(["-C", "peer", "branch", "--list"])).await);
+    assert!(
+        branches.contains("one") && branches.contains("two"),
+        "{branches}"
+    );
+
+    // A peer whose configuration checks pushes out (running its filters): a push to it runs git
+    // there with that configuration, so it is refused, however the peer is named.
+    let peer_config = dir.path().join("peer/.git/config");
+    let clean = std::fs::read_to_string(&peer_config).expect("config");
+    append(
+        &peer_config,
+        "[receive]\n\tdenyCurrentBranch = updateInstead\n",
+    );
+    for args in [
+        json!(["-C", "repo", "push", "../peer", "main"]),
+        json!(["-C", "repo", "push", "up", "main"]),
+        json!(["-C", "repo", "fetch", "up"]),
+        json!(["clone", "-q", "peer", "copy"]),
+    ] {
+        let refused = run(args.clone()).await;
+        let text = format!("{refused:?}");
+        assert!(
+            text.contains("`peer`") && text.contains("`receive.denycurrentbranch`"),
+            "{args}: {text}"
+        );
+    }
+    assert!(!dir.path().join("copy").exists());
+    // Calls that reach no other repository are not concerned.
+    ok_text(run(json!(["-C", "repo", "status"])).await);
+    std::fs::write(&peer_config, &clean).expect("config");
+
+    // A remote written into the configuration that leads outside the workspace.
+    append(
+        &dir.path().join("repo/.git/config"),
+        &format!("[remote \"out\"]\n\turl = {}\n", outside.path().display()),
+    );
+    let refused = format!("{:?}", run(json!(["-C", "repo", "fetch", "out"])).await);
+    assert!(
+        refused.contains("`remote.out.url`") && refused.contains("outside the workspace"),
+        "{refused}"
+    );
+    ok_text(run(json!(["-C", "repo", "log", "--oneline"])).await);
+}
+
 #[tokio::test]
 async fn a_missing_launcher_makes_the_tools_unavailable() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -3,11 +3,16 @@
 use futures::{FutureExt, future::BoxFuture};
 use serde::Deserialize;
 use serde_json::Value;
-use std::io::{Read, Write};
+use std::{
+    io::{Read, Write},
+    sync::Arc,
+};
 
 use tracing::debug;
 
-use super::{blocking, bounded, catalog_definition, failed, parse_args, workspace};
+use super::{
+    blocking, bounded, catalog_definition, failed, parse_args, workspace, workspace::WriteTurns,
+};
 use crate::{
     llm::ToolDefinition,
     tools::{Tool, ToolContext, ToolError, ToolOutcome, Workspace},
@@ -147,14 +152,21 @@ fn binary(given: &str, total: u64) -> ToolOutcome {
 pub struct FileWrite {
     definition: ToolDefinition,
     max_bytes: usize,
+    turns: Arc<WriteTurns>,
 }
 
 impl FileWrite {
     /// The tool; content longer than `max_bytes` is refused.
     pub fn new(max_bytes: usize) -> Self {
+        Self::taking_turns(max_bytes, Arc::default())
+    }
+
+    /// The same, writing a workspace only in its turn among `turns` (shared with `git`).
+    pub(crate) fn taking_turns(max_bytes: usize, turns: Arc<WriteTurns>) -> Self {
         Self {
             definition: catalog_definition("file_write"),
             max_bytes,
+            turns,
         }
     }
 }
@@ -201,7 +213,16 @@ impl Tool for FileWrite {
                 });
             }
             let workspace = ctx.workspace.clone();
-            let work = blocking("file_write", move || write(&workspace, &args));
+            let work = async {
+                let root = workspace::root("file_write", &workspace).await?;
+                // Held until the write is done, even when the call has timed out.
+                let turn = self.turns.take(&root).await;
+                blocking("file_write", move || {
+                    let _turn = turn;
+                    write(&workspace, &args)
+                })
+                .await
+            };
             bounded("file_write", ctx, work).await
         }
         .boxed()

@@ -139,13 +139,17 @@ pub fn native_tools(config: &NativeToolsConfig) -> Vec<Arc<dyn Tool>> {
     // Its own client: redirects stay under the API's base, with the token.
     let github = http_client(&config, reqwest::Url::parse(&config.github_api_url).ok());
     let sandbox = Arc::new(Sandbox::new(config.sandbox.clone()));
+    let turns = Arc::new(workspace::WriteTurns::default());
     vec![
         Arc::new(WebSearch::new(config.clone(), client.clone())),
         Arc::new(WebFetch::new(config.clone(), client)),
         Arc::new(FileRead::new()),
-        Arc::new(FileWrite::new(config.max_write_bytes)),
+        Arc::new(FileWrite::taking_turns(
+            config.max_write_bytes,
+            turns.clone(),
+        )),
         Arc::new(Python::new(config.python_bin.clone(), sandbox.clone())),
-        Arc::new(Git::new(config.git_bin.clone(), sandbox.clone())),
+        Arc::new(Git::new(config.git_bin.clone(), sandbox.clone(), turns)),
         Arc::new(GitHub::new(config.clone(), github)),
         Arc::new(Powershell::new(config.pwsh_bin.clone(), sandbox)),
         Arc::new(AskUser::new()),

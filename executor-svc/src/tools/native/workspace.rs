@@ -18,6 +18,34 @@ use crate::tools::{ToolError, Workspace};
 
 use super::failed;
 
+/// Turns between the tools that write a workspace without running the model's own programs
+/// (`file_write`, `git`), so that what `git` checks before it runs (the repository's
+/// configuration) is what it runs with: the calls of one turn run concurrently, and a
+/// `file_write` of `.git/config` landing between the check and the call would undo it.
+/// One lock per workspace, striped: two workspaces may share one, which only costs a wait.
+#[derive(Debug)]
+pub(crate) struct WriteTurns {
+    stripes: [std::sync::Arc<tokio::sync::Mutex<()>>; 32],
+}
+
+impl Default for WriteTurns {
+    fn default() -> Self {
+        Self {
+            stripes: std::array::from_fn(|_| std::sync::Arc::default()),
+        }
+    }
+}
+
+impl WriteTurns {
+    /// Waits for the turn of the workspace at `root` (canonical); it lasts as long as the guard.
+    pub(crate) async fn take(&self, root: &Path) -> tokio::sync::OwnedMutexGuard<()> {
+        use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+        let hash = BuildHasherDefault::<DefaultHasher>::default().hash_one(root);
+        let stripe = usize::try_from(hash % self.stripes.len() as u64).unwrap_or_default();
+        self.stripes[stripe].clone().lock_owned().await
+    }
+}
+
 /// The canonical workspace root, created if missing (once per run, see [`Workspace`]).
 pub(crate) async fn root(tool: &str, workspace: &Workspace) -> Result<PathBuf, ToolError> {
     if let Some(root) = workspace.resolved() {
@@ -281,5 +309,21 @@ mod tests {
             );
         }
         assert!(matches!(lex(""), Err(ToolError::InvalidArguments { .. })));
+    }
+
+    #[tokio::test]
+    async fn a_workspace_is_written_by_one_tool_at_a_time() {
+        let turns = WriteTurns::default();
+        let held = turns.take(Path::new("/ws/a")).await;
+        let wait = std::time::Duration::from_millis(50);
+        assert!(
+            tokio::time::timeout(wait, turns.take(Path::new("/ws/a")))
+                .await
+                .is_err(),
+            "a second turn while the first is held"
+        );
+        drop(held);
+        let again = tokio::time::timeout(wait * 20, turns.take(Path::new("/ws/a"))).await;
+        assert!(again.is_ok(), "the turn never came back");
     }
 }

@@ -22,7 +22,7 @@ const DIFF: Spec = &[
     "--binary", "--full-index", "--abbrev?", "--src-prefix=", "--dst-prefix=", "--no-prefix",
     "--default-prefix", "--diff-filter=", "-S=", "-G=", "--pickaxe-all", "--pickaxe-regex",
     "-O@", "--output@", "--no-ext-diff", "--no-textconv", "--exit-code", "--quiet",
-    "--function-context", "--inter-hunk-context=", "--submodule?", "--ignore-submodules?",
+    "--function-context", "--inter-hunk-context=", "--ignore-submodules?",
 ];
 #[rustfmt::skip]
 const LOG: Spec = &[
@@ -323,6 +323,10 @@ pub(super) fn known_danger(name: &str) -> Option<&'static str> {
         "--git-dir" | "--work-tree" | "--exec-path" | "--namespace" | "--separate-git-dir"
         | "--reference" | "--super-prefix" | "--remote" => {
             "it points git at a repository, program or files outside the workspace"
+        }
+        "--submodule" | "--recurse-submodules" | "--recursive" => {
+            "it makes git run inside submodules, with their own configuration, which the git \
+             tool does not check"
         }
         "-S" | "--gpg-sign" | "--sign" | "--show-signature" | "--verify-signatures" => {
             "signing and signature checks run gpg, which the tool does not offer"

@@ -41,10 +41,24 @@ fn refuse(arg: &str, reason: impl Into<String>) -> Refusal {
     }
 }
 
+/// What [`check`] found in arguments it allows.
+#[derive(Debug)]
+pub(crate) struct Checked {
+    /// The directory git works in (the workspace, or where its `-C` options lead).
+    pub dir: PathBuf,
+    /// The subcommand (`None` for `git --version`).
+    pub subcommand: Option<&'static str>,
+    /// Whether the subcommand talks to other repositories (`clone`, `fetch`, `pull`, `push`,
+    /// `ls-remote`, `remote`): each local one it names or whose remote it uses runs git there,
+    /// with that repository's configuration.
+    pub reaches: bool,
+    /// The repositories inside the workspace its arguments name as URLs.
+    pub local_urls: Vec<PathBuf>,
+}
+
 /// Checks git's arguments against the allowlist; `root` is the canonical workspace (git's
 /// working directory). Reads the file system to resolve symlinks: call off the async threads.
-/// The directory git works in (`root`, or where its `-C` options lead).
-pub(crate) fn check(args: &[String], root: &Path) -> Result<PathBuf, Refusal> {
+pub(crate) fn check(args: &[String], root: &Path) -> Result<Checked, Refusal> {
     // No argument of a program can hold one (the launcher could not even start git).
     if let Some(a) = args.iter().find(|a| a.contains('\0')) {
         return Err(refuse(
@@ -61,7 +75,12 @@ pub(crate) fn check(args: &[String], root: &Path) -> Result<PathBuf, Refusal> {
     let i = globals.subcommand;
     let Some(name) = args.get(i) else {
         return if args.iter().any(|a| a == "--version") {
-            Ok(base)
+            Ok(Checked {
+                dir: base,
+                subcommand: None,
+                reaches: false,
+                local_urls: Vec::new(),
+            })
         } else {
             Err(refuse("", "give a git subcommand such as `status`"))
         };
@@ -81,8 +100,13 @@ pub(crate) fn check(args: &[String], root: &Path) -> Result<PathBuf, Refusal> {
     if sub.name == "config" {
         check_config_reads(rest, &positionals)?;
     }
-    check_positionals(sub, &positionals, root, &base)?;
-    Ok(base)
+    let local_urls = check_positionals(sub, &positionals, root, &base)?;
+    Ok(Checked {
+        dir: base,
+        subcommand: Some(sub.name),
+        reaches: sub.url != Url::No,
+        local_urls,
+    })
 }
 
 /// Where the subcommand is in `args`, past the global options and their values; `None` when
@@ -150,6 +174,11 @@ fn split_global(a: &str) -> (&str, Option<&str>) {
     (name, Some(rest))
 }
 
+/// Why git may not look into submodules.
+const SUBMODULES: &str = "git would run inside the submodules, with their own configuration, \
+    which the git tool does not check; submodules are ignored (`--ignore-submodules=all` is \
+    allowed)";
+
 /// Checks the subcommand's options; returns its positional arguments (a `--` included).
 fn check_options<'a>(
     sub: &Sub,
@@ -193,6 +222,9 @@ fn check_options<'a>(
                 None => (a.as_str(), None),
             };
             let takes = lookup(sub.opts, name).ok_or_else(|| not_allowed(a, name))?;
+            if name == "--ignore-submodules" && attached.is_some_and(|v| v != "all") {
+                return Err(refuse(a, SUBMODULES));
+            }
             match (takes, attached) {
                 (Takes::Nothing, Some(_)) => return Err(refuse(a, "this option takes no value")),
                 (Takes::Nothing | Takes::Optional | Takes::Text, _) => {
@@ -241,13 +273,13 @@ fn check_options<'a>(
 }
 
 /// Positional arguments: repository URLs where the subcommand takes one, paths (or revisions,
-/// which pass the same check) everywhere else.
+/// which pass the same check) everywhere else. Returns the local repositories named as URLs.
 fn check_positionals(
     sub: &Sub,
     positionals: &[&str],
     root: &Path,
     base: &Path,
-) -> Result<(), Refusal> {
+) -> Result<Vec<PathBuf>, Refusal> {
     let url_index = match sub.url {
         Url::No => None,
         Url::First => Some(0),
@@ -256,15 +288,21 @@ fn check_positionals(
             .filter(|p| matches!(**p, "add" | "set-url"))
             .map(|_| 2),
     };
+    let mut local = Vec::new();
     for (n, p) in positionals.iter().enumerate().filter(|(_, p)| **p != "--") {
         if Some(n) == url_index || (sub.url != Url::No && p.contains("::")) {
             // `fetch --multiple` takes more remotes: no refspec contains `::`.
-            check_url(p, root, base)?;
-        } else if inside(root, base, p).is_none() {
+            local.extend(check_url(p, root, base)?);
+        } else if let Some(path) = inside(root, base, p) {
+            // `fetch --multiple a b` and `push ../x`: any of them may be a repository.
+            if sub.url != Url::No {
+                local.push(path);
+            }
+        } else {
             return Err(refuse(p, "it is a path outside the workspace"));
         }
     }
-    Ok(())
+    Ok(local)
 }
 
 /// `git config` only in its reading forms (`--get*`, `--list`, `get`, `list`, or one name).
@@ -285,8 +323,8 @@ fn check_config_reads(args: &[String], positionals: &[&str]) -> Result<(), Refus
 }
 
 /// A repository URL: `https://…`, or a path inside the workspace (a remote's name passes as
-/// one).
-fn check_url(url: &str, root: &Path, base: &Path) -> Result<(), Refusal> {
+/// one), which is returned.
+pub(super) fn check_url(url: &str, root: &Path, base: &Path) -> Result<Option<PathBuf>, Refusal> {
     let only = "only https:// URLs, remote names and repositories inside the workspace are allowed";
     // git reads `<transport>::<address>` when the URL starts with a scheme's characters
     // followed by `::` (not a `::` later on, as in `https://[::1]/`).
@@ -301,7 +339,7 @@ fn check_url(url: &str, root: &Path, base: &Path) -> Result<(), Refusal> {
     }
     if let Some((scheme, _)) = url.split_once("://") {
         return if scheme.eq_ignore_ascii_case("https") {
-            Ok(())
+            Ok(None)
         } else {
             Err(refuse(url, only))
         };
@@ -312,7 +350,7 @@ fn check_url(url: &str, root: &Path, base: &Path) -> Result<(), Refusal> {
         return Err(refuse(url, only));
     }
     inside(root, base, url)
-        .map(|_| ())
+        .map(Some)
         .ok_or_else(|| refuse(url, "it is a path outside the workspace"))
 }
 

@@ -9,40 +9,51 @@
 //! settings the repository has (`git config --list`, which reads them and runs nothing) and
 //! refuses the call when one is not on [`allowed`]'s list, or when the repository's
 //! configuration lives outside the workspace (a `.git` file naming another repository).
+//!
+//! A call that talks to another repository (`fetch`, `push`, ...) runs git there too, with that
+//! repository's configuration (`receive.denyCurrentBranch=updateInstead` checks a push out,
+//! running its filters): each local repository it names, or that a remote's URL names, must
+//! pass the same check, and a remote's URL must be one the tool would take as an argument.
+//! Submodules are not entered at all (see the tool's forced configuration).
 
 use std::path::{Component, Path, PathBuf};
 
 /// The `git` arguments that list the configuration of the repository at `dir`: scope, origin
-/// and name of each setting, NUL-separated.
+/// and name (with its value after a newline, when it has one) of each setting, NUL-separated.
 pub(super) fn probe_args(dir: &Path) -> Vec<std::ffi::OsString> {
     let mut args: Vec<std::ffi::OsString> = vec!["-C".into(), dir.as_os_str().to_owned()];
-    args.extend(
-        [
-            "config",
-            "--list",
-            "--name-only",
-            "--show-scope",
-            "--show-origin",
-            "-z",
-        ]
-        .map(Into::into),
-    );
+    args.extend(["config", "--list", "--show-scope", "--show-origin", "-z"].map(Into::into));
     args
 }
 
-/// What is wrong with the configuration `listing` (the output of [`probe_args`] run in `dir`,
-/// inside the canonical workspace `root`), if anything: the settings refused and the files
-/// outside the workspace.
-pub(super) fn problems(listing: &[u8], dir: &Path, root: &Path) -> Option<String> {
+/// Reads the configuration `listing` (the output of [`probe_args`] run in `dir`, inside the
+/// canonical workspace `root`) for a call that talks to other repositories (`reaches`) or not:
+/// the repositories inside the workspace its remotes' URLs name, or what is wrong with it (the
+/// settings refused, the files outside the workspace, and when it `reaches`, the remotes' URLs
+/// the tool would not take). Resolves paths on disk: call off the async threads.
+pub(super) fn read(
+    listing: &[u8],
+    dir: &Path,
+    root: &Path,
+    reaches: bool,
+) -> Result<Vec<PathBuf>, String> {
     let text = String::from_utf8_lossy(listing);
     let mut fields = text.split('\0');
     let (mut refused, mut outside): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
-    while let (Some(scope), Some(origin), Some(name)) =
+    let (mut remotes, mut bad_urls) = (Vec::new(), Vec::new());
+    while let (Some(scope), Some(origin), Some(entry)) =
         (fields.next(), fields.next(), fields.next())
     {
+        let (name, value) = entry.split_once('\n').unwrap_or((entry, ""));
         // The tool's own settings (the environment's), and the empty end of the listing.
         if scope == "command" || name.is_empty() {
             continue;
+        }
+        if reaches && is_remote_url(name) && !value.is_empty() {
+            match super::args::check_url(value, root, dir) {
+                Ok(local) => remotes.extend(local),
+                Err(refusal) => bad_urls.push(format!("`{name}` is `{value}`: {}", refusal.reason)),
+            }
         }
         if !allowed(name) && !refused.iter().any(|r| r == name) {
             refused.push(name.to_owned());
@@ -55,6 +66,12 @@ pub(super) fn problems(listing: &[u8], dir: &Path, root: &Path) -> Option<String
         }
     }
     let mut said = Vec::new();
+    if !bad_urls.is_empty() {
+        said.push(format!(
+            "the repository's configuration names a remote the git tool does not reach ({})",
+            bad_urls.join("; ")
+        ));
+    }
     if !outside.is_empty() {
         said.push(format!(
             "the repository's configuration is outside the workspace ({})",
@@ -71,7 +88,20 @@ pub(super) fn problems(listing: &[u8], dir: &Path, root: &Path) -> Option<String
             names.join(", ")
         ));
     }
-    (!said.is_empty()).then(|| said.join("; "))
+    if said.is_empty() {
+        Ok(remotes)
+    } else {
+        Err(said.join("; "))
+    }
+}
+
+/// Whether setting `name` is a remote's URL (`remote.<name>.url` or `.pushurl`).
+fn is_remote_url(name: &str) -> bool {
+    name.strip_prefix("remote.").is_some_and(|rest| {
+        rest.rsplit_once('.').is_some_and(|(_, key)| {
+            key.eq_ignore_ascii_case("url") || key.eq_ignore_ascii_case("pushurl")
+        })
+    })
 }
 
 /// Whether `path` (absolute, or relative to the workspace) lies inside `root`, lexically.
@@ -238,14 +268,14 @@ mod tests {
             ("local", "file:.git/config", "core.bare"),
             ("local", "file:.git/config", "remote.origin.url"),
         ]);
-        assert_eq!(problems(&clean, Path::new("/ws/repo"), root), None);
+        assert_eq!(read(&clean, Path::new("/ws/repo"), root, true), Ok(vec![]));
         let hostile = listing(&[
             ("local", "file:.git/config", "diff.external"),
             ("local", "file:.git/config", "diff.external"),
             ("local", "file:/elsewhere/.git/config", "core.bare"),
             ("local", "file:../../x", "core.bare"),
         ]);
-        let said = problems(&hostile, Path::new("/ws/repo"), root).expect("refused");
+        let said = read(&hostile, Path::new("/ws/repo"), root, false).expect_err("refused");
         assert_eq!(said.matches("`diff.external`").count(), 1, "{said}");
         assert!(said.contains("/elsewhere/.git/config"), "{said}");
         assert!(said.contains("../../x"), "{said}");
@@ -254,6 +284,48 @@ mod tests {
             ("local", "file:/ws/repo/.git/config", "core.bare"),
             ("local", "file:../.git/config", "core.bare"),
         ]);
-        assert_eq!(problems(&inside, Path::new("/ws/repo/sub"), root), None);
+        assert_eq!(
+            read(&inside, Path::new("/ws/repo/sub"), root, false),
+            Ok(vec![])
+        );
+    }
+
+    #[test]
+    fn remotes_urls_name_the_local_repositories_to_check_or_are_refused() {
+        let root = Path::new("/ws");
+        let listing = |records: &[(&str, &str)]| {
+            let mut out = Vec::new();
+            for (name, value) in records {
+                let entry = format!("local\0file:.git/config\0{name}\n{value}\0");
+                out.extend_from_slice(entry.as_bytes());
+            }
+            out
+        };
+        let fine = listing(&[
+            ("remote.origin.url", "https://example.com/x.git"),
+            ("remote.peer.url", "../peer"),
+            ("remote.peer.pushurl", "/ws/pushed"),
+            ("branch.main.remote", "/etc"),
+        ]);
+        assert_eq!(
+            read(&fine, Path::new("/ws/repo"), root, true),
+            Ok(vec![PathBuf::from("/ws/peer"), PathBuf::from("/ws/pushed")])
+        );
+        for (name, url) in [
+            ("remote.out.url", "/elsewhere/repo"),
+            ("remote.out.pushurl", "../../up"),
+            ("remote.x.url", "ext::sh -c id"),
+            ("remote.x.url", "file:///ws/peer"),
+            ("remote.x.url", "git@example.com:x.git"),
+        ] {
+            let listed = listing(&[(name, url)]);
+            let said = read(&listed, Path::new("/ws/repo"), root, true).expect_err("refused");
+            assert!(said.contains(name) && said.contains(url), "{said}");
+            // A call that talks to no other repository does not use them.
+            assert_eq!(
+                read(&listed, Path::new("/ws/repo"), root, false),
+                Ok(vec![])
+            );
+        }
     }
 }

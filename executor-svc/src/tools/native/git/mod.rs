@@ -27,7 +27,7 @@ use super::{
     catalog_definition, parse_args,
     process::{self, Spawn},
     sandbox::Sandbox,
-    workspace,
+    workspace::{self, WriteTurns},
 };
 use crate::{
     llm::ToolDefinition,
@@ -36,14 +36,21 @@ use crate::{
 
 /// Configuration the model cannot change (`-c` is refused), given through the environment; it
 /// outranks the repository's own `.git/config`, which other tools (and git itself) may write:
-/// no hooks, no fsmonitor, no credential helpers, no signing (gpg). Anything else in a
-/// repository's configuration must pass [`config::allowed`] before git runs.
-const FORCED_CONFIG: [(&str, &str); 5] = [
+/// no hooks, no fsmonitor, no credential helpers, no signing (gpg), and git never enters a
+/// submodule (or a repository nested in the workspace's as one), whose own configuration the
+/// tool does not check (`fetch` and `pull` also get `--no-recurse-submodules`, which outranks
+/// a `.gitmodules` file). Anything else in a repository's configuration must pass
+/// [`config::allowed`] before git runs.
+const FORCED_CONFIG: [(&str, &str); 9] = [
     ("core.hooksPath", "/dev/null"),
     ("core.fsmonitor", "false"),
     ("credential.helper", ""),
     ("commit.gpgSign", "false"),
     ("tag.gpgSign", "false"),
+    ("diff.ignoreSubmodules", "all"),
+    ("submodule.recurse", "false"),
+    ("fetch.recurseSubmodules", "false"),
+    ("push.recurseSubmodules", "no"),
 ];
 
 /// `git`: runs the configured git binary in the workspace.
@@ -52,15 +59,19 @@ pub struct Git {
     definition: ToolDefinition,
     bin: PathBuf,
     sandbox: Arc<Sandbox>,
+    turns: Arc<WriteTurns>,
 }
 
 impl Git {
-    /// The tool, running `bin` (e.g. `git`) in `sandbox`.
-    pub fn new(bin: PathBuf, sandbox: Arc<Sandbox>) -> Self {
+    /// The tool, running `bin` (e.g. `git`) in `sandbox`; it checks and runs in the workspace's
+    /// turn among `turns` (shared with `file_write`), so nothing writes the repository's
+    /// configuration between the check and the call.
+    pub(crate) fn new(bin: PathBuf, sandbox: Arc<Sandbox>, turns: Arc<WriteTurns>) -> Self {
         Self {
             definition: catalog_definition("git"),
             bin,
             sandbox,
+            turns,
         }
     }
 }
@@ -88,16 +99,23 @@ impl Tool for Git {
                 reason,
             };
             let cwd = workspace::root("git", &ctx.workspace).await?;
-            let (checked, root) = (args.args.clone(), cwd.clone());
-            let dir = super::blocking("git", move || {
-                args::check(&checked, &root).map_err(|r| invalid(r.to_string()))
+            let (given, root) = (args.args.clone(), cwd.clone());
+            let checked = super::blocking("git", move || {
+                args::check(&given, &root).map_err(|r| invalid(r.to_string()))
             })
             .await?;
-            self.check_config(ctx, &cwd, &dir).await?;
+            let _turn = self.turns.take(&cwd).await;
+            self.check_config(ctx, &cwd, &checked).await?;
+            let mut argv = args.args;
+            if matches!(checked.subcommand, Some("fetch" | "pull"))
+                && let Some(at) = args::subcommand_at(&argv)
+            {
+                argv.insert(at + 1, "--no-recurse-submodules".to_owned());
+            }
             let spec = Spawn {
                 tool: "git",
                 program: &self.bin,
-                args: args.args.into_iter().map(OsString::from).collect(),
+                args: argv.into_iter().map(OsString::from).collect(),
                 env: git_env(&cwd, &ctx.agent_id),
                 stdin: None,
                 cwd,
@@ -112,15 +130,61 @@ impl Tool for Git {
 }
 
 impl Git {
-    /// Refuses the call when the repository git would use at `dir` (inside the canonical
-    /// workspace `root`) has a setting outside [`config::allowed`] or lives outside the
-    /// workspace; git itself lists the settings, in the call's sandbox and environment.
+    /// Refuses the call when a repository it runs git in has a setting outside
+    /// [`config::allowed`], lives outside the workspace or has a remote the tool would not
+    /// reach: the one at `checked.dir`, and when the call talks to other repositories, each
+    /// local one its arguments or its remotes name.
     async fn check_config(
         &self,
         ctx: &ToolContext,
         root: &Path,
-        dir: &Path,
+        checked: &args::Checked,
     ) -> Result<(), ToolError> {
+        let remotes = self
+            .probe(ctx, root, &checked.dir, checked.reaches, None)
+            .await?;
+        if !checked.reaches {
+            return Ok(());
+        }
+        let (mut others, dir) = (remotes, checked.dir.clone());
+        others.extend(checked.local_urls.iter().cloned());
+        let others = super::blocking("git", move || {
+            others.sort();
+            others.dedup();
+            others.retain(|o| *o != dir && o.is_dir());
+            Ok(others)
+        })
+        .await?;
+        for other in &others {
+            self.probe(ctx, root, other, false, Some(other)).await?;
+        }
+        Ok(())
+    }
+
+    /// Lists the configuration of the repository git would use at `dir` (inside the canonical
+    /// workspace `root`), git itself reading it in the call's sandbox and environment, and
+    /// checks it ([`config::read`], its remotes when the call `reaches` them): the local
+    /// repositories its remotes name, or the refusal (naming the repository `reached` when the
+    /// call only reaches it).
+    async fn probe(
+        &self,
+        ctx: &ToolContext,
+        root: &Path,
+        dir: &Path,
+        reaches: bool,
+        reached: Option<&Path>,
+    ) -> Result<Vec<PathBuf>, ToolError> {
+        let whose = |problem: String| match reached {
+            Some(other) => {
+                let shown = other.strip_prefix(root).unwrap_or(other);
+                format!(
+                    "this call also runs git in the repository at `{}` (inside the workspace), \
+                     and {problem}",
+                    shown.display()
+                )
+            }
+            None => problem,
+        };
         let probe = Spawn {
             tool: "git",
             program: &self.bin,
@@ -136,7 +200,7 @@ impl Git {
             let why = String::from_utf8_lossy(&listed.stderr);
             return Err(super::failed(
                 "git",
-                format!(
+                whose(format!(
                     "the repository's configuration could not be read ({}), so git does not run \
                      with it",
                     if why.trim().is_empty() {
@@ -144,13 +208,15 @@ impl Git {
                     } else {
                         why.trim()
                     }
-                ),
+                )),
             ));
         }
-        match config::problems(&listed.stdout, dir, root) {
-            Some(problem) => Err(super::failed("git", problem)),
-            None => Ok(()),
-        }
+        let (dir, root) = (dir.to_path_buf(), root.to_path_buf());
+        let read = super::blocking("git", move || {
+            Ok(config::read(&listed.stdout, &dir, &root, reaches))
+        });
+        read.await?
+            .map_err(|problem| super::failed("git", whose(problem)))
     }
 }
 
@@ -167,6 +233,10 @@ fn git_env(cwd: &Path, agent_id: &str) -> Vec<(&'static str, OsString)> {
         ("GIT_CONFIG_KEY_2", "GIT_CONFIG_VALUE_2"),
         ("GIT_CONFIG_KEY_3", "GIT_CONFIG_VALUE_3"),
         ("GIT_CONFIG_KEY_4", "GIT_CONFIG_VALUE_4"),
+        ("GIT_CONFIG_KEY_5", "GIT_CONFIG_VALUE_5"),
+        ("GIT_CONFIG_KEY_6", "GIT_CONFIG_VALUE_6"),
+        ("GIT_CONFIG_KEY_7", "GIT_CONFIG_VALUE_7"),
+        ("GIT_CONFIG_KEY_8", "GIT_CONFIG_VALUE_8"),
     ];
     let ceiling = cwd
         .parent()

@@ -394,7 +394,9 @@ async fn call_tool(
             .saturating_duration_since(tokio::time::Instant::now())
             .saturating_add(CANCEL_GRACE)
     } else {
-        ctx.limits.timeout
+        // A backstop: the tools keep to the limit themselves and say more when they end a call
+        // for it (what a program had printed by then), so theirs must fire first.
+        ctx.limits.timeout.saturating_add(CANCEL_GRACE)
     };
     let cancelled = async {
         ctx.cancel.cancelled().await;

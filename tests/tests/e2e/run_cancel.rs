@@ -31,6 +31,7 @@ turns:
         arguments:
           code: |
             import os, time
+            print("the long job started", flush=True)
             with open("pid.tmp", "w") as f:
                 f.write(str(os.getpid()))
             os.rename("pid.tmp", "pid.txt")

@@ -423,12 +423,19 @@ async fn a_tool_that_hangs_past_its_timeout_is_killed_and_the_run_goes_on() {
     );
     assert_eq!(first(&events, "done")["status"], "completed");
     // On a loaded machine python may not even have started within the limit; when it did, the
-    // process it wrote down is gone.
+    // process it wrote down is gone, and the model read what it had printed before (the tool's
+    // own timeout, not the run loop's backstop, ended the call).
     let pid_file = stack.executor_workspace("sleeper").join("pid.txt");
     if let Some(pid) = std::fs::read_to_string(&pid_file)
         .ok()
         .and_then(|s| s.trim().parse::<u32>().ok())
     {
         assert_gone(&stack, pid).await;
+        assert!(
+            error["message"].as_str().is_some_and(
+                |m| m.contains("what it printed by then") && m.contains("the long job started")
+            ),
+            "{error}"
+        );
     }
 }

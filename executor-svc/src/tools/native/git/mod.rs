@@ -93,6 +93,7 @@ impl Tool for Git {
         arguments: Value,
     ) -> BoxFuture<'a, Result<ToolOutcome, ToolError>> {
         async move {
+            let started = tokio::time::Instant::now();
             let args: GitArgs = parse_args("git", arguments)?;
             let invalid = |reason: String| ToolError::InvalidArguments {
                 tool: "git".to_owned(),
@@ -119,7 +120,8 @@ impl Tool for Git {
                 env: git_env(&cwd, &ctx.agent_id),
                 stdin: None,
                 cwd,
-                timeout: ctx.limits.timeout,
+                // The call's limit covers the checks and the wait for the workspace's turn.
+                timeout: ctx.limits.timeout.saturating_sub(started.elapsed()),
                 sandbox: self.sandbox.clone(),
             };
             let cap = ctx.limits.max_output_bytes;

@@ -196,11 +196,20 @@ async fn subprocess_output_is_capped_and_the_cut_is_said() {
     let c = ctx_with(dir.path(), Duration::from_secs(20), 1000);
     let text = ok_text(
         tool("python")
-            .call(&c, json!({ "code": "import sys\nsys.stdout.write('x' * 3_000_000)\nsys.stderr.write('y' * 5000)" }))
+            .call(&c, json!({ "code": "import sys\nsys.stdout.write('x' * 3_000_000)\nsys.stderr.write('y' * 5000 + 'THE-LAST-LINE')" }))
             .await,
     );
     assert!(text.len() < 1200, "{} bytes", text.len());
-    assert!(text.contains("[output cut"), "{text}");
+    // Each cut names the stream's whole size; stderr keeps its end, however long it was.
+    assert!(
+        text.contains("[stdout cut: the first ") && text.contains(" of 3000000 bytes shown]"),
+        "{text}"
+    );
+    assert!(
+        text.contains("[stderr cut: the last ") && text.contains(" of 5013 bytes shown]"),
+        "{text}"
+    );
+    assert!(text.contains("yyyyTHE-LAST-LINE\n"), "{text}");
 }
 
 #[tokio::test]

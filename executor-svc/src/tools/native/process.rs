@@ -56,12 +56,14 @@ pub(crate) struct Finished {
     pub code: Option<i32>,
     /// The signal that ended it, if one did.
     pub signal: Option<i32>,
-    /// Captured stdout (at most the cap).
+    /// Captured stdout: its first bytes, at most the cap.
     pub stdout: Vec<u8>,
-    /// Captured stderr (at most the cap).
+    /// Captured stderr: its last bytes, at most the cap.
     pub stderr: Vec<u8>,
-    /// Bytes that were read and dropped because of the cap.
-    pub dropped: usize,
+    /// How many bytes the program wrote to stdout.
+    pub stdout_total: usize,
+    /// How many bytes the program wrote to stderr.
+    pub stderr_total: usize,
     /// The program ended, but a process it started kept the output open and was killed.
     pub lingered: bool,
 }
@@ -84,6 +86,10 @@ impl Finished {
         let mut text = format!("exit code: {code}\n");
         let room = max.saturating_sub(text.len());
         let (out, err) = (&self.stdout, &self.stderr);
+        let totals = [
+            self.stdout_total.max(out.len()),
+            self.stderr_total.max(err.len()),
+        ];
         let err_room = if out.len() + err.len() <= room {
             err.len()
         } else {
@@ -91,10 +97,13 @@ impl Finished {
                 .min((room / 2).max(room.saturating_sub(out.len())))
         };
         let out_room = room.saturating_sub(err_room);
-        for (name, bytes, keep, from_end) in [
+        for ((name, bytes, keep, from_end), total) in [
             ("stdout", out, out_room, false),
             ("stderr", err, err_room, true),
-        ] {
+        ]
+        .into_iter()
+        .zip(totals)
+        {
             if bytes.is_empty() {
                 continue;
             }
@@ -104,11 +113,11 @@ impl Finished {
             if !text.ends_with('\n') {
                 text.push('\n');
             }
-            if keep < bytes.len() {
+            let shown = keep.min(bytes.len());
+            if shown < total {
                 let which = if from_end { "last" } else { "first" };
                 text.push_str(&format!(
-                    "[{name} cut: the {which} {keep} of {} bytes shown]\n",
-                    bytes.len()
+                    "[{name} cut: the {which} {shown} of {total} bytes shown]\n"
                 ));
             }
         }
@@ -120,12 +129,6 @@ impl Finished {
                 "[a process the program started kept its output open; it was killed {}s after \
                  the program ended (a server cannot be left running by a tool call)]\n",
                 LINGER.as_secs()
-            ));
-        }
-        if self.dropped > 0 {
-            text.push_str(&format!(
-                "\n[output cut: {} more bytes were not kept]",
-                self.dropped
             ));
         }
         if self.code == Some(0) {
@@ -140,19 +143,25 @@ impl Finished {
 /// nothing of a program that printed and then hung, or that exited leaving a background
 /// process holding its output open: the group runs until all of it has ended). Without output,
 /// or for a cancel, the error as it was.
-fn with_partial_output(e: ToolError, stdout: &[u8], stderr: &[u8], cap: usize) -> ToolError {
+fn with_partial_output(
+    e: ToolError,
+    stdout: &Captured,
+    stderr: &Captured,
+    cap: usize,
+) -> ToolError {
     let ToolError::Timeout { tool, after } = e else {
         return e;
     };
-    if stdout.is_empty() && stderr.is_empty() {
+    if stdout.total == 0 && stderr.total == 0 {
         return ToolError::Timeout { tool, after };
     }
     let printed = Finished {
         code: None,
         signal: None,
-        stdout: stdout.to_vec(),
-        stderr: stderr.to_vec(),
-        dropped: 0,
+        stdout: stdout.kept().to_vec(),
+        stderr: stderr.kept().to_vec(),
+        stdout_total: stdout.total,
+        stderr_total: stderr.total,
         lingered: false,
     }
     .into_outcome(cap);
@@ -244,7 +253,7 @@ pub(crate) async fn run(
     let stdin = child.stdin().take();
     let (stdout, stderr) = (child.stdout().take(), child.stderr().take());
     let input = spec.stdin;
-    let (mut out, mut err) = (Captured::default(), Captured::default());
+    let (mut out, mut err) = (Captured::new(cap, false), Captured::new(cap, true));
     let ended = {
         let feed = async move {
             if let (Some(mut pipe), Some(bytes)) = (stdin, input) {
@@ -256,8 +265,8 @@ pub(crate) async fn run(
             let reading = async {
                 tokio::join!(
                     feed,
-                    read_capped(stdout, cap, &mut out),
-                    read_capped(stderr, cap, &mut err)
+                    read_capped(stdout, &mut out),
+                    read_capped(stderr, &mut err)
                 )
             };
             tokio::pin!(reading);
@@ -304,16 +313,17 @@ pub(crate) async fn run(
             Ok(Finished {
                 code: status.code(),
                 signal: std::os::unix::process::ExitStatusExt::signal(&status),
-                stdout: out.buf,
-                stderr: err.buf,
-                dropped: out.dropped + err.dropped,
+                stdout_total: out.total,
+                stderr_total: err.total,
+                stdout: out.into_kept(),
+                stderr: err.into_kept(),
                 lingered,
             })
         }
         Err(e) => {
             kill_group(tool, pid, guard.child.as_mut()).await;
             guard.ended = true;
-            Err(with_partial_output(e, &out.buf, &err.buf, cap))
+            Err(with_partial_output(e, &out, &err, cap))
         }
     }
 }
@@ -373,18 +383,58 @@ async fn kill_group(tool: &str, pid: Option<u32>, child: &mut dyn ChildWrapper) 
     }
 }
 
-/// Reads at most `cap` bytes, then drains the rest; returns the bytes and how many were dropped.
-/// What was read of one stream: kept where the caller can still see it when the reading is
-/// given up (a timeout).
-#[derive(Debug, Default)]
+/// What was read of one stream: at most `cap` bytes of it, its beginning (stdout: what a
+/// program printed first) or its end (stderr: a traceback's last lines say what went wrong),
+/// and how much there was. Kept where the caller can still see it when the reading is given up
+/// (a timeout).
+#[derive(Debug)]
 struct Captured {
     buf: Vec<u8>,
-    dropped: usize,
+    total: usize,
+    cap: usize,
+    keep_end: bool,
 }
 
+impl Captured {
+    fn new(cap: usize, keep_end: bool) -> Self {
+        Self {
+            buf: Vec::new(),
+            total: 0,
+            cap,
+            keep_end,
+        }
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        self.total += bytes.len();
+        if self.keep_end {
+            self.buf.extend_from_slice(bytes);
+            // Trimmed in steps, so a long stream is not moved at every read.
+            if self.buf.len() > self.cap.saturating_mul(2) {
+                self.buf.drain(..self.buf.len() - self.cap);
+            }
+        } else {
+            let room = self.cap.saturating_sub(self.buf.len());
+            self.buf.extend_from_slice(&bytes[..bytes.len().min(room)]);
+        }
+    }
+
+    /// The bytes kept, at most `cap`.
+    fn kept(&self) -> &[u8] {
+        &self.buf[self.buf.len().saturating_sub(self.cap)..]
+    }
+
+    fn into_kept(mut self) -> Vec<u8> {
+        let extra = self.buf.len().saturating_sub(self.cap);
+        self.buf.drain(..extra);
+        self.buf
+    }
+}
+
+/// Reads the stream to its end into `into`, which keeps what its cap allows and counts the rest
+/// (the program never blocks on a full pipe).
 async fn read_capped<R: AsyncRead + Unpin>(
     pipe: Option<R>,
-    cap: usize,
     into: &mut Captured,
 ) -> std::io::Result<()> {
     let Some(mut pipe) = pipe else {
@@ -396,9 +446,7 @@ async fn read_capped<R: AsyncRead + Unpin>(
         if n == 0 {
             return Ok(());
         }
-        let room = cap.saturating_sub(into.buf.len());
-        into.buf.extend_from_slice(&chunk[..n.min(room)]);
-        into.dropped += n.saturating_sub(room);
+        into.push(&chunk[..n]);
     }
 }
 
@@ -443,7 +491,8 @@ mod tests {
                 signal: None,
                 stdout,
                 stderr: stderr.into_bytes(),
-                dropped: 0,
+                stdout_total: 0,
+                stderr_total: 0,
                 lingered: false,
             }
             .into_outcome(max),
@@ -474,11 +523,27 @@ mod tests {
                 signal: None,
                 stdout: b"fine\n".to_vec(),
                 stderr: b"warning\n".to_vec(),
-                dropped: 0,
+                stdout_total: 0,
+                stderr_total: 0,
                 lingered: false,
             }
             .into_outcome(max),
         );
         assert_eq!(small, "exit code: 0\nstdout:\nfine\nstderr:\nwarning\n");
+    }
+
+    #[test]
+    fn a_stream_keeps_its_beginning_or_its_end_and_counts_all_of_it() {
+        let (mut head, mut tail) = (Captured::new(10, false), Captured::new(10, true));
+        for n in 0..1000u32 {
+            let piece = format!("{n:04}|");
+            head.push(piece.as_bytes());
+            tail.push(piece.as_bytes());
+        }
+        assert_eq!((head.total, tail.total), (5000, 5000));
+        assert_eq!(head.kept(), b"0000|0001|");
+        assert_eq!(tail.kept(), b"0998|0999|");
+        assert_eq!(tail.into_kept(), b"0998|0999|");
+        assert_eq!(head.into_kept(), b"0000|0001|");
     }
 }

@@ -198,7 +198,7 @@ impl Git {
             sandbox: self.sandbox.clone(),
         };
         let listed = process::run(ctx, probe, PROBE_CAP).await?;
-        if listed.code != Some(0) || listed.dropped > 0 {
+        if listed.code != Some(0) || listed.stdout_total > listed.stdout.len() {
             let why = String::from_utf8_lossy(&listed.stderr);
             return Err(super::failed(
                 "git",

@@ -137,6 +137,17 @@ fn tool_temp_root(data_dir: &std::path::Path) -> Result<std::path::PathBuf, Exec
         .map_err(|e| {
             ExecutorError::Config(format!("the tools' temp dir {}: {e}", root.display()))
         })?;
+    // Each call's `TMPDIR` is `<root>/tf-<12 characters>`.
+    let longest = root.as_os_str().len() + "/tf-000000000000".len();
+    if longest > tools::native::TEMP_PATH_ROOM {
+        warn!(
+            temp_dir = %root.display(),
+            "the tools' TMPDIR will be {longest} bytes long, more than {}: programs that make \
+             Unix sockets there (Python's multiprocessing) may fail with \"AF_UNIX path too \
+             long\"; a shorter --data-dir avoids it",
+            tools::native::TEMP_PATH_ROOM
+        );
+    }
     Ok(root)
 }
 

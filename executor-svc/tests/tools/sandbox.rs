@@ -64,7 +64,7 @@ async fn python_writes_inside_the_workspace_and_its_temp_dir_but_not_outside() {
         .find(|l| l.starts_with("tmp "))
         .expect("tmp line");
     let tmpdir = tmp_line.split_whitespace().nth(2).expect("TMPDIR");
-    assert!(tmpdir.contains("taskforce-tool-"), "{text}");
+    assert!(tmpdir.contains("/tf-"), "{text}");
     for _ in 0..50 {
         if !Path::new(tmpdir).exists() {
             break;

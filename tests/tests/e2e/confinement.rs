@@ -15,7 +15,7 @@ const SECRET: &str = "ghp-confinement-test-secret-0123456789";
 /// port and pid are in `target.txt` in its workspace.
 fn probe_code(outside: &str) -> String {
     format!(
-        "import os, socket\n\
+        "import os, socket, tempfile\n\
          port, pid = open('target.txt').read().split()\n\
          print('SECRET-SEEN' if any('{SECRET}' in v for v in os.environ.values()) else 'NO-SECRET')\n\
          try:\n    open({outside:?}, 'w').write('x')\n    print('WROTE-OUTSIDE')\n\
@@ -32,7 +32,9 @@ fn probe_code(outside: &str) -> String {
          except OSError as e:\n    print('ENVIRON-REFUSED', e.errno)\n\
          print('CAPS', [l.split()[1] for l in open('/proc/self/status') if l.startswith(('CapEff', 'CapBnd'))])\n\
          print('TMPDIR=' + os.environ['TMPDIR'])\n\
-         for name, path in (('KEY', '../../state_token.key'), ('OTHER', '../neighbour/notes.txt'), ('OTHER-TMP', '../../tmp/taskforce-tool-other/data.csv')):\n    try:\n        open(path, 'rb').read()\n        print('READ-' + name)\n    except OSError as e:\n        print(name + '-REFUSED', e.errno)\n\
+         try:\n    d = tempfile.mkdtemp(prefix='pymp-')\n    s = socket.socket(socket.AF_UNIX)\n    s.bind(os.path.join(d, 'listener-abcdefgh'))\n    s.close()\n    print('UNIX-SOCKET-BOUND')\n\
+         except OSError as e:\n    print('UNIX-SOCKET-FAILED', e)\n\
+         for name, path in (('KEY', '../../state_token.key'), ('OTHER', '../neighbour/notes.txt'), ('OTHER-TMP', '../../tmp/tf-other/data.csv')):\n    try:\n        open(path, 'rb').read()\n        print('READ-' + name)\n    except OSError as e:\n        print(name + '-REFUSED', e.errno)\n\
          print('ETC-READ' if open('/etc/hostname').read() is not None else 'ETC-REFUSED')\n\
          open('inside.txt', 'w').write('ok')\n\
          print('WROTE-INSIDE')\n"
@@ -62,7 +64,7 @@ async fn python_sees_no_secrets_and_writes_only_in_its_workspace() {
     std::fs::create_dir_all(&neighbour).expect("neighbour");
     std::fs::write(neighbour.join("notes.txt"), "private").expect("neighbour's notes");
     // And another call's temp dir, where the executor makes them (tools audit 11 F5).
-    let other_tmp = stack.executor_data_dir().join("tmp/taskforce-tool-other");
+    let other_tmp = stack.executor_data_dir().join("tmp/tf-other");
     std::fs::create_dir_all(&other_tmp).expect("other call's temp dir");
     std::fs::write(other_tmp.join("data.csv"), "alice,4111").expect("other call's file");
     let registry_pid = stack.registry_pid().expect("registry pid");
@@ -86,7 +88,9 @@ async fn python_sees_no_secrets_and_writes_only_in_its_workspace() {
     assert!(output.contains("NO-SECRET"), "{output}");
     assert!(!output.contains(SECRET), "{output}");
     assert!(output.contains("WROTE-INSIDE"), "{output}");
-    let tmp_root = stack.executor_data_dir().join("tmp/taskforce-tool-");
+    // Python's multiprocessing makes its sockets in TMPDIR: the path leaves room for them.
+    assert!(output.contains("UNIX-SOCKET-BOUND"), "{output}");
+    let tmp_root = stack.executor_data_dir().join("tmp/tf-");
     assert!(
         output.contains(&format!("TMPDIR={}", tmp_root.display())),
         "each call's temp dir is in the data dir: {output}"

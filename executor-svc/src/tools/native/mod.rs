@@ -59,6 +59,7 @@ pub use html::html_to_text;
 pub use python::{Powershell, Python, powershell_available};
 pub use sandbox::{
     ConnectPorts, LandlockState, ResourceLimits, Sandbox, SandboxConfig, SandboxError, SandboxMode,
+    TEMP_PATH_ROOM,
 };
 pub use search::WebSearch;
 

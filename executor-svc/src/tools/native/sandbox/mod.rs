@@ -310,14 +310,30 @@ pub(crate) struct TempDir {
     path: PathBuf,
 }
 
+/// The longest `TMPDIR` with room for the Unix sockets programs make in it (108 bytes in all,
+/// `/pymp-xxxxxxxx/listener-xxxxxxxx` for Python's multiprocessing): a longer one only earns
+/// a warning at start.
+pub const TEMP_PATH_ROOM: usize = 70;
+
 impl TempDir {
+    /// A new dir in `root` (or the system's temp dir), with a short name: its path must leave
+    /// room for a Unix socket's ([`TEMP_PATH_ROOM`]).
     fn new(root: Option<&Path>) -> std::io::Result<Self> {
         use std::os::unix::fs::DirBuilderExt;
-        let path = root
-            .map_or_else(std::env::temp_dir, Path::to_path_buf)
-            .join(format!("taskforce-tool-{}", uuid::Uuid::new_v4().simple()));
-        std::fs::DirBuilder::new().mode(0o700).create(&path)?;
-        Ok(Self { path })
+        let root = root.map_or_else(std::env::temp_dir, Path::to_path_buf);
+        // 48 random bits in a directory only this executor writes; a clash is tried again.
+        let mut attempts = 0;
+        loop {
+            let id = uuid::Uuid::new_v4().simple().to_string();
+            let path = root.join(format!("tf-{}", &id[..12]));
+            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+                Ok(()) => return Ok(Self { path }),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempts < 8 => {
+                    attempts += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 }
 

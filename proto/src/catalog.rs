@@ -100,12 +100,15 @@ pub fn orchestration_tools() -> Vec<NativeTool> {
                           ({success, result, patch, new_facts} or {success: false, need_user_input})",
             requires_approval: false,
             risk: RiskLevel::Medium,
-            parameters_schema: object(
+            parameters_schema: open_object(
                 json!({
                     "agent_name": { "type": "string", "description": "The sub-agent's id" },
                     "task": { "type": "string", "description": "What the sub-agent should do" },
                     "task_id": { "type": "string", "description": "The plan task this works on (created when absent)" },
                     "inputs": { "type": "object", "description": "Inputs for the sub-agent" },
+                    "shared_context": { "type": "object", "description": "Context shared with the sub-agent" },
+                    "resume_token": { "type": "string", "description": "Resumes a sub-agent that asked for input (its need_user_input's resume_token)" },
+                    "answers": { "type": "object", "description": "The answers to its questions, by key (with resume_token)" },
                     "allowed_tools": { "type": "array", "items": { "type": "string" }, "description": "Narrow the sub-agent's tools to these" },
                     "budget": { "type": "object", "properties": {
                         "max_steps": { "type": "integer", "minimum": 1 },
@@ -120,7 +123,7 @@ pub fn orchestration_tools() -> Vec<NativeTool> {
                           update, link_dep, unlink_dep); applies whole or not at all",
             requires_approval: false,
             risk: RiskLevel::Low,
-            parameters_schema: object(
+            parameters_schema: open_object(
                 json!({
                     "base_version": { "type": "integer", "minimum": 1, "description": "The plan version the ops were written against (default: the current one)" },
                     "ops": { "type": "array", "items": patch_op_schema() }
@@ -134,11 +137,21 @@ pub fn orchestration_tools() -> Vec<NativeTool> {
 /// An arguments object: the tools refuse a field they do not take (naming it), rather than
 /// ignore it (a `cwd` the model thought it set).
 fn object(properties: Value, required: &[&str]) -> Value {
+    with_extras(properties, required, false)
+}
+
+/// An arguments object whose extra fields are ignored: the orchestration tools, as seed 003
+/// gives its agent tools (`additionalProperties: true`).
+fn open_object(properties: Value, required: &[&str]) -> Value {
+    with_extras(properties, required, true)
+}
+
+fn with_extras(properties: Value, required: &[&str], extras: bool) -> Value {
     json!({
         "type": "object",
         "properties": properties,
         "required": required,
-        "additionalProperties": false
+        "additionalProperties": extras
     })
 }
 
@@ -286,6 +299,26 @@ mod tests {
         assert_eq!(names, ORCHESTRATION_TOOL_NAMES);
         assert!(is_catalog_tool("delegate_to_agent") && !is_native_tool("delegate_to_agent"));
         assert!(is_catalog_tool("web_search") && !is_catalog_tool("agent_x"));
+    }
+
+    #[test]
+    fn native_tools_refuse_extra_fields_and_orchestration_tools_ignore_them() {
+        // As the tools parse them: native arguments deny unknown fields, the orchestration
+        // tools (seed 003's agent tools) take extra ones and ignore them.
+        for t in native_tools() {
+            assert_eq!(
+                t.parameters_schema["additionalProperties"], false,
+                "{}",
+                t.name
+            );
+        }
+        for t in orchestration_tools() {
+            assert_eq!(
+                t.parameters_schema["additionalProperties"], true,
+                "{}",
+                t.name
+            );
+        }
     }
 
     #[test]

@@ -71,6 +71,13 @@ pub(crate) fn check(args: &[String], root: &Path) -> Result<Checked, Refusal> {
     for (option, dir) in globals.dirs {
         base = inside(root, &base, dir)
             .ok_or_else(|| refuse(option, format!("`{dir}` is outside the workspace")))?;
+        // git would fail to change to it, after a configuration check that could not run there.
+        if !base.is_dir() {
+            return Err(refuse(
+                option,
+                format!("`{dir}` is not a directory in the workspace"),
+            ));
+        }
     }
     let i = globals.subcommand;
     let Some(name) = args.get(i) else {
@@ -542,6 +549,8 @@ mod tests {
             let r = run(&root, a).expect_err(&format!("{a:?} passed"));
             assert!(r.reason.contains("outside"), "{a:?}: {r}");
         }
+        let r = run(&root, &["-C", "missing", "status"]).expect_err("a missing -C passed");
+        assert!(r.reason.contains("`missing` is not a directory"), "{r}");
     }
 
     #[test]

@@ -273,33 +273,38 @@ async fn a_directory_swapped_for_a_symlink_between_check_and_open_never_leaks_or
         let (stop, ws, outside) = (Arc::clone(&stop), d.ws.clone(), d.outside.clone());
         std::thread::spawn(move || {
             let (real, stash) = (ws.join("real"), ws.join("stash"));
+            let mut n = 0u32;
             while !stop.load(Ordering::Relaxed) {
                 let _ = std::fs::rename(&real, &stash);
                 let _ = symlink(&outside, &real);
                 let _ = std::fs::remove_file(&real);
                 let _ = std::fs::rename(&stash, &real);
-                // Leave `real` in place a moment, so reads also get through on a busy machine.
-                std::thread::sleep(std::time::Duration::from_micros(50));
+                // Leave `real` in place a moment, now and then a longer one, so reads also get
+                // through on a busy machine.
+                n = n.wrapping_add(1);
+                let pause = if n.is_multiple_of(16) { 2_000 } else { 50 };
+                std::thread::sleep(std::time::Duration::from_micros(pause));
             }
         })
     };
+    let (read, write) = (tool("file_read"), tool("file_write"));
     let mut read_ok = 0;
-    // At least 300 rounds, and on until one read got through (the race was exercised).
-    for round in 0..5000 {
-        if round >= 300 && read_ok > 0 {
+    // At least 300 rounds, and on until one read got through (the race was exercised), for a
+    // minute at most.
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    for round in 0.. {
+        if (round >= 300 && read_ok > 0) || std::time::Instant::now() > give_up {
             break;
         }
         if let Ok(executor_svc::tools::ToolOutcome::Output {
             content,
             is_error: false,
-        }) = tool("file_read")
-            .call(&c, json!({ "path": "real/f.txt" }))
-            .await
+        }) = read.call(&c, json!({ "path": "real/f.txt" })).await
         {
             assert_eq!(content, "inside", "read through the swapped link");
             read_ok += 1;
         }
-        let _ = tool("file_write")
+        let _ = write
             .call(&c, json!({ "path": "real/w.txt", "content": "x" }))
             .await;
     }

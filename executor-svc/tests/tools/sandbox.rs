@@ -450,6 +450,11 @@ async fn a_call_that_reaches_another_repository_checks_its_configuration_and_rem
         "{refused}"
     );
     ok_text(run(json!(["-C", "repo", "log", "--oneline"])).await);
+    // Listing the remotes reaches none of them.
+    let listed = ok_text(run(json!(["-C", "repo", "remote", "-v"])).await);
+    assert!(listed.contains("out") && listed.contains("up"), "{listed}");
+    let refused = format!("{:?}", run(json!(["-C", "repo", "remote", "update"])).await);
+    assert!(refused.contains("`remote.out.url`"), "{refused}");
 }
 
 #[tokio::test]

@@ -111,9 +111,27 @@ pub(crate) fn check(args: &[String], root: &Path) -> Result<Checked, Refusal> {
     Ok(Checked {
         dir: base,
         subcommand: Some(sub.name),
-        reaches: sub.url != Url::No,
+        reaches: reaches(sub, rest, &positionals),
         local_urls,
     })
+}
+
+/// Whether the subcommand talks to other repositories: every one that takes a URL, but
+/// `remote` only when it fetches (`add -f`, `update`) or asks the remote (`show`, `prune`,
+/// `set-head`), not when it lists or edits names.
+fn reaches(sub: &Sub, args: &[String], positionals: &[&str]) -> bool {
+    match sub.url {
+        Url::No => false,
+        Url::First => true,
+        Url::Remote => match positionals.first() {
+            Some(&("update" | "show" | "prune" | "set-head")) => true,
+            // `-f`, also in a cluster (`-fv`); a `-t` value with an f in it errs on the safe side.
+            Some(&"add") => args
+                .iter()
+                .any(|a| a.starts_with('-') && !a.starts_with("--") && a.contains('f')),
+            _ => false,
+        },
+    }
 }
 
 /// Where the subcommand is in `args`, past the global options and their values; `None` when

@@ -1,5 +1,5 @@
-//! `taskforce-sandbox`: confines itself (resource limits, Landlock or bubblewrap) and `exec`s a
-//! tool's program. The executor starts every `python`, `git` and `powershell` subprocess through
+//! `taskforce-sandbox`: confines itself (resource limits, Landlock or bubblewrap) and runs a
+//! tool's program, killing what it leaves outside its process group when it ends. The executor starts every `python`, `git` and `powershell` subprocess through
 //! it; see `executor_svc::tools::native::sandbox::launcher`.
 
 fn main() -> std::process::ExitCode {

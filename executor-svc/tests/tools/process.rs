@@ -328,6 +328,48 @@ async fn a_program_that_leaves_a_background_process_ends_the_call_when_it_ends()
 }
 
 #[tokio::test]
+async fn processes_that_left_the_group_do_not_outlive_the_call() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = ctx_with(dir.path(), Duration::from_secs(20), 64 * 1024);
+    // A new session (as a server started with start_new_session=True), and a daemon made the
+    // classic way (fork, setsid, fork again, the middle one exits): neither is in the call's
+    // process group, and neither holds the output.
+    let code = r#"
+import os, subprocess
+p = subprocess.Popen(["sleep", "60"], start_new_session=True,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+r, w = os.pipe()
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.close(r)
+        for fd in (0, 1, 2):
+            os.close(fd)
+        os.write(w, str(os.getpid()).encode())
+        os.close(w)
+        import time
+        time.sleep(60)
+        os._exit(0)
+    os._exit(0)
+os.close(w)
+daemon = os.read(r, 32).decode()
+print(p.pid, daemon)
+"#;
+    let text = ok_text(tool("python").call(&c, json!({ "code": code })).await);
+    let pids: Vec<u32> = text
+        .lines()
+        .find(|l| l.chars().next().is_some_and(|ch| ch.is_ascii_digit()))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    assert_eq!(pids.len(), 2, "{text}");
+    for pid in pids {
+        assert!(dies(pid).await, "{pid} outlived the call: {text}");
+    }
+}
+
+#[tokio::test]
 async fn a_timeout_of_zero_seconds_is_refused_naming_the_field() {
     let dir = tempfile::tempdir().expect("tempdir");
     let c = ctx_with(dir.path(), Duration::from_secs(10), 64 * 1024);

@@ -1,7 +1,9 @@
 //! `taskforce-sandbox`, the launcher every `python`, `git` and `powershell` subprocess starts
 //! through: it confines itself (resource limits; Landlock, or bubblewrap; the TCP ports it may
-//! connect to; no capabilities) with safe APIs, then `exec`s the real program, which inherits
-//! the confinement. The workspace forbids `unsafe`, so a `pre_exec` hook in the executor is not
+//! connect to; no capabilities) with safe APIs, then runs the real program as its child, which
+//! inherits the confinement, and exits as it did. It is the program's child subreaper: when the
+//! program ends, whatever it started that left the process group (`setsid()`, a double fork)
+//! is killed, since the executor's kill of the group would miss it. The workspace forbids `unsafe`, so a `pre_exec` hook in the executor is not
 //! an option; a separate program is.
 //!
 //! Exit codes follow the shell's: 126 when the sandbox could not be set up, 127 when the program
@@ -9,7 +11,6 @@
 
 use std::{
     ffi::OsString,
-    os::unix::process::CommandExt,
     path::{Path, PathBuf},
     process::{Command, ExitCode},
 };
@@ -131,16 +132,111 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             );
         }
     }
-    let e = Command::new(&program).args(&rest).exec();
-    let code = if e.kind() == std::io::ErrorKind::NotFound {
-        EXIT_NOT_FOUND
-    } else {
-        EXIT_SETUP
+    // The program runs as the launcher's child rather than in its place, so that what it leaves
+    // behind comes back here (a child subreaper) and can be found when it ends.
+    if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+        return fail(EXIT_SETUP, &format!("cannot become a child subreaper: {e}"));
+    }
+    let mut child = match Command::new(&program).args(&rest).spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            let code = if e.kind() == std::io::ErrorKind::NotFound {
+                EXIT_NOT_FOUND
+            } else {
+                EXIT_SETUP
+            };
+            return fail(
+                code,
+                &format!("cannot run {}: {e}", Path::new(&program).display()),
+            );
+        }
     };
-    fail(
-        code,
-        &format!("cannot run {}: {e}", Path::new(&program).display()),
-    )
+    let status = loop {
+        match child.wait() {
+            Ok(status) => break status,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return fail(EXIT_SETUP, &format!("cannot wait for the program: {e}")),
+        }
+    };
+    kill_escaped();
+    exit_as(status)
+}
+
+/// Once the program has ended, kills every process it left that is no longer in the launcher's
+/// process group (`setsid()`, a double fork, `start_new_session=True`): the executor ends the
+/// group itself (giving a server that keeps the output open a moment), but a process that left
+/// it would outlive the call. Costs nothing when the program left nothing running.
+fn kill_escaped() {
+    use nix::{
+        errno::Errno,
+        sys::{
+            signal::{Signal, kill},
+            wait::{WaitPidFlag, WaitStatus, waitpid},
+        },
+        unistd::{Pid, getpgrp, getpid},
+    };
+    // Reap what has ended; no child left means no descendant left (an orphan comes here).
+    loop {
+        match waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) => break,
+            Err(Errno::EINTR) | Ok(_) => {}
+            Err(_) => return,
+        }
+    }
+    let (me, group) = (getpid().as_raw(), getpgrp().as_raw());
+    // A process may fork while it is found: look again until a look finds none.
+    for _ in 0..16 {
+        let table = process_table();
+        let mut escaped = Vec::new();
+        let mut frontier = vec![me];
+        while let Some(parent) = frontier.pop() {
+            for &(pid, _, pgrp) in table.iter().filter(|(_, ppid, _)| *ppid == parent) {
+                frontier.push(pid);
+                if pgrp != group {
+                    escaped.push(pid);
+                }
+            }
+        }
+        if escaped.is_empty() {
+            return;
+        }
+        for pid in escaped {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+}
+
+/// Every process's (pid, parent pid, process group), from `/proc/<pid>/stat`.
+fn process_table() -> Vec<(i32, i32, i32)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|entry| {
+        let pid: i32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // `pid (comm) state ppid pgrp ...`: the name may hold spaces and parentheses.
+        let mut rest = stat.get(stat.rfind(')')? + 1..)?.split_whitespace().skip(1);
+        let ppid = rest.next()?.parse().ok()?;
+        let pgrp = rest.next()?.parse().ok()?;
+        Some((pid, ppid, pgrp))
+    })
+    .collect()
+}
+
+/// Ends the launcher as the program ended: with its exit code, or by the signal that killed it
+/// (the executor reports which: the CPU limit's SIGXCPU or SIGKILL); no core dump is written,
+/// the limits say so.
+fn exit_as(status: std::process::ExitStatus) -> ExitCode {
+    use std::os::unix::process::ExitStatusExt;
+    if let Some(code) = status.code() {
+        return ExitCode::from(u8::try_from(code & 0xff).unwrap_or(EXIT_SETUP));
+    }
+    let signal = status.signal().unwrap_or(9);
+    if let Ok(sig) = nix::sys::signal::Signal::try_from(signal) {
+        let _ = nix::sys::signal::raise(sig);
+    }
+    // A signal the launcher ignores (SIGPIPE: Rust ignores it) ends it the shell's way.
+    ExitCode::from(u8::try_from((128 + signal) & 0xff).unwrap_or(EXIT_SETUP))
 }
 
 /// Closes every descriptor above stderr. Rust opens its own with close-on-exec, but whatever

@@ -1,7 +1,7 @@
 //! Confining the subprocess tools (`python`, `git`, `powershell`): every program starts through
 //! the [`launcher`] (`taskforce-sandbox`, installed next to the executor), which lowers its
-//! resource limits and confines its writes to the workspace and a per-call temp dir, then
-//! `exec`s it.
+//! resource limits and confines its writes to the workspace and a per-call temp dir, then runs
+//! it as its child, and when it ends kills what it left outside its process group.
 //!
 //! The mode comes from `TASKFORCE_TOOL_SANDBOX`: `landlock` (the default; best effort on a
 //! kernel without Landlock, which is logged once, unless `TASKFORCE_TOOL_SANDBOX_REQUIRE=1`),

@@ -370,6 +370,27 @@ print(p.pid, daemon)
 }
 
 #[tokio::test]
+async fn a_timeout_also_kills_what_left_the_group_and_the_program_blocks_no_signal() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = ctx_with(dir.path(), Duration::from_secs(3), 64 * 1024);
+    let code = r#"
+import os, signal, subprocess, time
+print("mask", signal.pthread_sigmask(signal.SIG_BLOCK, []), flush=True)
+p = subprocess.Popen(["sleep", "60"], start_new_session=True,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+open("escaped.pid", "w").write(str(p.pid))
+time.sleep(60)
+"#;
+    let r = tool("python").call(&c, json!({ "code": code })).await;
+    let text = format!("{r:?}");
+    assert!(text.contains("timed out"), "{text}");
+    // As a shell's child would, the program starts with no signal blocked.
+    assert!(text.contains("mask set()"), "{text}");
+    let escaped = pid_from(dir.path(), "escaped.pid").await;
+    assert!(dies(escaped).await, "{escaped} outlived the timed-out call");
+}
+
+#[tokio::test]
 async fn a_timeout_of_zero_seconds_is_refused_naming_the_field() {
     let dir = tempfile::tempdir().expect("tempdir");
     let c = ctx_with(dir.path(), Duration::from_secs(10), 64 * 1024);

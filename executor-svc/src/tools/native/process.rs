@@ -24,6 +24,9 @@ use tracing::{debug, warn};
 use super::{failed, sandbox::Sandbox};
 use crate::tools::{ToolContext, ToolError, ToolOutcome};
 
+/// How long the launcher may take to end what is below it before the group is killed.
+const LAUNCHER_GRACE: Duration = Duration::from_millis(500);
+
 /// How long reaping a killed process group may take before it is left to `KillOnDrop`.
 const REAP_GRACE: Duration = Duration::from_secs(2);
 
@@ -321,7 +324,8 @@ pub(crate) async fn run(
             })
         }
         Err(e) => {
-            kill_group(tool, pid, guard.child.as_mut()).await;
+            let launched = spec.sandbox.mode() != super::sandbox::SandboxMode::None;
+            kill_group(tool, pid, guard.child.as_mut(), launched).await;
             guard.ended = true;
             Err(with_partial_output(e, &out, &err, cap))
         }
@@ -369,7 +373,19 @@ impl Drop for GroupGuard {
 }
 
 /// Kills the whole group and reaps it, bounded; `KillOnDrop` is the backstop.
-async fn kill_group(tool: &str, pid: Option<u32>, child: &mut dyn ChildWrapper) {
+async fn kill_group(tool: &str, pid: Option<u32>, child: &mut dyn ChildWrapper, launched: bool) {
+    // The launcher first, alone: it kills what the program started outside the group, which
+    // the group's kill would miss (see the launcher's `kill_below`).
+    if launched
+        && let Some(raw) = pid.and_then(|p| i32::try_from(p).ok())
+        && nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(raw),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .is_ok()
+    {
+        let _ = tokio::time::timeout(LAUNCHER_GRACE, leader(child).wait()).await;
+    }
     if let Err(e) = child.start_kill() {
         warn!(tool, pid, error = %e, "could not kill the subprocess group");
         return;

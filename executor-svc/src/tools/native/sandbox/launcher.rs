@@ -151,6 +151,20 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             );
         }
     };
+    // SIGTERM (the executor's, at a timeout or a cancel, just before it kills the group) ends
+    // everything below the launcher first, escaped or not: once the launcher is gone, what the
+    // program left would go to init. Blocked only once the program has started, which inherits
+    // the mask; one arriving before that ends the launcher as it did before.
+    let mut term = nix::sys::signal::SigSet::empty();
+    term.add(nix::sys::signal::Signal::SIGTERM);
+    if term.thread_block().is_ok() {
+        std::thread::spawn(move || {
+            if term.wait().is_ok() {
+                kill_below(false);
+                std::process::exit(128 + 15);
+            }
+        });
+    }
     let status = loop {
         match child.wait() {
             Ok(status) => break status,
@@ -158,15 +172,16 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             Err(e) => return fail(EXIT_SETUP, &format!("cannot wait for the program: {e}")),
         }
     };
-    kill_escaped();
+    kill_below(true);
     exit_as(status)
 }
 
-/// Once the program has ended, kills every process it left that is no longer in the launcher's
-/// process group (`setsid()`, a double fork, `start_new_session=True`): the executor ends the
-/// group itself (giving a server that keeps the output open a moment), but a process that left
-/// it would outlive the call. Costs nothing when the program left nothing running.
-fn kill_escaped() {
+/// Kills the processes below the launcher: once the program has ended, those that are no
+/// longer in the launcher's process group (`only_escaped`: `setsid()`, a double fork,
+/// `start_new_session=True`; the executor ends the group itself, giving a server that keeps
+/// the output open a moment, but a process that left it would outlive the call), or all of
+/// them. Costs nothing when nothing is left running.
+fn kill_below(only_escaped: bool) {
     use nix::{
         errno::Errno,
         sys::{
@@ -192,7 +207,7 @@ fn kill_escaped() {
         while let Some(parent) = frontier.pop() {
             for &(pid, _, pgrp) in table.iter().filter(|(_, ppid, _)| *ppid == parent) {
                 frontier.push(pid);
-                if pgrp != group {
+                if pgrp != group || !only_escaped {
                     escaped.push(pid);
                 }
             }

@@ -328,16 +328,17 @@ async fn a_program_that_leaves_a_background_process_ends_the_call_when_it_ends()
 }
 
 #[tokio::test]
-async fn processes_that_left_the_group_do_not_outlive_the_call() {
+async fn processes_the_program_leaves_do_not_outlive_the_call() {
     let dir = tempfile::tempdir().expect("tempdir");
     let c = ctx_with(dir.path(), Duration::from_secs(20), 64 * 1024);
-    // A new session (as a server started with start_new_session=True), and a daemon made the
-    // classic way (fork, setsid, fork again, the middle one exits): neither is in the call's
-    // process group, and neither holds the output.
+    // A new session (as a server started with start_new_session=True), a daemon made the
+    // classic way (fork, setsid, fork again, the middle one exits), neither in the call's
+    // process group, and a quiet background process in it: none holds the output.
     let code = r#"
 import os, subprocess
 p = subprocess.Popen(["sleep", "60"], start_new_session=True,
                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+q = subprocess.Popen(["sleep", "60"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 r, w = os.pipe()
 if os.fork() == 0:
     os.setsid()
@@ -353,7 +354,7 @@ if os.fork() == 0:
     os._exit(0)
 os.close(w)
 daemon = os.read(r, 32).decode()
-print(p.pid, daemon)
+print(p.pid, daemon, q.pid)
 "#;
     let text = ok_text(tool("python").call(&c, json!({ "code": code })).await);
     let pids: Vec<u32> = text
@@ -363,7 +364,7 @@ print(p.pid, daemon)
         .split_whitespace()
         .filter_map(|p| p.parse().ok())
         .collect();
-    assert_eq!(pids.len(), 2, "{text}");
+    assert_eq!(pids.len(), 3, "{text}");
     for pid in pids {
         assert!(dies(pid).await, "{pid} outlived the call: {text}");
     }

@@ -137,6 +137,7 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
         return fail(EXIT_SETUP, &format!("cannot become a child subreaper: {e}"));
     }
+    let outputs = own_outputs();
     let mut child = match Command::new(&program).args(&rest).spawn() {
         Ok(child) => child,
         Err(e) => {
@@ -160,7 +161,7 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     if term.thread_block().is_ok() {
         std::thread::spawn(move || {
             if term.wait().is_ok() {
-                kill_below(false);
+                kill_below(true, &[]);
                 std::process::exit(128 + 15);
             }
         });
@@ -172,16 +173,18 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             Err(e) => return fail(EXIT_SETUP, &format!("cannot wait for the program: {e}")),
         }
     };
-    kill_below(true);
+    kill_below(false, &outputs);
     exit_as(status)
 }
 
-/// Kills the processes below the launcher: once the program has ended, those that are no
-/// longer in the launcher's process group (`only_escaped`: `setsid()`, a double fork,
-/// `start_new_session=True`; the executor ends the group itself, giving a server that keeps
-/// the output open a moment, but a process that left it would outlive the call), or all of
-/// them. Costs nothing when nothing is left running.
-fn kill_below(only_escaped: bool) {
+/// Kills the processes below the launcher: all of them (`all`), or once the program has ended,
+/// those that would outlive the call: the ones no longer in the launcher's process group
+/// (`setsid()`, a double fork, `start_new_session=True`), which the executor's kill of the
+/// group misses, and the ones that do not hold the call's output (`outputs`), which the
+/// executor no longer waits for. A process still holding the output is left to the executor,
+/// which gives it a second and then kills the group (a server the program started). Costs
+/// nothing when nothing is left running.
+fn kill_below(all: bool, outputs: &[PathBuf]) {
     use nix::{
         errno::Errno,
         sys::{
@@ -190,39 +193,68 @@ fn kill_below(only_escaped: bool) {
         },
         unistd::{Pid, getpgrp, getpid},
     };
-    // Reap what has ended; no child left means no descendant left (an orphan comes here).
-    loop {
+    let reap = || loop {
         match waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::StillAlive) => break,
+            Ok(WaitStatus::StillAlive) => return true,
             Err(Errno::EINTR) | Ok(_) => {}
-            Err(_) => return,
+            // No child left means no descendant left (an orphan comes here).
+            Err(_) => return false,
         }
-    }
+    };
     let (me, group) = (getpid().as_raw(), getpgrp().as_raw());
     // A process may fork while it is found: look again until a look finds none.
     for _ in 0..16 {
+        if !reap() {
+            return;
+        }
         let table = process_table();
-        let mut escaped = Vec::new();
+        let mut doomed = Vec::new();
         let mut frontier = vec![me];
         while let Some(parent) = frontier.pop() {
-            for &(pid, _, pgrp) in table.iter().filter(|(_, ppid, _)| *ppid == parent) {
-                frontier.push(pid);
-                if pgrp != group || !only_escaped {
-                    escaped.push(pid);
+            for p in table.iter().filter(|p| p.ppid == parent) {
+                frontier.push(p.pid);
+                if all || p.pgrp != group || !holds_any(p.pid, outputs) {
+                    doomed.push(p.pid);
                 }
             }
         }
-        if escaped.is_empty() {
+        if doomed.is_empty() {
             return;
         }
-        for pid in escaped {
+        for pid in doomed {
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
         }
     }
 }
 
-/// Every process's (pid, parent pid, process group), from `/proc/<pid>/stat`.
-fn process_table() -> Vec<(i32, i32, i32)> {
+/// What the launcher's stdout and stderr are (`pipe:[…]`), to know who still holds them.
+fn own_outputs() -> Vec<PathBuf> {
+    [1, 2]
+        .iter()
+        .filter_map(|fd| std::fs::read_link(format!("/proc/self/fd/{fd}")).ok())
+        .filter(|target| target.to_string_lossy().starts_with("pipe:"))
+        .collect()
+}
+
+/// Whether process `pid` has one of `targets` open (unknown counts as no).
+fn holds_any(pid: i32, targets: &[PathBuf]) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.filter_map(Result::ok)
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .any(|target| targets.contains(&target))
+}
+
+/// One live process, from `/proc/<pid>/stat`.
+struct Proc {
+    pid: i32,
+    ppid: i32,
+    pgrp: i32,
+}
+
+/// Every live process (zombies, already killed, left out).
+fn process_table() -> Vec<Proc> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -230,10 +262,13 @@ fn process_table() -> Vec<(i32, i32, i32)> {
         let pid: i32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
         // `pid (comm) state ppid pgrp ...`: the name may hold spaces and parentheses.
-        let mut rest = stat.get(stat.rfind(')')? + 1..)?.split_whitespace().skip(1);
+        let mut rest = stat.get(stat.rfind(')')? + 1..)?.split_whitespace();
+        if matches!(rest.next()?, "Z" | "X") {
+            return None;
+        }
         let ppid = rest.next()?.parse().ok()?;
         let pgrp = rest.next()?.parse().ok()?;
-        Some((pid, ppid, pgrp))
+        Some(Proc { pid, ppid, pgrp })
     })
     .collect()
 }

@@ -302,6 +302,32 @@ fn plain_git(dir: &Path, args: &[&str]) -> bool {
         .success()
 }
 
+/// A workspace and the `git` tool working in it.
+struct GitWorkspace {
+    dir: tempfile::TempDir,
+    ctx: executor_svc::tools::ToolContext,
+    git: std::sync::Arc<dyn executor_svc::tools::Tool>,
+}
+
+impl GitWorkspace {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        Self {
+            ctx: ctx(dir.path()),
+            git: tool_with(&config(), "git"),
+            dir,
+        }
+    }
+
+    /// One call of the tool with `args`.
+    async fn run(
+        &self,
+        args: serde_json::Value,
+    ) -> Result<executor_svc::tools::ToolOutcome, ToolError> {
+        self.git.call(&self.ctx, json!({ "args": args })).await
+    }
+}
+
 /// Appends `text` to the file at `path`.
 fn append(path: &Path, text: &str) {
     use std::io::Write;
@@ -314,13 +340,8 @@ fn append(path: &Path, text: &str) {
 
 #[tokio::test]
 async fn git_never_enters_a_nested_repository_whose_configuration_it_did_not_check() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let c = ctx(dir.path());
-    let git = tool_with(&config(), "git");
-    let run = |args: serde_json::Value| {
-        let (git, c) = (git.clone(), &c);
-        async move { git.call(c, json!({ "args": args })).await }
-    };
+    let ws = GitWorkspace::new();
+    let (dir, run) = (&ws.dir, |args| ws.run(args));
     ok_text(run(json!(["init", "-q", "-b", "main"])).await);
     // A repository nested in the workspace's, whose files pass through a "clean filter" that
     // its own configuration names: git status in it runs the program.
@@ -390,47 +411,55 @@ async fn git_never_enters_a_nested_repository_whose_configuration_it_did_not_che
 
 #[tokio::test]
 async fn a_call_that_reaches_another_repository_checks_its_configuration_and_remotes() {
-    let dir = tempfile::tempdir().expect("tempdir");
     let outside = tempfile::tempdir().expect("outside");
-    let c = ctx(dir.path());
-    let git = tool_with(&config(), "git");
-    let run = |args: serde_json::Value| {
-        let (git, c) = (git.clone(), &c);
-        async move { git.call(c, json!({ "args": args })).await }
-    };
+    let ws = GitWorkspace::new();
+    let (dir, run) = (&ws.dir, |args| ws.run(args));
     ok_text(run(json!(["init", "-q", "-b", "main", "repo"])).await);
-    ok_text(run(json!(["init", "-q", "-b", "main", "peer"])).await);
     std::fs::write(dir.path().join("repo/a.txt"), "a\n").expect("a");
     ok_text(run(json!(["-C", "repo", "add", "a.txt"])).await);
     ok_text(run(json!(["-C", "repo", "commit", "-qm", "a"])).await);
-    // A clean peer takes a push, by path and through a remote.
-    ok_text(run(json!(["-C", "repo", "push", "-q", "../peer", "main:one"])).await);
+    // A clean peer is cloned and fetched from, by path and through a remote.
+    ok_text(run(json!(["clone", "-q", "repo", "peer"])).await);
+    ok_text(run(json!(["-C", "peer", "fetch", "-q", "origin"])).await);
     ok_text(run(json!(["-C", "repo", "remote", "add", "up", "../peer"])).await);
-    ok_text(run(json!(["-C", "repo", "push", "-q", "up", "main:two"])).await);
-    let branches = ok_text(run(json!(["-C", "peer", "branch", "--list"])).await);
-    assert!(
-        branches.contains("one") && branches.contains("two"),
-        "{branches}"
-    );
+    ok_text(run(json!(["-C", "repo", "fetch", "-q", "up"])).await);
 
-    // A peer whose configuration checks pushes out (running its filters): a push to it runs git
-    // there with that configuration, so it is refused, however the peer is named.
+    // A push to a repository in the workspace would run its hooks without the tool's settings
+    // (git clears them for a local push): refused, however the repository is named.
+    for args in [
+        json!(["-C", "repo", "push", "../peer", "main:x"]),
+        json!(["-C", "repo", "push", "up", "main:x"]),
+        json!(["-C", "repo", "push", ".", "main:x"]),
+        json!(["-C", "peer", "push"]),
+    ] {
+        let refused = format!("{:?}", run(args.clone()).await);
+        assert!(
+            refused.contains("pushing to a repository inside the workspace"),
+            "{args}: {refused}"
+        );
+    }
+
+    // A peer whose configuration names a program: a call that reaches it runs git there with
+    // that configuration, so it is refused, however the peer is named.
     let peer_config = dir.path().join("peer/.git/config");
     let clean = std::fs::read_to_string(&peer_config).expect("config");
     append(
         &peer_config,
-        "[receive]\n\tdenyCurrentBranch = updateInstead\n",
+        "[uploadpack]\n\tpackObjectsHook = touch ran\n",
     );
+    std::fs::create_dir(dir.path().join("repo/sub")).expect("sub");
     for args in [
-        json!(["-C", "repo", "push", "../peer", "main"]),
-        json!(["-C", "repo", "push", "up", "main"]),
+        json!(["-C", "repo", "fetch", "../peer"]),
         json!(["-C", "repo", "fetch", "up"]),
+        json!(["-C", "repo", "pull", "up", "main"]),
         json!(["clone", "-q", "peer", "copy"]),
+        // git reads a relative URL from the top of the working tree, not from -C's directory.
+        json!(["-C", "repo/sub", "fetch", "../peer"]),
     ] {
         let refused = run(args.clone()).await;
         let text = format!("{refused:?}");
         assert!(
-            text.contains("`peer`") && text.contains("`receive.denycurrentbranch`"),
+            text.contains("`peer`") && text.contains("`uploadpack.packobjectshook`"),
             "{args}: {text}"
         );
     }
@@ -439,22 +468,71 @@ async fn a_call_that_reaches_another_repository_checks_its_configuration_and_rem
     ok_text(run(json!(["-C", "repo", "status"])).await);
     std::fs::write(&peer_config, &clean).expect("config");
 
-    // A remote written into the configuration that leads outside the workspace.
-    append(
-        &dir.path().join("repo/.git/config"),
-        &format!("[remote \"out\"]\n\turl = {}\n", outside.path().display()),
-    );
-    let refused = format!("{:?}", run(json!(["-C", "repo", "fetch", "out"])).await);
-    assert!(
-        refused.contains("`remote.out.url`") && refused.contains("outside the workspace"),
-        "{refused}"
-    );
-    ok_text(run(json!(["-C", "repo", "log", "--oneline"])).await);
+    // A remote, or a branch's remote, written into the configuration that leads outside.
+    let repo_config = dir.path().join("repo/.git/config");
+    let repo_clean = std::fs::read_to_string(&repo_config).expect("config");
+    for (hostile, named) in [
+        (
+            format!("[remote \"out\"]\n\turl = {}\n", outside.path().display()),
+            "`remote.out.url`",
+        ),
+        (
+            format!(
+                "[branch \"main\"]\n\tremote = {}\n",
+                outside.path().display()
+            ),
+            "`branch.main.remote`",
+        ),
+    ] {
+        std::fs::write(&repo_config, format!("{repo_clean}{hostile}")).expect("config");
+        let refused = format!("{:?}", run(json!(["-C", "repo", "fetch"])).await);
+        assert!(
+            refused.contains(named) && refused.contains("outside the workspace"),
+            "{refused}"
+        );
+        ok_text(run(json!(["-C", "repo", "log", "--oneline"])).await);
+    }
     // Listing the remotes reaches none of them.
     let listed = ok_text(run(json!(["-C", "repo", "remote", "-v"])).await);
-    assert!(listed.contains("out") && listed.contains("up"), "{listed}");
+    assert!(listed.contains("up"), "{listed}");
+    let outside_repo = outside.path().display().to_string();
+    std::fs::write(
+        &repo_config,
+        format!("{repo_clean}[remote \"out\"]\n\turl = {outside_repo}\n"),
+    )
+    .expect("config");
     let refused = format!("{:?}", run(json!(["-C", "repo", "remote", "update"])).await);
     assert!(refused.contains("`remote.out.url`"), "{refused}");
+}
+
+#[tokio::test]
+async fn an_operation_in_progress_is_not_resumed_from_state_that_runs_a_program() {
+    let ws = GitWorkspace::new();
+    let (dir, run) = (&ws.dir, |args| ws.run(args));
+    ok_text(run(json!(["init", "-q", "-b", "main"])).await);
+    let marker = dir.path().join("ran");
+    let state = dir.path().join(".git/rebase-merge");
+    std::fs::create_dir_all(&state).expect("state dir");
+    let todo = format!("pick 0000000 x\nexec touch {}\n", marker.display());
+    std::fs::write(state.join("git-rebase-todo"), todo).expect("todo");
+    for args in [json!(["rebase", "--continue"]), json!(["rebase", "--skip"])] {
+        let refused = format!("{:?}", run(args.clone()).await);
+        assert!(refused.contains("`exec` line"), "{args}: {refused}");
+    }
+    std::fs::write(state.join("git-rebase-todo"), "pick 0000000 x\n").expect("todo");
+    std::fs::write(state.join("strategy"), "x/evil\n").expect("strategy");
+    let refused = format!("{:?}", run(json!(["rebase", "--continue"])).await);
+    assert!(refused.contains("strategy `x/evil`"), "{refused}");
+    // Ending it is allowed (git itself may say there is nothing to end).
+    let ended = format!("{:?}", run(json!(["rebase", "--abort"])).await);
+    assert!(!ended.contains("cannot be resumed"), "{ended}");
+    std::fs::remove_dir_all(&state).expect("state");
+    let seq = dir.path().join(".git/sequencer");
+    std::fs::create_dir_all(&seq).expect("sequencer");
+    std::fs::write(seq.join("opts"), "[options]\n\tgpg-sign = -S\n").expect("opts");
+    let refused = format!("{:?}", run(json!(["cherry-pick", "--continue"])).await);
+    assert!(refused.contains("gpg-sign"), "{refused}");
+    assert!(!marker.exists());
 }
 
 #[tokio::test]

@@ -11,7 +11,7 @@ pub(super) type Spec = &'static [&'static str];
 const QUIET: Spec = &["-q", "--quiet", "-v", "--verbose"];
 #[rustfmt::skip]
 const DIFF: Spec = &[
-    "-p", "--patch", "-s", "--no-patch", "-u", "-U=", "--unified=", "--raw", "--patch-with-raw",
+    "-p", "--patch", "-s", "--no-patch", "-u", "-U?", "--unified?", "--raw", "--patch-with-raw",
     "--patch-with-stat", "--stat?", "--numstat", "--shortstat", "--dirstat?", "--summary",
     "--name-only", "--name-status", "--check", "-z", "--color?", "--no-color", "--word-diff?",
     "--word-diff-regex=", "--color-words?", "--color-moved?", "--no-color-moved", "-w",

@@ -54,6 +54,9 @@ pub(crate) struct Checked {
     pub reaches: bool,
     /// The repositories inside the workspace its arguments name as URLs.
     pub local_urls: Vec<PathBuf>,
+    /// The repository argument of `clone`, `fetch`, `pull`, `push`, `ls-remote` (a URL or a
+    /// remote's name), when given.
+    pub repository: Option<String>,
 }
 
 /// Checks git's arguments against the allowlist; `root` is the canonical workspace (git's
@@ -87,6 +90,7 @@ pub(crate) fn check(args: &[String], root: &Path) -> Result<Checked, Refusal> {
                 subcommand: None,
                 reaches: false,
                 local_urls: Vec::new(),
+                repository: None,
             })
         } else {
             Err(refuse("", "give a git subcommand such as `status`"))
@@ -113,6 +117,10 @@ pub(crate) fn check(args: &[String], root: &Path) -> Result<Checked, Refusal> {
         subcommand: Some(sub.name),
         reaches: reaches(sub, rest, &positionals),
         local_urls,
+        repository: (sub.url == Url::First)
+            .then(|| positionals.first().filter(|p| **p != "--"))
+            .flatten()
+            .map(|p| (*p).to_owned()),
     })
 }
 
@@ -199,6 +207,30 @@ fn split_global(a: &str) -> (&str, Option<&str>) {
     (name, Some(rest))
 }
 
+/// The merge strategies git has built in: any other name makes git run `git merge-<name>`, a
+/// program (or a path into the workspace, or an alias) of the model's choosing.
+pub(super) const STRATEGIES: [&str; 6] =
+    ["ort", "recursive", "resolve", "octopus", "ours", "subtree"];
+
+/// `-s`/`--strategy` of the subcommands that merge must name a built-in strategy.
+fn check_strategy(sub: &Sub, option: &str, value: &str) -> Result<(), Refusal> {
+    let merges = matches!(
+        sub.name,
+        "merge" | "pull" | "rebase" | "cherry-pick" | "revert"
+    );
+    if merges && matches!(option, "-s" | "--strategy") && !STRATEGIES.contains(&value) {
+        return Err(refuse(
+            value,
+            format!(
+                "not a built-in merge strategy (allowed: {}); another name makes git run a \
+                 program",
+                STRATEGIES.join(" ")
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Why git may not look into submodules.
 const SUBMODULES: &str = "git would run inside the submodules, with their own configuration, \
     which the git tool does not check; submodules are ignored (`--ignore-submodules=all` is \
@@ -252,10 +284,13 @@ fn check_options<'a>(
             }
             match (takes, attached) {
                 (Takes::Nothing, Some(_)) => return Err(refuse(a, "this option takes no value")),
-                (Takes::Nothing | Takes::Optional | Takes::Text, _) => {
-                    if takes == Takes::Text && attached.is_none() {
-                        it.next().ok_or_else(|| refuse(a, "it needs a value"))?;
-                    }
+                (Takes::Nothing | Takes::Optional, _) => {}
+                (Takes::Text, v) => {
+                    let v = match v {
+                        Some(v) => v,
+                        None => it.next().ok_or_else(|| refuse(a, "it needs a value"))?,
+                    };
+                    check_strategy(sub, name, v)?;
                 }
                 (Takes::Path, v) => {
                     let v = match v {
@@ -288,6 +323,8 @@ fn check_options<'a>(
                     };
                     if takes == Takes::Path {
                         path_value(a, v)?;
+                    } else {
+                        check_strategy(sub, &name, v)?;
                     }
                     break;
                 }
@@ -314,14 +351,16 @@ fn check_positionals(
             .map(|_| 2),
     };
     let mut local = Vec::new();
+    // git reads a relative URL from the top of the working tree, not from `-C`'s directory.
+    let top = repo_top(root, base);
     for (n, p) in positionals.iter().enumerate().filter(|(_, p)| **p != "--") {
         if Some(n) == url_index || (sub.url != Url::No && p.contains("::")) {
             // `fetch --multiple` takes more remotes: no refspec contains `::`.
-            local.extend(check_url(p, root, base)?);
+            local.extend(check_url(p, root, &top)?);
         } else if let Some(path) = inside(root, base, p) {
             // `fetch --multiple a b` and `push ../x`: any of them may be a repository.
             if sub.url != Url::No {
-                local.push(path);
+                local.extend(inside(root, &top, p).or(Some(path)));
             }
         } else {
             return Err(refuse(p, "it is a path outside the workspace"));
@@ -377,6 +416,17 @@ pub(super) fn check_url(url: &str, root: &Path, base: &Path) -> Result<Option<Pa
     inside(root, base, url)
         .map(Some)
         .ok_or_else(|| refuse(url, "it is a path outside the workspace"))
+}
+
+/// The top of the working tree git finds from `dir` (the nearest directory up to `root` that
+/// holds a `.git`), where it reads relative URLs from; `dir` itself when there is none (a bare
+/// repository, or no repository yet). Reads the file system.
+pub(super) fn repo_top(root: &Path, dir: &Path) -> PathBuf {
+    dir.ancestors()
+        .take_while(|a| a.starts_with(root))
+        .find(|a| a.join(".git").exists())
+        .unwrap_or(dir)
+        .to_path_buf()
 }
 
 /// `given` (relative to `base`) as a path inside `root`, following symlinks of the existing part
@@ -498,6 +548,12 @@ mod tests {
                 "--open-files-in-pager=sh",
             ),
             (&["diff", "--ext-diff"], "--ext-diff"),
+            // A strategy that is not git's own runs `git merge-<name>`.
+            (&["cherry-pick", "--strategy=x/evil", "side"], "x/evil"),
+            (&["rebase", "-s", "foo", "main"], "foo"),
+            (&["pull", "--rebase", "-sfoo", "origin"], "foo"),
+            (&["merge", "--strategy", "x", "side"], "x"),
+            (&["revert", "--strategy=y", "HEAD"], "y"),
             (&["--git-dir=/x/.git", "log"], "--git-dir=/x/.git"),
         ] {
             let r = run(&root, a).expect_err(&format!("{a:?} passed"));
@@ -509,6 +565,31 @@ mod tests {
                 "{a:?}: {r}"
             );
         }
+    }
+
+    #[test]
+    fn built_in_strategies_pass_and_an_optional_value_is_never_the_next_argument() {
+        let (_d, root) = ws();
+        for a in [
+            &["merge", "-s", "ort", "side"][..],
+            &[
+                "cherry-pick",
+                "--strategy=recursive",
+                "-X",
+                "theirs",
+                "side",
+            ],
+            &["rebase", "-s", "ours", "main"],
+            // `restore -s` is its source, not a strategy.
+            &["restore", "-s", "HEAD~1", "a.txt"],
+            &["diff", "-U5"],
+            &["diff", "--unified=1"],
+        ] {
+            run(&root, a).unwrap_or_else(|r| panic!("{a:?}: {r}"));
+        }
+        // `-U` takes its value attached only: the next argument is a path, checked as one.
+        let r = run(&root, &["diff", "--no-index", "-U", "/etc/passwd", "a"]).expect_err("passed");
+        assert_eq!(r.arg, "/etc/passwd");
     }
 
     #[test]

@@ -36,11 +36,15 @@ pub(super) fn read(
     dir: &Path,
     root: &Path,
     reaches: bool,
-) -> Result<Vec<PathBuf>, String> {
+) -> Result<Vec<(String, PathBuf)>, String> {
     let text = String::from_utf8_lossy(listing);
     let mut fields = text.split('\0');
+    // Where git reads a relative URL from.
+    let top = super::args::repo_top(root, dir);
     let (mut refused, mut outside): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
     let (mut remotes, mut bad_urls) = (Vec::new(), Vec::new());
+    // `branch.<b>.remote` and `.pushRemote` name a remote, or are a URL themselves.
+    let (mut names, mut branch_remotes) = (Vec::new(), Vec::new());
     while let (Some(scope), Some(origin), Some(entry)) =
         (fields.next(), fields.next(), fields.next())
     {
@@ -49,9 +53,15 @@ pub(super) fn read(
         if scope == "command" || name.is_empty() {
             continue;
         }
+        if name.starts_with("remote.") {
+            names.push(remote_name(name));
+        }
+        if reaches && is_branch_remote(name) && !value.is_empty() && value != "." {
+            branch_remotes.push((name.to_owned(), value.to_owned()));
+        }
         if reaches && is_remote_url(name) && !value.is_empty() {
-            match super::args::check_url(value, root, dir) {
-                Ok(local) => remotes.extend(local),
+            match super::args::check_url(value, root, &top) {
+                Ok(local) => remotes.extend(local.map(|path| (remote_name(name), path))),
                 Err(refusal) => bad_urls.push(format!("`{name}` is `{value}`: {}", refusal.reason)),
             }
         }
@@ -63,6 +73,12 @@ pub(super) fn read(
             && !outside.iter().any(|o| o == file)
         {
             outside.push(file.to_owned());
+        }
+    }
+    for (name, value) in branch_remotes.iter().filter(|(_, v)| !names.contains(v)) {
+        match super::args::check_url(value, root, &top) {
+            Ok(local) => remotes.extend(local.map(|path| (value.clone(), path))),
+            Err(refusal) => bad_urls.push(format!("`{name}` is `{value}`: {}", refusal.reason)),
         }
     }
     let mut said = Vec::new();
@@ -95,6 +111,23 @@ pub(super) fn read(
     }
 }
 
+/// The remote's name in setting `remote.<name>.<key>`.
+fn remote_name(setting: &str) -> String {
+    let rest = setting.strip_prefix("remote.").unwrap_or(setting);
+    rest.rsplit_once('.')
+        .map_or(rest, |(name, _)| name)
+        .to_owned()
+}
+
+/// Whether setting `name` is a branch's remote (`branch.<b>.remote` or `.pushremote`).
+fn is_branch_remote(name: &str) -> bool {
+    name.strip_prefix("branch.").is_some_and(|rest| {
+        rest.rsplit_once('.').is_some_and(|(_, key)| {
+            key.eq_ignore_ascii_case("remote") || key.eq_ignore_ascii_case("pushremote")
+        })
+    })
+}
+
 /// Whether setting `name` is a remote's URL (`remote.<name>.url` or `.pushurl`).
 fn is_remote_url(name: &str) -> bool {
     name.strip_prefix("remote.").is_some_and(|rest| {
@@ -102,6 +135,68 @@ fn is_remote_url(name: &str) -> bool {
             key.eq_ignore_ascii_case("url") || key.eq_ignore_ascii_case("pushurl")
         })
     })
+}
+
+/// What is wrong with the state a `rebase`, `cherry-pick` or `revert` would resume from, if
+/// anything: git keeps it in files of the repository's git directory, which the model can write
+/// (`file_write`), and it can make git run a program: an `exec` line in the todo list, a merge
+/// strategy other than git's own (`git merge-<name>`), a signing option (gpg). Reads the file
+/// system: call off the async threads.
+pub(super) fn sequencer_problem(root: &Path, dir: &Path) -> Option<String> {
+    let git_dir = git_dir(root, dir)?;
+    let read = |name: &str| std::fs::read_to_string(git_dir.join(name)).unwrap_or_default();
+    let mut said = Vec::new();
+    for todo in ["rebase-merge/git-rebase-todo", "sequencer/todo"] {
+        let runs = read(todo)
+            .lines()
+            .any(|line| matches!(line.split_whitespace().next(), Some("exec" | "x")));
+        if runs {
+            said.push(format!("its todo list (`{todo}`) has an `exec` line"));
+        }
+    }
+    let strategy = read("rebase-merge/strategy");
+    let strategy = strategy.trim();
+    if !strategy.is_empty() && !super::args::STRATEGIES.contains(&strategy) {
+        said.push(format!("it would merge with the strategy `{strategy}`"));
+    }
+    if !read("rebase-merge/gpg_sign_opt").trim().is_empty() {
+        said.push("it would sign its commits (gpg)".to_owned());
+    }
+    for line in read("sequencer/opts").lines() {
+        let Some((key, value)) = line.split_once('=') else {
+            continue;
+        };
+        let (key, value) = (key.trim().to_ascii_lowercase(), value.trim());
+        if key == "gpg-sign" || (key == "strategy" && !super::args::STRATEGIES.contains(&value)) {
+            said.push(format!(
+                "its options (`sequencer/opts`) set `{key} = {value}`"
+            ));
+        }
+    }
+    (!said.is_empty()).then(|| {
+        format!(
+            "the operation in progress cannot be resumed by the git tool: {}; these make git \
+             run a program (`--abort` or `--quit` ends it)",
+            said.join("; ")
+        )
+    })
+}
+
+/// The git directory of the repository at `dir` (inside `root`), if it has one.
+fn git_dir(root: &Path, dir: &Path) -> Option<PathBuf> {
+    let top = super::args::repo_top(root, dir);
+    let dot_git = top.join(".git");
+    if dot_git.is_dir() {
+        return Some(dot_git);
+    }
+    if let Ok(text) = std::fs::read_to_string(&dot_git) {
+        return text
+            .trim()
+            .strip_prefix("gitdir:")
+            .map(|p| top.join(p.trim()));
+    }
+    // A bare repository.
+    dir.join("HEAD").is_file().then(|| dir.to_path_buf())
 }
 
 /// Whether `path` (absolute, or relative to the workspace) lies inside `root`, lexically.
@@ -198,9 +293,11 @@ pub(super) fn allowed(name: &str) -> bool {
         ("fetch", false) => matches!(key, "prune" | "prunetags" | "writecommitgraph"),
         ("merge", false) => matches!(key, "ff" | "conflictstyle"),
         ("index", false) => matches!(key, "sparse" | "version" | "skiphash"),
-        // Names for colours and builtins (an alias never replaces a builtin, and only
+        // Names for colours, and LFS's own bookkeeping (its programs are `filter.lfs.*`). Not
+        // `alias.*`: git expands an alias for every `git <name>` it runs inside (a merge
+        // strategy's `git merge-<name>`), and `!` aliases are shell commands.
         // builtins are allowed), and LFS's own bookkeeping (its programs are `filter.lfs.*`).
-        ("color" | "alias" | "advice" | "i18n" | "lfs", _) => true,
+        ("color" | "advice" | "i18n" | "lfs", _) => true,
         _ => false,
     }
 }
@@ -245,6 +342,7 @@ mod tests {
             "url.file:///x.insteadof",
             "http.proxy",
             "nosection",
+            "alias.merge-foo",
         ] {
             assert!(!allowed(refused), "{refused}");
         }
@@ -305,11 +403,15 @@ mod tests {
             ("remote.origin.url", "https://example.com/x.git"),
             ("remote.peer.url", "../peer"),
             ("remote.peer.pushurl", "/ws/pushed"),
-            ("branch.main.remote", "/etc"),
+            ("branch.main.remote", "peer"),
+            ("branch.dev.remote", "."),
         ]);
         assert_eq!(
             read(&fine, Path::new("/ws/repo"), root, true),
-            Ok(vec![PathBuf::from("/ws/peer"), PathBuf::from("/ws/pushed")])
+            Ok(vec![
+                ("peer".to_owned(), PathBuf::from("/ws/peer")),
+                ("peer".to_owned(), PathBuf::from("/ws/pushed"))
+            ])
         );
         for (name, url) in [
             ("remote.out.url", "/elsewhere/repo"),
@@ -317,6 +419,8 @@ mod tests {
             ("remote.x.url", "ext::sh -c id"),
             ("remote.x.url", "file:///ws/peer"),
             ("remote.x.url", "git@example.com:x.git"),
+            ("branch.main.remote", "/elsewhere/repo"),
+            ("branch.main.pushremote", "../../up"),
         ] {
             let listed = listing(&[(name, url)]);
             let said = read(&listed, Path::new("/ws/repo"), root, true).expect_err("refused");

@@ -41,7 +41,7 @@ use crate::{
 /// tool does not check (`fetch` and `pull` also get `--no-recurse-submodules`, which outranks
 /// a `.gitmodules` file). Anything else in a repository's configuration must pass
 /// [`config::allowed`] before git runs.
-const FORCED_CONFIG: [(&str, &str); 9] = [
+const FORCED_CONFIG: [(&str, &str); 12] = [
     ("core.hooksPath", "/dev/null"),
     ("core.fsmonitor", "false"),
     ("credential.helper", ""),
@@ -51,6 +51,10 @@ const FORCED_CONFIG: [(&str, &str); 9] = [
     ("submodule.recurse", "false"),
     ("fetch.recurseSubmodules", "false"),
     ("push.recurseSubmodules", "no"),
+    // Checking a signature (`log --format=%G?`) would run these.
+    ("gpg.program", "/dev/null"),
+    ("gpg.ssh.program", "/dev/null"),
+    ("gpg.x509.program", "/dev/null"),
 ];
 
 /// `git`: runs the configured git binary in the workspace.
@@ -106,6 +110,20 @@ impl Tool for Git {
             })
             .await?;
             let _turn = self.turns.take(&cwd).await;
+            // What resumes an operation in progress runs what its state files say.
+            let ends = args.args.iter().any(|a| a == "--abort" || a == "--quit");
+            if matches!(
+                checked.subcommand,
+                Some("rebase" | "cherry-pick" | "revert")
+            ) && !ends
+            {
+                let (root, dir) = (cwd.clone(), checked.dir.clone());
+                let problem =
+                    super::blocking("git", move || Ok(config::sequencer_problem(&root, &dir)));
+                if let Some(problem) = problem.await? {
+                    return Err(super::failed("git", problem));
+                }
+            }
             self.check_config(ctx, &cwd, &checked).await?;
             let mut argv = args.args;
             if matches!(checked.subcommand, Some("fetch" | "pull"))
@@ -148,7 +166,11 @@ impl Git {
         if !checked.reaches {
             return Ok(());
         }
-        let (mut others, dir) = (remotes, checked.dir.clone());
+        if checked.subcommand == Some("push") {
+            refuse_local_push(root, checked, &remotes).await?;
+        }
+        let dir = checked.dir.clone();
+        let mut others: Vec<PathBuf> = remotes.into_iter().map(|(_, path)| path).collect();
         others.extend(checked.local_urls.iter().cloned());
         let others = super::blocking("git", move || {
             others.sort();
@@ -175,7 +197,7 @@ impl Git {
         dir: &Path,
         reaches: bool,
         reached: Option<&Path>,
-    ) -> Result<Vec<PathBuf>, ToolError> {
+    ) -> Result<Vec<(String, PathBuf)>, ToolError> {
         let whose = |problem: String| match reached {
             Some(other) => {
                 let shown = other.strip_prefix(root).unwrap_or(other);
@@ -222,6 +244,45 @@ impl Git {
     }
 }
 
+/// Refuses a push to a repository inside the workspace (the one named, a remote whose URL is
+/// local, or, with no repository named, any local remote the push might use): git runs the
+/// receiving repository's hooks there without the tool's settings (a local push clears them),
+/// and the model can write hooks.
+async fn refuse_local_push(
+    root: &Path,
+    checked: &args::Checked,
+    remotes: &[(String, PathBuf)],
+) -> Result<(), ToolError> {
+    let targets: Vec<PathBuf> = match &checked.repository {
+        Some(name) if remotes.iter().any(|(n, _)| n == name) => remotes
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, p)| p.clone())
+            .collect(),
+        Some(_) => checked.local_urls.clone(),
+        None => remotes.iter().map(|(_, p)| p.clone()).collect(),
+    };
+    let local =
+        super::blocking("git", move || Ok(targets.into_iter().find(|t| t.is_dir()))).await?;
+    match local {
+        Some(target) => Err(super::failed(
+            "git",
+            format!(
+                "pushing to a repository inside the workspace (`{}`) runs that repository's \
+                 hooks, which the git tool cannot switch off there; push to an https:// remote \
+                 (or fetch from this repository in the other one){}",
+                target.strip_prefix(root).unwrap_or(&target).display(),
+                if checked.repository.is_none() {
+                    ", and name the remote to push to"
+                } else {
+                    ""
+                }
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The most configuration listing read: a repository's settings are a few hundred bytes.
 const PROBE_CAP: usize = 256 * 1024;
 
@@ -239,6 +300,9 @@ fn git_env(cwd: &Path, agent_id: &str) -> Vec<(&'static str, OsString)> {
         ("GIT_CONFIG_KEY_6", "GIT_CONFIG_VALUE_6"),
         ("GIT_CONFIG_KEY_7", "GIT_CONFIG_VALUE_7"),
         ("GIT_CONFIG_KEY_8", "GIT_CONFIG_VALUE_8"),
+        ("GIT_CONFIG_KEY_9", "GIT_CONFIG_VALUE_9"),
+        ("GIT_CONFIG_KEY_10", "GIT_CONFIG_VALUE_10"),
+        ("GIT_CONFIG_KEY_11", "GIT_CONFIG_VALUE_11"),
     ];
     let ceiling = cwd
         .parent()
@@ -255,6 +319,8 @@ fn git_env(cwd: &Path, agent_id: &str) -> Vec<(&'static str, OsString)> {
         ("GIT_CONFIG_NOSYSTEM", "1".into()),
         ("GIT_CONFIG_GLOBAL", "/dev/null".into()),
         ("GIT_ALLOW_PROTOCOL", "file:https".into()),
+        // A partial clone's promisor remote is not fetched from behind the call's back.
+        ("GIT_NO_LAZY_FETCH", "1".into()),
         ("GIT_AUTHOR_NAME", name.clone().into()),
         ("GIT_AUTHOR_EMAIL", email.clone().into()),
         ("GIT_COMMITTER_NAME", name.into()),

@@ -445,6 +445,13 @@ pub(crate) fn inside(root: &Path, base: &Path, given: &str) -> Option<PathBuf> {
             .ok()
             .map(|r| (r, &parts[n..]))
     })?;
+    // What follows must not exist at all: a dangling symlink there (it cannot be resolved, but
+    // git would write through it) leads anywhere.
+    if let Some(next) = rest.first()
+        && std::fs::symlink_metadata(real.join(next)).is_ok()
+    {
+        return None;
+    }
     let mut out = real;
     for c in rest {
         match c {
@@ -648,6 +655,9 @@ mod tests {
             let r = run(&root, a).expect_err(&format!("{a:?} passed"));
             assert!(r.reason.contains("outside"), "{a:?}: {r}");
         }
+        std::os::unix::fs::symlink("/nonexistent/out.diff", root.join("dangling")).expect("link");
+        let r = run(&root, &["diff", "--output=dangling"]).expect_err("a dangling link passed");
+        assert!(r.reason.contains("outside"), "{r}");
         let r = run(&root, &["-C", "missing", "status"]).expect_err("a missing -C passed");
         assert!(r.reason.contains("`missing` is not a directory"), "{r}");
     }

@@ -506,6 +506,50 @@ async fn a_call_that_reaches_another_repository_checks_its_configuration_and_rem
 }
 
 #[tokio::test]
+async fn a_repository_whose_git_directory_leads_outside_is_refused() {
+    let outside = tempfile::tempdir().expect("outside");
+    assert!(plain_git(outside.path(), &["init", "-q"]));
+    let ws = GitWorkspace::new();
+    let (dir, run) = (&ws.dir, |args| ws.run(args));
+    ok_text(run(json!(["init", "-q", "-b", "main"])).await);
+    let git_dir = dir.path().join(".git");
+    let elsewhere = outside.path().join(".git");
+    // (the file in the git directory, what it holds or links to, what the refusal names)
+    let alternates = format!("{}\n", elsewhere.join("objects").display());
+    let common = elsewhere.display().to_string();
+    for (file, content, link, named) in [
+        (
+            "objects/info/alternates",
+            alternates.as_str(),
+            false,
+            "objects/info/alternates",
+        ),
+        (
+            "MERGE_MSG",
+            "/etc/hostname",
+            true,
+            "the symlink `MERGE_MSG`",
+        ),
+        ("commondir", common.as_str(), false, "`commondir`"),
+    ] {
+        let path = git_dir.join(file);
+        if link {
+            std::os::unix::fs::symlink(content, &path).expect("link");
+        } else {
+            std::fs::write(&path, content).expect("write");
+        }
+        let refused = format!("{:?}", run(json!(["log", "--oneline"])).await);
+        assert!(
+            refused.contains("leads outside the workspace") && refused.contains(named),
+            "{named}: {refused}"
+        );
+        std::fs::remove_file(&path).expect("undo");
+    }
+    let (status, _) = output(run(json!(["status"])).await);
+    assert!(status.starts_with("exit code: 0"), "{status}");
+}
+
+#[tokio::test]
 async fn an_operation_in_progress_is_not_resumed_from_state_that_runs_a_program() {
     let ws = GitWorkspace::new();
     let (dir, run) = (&ws.dir, |args| ws.run(args));

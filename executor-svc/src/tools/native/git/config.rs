@@ -182,6 +182,56 @@ pub(super) fn sequencer_problem(root: &Path, dir: &Path) -> Option<String> {
     })
 }
 
+/// What in the git directory of the repository at `dir` leads outside the workspace `root`, if
+/// anything: the git directory itself (a `.git` file's `gitdir:`), its `commondir`, an entry of
+/// `objects/info/alternates`, or a symlink among its files (`objects`, `refs`, `packed-refs`,
+/// `MERGE_MSG`, ...): the model can make any of them (`file_write`, `git apply`), and git would
+/// read through them. Reads the file system: call off the async threads.
+pub(super) fn git_dir_problem(root: &Path, dir: &Path) -> Option<String> {
+    let git_dir = git_dir(root, dir)?;
+    let outside = |path: &Path| {
+        std::fs::canonicalize(path)
+            .map(|real| !real.starts_with(root))
+            .unwrap_or(false)
+    };
+    let mut leads = Vec::new();
+    if outside(&git_dir) {
+        leads.push("the repository's git directory".to_owned());
+    }
+    let common = std::fs::read_to_string(git_dir.join("commondir")).unwrap_or_default();
+    let common = common.trim();
+    if !common.is_empty() && outside(&git_dir.join(common)) {
+        leads.push(format!("its `commondir` ({common})"));
+    }
+    let alternates =
+        std::fs::read_to_string(git_dir.join("objects/info/alternates")).unwrap_or_default();
+    for alternate in alternates.lines().map(str::trim) {
+        if !alternate.is_empty()
+            && !alternate.starts_with('#')
+            && outside(&git_dir.join("objects").join(alternate))
+        {
+            leads.push(format!("`objects/info/alternates` ({alternate})"));
+        }
+    }
+    if let Ok(entries) = std::fs::read_dir(&git_dir) {
+        for entry in entries.flatten() {
+            let is_link = entry.file_type().is_ok_and(|t| t.is_symlink());
+            if is_link && (outside(&entry.path()) || std::fs::metadata(entry.path()).is_err()) {
+                leads.push(format!(
+                    "the symlink `{}`",
+                    entry.file_name().to_string_lossy()
+                ));
+            }
+        }
+    }
+    (!leads.is_empty()).then(|| {
+        format!(
+            "the repository leads outside the workspace ({}), so git does not run in it",
+            leads.join(", ")
+        )
+    })
+}
+
 /// The git directory of the repository at `dir` (inside `root`), if it has one.
 fn git_dir(root: &Path, dir: &Path) -> Option<PathBuf> {
     let top = super::args::repo_top(root, dir);

@@ -112,17 +112,20 @@ impl Tool for Git {
             let _turn = self.turns.take(&cwd).await;
             // What resumes an operation in progress runs what its state files say.
             let ends = args.args.iter().any(|a| a == "--abort" || a == "--quit");
-            if matches!(
+            let resumes = matches!(
                 checked.subcommand,
                 Some("rebase" | "cherry-pick" | "revert")
-            ) && !ends
-            {
-                let (root, dir) = (cwd.clone(), checked.dir.clone());
-                let problem =
-                    super::blocking("git", move || Ok(config::sequencer_problem(&root, &dir)));
-                if let Some(problem) = problem.await? {
-                    return Err(super::failed("git", problem));
-                }
+            ) && !ends;
+            let (root, dir) = (cwd.clone(), checked.dir.clone());
+            let problem = super::blocking("git", move || {
+                Ok(config::git_dir_problem(&root, &dir).or_else(|| {
+                    resumes
+                        .then(|| config::sequencer_problem(&root, &dir))
+                        .flatten()
+                }))
+            });
+            if let Some(problem) = problem.await? {
+                return Err(super::failed("git", problem));
             }
             self.check_config(ctx, &cwd, &checked).await?;
             let mut argv = args.args;

@@ -279,7 +279,9 @@ pub async fn run_with(
     // Runs are cancelled with the shutdown; they get to send `Done` before streams close, and
     // connections that stay open (idle HTTP/2 clients) get a grace period, then are dropped.
     let result = taskforce_runtime::serve_grpc(
-        tonic::transport::Server::builder(),
+        // A call's request must arrive, and its handler answer (a run answers with its stream
+        // at once), within a minute: a client sending half a request holds nothing for long.
+        tonic::transport::Server::builder().timeout(std::time::Duration::from_secs(60)),
         listener,
         ExecutorServer::new(grpc::ExecutorService::new(Arc::clone(&runner))),
         keys,

@@ -28,7 +28,13 @@ pub struct RegistryService {
     catalog: Arc<ToolCatalog>,
     metadata: Arc<Collector>,
     shutdown: CancellationToken,
+    /// One permit per open watch stream: each holds a snapshot of every agent while its client
+    /// reads it, so their number is bounded ([`MAX_WATCHERS`]).
+    watchers: Arc<tokio::sync::Semaphore>,
 }
+
+/// The most watch streams open at once (every executor and gateway holds one).
+pub const MAX_WATCHERS: usize = 256;
 
 impl RegistryService {
     /// A service over `store` and `catalog`; watch streams end when `shutdown` fires.
@@ -43,6 +49,7 @@ impl RegistryService {
             catalog,
             metadata,
             shutdown,
+            watchers: Arc::new(tokio::sync::Semaphore::new(MAX_WATCHERS)),
         }
     }
 
@@ -290,6 +297,14 @@ impl AgentRegistry for RegistryService {
         req: Request<v1::WatchAgentsRequest>,
     ) -> Result<Response<Self::WatchAgentsStream>, Status> {
         self.current()?;
+        let permit = Arc::clone(&self.watchers)
+            .try_acquire_owned()
+            .map_err(|_| {
+                Status::resource_exhausted(format!(
+                    "{MAX_WATCHERS} watch streams are open, the most this registry serves; close \
+                     one (or retry later)"
+                ))
+            })?;
         let req = req.into_inner();
         let exclude_status = req.exclude_status;
         let (snapshot, mut changes) = if req.snapshot {
@@ -302,6 +317,8 @@ impl AgentRegistry for RegistryService {
         let stop = self.shutdown.clone();
         let fault = self.store.fault().clone();
         tokio::spawn(async move {
+            // Given back when the stream ends.
+            let _permit = permit;
             // A cache that failed follows the files no more: the stream ends, so a follower
             // stops serving what it holds.
             let faulted = fault.occurred();
@@ -521,6 +538,46 @@ mod tests {
             Arc::new(metadata),
             CancellationToken::new(),
         )
+    }
+
+    #[tokio::test]
+    async fn watch_streams_are_bounded_and_a_closed_one_frees_its_place() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let service = service(dir.path());
+        let watch = || {
+            service.watch_agents(Request::new(v1::WatchAgentsRequest {
+                snapshot: true,
+                ..Default::default()
+            }))
+        };
+        let mut open = Vec::new();
+        for _ in 0..MAX_WATCHERS {
+            open.push(
+                watch()
+                    .await
+                    .expect("a watch within the bound")
+                    .into_inner(),
+            );
+        }
+        let refused = watch().await.expect_err("one watch too many");
+        assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+        assert!(
+            refused.message().contains("watch streams are open"),
+            "{refused:?}"
+        );
+        // A client that goes away gives its place back (its task sees the closed channel).
+        drop(open.pop());
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            match watch().await {
+                Ok(_) => break,
+                Err(e) if tokio::time::Instant::now() < deadline => {
+                    assert_eq!(e.code(), tonic::Code::ResourceExhausted);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => panic!("the closed watch's place never came back: {e:?}"),
+            }
+        }
     }
 
     #[tokio::test]

@@ -107,6 +107,9 @@ pub enum GrpcError {
 /// the shutdown (idle HTTP/2 clients, watch streams) are dropped: a stop never waits on clients.
 /// While `fault` is set, both health entries are NOT_SERVING while the server goes on answering
 /// (its calls say what is wrong).
+/// The most calls one connection may have open at once.
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 1024;
+
 #[allow(clippy::too_many_arguments)]
 pub async fn serve_grpc<S, D>(
     builder: Server,
@@ -152,7 +155,13 @@ where
             crate::telemetry::server_span("gRPC", methods.label(req.uri().path()), req.headers())
         }
     });
+    // Dead peers are found (keepalive pings), and one connection holds at most
+    // `MAX_STREAMS_PER_CONNECTION` calls (the gateway multiplexes its runs on one).
     let mut builder = builder
+        .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        .tcp_keepalive(Some(Duration::from_secs(60)))
         .layer(tracing)
         .layer(crate::metrics::GrpcMetricsLayer::new(methods))
         .layer(crate::auth::AuthLayer::grpc(keys));

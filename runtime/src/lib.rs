@@ -240,17 +240,46 @@ pub async fn cancel_on_signals(shutdown: CancellationToken) {
     }
 }
 
-/// Accepted connections with `TCP_NODELAY`, so small replies and events are not held back by
-/// Nagle's algorithm.
+/// How long a new connection of a gRPC server may stay silent: a client that opens one and sends
+/// nothing (not even HTTP/2's preface) is dropped then, rather than holding a descriptor for good.
+pub const OPENING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How many new connections may wait for their first bytes at once; past it, accepting waits
+/// (the kernel's backlog holds the rest) instead of descriptors running out.
+const OPENING_AT_ONCE: usize = 512;
+
+/// How long accepting pauses after an error (out of descriptors): retrying at once would spin.
+const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Accepted connections with `TCP_NODELAY` (small replies and events are not held back by
+/// Nagle's algorithm) that have sent their first bytes within [`OPENING_TIMEOUT`]; an accept
+/// error pauses accepting for [`ACCEPT_BACKOFF`].
 pub fn incoming(
     listener: TcpListener,
 ) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
     use futures::StreamExt;
-    tokio_stream::wrappers::TcpListenerStream::new(listener).map(|conn| {
-        let conn = conn?;
-        conn.set_nodelay(true)?;
-        Ok(conn)
-    })
+    tokio_stream::wrappers::TcpListenerStream::new(listener)
+        .then(|conn| async move {
+            match conn {
+                Ok(conn) => Some(conn),
+                Err(e) => {
+                    tracing::debug!(error = %e, "accepting a connection failed; pausing");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    None
+                }
+            }
+        })
+        .filter_map(|conn| async move { conn })
+        .map(|conn| async move {
+            let mut first = [0u8; 1];
+            match tokio::time::timeout(OPENING_TIMEOUT, conn.peek(&mut first)).await {
+                Ok(Ok(n)) if n > 0 => Some(conn.set_nodelay(true).map(|()| conn)),
+                // Silent past the timeout, or closed before a byte: dropped.
+                _ => None,
+            }
+        })
+        .buffer_unordered(OPENING_AT_ONCE)
+        .filter_map(|conn| async move { conn })
 }
 
 /// Server reflection, `v1` and `v1alpha` (grpcurl 1.8 asks for the latter), over the Taskforce,

@@ -233,3 +233,32 @@ async fn grpc_maps_conflicts_unknown_ids_and_read_only_agents_to_their_codes() {
         "refused requests changed files or listing"
     );
 }
+
+#[tokio::test]
+async fn a_connection_that_sends_nothing_is_closed_and_the_registry_still_answers() {
+    use tokio::io::AsyncReadExt;
+    let stack = spawn_registry().await.expect("stack starts");
+    // Many silent connections at once (a client holding descriptors without a request).
+    let mut silent = Vec::new();
+    for _ in 0..20 {
+        silent.push(
+            tokio::net::TcpStream::connect(stack.registry_addr())
+                .await
+                .expect("connect"),
+        );
+    }
+    // Calls on other connections are answered meanwhile.
+    let listed = stack
+        .registry()
+        .list_agents(v1::ListAgentsRequest::default())
+        .await;
+    assert!(listed.is_ok(), "{listed:?}");
+    // Each is closed by the server (EOF) after its opening timeout, not held for good.
+    for mut conn in silent {
+        let mut buf = [0u8; 64];
+        let read = tokio::time::timeout(std::time::Duration::from_secs(60), conn.read(&mut buf))
+            .await
+            .expect("the server closed a silent connection within a minute");
+        assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    }
+}

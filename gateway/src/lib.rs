@@ -126,6 +126,7 @@ pub fn router(state: AppState, config: &Config) -> Router {
     let rebinding = rebinding_guard(&state, config);
     let auth =
         taskforce_runtime::auth::AuthLayer::new(state.keys.clone(), access, error::auth_rejection);
+    let body_limits = (config.request_timeout(), config.max_body_bytes);
     let api = Router::new()
         .route("/api/v1/tools", get(tools::list_tools))
         .route(
@@ -167,6 +168,10 @@ pub fn router(state: AppState, config: &Config) -> Router {
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             limits::per_key,
+        ))
+        .route_layer(axum::middleware::from_fn_with_state(
+            body_limits,
+            limits::body_in_time,
         ));
     let ops = Router::new()
         .route("/healthz", get(health::healthz))
@@ -185,7 +190,7 @@ pub fn router(state: AppState, config: &Config) -> Router {
             tower::ServiceBuilder::new()
                 .layer(mcp::cors())
                 .layer(axum::middleware::from_fn_with_state(
-                    config.max_body_bytes,
+                    body_limits,
                     mcp::check_message,
                 ))
                 .service(mcp),

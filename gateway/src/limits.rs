@@ -67,6 +67,30 @@ impl RunsPerKey {
     }
 }
 
+/// The middleware of the routes without a request timeout (runs, `/mcp`): the request's body
+/// must arrive whole, within `limits.1` bytes, in `limits.0` (the request timeout). A body sent
+/// a byte at a time would otherwise hold its connection (and a run slot) for good. 408 when it
+/// is late, 413 when it is too large.
+pub async fn body_in_time(
+    State(limits): State<(std::time::Duration, usize)>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let (timeout, max) = limits;
+    let (parts, body) = req.into_parts();
+    match tokio::time::timeout(timeout, axum::body::to_bytes(body, max)).await {
+        Ok(Ok(bytes)) => {
+            next.run(Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
+        Ok(Err(e)) if e.to_string().contains("length limit") => {
+            axum::http::StatusCode::PAYLOAD_TOO_LARGE.into_response()
+        }
+        Ok(Err(_)) => axum::http::StatusCode::BAD_REQUEST.into_response(),
+        Err(_) => axum::http::StatusCode::REQUEST_TIMEOUT.into_response(),
+    }
+}
+
 /// The middleware of the run routes: takes the caller's slot, and keeps it in the response
 /// body until the body ends.
 pub async fn per_key(State(state): State<AppState>, req: Request, next: Next) -> Response {

@@ -161,6 +161,20 @@ impl Rejection {
         }
     }
 
+    /// A request body that did not arrive within `timeout` (the gateway's request timeout).
+    pub fn late(timeout: std::time::Duration) -> Self {
+        Self {
+            status: http::StatusCode::REQUEST_TIMEOUT,
+            id: serde_json::Value::Null,
+            code: INVALID_REQUEST,
+            message: format!(
+                "the request body did not arrive within {}s (the gateway's request timeout)",
+                timeout.as_secs()
+            ),
+            notification: false,
+        }
+    }
+
     /// The JSON-RPC error answer.
     pub fn answer(&self) -> serde_json::Value {
         serde_json::json!({
@@ -173,14 +187,14 @@ impl Rejection {
 
 /// Checks a JSON `POST` to `/mcp` with [`check`] before rmcp reads it, answering what fails with
 /// its JSON-RPC error and HTTP status; a body over `limit` bytes (`--max-body-bytes`) is
-/// [`Rejection::too_large`].
+/// [`Rejection::too_large`], one that does not arrive within `timeout` [`Rejection::late`].
 ///
 /// rmcp answers a body that is not JSON or not one message with a plain-text 415 (the status of
 /// a wrong `Content-Type`, which a client cannot tell apart) and bad `tools/call` params with
 /// "method not found". Other requests (another `Content-Type`, other methods) reach rmcp
 /// unchanged.
 pub async fn check_message(
-    axum::extract::State(limit): axum::extract::State<usize>,
+    axum::extract::State((timeout, limit)): axum::extract::State<(std::time::Duration, usize)>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
@@ -197,9 +211,11 @@ pub async fn check_message(
         return next.run(request).await;
     }
     let (parts, body) = request.into_parts();
-    let checked = match axum::body::to_bytes(body, limit).await {
-        Ok(bytes) => check(&bytes).map(|()| bytes),
-        Err(_) => Err(Rejection::too_large(limit)),
+    // Within the request timeout: a body sent a byte at a time would hold the connection.
+    let checked = match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(bytes)) => check(&bytes).map(|()| bytes),
+        Ok(Err(_)) => Err(Rejection::too_large(limit)),
+        Err(_) => Err(Rejection::late(timeout)),
     };
     match checked {
         Ok(bytes) => {

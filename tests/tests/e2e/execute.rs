@@ -547,3 +547,48 @@ async fn past_the_most_stored_sessions_the_oldest_ended_ones_are_deleted() {
         "{stored} of 12 sessions stored with a limit of 5"
     );
 }
+
+#[tokio::test]
+async fn a_request_body_that_trickles_in_is_answered_408_within_the_request_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let stack = StackOptions::full()
+        .with_executor()
+        .gateway_args(["--request-timeout-secs", "2"])
+        .spawn()
+        .await
+        .expect("stack starts");
+    let addr = stack.gateway_url().trim_start_matches("http://").to_owned();
+    // Routes without a request timeout (runs, /mcp): half a body, then nothing.
+    for (path, extra) in [
+        ("/api/v1/execute/stream", ""),
+        ("/api/v1/execute", ""),
+        ("/mcp", "Accept: application/json, text/event-stream\r\n"),
+    ] {
+        let mut conn = tokio::net::TcpStream::connect(&addr)
+            .await
+            .expect("connect");
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+             {extra}Content-Length: 100\r\n\r\n{{\"mission\": "
+        );
+        conn.write_all(head.as_bytes()).await.expect("write");
+        let mut answer = Vec::new();
+        let mut buf = [0u8; 4096];
+        // Far past the 2 s it may take; what is asserted is the answer, not the time.
+        let read = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+            while !String::from_utf8_lossy(&answer).contains("\r\n\r\n{") {
+                match conn.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => answer.extend_from_slice(&buf[..n]),
+                }
+            }
+        })
+        .await;
+        let text = String::from_utf8_lossy(&answer);
+        assert!(
+            read.is_ok(),
+            "{path}: no answer to a trickling body: {text}"
+        );
+        assert!(text.starts_with("HTTP/1.1 408"), "{path}: {text}");
+    }
+}

@@ -32,6 +32,15 @@ pub use ids::MAX_MODEL;
 /// agents.
 pub const MAX_AVAILABLE_AGENTS: usize = 100;
 
+/// The most MCP servers one agent may name: each is a process (or a connection) started at once
+/// when its tools are discovered and when it runs.
+pub const MAX_MCP_SERVERS: usize = 32;
+
+/// The problem with an agent naming `n` MCP servers, if it names too many.
+fn too_many_servers(n: usize) -> Option<String> {
+    (n > MAX_MCP_SERVERS).then(|| format!("must name at most {MAX_MCP_SERVERS} servers, got {n}"))
+}
+
 /// One MCP server, in the `configs/dev.yaml` style.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -354,6 +363,9 @@ pub fn validate(id: &str, def: &CustomAgentFile) -> Result<(), ApiError> {
     {
         bad("workspace_id", format!("must be a UUID, got {w:?}"));
     }
+    if let Some(d) = too_many_servers(def.mcp_servers.len()) {
+        bad("mcp_servers", d);
+    }
     for (i, s) in def.mcp_servers.iter().enumerate() {
         if let Err(d) = validate_mcp_server(s) {
             bad(&format!("mcp_servers[{i}]"), d);
@@ -440,6 +452,9 @@ pub fn validate_profile(profile: &ProfileFile) -> Result<(), ApiError> {
             "description".to_owned(),
             format!("must be at most {MAX_DESCRIPTION} characters, got {n}"),
         ));
+    }
+    if let Some(d) = too_many_servers(profile.mcp_servers.len()) {
+        v.push(("mcp_servers".to_owned(), d));
     }
     for (i, s) in profile.mcp_servers.iter().enumerate() {
         if let Err(d) = validate_mcp_server(s) {
@@ -702,6 +717,28 @@ mod tests {
             .unwrap_or_default();
         assert!(e.contains("name: must be at most 100"), "{e}");
         assert!(e.contains("description: must be at most 500"), "{e}");
+    }
+
+    #[test]
+    fn more_mcp_servers_than_the_bound_are_refused_naming_the_field() {
+        let server = "  - {type: stdio, command: x}\n";
+        let yaml = |n: usize| {
+            format!(
+                "name: A\ndescription: d\nprompt: {{system_prompt: p}}\ntools: {{allowlist: [file_read]}}\nmcp_servers:\n{}",
+                server.repeat(n)
+            )
+        };
+        let parse =
+            |text: String| -> CustomAgentFile { serde_yaml::from_str(&text).expect("yaml") };
+        assert!(validate("agent-x", &parse(yaml(MAX_MCP_SERVERS))).is_ok());
+        let refused = format!(
+            "{:?}",
+            validate("agent-x", &parse(yaml(MAX_MCP_SERVERS + 1)))
+        );
+        assert!(
+            refused.contains("mcp_servers") && refused.contains("at most 32 servers, got 33"),
+            "{refused}"
+        );
     }
 
     #[test]

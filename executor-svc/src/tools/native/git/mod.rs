@@ -324,6 +324,9 @@ fn git_env(cwd: &Path, agent_id: &str) -> Vec<(&'static str, OsString)> {
         ("GIT_ALLOW_PROTOCOL", "file:https".into()),
         // A partial clone's promisor remote is not fetched from behind the call's back.
         ("GIT_NO_LAZY_FETCH", "1".into()),
+        // No home: the https transport would read the executor's user's `~/.netrc` (and send
+        // the credentials it holds for a host the model names).
+        ("HOME", "/dev/null".into()),
         ("GIT_AUTHOR_NAME", name.clone().into()),
         ("GIT_AUTHOR_EMAIL", email.clone().into()),
         ("GIT_COMMITTER_NAME", name.into()),

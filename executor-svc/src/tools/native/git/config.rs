@@ -137,13 +137,22 @@ fn is_remote_url(name: &str) -> bool {
     })
 }
 
+/// What is wrong with the repository at `dir` (inside the workspace `root`) beyond its
+/// configuration, if anything: its git directory leading outside ([`git_dir_problem`]) and, for a
+/// call that `resumes` an operation in progress, its state files ([`sequencer_problem`]). Reads
+/// the file system: call off the async threads.
+pub(super) fn repository_problem(root: &Path, dir: &Path, resumes: bool) -> Option<String> {
+    let git_dir = git_dir(root, dir)?;
+    git_dir_problem(root, &git_dir)
+        .or_else(|| resumes.then(|| sequencer_problem(&git_dir)).flatten())
+}
+
 /// What is wrong with the state a `rebase`, `cherry-pick` or `revert` would resume from, if
 /// anything: git keeps it in files of the repository's git directory, which the model can write
 /// (`file_write`), and it can make git run a program: an `exec` line in the todo list, a merge
 /// strategy other than git's own (`git merge-<name>`), a signing option (gpg). Reads the file
 /// system: call off the async threads.
-pub(super) fn sequencer_problem(root: &Path, dir: &Path) -> Option<String> {
-    let git_dir = git_dir(root, dir)?;
+fn sequencer_problem(git_dir: &Path) -> Option<String> {
     let read = |name: &str| std::fs::read_to_string(git_dir.join(name)).unwrap_or_default();
     let mut said = Vec::new();
     for todo in ["rebase-merge/git-rebase-todo", "sequencer/todo"] {
@@ -187,15 +196,14 @@ pub(super) fn sequencer_problem(root: &Path, dir: &Path) -> Option<String> {
 /// `objects/info/alternates`, or a symlink among its files (`objects`, `refs`, `packed-refs`,
 /// `MERGE_MSG`, ...): the model can make any of them (`file_write`, `git apply`), and git would
 /// read through them. Reads the file system: call off the async threads.
-pub(super) fn git_dir_problem(root: &Path, dir: &Path) -> Option<String> {
-    let git_dir = git_dir(root, dir)?;
+fn git_dir_problem(root: &Path, git_dir: &Path) -> Option<String> {
     let outside = |path: &Path| {
         std::fs::canonicalize(path)
             .map(|real| !real.starts_with(root))
             .unwrap_or(false)
     };
     let mut leads = Vec::new();
-    if outside(&git_dir) {
+    if outside(git_dir) {
         leads.push("the repository's git directory".to_owned());
     }
     let common = std::fs::read_to_string(git_dir.join("commondir")).unwrap_or_default();
@@ -213,7 +221,7 @@ pub(super) fn git_dir_problem(root: &Path, dir: &Path) -> Option<String> {
             leads.push(format!("`objects/info/alternates` ({alternate})"));
         }
     }
-    if let Ok(entries) = std::fs::read_dir(&git_dir) {
+    if let Ok(entries) = std::fs::read_dir(git_dir) {
         for entry in entries.flatten() {
             let is_link = entry.file_type().is_ok_and(|t| t.is_symlink());
             if is_link && (outside(&entry.path()) || std::fs::metadata(entry.path()).is_err()) {

@@ -104,29 +104,23 @@ impl Tool for Git {
                 reason,
             };
             let cwd = workspace::root("git", &ctx.workspace).await?;
+            let _turn = self.turns.take(&cwd).await;
+            // The arguments, then the repository's files, in one hop off the async threads.
             let (given, root) = (args.args.clone(), cwd.clone());
             let checked = super::blocking("git", move || {
-                args::check(&given, &root).map_err(|r| invalid(r.to_string()))
+                let checked = args::check(&given, &root).map_err(|r| invalid(r.to_string()))?;
+                // What resumes an operation in progress runs what its state files say.
+                let ends = given.iter().any(|a| a == "--abort" || a == "--quit");
+                let resumes = matches!(
+                    checked.subcommand,
+                    Some("rebase" | "cherry-pick" | "revert")
+                ) && !ends;
+                match config::repository_problem(&root, &checked.dir, resumes) {
+                    Some(problem) => Err(super::failed("git", problem)),
+                    None => Ok(checked),
+                }
             })
             .await?;
-            let _turn = self.turns.take(&cwd).await;
-            // What resumes an operation in progress runs what its state files say.
-            let ends = args.args.iter().any(|a| a == "--abort" || a == "--quit");
-            let resumes = matches!(
-                checked.subcommand,
-                Some("rebase" | "cherry-pick" | "revert")
-            ) && !ends;
-            let (root, dir) = (cwd.clone(), checked.dir.clone());
-            let problem = super::blocking("git", move || {
-                Ok(config::git_dir_problem(&root, &dir).or_else(|| {
-                    resumes
-                        .then(|| config::sequencer_problem(&root, &dir))
-                        .flatten()
-                }))
-            });
-            if let Some(problem) = problem.await? {
-                return Err(super::failed("git", problem));
-            }
             self.check_config(ctx, &cwd, &checked).await?;
             let mut argv = args.args;
             if matches!(checked.subcommand, Some("fetch" | "pull"))

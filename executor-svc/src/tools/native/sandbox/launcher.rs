@@ -3,8 +3,8 @@
 //! connect to; no capabilities) with safe APIs, then runs the real program as its child, which
 //! inherits the confinement, and exits as it did. It is the program's child subreaper: when the
 //! program ends, whatever it started that left the process group (`setsid()`, a double fork)
-//! is killed, since the executor's kill of the group would miss it. The workspace forbids `unsafe`, so a `pre_exec` hook in the executor is not
-//! an option; a separate program is.
+//! is killed, since the executor's kill of the group would miss it. The workspace forbids
+//! `unsafe`, so a `pre_exec` hook in the executor is not an option; a separate program is.
 //!
 //! Exit codes follow the shell's: 126 when the sandbox could not be set up, 127 when the program
 //! was not found; the reason goes to stderr, where the tool output shows it.

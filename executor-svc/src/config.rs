@@ -76,6 +76,12 @@ pub struct Config {
     /// (0: keep them); paused sessions are kept until answered or cancelled.
     #[arg(long, env = "TASKFORCE_SESSION_TTL_HOURS", default_value_t = 168)]
     pub session_ttl_hours: u64,
+    /// Cancel a paused session (a question nobody answered) this many hours after it paused
+    /// (fractions allowed; 0: keep it until answered or cancelled); it then expires like any
+    /// ended session.
+    #[arg(long = "paused-session-ttl-hours", env = "TASKFORCE_PAUSED_SESSION_TTL_HOURS",
+          default_value = "720", value_parser = hours)]
+    pub paused_session_ttl: Duration,
     /// Most sessions stored: past it the oldest completed, failed and cancelled ones are deleted
     /// (down to nine tenths of it); running and paused ones are kept. 0: no limit.
     #[arg(long, env = "TASKFORCE_MAX_STORED_SESSIONS", default_value_t = 50_000)]
@@ -229,6 +235,11 @@ impl Config {
         }
     }
 
+    /// The sweep cancelling unanswered paused sessions, unless `--paused-session-ttl-hours` is 0.
+    pub fn paused_ttl(&self) -> Option<Duration> {
+        (!self.paused_session_ttl.is_zero()).then_some(self.paused_session_ttl)
+    }
+
     /// The wall-clock budget of one run.
     pub fn run_budget(&self) -> Duration {
         Duration::from_secs(self.max_run_secs)
@@ -265,11 +276,77 @@ impl Config {
     }
 }
 
+/// Most hours a TTL may be (about 114 years): longer is "keep" in all but name.
+const MAX_TTL_HOURS: f64 = 1_000_000.0;
+
+/// A number of hours (`720`, `0.5`), 0 to [`MAX_TTL_HOURS`].
+fn hours(text: &str) -> Result<Duration, String> {
+    let h: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of hours (such as 720 or 0.5)"))?;
+    if !(0.0..=MAX_TTL_HOURS).contains(&h) {
+        return Err(format!(
+            "{text:?} is not between 0 and {MAX_TTL_HOURS} hours"
+        ));
+    }
+    Ok(Duration::from_secs_f64(h * 3600.0))
+}
+
+/// `d` as a person reads it: an hour or more in hours (`720 hours`, `1.5 hours`), less in
+/// seconds.
+pub fn describe_hours(d: Duration) -> String {
+    let hours = d.as_secs_f64() / 3600.0;
+    if hours < 1.0 {
+        return format!("{:.1} seconds", d.as_secs_f64());
+    }
+    let text = format!("{hours:.2}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    format!("{text} hour{}", if text == "1" { "" } else { "s" })
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser;
 
     use super::Config;
+
+    #[test]
+    fn the_paused_session_ttl_takes_hours_and_fractions() {
+        let ttl = |v: &str| {
+            Config::try_parse_from(["executor-svc", &format!("--paused-session-ttl-hours={v}")])
+                .map(|c| c.paused_ttl())
+        };
+        assert_eq!(
+            Config::parse_from(["executor-svc"]).paused_ttl(),
+            Some(std::time::Duration::from_secs(720 * 3600))
+        );
+        assert_eq!(
+            ttl("0.5").ok(),
+            Some(Some(std::time::Duration::from_secs(1800)))
+        );
+        assert_eq!(ttl("0").ok(), Some(None));
+        for bad in ["-1", "ten", "NaN", "inf", "2000000", ""] {
+            let e = ttl(bad).expect_err(bad);
+            assert!(e.to_string().contains("--paused-session-ttl-hours"), "{e}");
+        }
+        assert_eq!(
+            super::describe_hours(std::time::Duration::from_secs(720 * 3600)),
+            "720 hours"
+        );
+        assert_eq!(
+            super::describe_hours(std::time::Duration::from_millis(1500)),
+            "1.5 seconds"
+        );
+        assert_eq!(
+            super::describe_hours(std::time::Duration::from_secs(5400)),
+            "1.5 hours"
+        );
+        assert_eq!(
+            super::describe_hours(std::time::Duration::from_secs(3600)),
+            "1 hour"
+        );
+    }
 
     #[test]
     fn out_of_range_values_are_refused_naming_the_flag() {

@@ -273,6 +273,10 @@ pub async fn run_with(
         budgets,
         shutdown.child_token(),
     ));
+    // Questions nobody answers do not keep their sessions forever.
+    let unanswered = config
+        .paused_ttl()
+        .map(|ttl| tokio::spawn(Arc::clone(&runner).expire_paused_until(ttl, tasks.clone())));
 
     let draining = Arc::clone(&runner);
     let fault = runner.store().fault().clone();
@@ -316,6 +320,9 @@ pub async fn run_with(
     }
     if let Some(Err(e)) = OptionFuture::from(expiry).await {
         warn!(error = %e, "session expiry task failed");
+    }
+    if let Some(Err(e)) = OptionFuture::from(unanswered).await {
+        warn!(error = %e, "paused-session expiry task failed");
     }
     runner.drain(SHUTDOWN_GRACE).await;
     mcp.close().await;

@@ -484,13 +484,35 @@ pub fn now() -> String {
 /// every stored one (50,000 by default), and skipping the conversation instead of decoding it
 /// makes each ~2.4× cheaper (1.1 vs 2.8 µs for a 1.4 KB session).
 fn ended_at(value: &[u8]) -> Option<String> {
-    #[derive(Deserialize)]
-    struct Head {
-        status: Status,
-        updated_at: String,
-    }
-    let head: Head = serde_json::from_slice(value).ok()?;
+    let head = Head::read(value)?;
     (!matches!(head.status, Status::Running | Status::Paused)).then_some(head.updated_at)
+}
+
+/// A stored session's status and last change, read without the rest (see [`ended_at`]).
+#[derive(Deserialize)]
+struct Head {
+    status: Status,
+    updated_at: String,
+}
+
+impl Head {
+    fn read(value: &[u8]) -> Option<Self> {
+        serde_json::from_slice(value).ok()
+    }
+}
+
+/// How often the sessions are swept for those past `ttl`: a quarter of it, between a second and
+/// an hour.
+pub fn sweep_period(ttl: Option<Duration>) -> Duration {
+    ttl.map_or(Duration::from_secs(3600), |t| {
+        (t / 4).clamp(Duration::from_secs(1), Duration::from_secs(3600))
+    })
+}
+
+/// Whether a session last changed at `updated_at` (RFC 3339) did so before `cutoff`; an
+/// unreadable time is not old.
+pub fn changed_before(updated_at: &str, cutoff: chrono::DateTime<chrono::Utc>) -> bool {
+    chrono::DateTime::parse_from_rfc3339(updated_at).is_ok_and(|t| t < cutoff)
 }
 
 /// The sled-backed session store.
@@ -831,13 +853,32 @@ impl SessionStore {
             let Some(updated_at) = ended_at(&value) else {
                 continue;
             };
-            let old = chrono::DateTime::parse_from_rfc3339(&updated_at).is_ok_and(|t| t < cutoff);
+            let old = changed_before(&updated_at, cutoff);
             if old && self.delete_unchanged(&key, &value)? {
                 removed += 1;
             }
         }
         self.forget(removed);
         Ok(removed)
+    }
+
+    /// The ids of the paused sessions that have waited for their answer since before `cutoff`
+    /// (a paused session's last change is its pause). Blocking: call from `spawn_blocking`.
+    pub fn paused_before(
+        &self,
+        cutoff: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<String>, ExecutorError> {
+        let mut ids = Vec::new();
+        for entry in self.sessions.iter() {
+            let (key, value) = entry?;
+            let Some(head) = Head::read(&value) else {
+                continue;
+            };
+            if head.status == Status::Paused && changed_before(&head.updated_at, cutoff) {
+                ids.push(String::from_utf8_lossy(&key).into_owned());
+            }
+        }
+        Ok(ids)
     }
 
     /// Deletes a session only if it is still `value` (a run may have just continued it).
@@ -902,9 +943,7 @@ impl SessionStore {
     /// Deletes ended sessions older than `ttl` (`None`: never) now and then, and the oldest
     /// ended ones whenever more than the most to keep are stored, until `stop` fires.
     pub async fn expire_until(self, ttl: Option<Duration>, stop: CancellationToken) {
-        let every = ttl.map_or(Duration::from_secs(3600), |t| {
-            (t / 4).clamp(Duration::from_secs(1), Duration::from_secs(3600))
-        });
+        let every = sweep_period(ttl);
         loop {
             let by_age = tokio::select! {
                 () = stop.cancelled() => return,
@@ -1076,6 +1115,20 @@ mod tests {
         ] {
             assert_eq!(store.get(id).expect("get").is_some(), kept, "{id}");
         }
+    }
+
+    #[test]
+    fn only_sessions_paused_before_the_cutoff_are_listed() {
+        let dir = tempfile::TempDir::new().expect("tmp");
+        let store = SessionStore::open(dir.path()).expect("open");
+        let old = "2020-01-01T00:00:00.000Z";
+        stored(&store, "old-paused", Status::Paused, old);
+        stored(&store, "new-paused", Status::Paused, &now());
+        stored(&store, "old-done", Status::Completed, old);
+        stored(&store, "old-running", Status::Running, old);
+        stored(&store, "unreadable-time", Status::Paused, "yesterday");
+        let cutoff = chrono::Utc::now() - chrono::Duration::hours(1);
+        assert_eq!(store.paused_before(cutoff).expect("scan"), ["old-paused"]);
     }
 
     #[test]

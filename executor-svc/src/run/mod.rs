@@ -27,6 +27,7 @@ use std::{
 };
 
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tracing::warn;
 
 pub use events::StreamItem;
 pub use start::session_id_of;
@@ -331,26 +332,105 @@ impl Runner {
         let Ok(claim) = self.claim(session_id) else {
             return Ok(self.cancel_live(session_id));
         };
+        let ended = self
+            .end_paused(session_id, None, "cancelled while waiting for an answer")
+            .await;
+        drop(claim);
+        if matches!(ended, Ok(true)) {
+            tracing::info!(session_id, "paused session cancelled");
+        }
+        ended
+    }
+
+    /// Ends the question the claimed session `session_id` waits on, `why` being the reason its
+    /// call and the session's error give: the session is then `cancelled` and expires like any
+    /// ended session. With `paused_before`, only when it has waited since before then (an
+    /// answer may have continued it, and it may have paused again since). False when the
+    /// session is not (or no longer) such a paused one.
+    async fn end_paused(
+        &self,
+        session_id: &str,
+        paused_before: Option<chrono::DateTime<chrono::Utc>>,
+        why: &str,
+    ) -> Result<bool, crate::ExecutorError> {
         let Some(mut session) = self.store.get(session_id)? else {
             return Ok(false);
         };
-        if session.status != crate::session::Status::Paused {
+        let waited = paused_before
+            .is_none_or(|cutoff| crate::session::changed_before(&session.updated_at, cutoff));
+        if session.status != crate::session::Status::Paused || !waited {
             return Ok(false);
         }
-        const WHY: &str = "cancelled while waiting for an answer";
         session.status = crate::session::Status::Cancelled;
         session.pending = None;
         // The question's call (and any call waiting with it) gets its answer: a conversation
         // with an unanswered call is one a model API refuses, so the session could not go on.
-        agent_loop::close_open_calls(&mut session.messages, WHY);
-        session.error = crate::session::RunError::new("CANCELLED", WHY);
+        agent_loop::close_open_calls(&mut session.messages, why);
+        session.error = crate::session::RunError::new("CANCELLED", why);
         session
             .orchestration
-            .end_waiting(&serde_json::json!({"code": "CANCELLED", "message": WHY}));
+            .end_waiting(&serde_json::json!({"code": "CANCELLED", "message": why}));
         self.store.save(&mut session, true).await?;
-        drop(claim);
-        tracing::info!(session_id, "paused session cancelled");
         Ok(true)
+    }
+
+    /// Now and then, until `stop`, cancels the paused sessions whose question has waited longer
+    /// than `ttl` for its answer (`--paused-session-ttl-hours`), so that sessions nobody
+    /// answers do not stay forever: each is then `cancelled`, saying why, and expires with the
+    /// ended sessions. A session in use (an answer or a cancel being applied) is left to the
+    /// next sweep.
+    pub async fn expire_paused_until(self: Arc<Self>, ttl: Duration, stop: CancellationToken) {
+        let Ok(age) = chrono::Duration::from_std(ttl) else {
+            warn!("the paused-session TTL is too long to apply; paused sessions are kept");
+            return;
+        };
+        let why = format!(
+            "cancelled: no answer came within {} (--paused-session-ttl-hours)",
+            crate::config::describe_hours(ttl)
+        );
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(crate::session::sweep_period(Some(ttl))) => {}
+            }
+            let cutoff = chrono::Utc::now() - age;
+            let store = self.store.clone();
+            let ids = match tokio::task::spawn_blocking(move || store.paused_before(cutoff)).await {
+                Ok(Ok(ids)) => ids,
+                Ok(Err(e)) => {
+                    warn!(error = %e, "listing paused sessions failed");
+                    continue;
+                }
+                Err(e) => {
+                    warn!(error = %e, "listing paused sessions failed");
+                    continue;
+                }
+            };
+            let mut cancelled = 0usize;
+            for id in ids {
+                if stop.is_cancelled() {
+                    return;
+                }
+                // In use: the next sweep sees it again, if it is still paused.
+                let Ok(claim) = self.claim(&id) else {
+                    continue;
+                };
+                match self.end_paused(&id, Some(cutoff), &why).await {
+                    Ok(true) => cancelled += 1,
+                    Ok(false) => {}
+                    Err(e) => {
+                        warn!(session_id = %id, error = %e, "cancelling an unanswered session failed")
+                    }
+                }
+                drop(claim);
+            }
+            if cancelled > 0 {
+                tracing::info!(
+                    cancelled,
+                    "cancelled paused sessions nobody answered in time"
+                );
+            }
+        }
     }
 
     /// Cancels the live run of `session_id`; false when there is none.

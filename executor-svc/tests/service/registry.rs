@@ -36,6 +36,7 @@ async fn definitions_are_cached_until_the_registry_says_they_changed() {
         script: "final_text: ok\n".into(),
         max_steps: 10,
         max_run_secs: None,
+        paused_ttl: None,
     };
     let mut executor = Executor::start(&setup).await;
     let deadline = tokio::time::Instant::now() + WAIT;

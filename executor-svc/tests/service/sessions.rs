@@ -8,7 +8,7 @@ use tonic::Code;
 
 use crate::{
     fake_registry::FakeRegistry,
-    support::{Executor, Setup, collect, done_status, kinds, mission},
+    support::{Executor, Setup, collect, done_status, kinds, mission, setup},
 };
 
 #[tokio::test]
@@ -21,18 +21,11 @@ async fn a_question_survives_a_restart_and_the_answer_completes_the_run() {
         script: "turns:\n  - tool_calls:\n      - {name: ask, id: q1, arguments: {question: Which city?}}\n  - text: \"Going to {{last_message}}\"\n".into(),
         max_steps: 10,
         max_run_secs: None,
+        paused_ttl: None,
     };
 
     let mut executor = Executor::start(&setup).await;
-    let events = collect(
-        executor
-            .client
-            .execute(mission("plan a trip"))
-            .await
-            .expect("execute")
-            .into_inner(),
-    )
-    .await;
+    let events = executor.run("plan a trip").await;
     assert_eq!(
         kinds(&events),
         ["started", "tool_start", "question", "done"]
@@ -123,6 +116,65 @@ async fn a_question_survives_a_restart_and_the_answer_completes_the_run() {
 }
 
 #[tokio::test]
+async fn a_question_nobody_answers_within_the_paused_ttl_is_cancelled() {
+    let dir = TempDir::new().expect("tmp");
+    let registry = FakeRegistry::start().await;
+    let mut setup = setup(
+        &dir,
+        &registry,
+        "turns:\n  - tool_calls:\n      - {name: ask, id: q1, arguments: {question: Which city?}}\n",
+        10,
+    );
+    setup.paused_ttl = Some(std::time::Duration::from_secs(1));
+    let mut executor = Executor::start(&setup).await;
+    let events = executor.run("plan a trip").await;
+    assert_eq!(done_status(&events), RunStatus::Paused);
+    let session_id = events[0].session_id.clone();
+
+    // Swept every second: cancelled within a few.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    let session = loop {
+        let session = executor.session(&session_id).await;
+        if session.status() != RunStatus::Paused {
+            break session;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still paused past its TTL"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(session.status(), RunStatus::Cancelled);
+    assert!(session.pending_question.is_none());
+    let error = session.error.expect("why it ended");
+    assert_eq!(error.code, "CANCELLED");
+    assert!(
+        error.message.contains("no answer came within 1.0 seconds")
+            && error.message.contains("--paused-session-ttl-hours"),
+        "{}",
+        error.message
+    );
+
+    // The question is gone: an answer is refused and changes nothing.
+    let err = executor
+        .client
+        .answer(AnswerRequest {
+            session_id: session_id.clone(),
+            answer: "Lisbon".into(),
+            call_id: Some("q1".into()),
+            ..Default::default()
+        })
+        .await
+        .expect_err("no question left");
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert_eq!(
+        executor.session(&session_id).await.status(),
+        RunStatus::Cancelled
+    );
+    executor.stop().await;
+}
+
+#[tokio::test]
 async fn cancel_and_shutdown_end_live_streams_with_done_cancelled() {
     let dir = TempDir::new().expect("tmp");
     let registry = FakeRegistry::start().await;
@@ -132,6 +184,7 @@ async fn cancel_and_shutdown_end_live_streams_with_done_cancelled() {
         script: "turns:\n  - tool_calls:\n      - {name: probe, arguments: {wait: true}}\n".into(),
         max_steps: 10,
         max_run_secs: None,
+        paused_ttl: None,
     };
     let mut executor = Executor::start(&setup).await;
 
@@ -180,6 +233,7 @@ async fn execute_with_a_session_id_continues_the_conversation() {
         script: "turns:\n  - text: first\n  - text: \"second: {{last_message}}\"\n".into(),
         max_steps: 10,
         max_run_secs: None,
+        paused_ttl: None,
     };
     let mut executor = Executor::start(&setup).await;
     let request = |text: &str| ExecuteRequest {
@@ -233,6 +287,7 @@ async fn an_unreachable_registry_is_unavailable() {
         script: "turns: []\n".into(),
         max_steps: 10,
         max_run_secs: None,
+        paused_ttl: None,
     };
     let mut executor = Executor::start(&setup).await;
     let err = executor
@@ -254,6 +309,7 @@ async fn of_many_answers_to_one_question_exactly_one_continues_the_run() {
         script: "turns:\n  - tool_calls:\n      - {name: ask, id: q1, arguments: {question: Which city?}}\n  - text: \"Going to {{last_message}}\"\n    delay_ms: 200\n".into(),
         max_steps: 10,
         max_run_secs: None,
+        paused_ttl: None,
     };
     let executor = Executor::start(&setup).await;
     let events = collect(

@@ -127,6 +127,8 @@ pub struct Setup {
     pub max_steps: u32,
     /// Wall-clock budget per run, in seconds (`None`: the default).
     pub max_run_secs: Option<u64>,
+    /// How long a paused session waits for its answer (`None`: the default).
+    pub paused_ttl: Option<std::time::Duration>,
 }
 
 impl Executor {
@@ -148,6 +150,9 @@ impl Executor {
         if let Some(secs) = setup.max_run_secs {
             config.max_run_secs = secs;
         }
+        if let Some(ttl) = setup.paused_ttl {
+            config.paused_session_ttl = ttl;
+        }
         let shutdown = CancellationToken::new();
         let parts = Parts { router, tools };
         let server = tokio::spawn(executor_svc::run_with(
@@ -165,6 +170,18 @@ impl Executor {
             shutdown,
             server,
         }
+    }
+
+    /// Runs `text` as a mission of the `helper` agent to its end; its events.
+    pub async fn run(&mut self, text: &str) -> Vec<RunEvent> {
+        collect(
+            self.client
+                .execute(mission(text))
+                .await
+                .expect("execute")
+                .into_inner(),
+        )
+        .await
     }
 
     /// The session `id`, which must exist.
@@ -271,5 +288,6 @@ pub fn setup(
         script: script.to_owned(),
         max_steps,
         max_run_secs: None,
+        paused_ttl: None,
     }
 }

@@ -450,13 +450,13 @@ impl<E: opentelemetry_sdk::trace::SpanExporter> opentelemetry_sdk::trace::SpanEx
     }
 
     fn shutdown_with_timeout(
-        &mut self,
+        &self,
         timeout: Duration,
     ) -> opentelemetry_sdk::error::OTelSdkResult {
         self.inner.shutdown_with_timeout(timeout)
     }
 
-    fn force_flush(&mut self) -> opentelemetry_sdk::error::OTelSdkResult {
+    fn force_flush(&self) -> opentelemetry_sdk::error::OTelSdkResult {
         self.inner.force_flush()
     }
 

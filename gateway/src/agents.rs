@@ -181,7 +181,9 @@ pub async fn list_agents(
 
 /// Get one agent, custom or profile.
 #[utoipa::path(get, path = "/api/v1/agents/{agent_id}", tag = "agents",
-    params(("agent_id" = String, Path, description = "`[a-z0-9][a-z0-9-_]{2,63}`")),
+    params(
+        ("agent_id" = String, Path, description = "`[a-z0-9][a-z0-9-_]{2,63}`"),
+        ("If-None-Match" = Option<String>, Header, description = "ETags (`\"<version>\"`, weak or strong, comma separated) or `*`: a 304 when one names the agent's current version")),
     responses(
         (status = 200, description = "The agent", body = AgentJson,
             headers(("ETag" = String, description = "\"<version>\""))),

@@ -591,7 +591,8 @@ async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
 /// 004's framing.
 #[utoipa::path(post, path = "/ai/agent/stream", tag = "chat", request_body = ChatBody,
     responses(
-        (status = 200, description = "`text/event-stream` in the chat UI's framing: tokens as `data: <text>`, tool events as `data: {\"text\",\"event\",\"tool\"}`, failures as a `data: ⚠️ …` text, then `event: end` + `data: [DONE]`; header `x-thread-id`", content_type = "text/event-stream", body = crate::sse::SseEvent),
+        (status = 200, description = "`text/event-stream` in the chat UI's framing: tokens as `data: <text>`, tool events as `data: {\"text\",\"event\",\"tool\"}`, failures as a `data: ⚠️ …` text, then `event: end` + `data: [DONE]`", content_type = "text/event-stream", body = crate::sse::SseEvent,
+            headers(("x-thread-id" = String, description = "The conversation's id (a new one when the request had none); absent when `threadId` was invalid"))),
         (status = 400, description = "The body is not a JSON object, or not `application/json`", body = crate::error::ErrorBody),
         (status = 413, description = "`payload_too_large`: the body is larger than `--max-body-bytes`", body = crate::error::ErrorBody),
         (status = 429, description = "`resource_exhausted`: the API key has its most runs open (`--max-runs-per-key`); header `retry-after`", body = crate::error::ErrorBody)))]
@@ -606,7 +607,8 @@ pub async fn agent_stream(
 /// Stream the plain LLM's answer (no tools) in the same framing.
 #[utoipa::path(post, path = "/ai/stream", tag = "chat", request_body = ChatBody,
     responses(
-        (status = 200, description = "`text/event-stream` like `/ai/agent/stream`, without tool events", content_type = "text/event-stream", body = crate::sse::SseEvent),
+        (status = 200, description = "`text/event-stream` like `/ai/agent/stream`, without tool events", content_type = "text/event-stream", body = crate::sse::SseEvent,
+            headers(("x-thread-id" = String, description = "As for `/ai/agent/stream`"))),
         (status = 400, description = "The body is not a JSON object, or not `application/json`", body = crate::error::ErrorBody),
         (status = 413, description = "`payload_too_large`: the body is larger than `--max-body-bytes`", body = crate::error::ErrorBody),
         (status = 429, description = "`resource_exhausted`: the API key has its most runs open (`--max-runs-per-key`); header `retry-after`", body = crate::error::ErrorBody)))]

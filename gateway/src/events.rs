@@ -20,8 +20,8 @@ pub struct QuestionItemJson {
     pub text: String,
     /// Whether the run needs an answer (else `default`, or nothing, is used).
     pub required: bool,
-    /// The proposed answer, used when the key is left unanswered; `null` when none.
-    #[schema(value_type = Object, nullable)]
+    /// The proposed answer (any JSON value), used when the key is left unanswered; `null` when
+    /// none.
     pub default: Value,
     /// The sub-agent that asks.
     pub agent_path: Vec<String>,
@@ -62,8 +62,7 @@ pub struct PlanTaskJson {
     /// The tool's parameters (a JSON object), or `null`.
     #[schema(value_type = Object, nullable)]
     pub params: Value,
-    /// The result a delegation stored on the task (JSON), or `null`.
-    #[schema(value_type = Object, nullable)]
+    /// The result a delegation stored on the task (any JSON value), or `null`.
     pub result: Value,
 }
 

@@ -83,7 +83,7 @@ pub struct AnswerBody {
     /// `null` (like an empty string) is no answer: the question's default, else it is asked
     /// again; any other JSON value is passed as its compact JSON text.
     #[serde(default)]
-    #[schema(value_type = Option<HashMap<String, Object>>)]
+    #[schema(value_type = Option<HashMap<String, Value>>)]
     pub answers: Option<Map<String, Value>>,
     /// When set, must be the pending question's call id.
     #[serde(default)]

@@ -186,6 +186,19 @@ fn constraints(doc: &mut serde_json::Value) {
                 .into_iter()
                 .flat_map(|o| o.values_mut())
             {
+                // Every 429 carries `retry-after` (`error::json_response`).
+                if let Some(busy) = op
+                    .get_mut("responses")
+                    .and_then(|r| r.get_mut("429"))
+                    .and_then(|r| r.as_object_mut())
+                {
+                    busy.insert(
+                        "headers".into(),
+                        json!({"retry-after": {"required": true,
+                            "description": "Seconds to wait before retrying",
+                            "schema": {"type": "string", "pattern": "^[0-9]+$"}}}),
+                    );
+                }
                 let params = op.get_mut("parameters").and_then(|p| p.as_array_mut());
                 for param in params.into_iter().flatten() {
                     match (param["name"].as_str(), param["in"].as_str()) {
@@ -238,10 +251,10 @@ fn constraints(doc: &mut serde_json::Value) {
         &mut props["subagents"],
         json!({"uniqueItems": true, "items": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{2,57}$"}}),
     );
-    merge(
-        &mut props["model"],
-        json!({"pattern": "^[^\\s\\u0000-\\u001f\\u007f-\\u009f]{0,128}$"}),
-    );
+    // `definition::validate` and the executor: no whitespace or control characters, at most
+    // 128 (empty: the default).
+    let model = json!({"pattern": "^[^\\s\\u0000-\\u001f\\u007f-\\u009f]{0,128}$"});
+    merge(&mut props["model"], model.clone());
     for label in ["role", "project"] {
         merge(&mut props[label], json!({"maxLength": 100}));
     }
@@ -289,6 +302,7 @@ fn constraints(doc: &mut serde_json::Value) {
     for id in ["agent_id", "profile"] {
         merge(&mut props[id], json!({"pattern": AGENT_ID_OR_EMPTY}));
     }
+    merge(&mut props["model"], model);
     merge(
         &mut props["session_id"],
         json!({"pattern": "^[A-Za-z0-9_-]{0,128}$"}),
@@ -408,6 +422,38 @@ mod tests {
             assert!(answer[continued].is_object(), "AnswerBody.{continued}");
         }
         assert!(answer["confirmations"]["items"]["pattern"].is_string());
+        // Any JSON where any JSON comes back or is taken (not only objects).
+        let schemas = &doc["components"]["schemas"];
+        for (schema, field) in [("QuestionItemJson", "default"), ("PlanTaskJson", "result")] {
+            assert!(
+                schemas[schema]["properties"][field].get("type").is_none(),
+                "{schema}.{field} is typed: {}",
+                schemas[schema]["properties"][field]
+            );
+        }
+        assert!(
+            answer["answers"]["additionalProperties"]
+                .get("type")
+                .is_none()
+        );
+        assert_eq!(
+            schemas["ExecuteBody"]["properties"]["model"]["pattern"],
+            schemas["AgentRequest"]["properties"]["model"]["pattern"]
+        );
+        // The headers the responses carry.
+        let busy = &paths["/api/v1/execute"]["post"]["responses"]["429"]["headers"];
+        assert_eq!(busy["retry-after"]["required"], true);
+        for chat in ["/ai/agent/stream", "/ai/stream"] {
+            assert!(
+                paths[chat]["post"]["responses"]["200"]["headers"]["x-thread-id"].is_object(),
+                "{chat}"
+            );
+        }
+        let get_params = paths["/api/v1/agents/{agent_id}"]["get"]["parameters"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert!(get_params.iter().any(|p| p["name"] == "If-None-Match"));
         let plan = &paths["/api/v1/sessions/{session_id}/plan"]["get"]["responses"];
         for status in ["200", "400", "404", "503"] {
             assert!(plan[status].is_object(), "plan {status}");

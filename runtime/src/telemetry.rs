@@ -449,10 +449,7 @@ impl<E: opentelemetry_sdk::trace::SpanExporter> opentelemetry_sdk::trace::SpanEx
         }
     }
 
-    fn shutdown_with_timeout(
-        &self,
-        timeout: Duration,
-    ) -> opentelemetry_sdk::error::OTelSdkResult {
+    fn shutdown_with_timeout(&self, timeout: Duration) -> opentelemetry_sdk::error::OTelSdkResult {
         self.inner.shutdown_with_timeout(timeout)
     }
 

@@ -61,17 +61,17 @@ pub struct NativeToolsArgs {
     /// The bubblewrap binary of `bwrap` mode.
     #[arg(long, env = "TASKFORCE_TOOL_BWRAP", default_value = "bwrap")]
     pub tool_bwrap: PathBuf,
-    /// CPU seconds per tool process (0: no limit).
+    /// CPU seconds per tool process (0: the executor's own limit, unchanged).
     #[arg(long, env = "TASKFORCE_TOOL_CPU_SECONDS", default_value_t = ResourceLimits::default().cpu_seconds)]
     pub tool_cpu_seconds: u64,
-    /// Address space per tool process, in MiB (0: no limit).
+    /// Address space per tool process, in MiB (0: the executor's own limit, unchanged).
     #[arg(long, env = "TASKFORCE_TOOL_MEMORY_MB",
           default_value_t = ResourceLimits::default().address_space_bytes >> 20)]
     pub tool_memory_mb: u64,
-    /// Open files per tool process (0: no limit).
+    /// Open files per tool process (0: the executor's own limit, unchanged).
     #[arg(long, env = "TASKFORCE_TOOL_OPEN_FILES", default_value_t = ResourceLimits::default().open_files)]
     pub tool_open_files: u64,
-    /// Processes and threads of the executor's user while a tool runs (0: no limit).
+    /// Processes and threads of the executor's user while a tool runs (0: the executor's own limit, unchanged).
     #[arg(long, env = "TASKFORCE_TOOL_PROCESSES", default_value_t = ResourceLimits::default().processes)]
     pub tool_processes: u64,
     /// The TCP ports `python`, `git` and `powershell` may connect to (Landlock, kernel 6.7+):

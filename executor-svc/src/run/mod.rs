@@ -385,7 +385,7 @@ impl Runner {
             return;
         };
         let why = format!(
-            "cancelled: no answer came within {} (--paused-session-ttl-hours)",
+            "the question went unanswered for {} (--paused-session-ttl-hours)",
             crate::config::describe_hours(ttl)
         );
         loop {

@@ -220,9 +220,18 @@ impl Runner {
             ExecutorError::NotFound(format!("session `{}` does not exist", request.session_id))
         })?;
         let (Status::Paused, Some(pending)) = (session.status, session.pending.clone()) else {
+            // Its state, and why it ended if it did (a question cancelled, or left unanswered
+            // past `--paused-session-ttl-hours`, says so here).
+            let why = session
+                .error
+                .as_ref()
+                .filter(|_| session.status != Status::Running)
+                .map(|e| format!(": {}", e.message))
+                .unwrap_or_default();
             return Err(ExecutorError::FailedPrecondition(format!(
-                "session `{}` has no question waiting for an answer",
-                session.id
+                "session `{}` has no question waiting for an answer (it is {}{why})",
+                session.id,
+                session.status.as_str()
             )));
         };
         if let Some(call_id) = non_empty(request.call_id)

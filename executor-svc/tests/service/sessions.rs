@@ -149,7 +149,9 @@ async fn a_question_nobody_answers_within_the_paused_ttl_is_cancelled() {
     let error = session.error.expect("why it ended");
     assert_eq!(error.code, "CANCELLED");
     assert!(
-        error.message.contains("no answer came within 1.0 seconds")
+        error
+            .message
+            .contains("the question went unanswered for 1.0 seconds")
             && error.message.contains("--paused-session-ttl-hours"),
         "{}",
         error.message
@@ -167,6 +169,12 @@ async fn a_question_nobody_answers_within_the_paused_ttl_is_cancelled() {
         .await
         .expect_err("no question left");
     assert_eq!(err.code(), Code::FailedPrecondition);
+    assert!(
+        err.message()
+            .contains("(it is cancelled: the question went unanswered for 1.0 seconds"),
+        "{}",
+        err.message()
+    );
     assert_eq!(
         executor.session(&session_id).await.status(),
         RunStatus::Cancelled

@@ -210,13 +210,22 @@ impl Run {
         interrupted: &[stopped::Interrupted],
     ) {
         let runner = Arc::clone(&self.runner);
+        // The end is decided: a cancel from now on waits for it instead. One answered `true`
+        // before (possibly after the loop had just ended otherwise) is kept: the run ends
+        // cancelled, as its client was told, unless it failed or the executor is stopping.
+        let mut end = end;
+        if runner.set_running(&self.session.id, false)
+            && matches!(end, LoopEnd::Completed(_) | LoopEnd::Paused(_))
+            && !runner.shutdown.is_cancelled()
+        {
+            end = LoopEnd::Cancelled;
+        }
         // A shutdown stopped the run while it applied answers to sub-agents' questions: the
         // session goes back to that question as it was stored when this run started (no
         // checkpoint has replaced it while `answering` is set), keeping what finished: the
         // answers to the agent's own questions and the sub-agents that got to their end. The
         // ones the stop interrupted wait as they were (see `run_frame`), their answers not in
         // the history.
-        let mut end = end;
         let mut restored = None;
         if matches!(end, LoopEnd::Cancelled | LoopEnd::Paused(_))
             && runner.shutdown.is_cancelled()

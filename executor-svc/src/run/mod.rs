@@ -82,6 +82,34 @@ pub struct DelegationLimits {
     pub unlink: crate::plan::UnlinkPolicy,
 }
 
+/// A session in use ([`Runner::claim`]).
+#[derive(Debug)]
+struct Live {
+    /// Cancels its run.
+    cancel: CancellationToken,
+    /// Its run is going and a cancel stops it: set once the run has started, cleared when its
+    /// end is decided. While it is not set (an answer or a cancel being checked, a run's end
+    /// being stored) a cancel waits for the session instead of answering for an outcome that is
+    /// not known yet.
+    running: bool,
+    /// A cancel was answered `true` while the run was going: the run ends cancelled, even if
+    /// its loop had just finished otherwise.
+    cancel_answered: bool,
+}
+
+/// What [`Runner::cancel_live`] found.
+enum LiveState {
+    /// A running run, now cancelled.
+    Cancelled,
+    /// Held by something else for now.
+    Busy,
+    /// Not in use.
+    Free,
+}
+
+/// How long a cancel waits for a session held by an answer, another cancel or a run's end.
+const CANCEL_WAIT: Duration = Duration::from_secs(10);
+
 /// Everything a run needs, shared by all runs.
 #[derive(Debug)]
 pub struct Runner {
@@ -92,8 +120,8 @@ pub struct Runner {
     store: SessionStore,
     registry: Registry,
     budgets: Budgets,
-    /// Cancellation of each live run, by session id.
-    live: Mutex<HashMap<String, CancellationToken>>,
+    /// The sessions in use (a run, or an answer, a cancel or a sweep being applied), by id.
+    live: Mutex<HashMap<String, Live>>,
     /// Every run task; waited for on shutdown.
     tasks: TaskTracker,
     /// One permit per live run (`--max-live-runs`).
@@ -322,24 +350,43 @@ impl Runner {
         }
     }
 
-    /// Cancels the session's live run, or ends the question a paused session waits on (it is
-    /// then `cancelled`, and expires like any ended session). False when there was neither.
+    /// Cancels the session's live run (which then ends `cancelled`), or ends the question a
+    /// paused session waits on (it is then `cancelled`, and expires like any ended session).
+    /// False when there was neither. A session held by an answer being checked, another cancel
+    /// or a run's end being stored is waited for (at most [`CANCEL_WAIT`]), so that the answer
+    /// says what became of the session.
     pub async fn cancel(self: &Arc<Self>, session_id: &str) -> Result<bool, crate::ExecutorError> {
-        if self.cancel_live(session_id) {
-            return Ok(true);
+        let deadline = tokio::time::Instant::now() + CANCEL_WAIT;
+        loop {
+            match self.cancel_live(session_id) {
+                LiveState::Cancelled => return Ok(true),
+                LiveState::Busy if tokio::time::Instant::now() >= deadline => {
+                    return Err(crate::ExecutorError::FailedPrecondition(format!(
+                        "session `{session_id}` stayed in use (an answer, a cancel or a run's \
+                         end being applied) for {} s; read it, and cancel again if it still runs \
+                         or waits",
+                        CANCEL_WAIT.as_secs()
+                    )));
+                }
+                LiveState::Busy => tokio::time::sleep(Duration::from_millis(5)).await,
+                // Claimed first, so an answer cannot continue the session meanwhile; taken by
+                // another in between, it is looked at again.
+                LiveState::Free => match self.claim(session_id) {
+                    Ok(claim) => {
+                        let ended = self
+                            .end_paused(session_id, None, "cancelled while waiting for an answer")
+                            .await;
+                        drop(claim);
+                        if matches!(ended, Ok(true)) {
+                            tracing::info!(session_id, "paused session cancelled");
+                        }
+                        return ended;
+                    }
+                    Err(crate::ExecutorError::FailedPrecondition(_)) => {}
+                    Err(e) => return Err(e),
+                },
+            }
         }
-        // Claimed first, so an answer cannot continue the session meanwhile.
-        let Ok(claim) = self.claim(session_id) else {
-            return Ok(self.cancel_live(session_id));
-        };
-        let ended = self
-            .end_paused(session_id, None, "cancelled while waiting for an answer")
-            .await;
-        drop(claim);
-        if matches!(ended, Ok(true)) {
-            tracing::info!(session_id, "paused session cancelled");
-        }
-        ended
     }
 
     /// Ends the question the claimed session `session_id` waits on, `why` being the reason its
@@ -433,20 +480,33 @@ impl Runner {
         }
     }
 
-    /// Cancels the live run of `session_id`; false when there is none.
-    fn cancel_live(&self, session_id: &str) -> bool {
-        let token = self
-            .live
-            .lock()
-            .ok()
-            .and_then(|live| live.get(session_id).cloned());
-        match token {
-            Some(token) => {
-                token.cancel();
-                true
+    /// Cancels the running run of `session_id`, if it has one.
+    fn cancel_live(&self, session_id: &str) -> LiveState {
+        let Ok(mut live) = self.live.lock() else {
+            // Never poisoned (nothing panics holding it); `claim` reports it if it were.
+            return LiveState::Free;
+        };
+        match live.get_mut(session_id) {
+            Some(entry) if entry.running => {
+                entry.cancel_answered = true;
+                entry.cancel.cancel();
+                LiveState::Cancelled
             }
-            None => false,
+            Some(_) => LiveState::Busy,
+            None => LiveState::Free,
         }
+    }
+
+    /// Marks the claimed session's run as going (`true`: a cancel stops it) or its end as
+    /// decided (`false`); returns whether a cancel was answered `true` while it ran.
+    fn set_running(&self, session_id: &str, running: bool) -> bool {
+        let Ok(mut live) = self.live.lock() else {
+            return false;
+        };
+        live.get_mut(session_id).is_some_and(|entry| {
+            entry.running = running;
+            entry.cancel_answered
+        })
     }
 
     /// The stored session.

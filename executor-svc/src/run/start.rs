@@ -381,7 +381,14 @@ impl Runner {
                  read the session to see which, and try again when it has ended"
             )));
         }
-        live.insert(session_id.to_owned(), cancel.clone());
+        live.insert(
+            session_id.to_owned(),
+            super::Live {
+                cancel: cancel.clone(),
+                running: false,
+                cancel_answered: false,
+            },
+        );
         Ok(Claim {
             runner: Arc::clone(self),
             session_id: session_id.to_owned(),
@@ -452,6 +459,8 @@ impl Runner {
         session.seq_reserved = reserved;
         self.store.save(&mut session, true).await?;
         claim.taken = true;
+        // A cancel from here on stops the run.
+        self.set_running(&session.id, true);
         let cancel = claim.cancel.clone();
         let (tx, rx) = mpsc::channel(events::CHANNEL_CAPACITY);
         let sink = events::Sink::new(

@@ -182,6 +182,115 @@ async fn a_question_nobody_answers_within_the_paused_ttl_is_cancelled() {
     executor.stop().await;
 }
 
+/// A cancel's answer is what became of the run: `true` when it ends cancelled, `false` when it
+/// had ended (completed) already, also when the cancel comes as the run is ending.
+#[tokio::test]
+async fn a_cancel_is_answered_true_only_for_a_run_it_cancelled() {
+    let dir = TempDir::new().expect("tmp");
+    let registry = FakeRegistry::start().await;
+    let setup = setup(
+        &dir,
+        &registry,
+        "token_delay_ms: 1\nturns:\n  - text: \"one two three four five six\"\n",
+        10,
+    );
+    let mut executor = Executor::start(&setup).await;
+    let (mut cancelled, mut completed) = (0, 0);
+    for i in 0..80u64 {
+        let mut stream = executor
+            .client
+            .execute(mission("go"))
+            .await
+            .expect("execute")
+            .into_inner();
+        let first = stream.message().await.expect("ok").expect("event");
+        let mut seen = vec![first.clone()];
+        if i % 2 == 1 {
+            // As the run ends: right after its last token, while its end is being stored.
+            while seen
+                .iter()
+                .filter(|e| matches!(e.event, Some(Event::Token(_))))
+                .count()
+                < 6
+            {
+                seen.push(stream.message().await.expect("ok").expect("event"));
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_micros((i % 8) * 250)).await;
+        let told = executor
+            .client
+            .cancel(CancelRequest {
+                session_id: first.session_id.clone(),
+            })
+            .await
+            .expect("cancel")
+            .into_inner()
+            .cancelled;
+        seen.extend(collect(stream).await);
+        let streamed = done_status(&seen);
+        let stored = executor.session(&first.session_id).await.status();
+        assert_eq!(stored, streamed, "run {i}: stored and streamed ends differ");
+        if told {
+            assert_eq!(streamed, RunStatus::Cancelled, "run {i}: told cancelled");
+            cancelled += 1;
+        } else {
+            assert_eq!(
+                streamed,
+                RunStatus::Completed,
+                "run {i}: told not cancelled"
+            );
+            completed += 1;
+        }
+    }
+    assert!(
+        cancelled > 0,
+        "no cancel came in time ({completed} completed)"
+    );
+    executor.stop().await;
+}
+
+/// A cancel that meets an answer being checked waits for it: when the answer is refused, the
+/// cancel ends the question (it never says `true` and leaves the session waiting).
+#[tokio::test]
+async fn a_cancel_meeting_a_refused_answer_still_ends_the_question() {
+    let dir = TempDir::new().expect("tmp");
+    let registry = FakeRegistry::start().await;
+    let setup = setup(
+        &dir,
+        &registry,
+        "turns:\n  - tool_calls:\n      - {name: ask, id: q1, arguments: {question: Which city?}}\n",
+        10,
+    );
+    let mut executor = Executor::start(&setup).await;
+    for i in 0..30 {
+        let events = executor.run("plan a trip").await;
+        assert_eq!(done_status(&events), RunStatus::Paused);
+        let session_id = events[0].session_id.clone();
+        let mut answering = executor.client.clone();
+        let answer = AnswerRequest {
+            session_id: session_id.clone(),
+            answer: "Lisbon".into(),
+            call_id: Some("not-the-question".into()),
+            ..Default::default()
+        };
+        let (refused, told) = tokio::join!(
+            answering.answer(answer),
+            executor.client.cancel(CancelRequest {
+                session_id: session_id.clone(),
+            })
+        );
+        assert_eq!(
+            refused.expect_err("a wrong call id").code(),
+            Code::FailedPrecondition
+        );
+        assert!(told.expect("cancel").into_inner().cancelled, "try {i}");
+        let session = executor.session(&session_id).await;
+        assert_eq!(session.status(), RunStatus::Cancelled, "try {i}");
+        assert!(session.pending_question.is_none(), "try {i}");
+    }
+    executor.stop().await;
+}
+
 #[tokio::test]
 async fn cancel_and_shutdown_end_live_streams_with_done_cancelled() {
     let dir = TempDir::new().expect("tmp");

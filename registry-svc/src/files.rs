@@ -170,20 +170,26 @@ pub fn write_atomic_if(
         .or_else(|_| write_via(path, bytes, parent(path)?, &unchanged))
 }
 
+/// A fresh temp name in `dir` for `path`'s file (ending in `suffix`), which the watcher and
+/// the reconcile skip and [`remove_stale_temp_files`] cleans up after a crash.
+fn temp_beside(path: &Path, dir: &Path, suffix: &str) -> PathBuf {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    dir.join(format!(
+        "{TMP_PREFIX}{name}.{}.{}{suffix}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
 fn write_via(
     path: &Path,
     bytes: &[u8],
     staging: &Path,
     unchanged: &dyn Fn() -> bool,
 ) -> io::Result<bool> {
-    static SEQ: AtomicU64 = AtomicU64::new(0);
     let dir = parent(path)?;
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-    let tmp = staging.join(format!(
-        "{TMP_PREFIX}{name}.{}.{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    ));
+    let tmp = temp_beside(path, staging, "");
     let result = (|| {
         let mut f = match File::create(&tmp) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -210,6 +216,38 @@ fn write_via(
 pub fn remove_durable(path: &Path) -> io::Result<()> {
     fs::remove_file(path)?;
     sync_dir(parent(path)?)
+}
+
+/// Removes `path` durably, but only if it still holds `expected`: `Ok(false)`, the file left
+/// in place, when it does not. The file is first moved aside (one atomic rename, to a temp name
+/// beside it) and compared there, so a hand edit that landed before the move is put back, and
+/// one landing after it makes a new file that the removal does not touch: no edit is lost to a
+/// delete. (An update's [`write_atomic_if`] still has an instant between its check and its
+/// rename.)
+pub fn remove_durable_if(path: &Path, expected: &[u8]) -> io::Result<bool> {
+    let dir = parent(path)?;
+    let aside = temp_beside(path, dir, ".removed");
+    fs::rename(path, &aside)?;
+    // Read whole only when it has the expected length (the caller's bounded read).
+    let compared = fs::metadata(&aside)
+        .and_then(|m| Ok(m.len() == expected.len() as u64 && fs::read(&aside)? == expected));
+    let same = compared.as_ref().is_ok_and(|same| *same);
+    if !same {
+        // Back under its name, unless a newer file has taken it meanwhile (that one wins).
+        match fs::hard_link(&aside, path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            // A file system without hard links: put it back by renaming.
+            Err(_) => {
+                fs::rename(&aside, path)?;
+                sync_dir(dir)?;
+                return Ok(false);
+            }
+        }
+    }
+    fs::remove_file(&aside)?;
+    sync_dir(dir)?;
+    compared.map(|_| same)
 }
 
 fn parent(path: &Path) -> io::Result<&Path> {
@@ -329,6 +367,29 @@ mod tests {
         let fine = "a: [[1, 2], {b: [3]}]\nprompt: \"a ] stray bracket and a ]\"\n";
         let v: serde_yaml::Value = yaml(fine.as_bytes()).expect("parses");
         assert_eq!(v["a"][1]["b"][0], serde_yaml::Value::from(3));
+    }
+
+    #[test]
+    fn a_delete_removes_only_the_content_it_expected_and_leaves_no_temp_file() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("a.yaml");
+        fs::write(&path, b"name: old\n")?;
+        // Changed by hand since it was read: kept as it is.
+        fs::write(&path, b"name: edited\n")?;
+        assert!(!remove_durable_if(&path, b"name: old\n")?);
+        assert_eq!(fs::read(&path)?, b"name: edited\n");
+        // Same length, other bytes: kept too.
+        fs::write(&path, b"name: olt\n")?;
+        assert!(!remove_durable_if(&path, b"name: old\n")?);
+        assert_eq!(fs::read(&path)?, b"name: olt\n");
+        // As read: removed.
+        assert!(remove_durable_if(&path, b"name: olt\n")?);
+        assert!(!path.exists());
+        assert_eq!(fs::read_dir(dir.path())?.count(), 0, "no temp file left");
+        // Gone already: NotFound, as for a plain removal.
+        let missing = remove_durable_if(&path, b"x").expect_err("missing");
+        assert_eq!(missing.kind(), io::ErrorKind::NotFound);
+        Ok(())
     }
 
     #[test]

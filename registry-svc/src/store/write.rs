@@ -110,7 +110,16 @@ impl Store {
         self.writable()?;
         self.not_a_profile(id)?;
         let current = self.read_current(id, &path, expected_version)?;
-        files::remove_durable(&path).map_err(|e| RegistryError::io(&path, e))?;
+        if !files::remove_durable_if(&path, &current).map_err(|e| RegistryError::io(&path, e))? {
+            return Err(ApiError::new(
+                ErrorKind::VersionConflict,
+                format!(
+                    "agent {id:?}'s file was changed by hand while it was being deleted; \
+                     nothing was deleted: get it again and retry"
+                ),
+            )
+            .into());
+        }
         let cached = self
             .uncache(AgentSource::Custom, id)
             .and_then(|_| self.forget_facts(id));

@@ -42,8 +42,10 @@ pub enum Decision {
     },
     /// An allowlisted write in `safeWrite`: runs once the user confirms `id`.
     Confirm {
-        /// Stable for the same tool and arguments.
+        /// What the user sees and confirms: the first 12 hex digits of `key`.
         id: String,
+        /// The call's full [`confirmation_key`]: what a confirmation is bound to.
+        key: String,
         /// The call as the user should see it.
         command: String,
     },
@@ -771,22 +773,35 @@ impl Policy {
             },
             Mode::Default => Decision::Allow,
             Mode::SafeWrite => {
-                let id = confirmation_id(call.tool, call.arguments);
-                if confirmed.contains(&id) {
+                let key = confirmation_key(call.agent_id, call.tool, call.arguments);
+                if confirmed.contains(&key) {
                     Decision::Allow
                 } else {
-                    Decision::Confirm { id, command }
+                    Decision::Confirm {
+                        id: short_id(&key).to_owned(),
+                        key,
+                        command,
+                    }
                 }
             }
         }
     }
 }
 
-/// A stable id of one call (tool and arguments, keys in canonical order).
-pub fn confirmation_id(tool: &str, arguments: &Value) -> String {
+/// The full key of one call: `c-` and the SHA-256 of the agent making it, the tool and its
+/// arguments (keys in canonical order). A confirmation is bound to it, not to the short id the
+/// user sees: a model that made two calls share a short id (48 bits, found by brute force in
+/// seconds) cannot run the second on the first's confirmation, and a sub-agent's call is not
+/// its parent's.
+pub fn confirmation_key(agent_id: &str, tool: &str, arguments: &Value) -> String {
     // serde_json's map is ordered by key: the text is canonical.
-    let digest = Sha256::digest(format!("{tool}\0{arguments}").as_bytes());
-    format!("c-{}", &hex::encode(digest)[..12])
+    let digest = Sha256::digest(format!("{agent_id}\0{tool}\0{arguments}").as_bytes());
+    format!("c-{}", hex::encode(digest))
+}
+
+/// The confirmation id the user sees and types: `c-` and the key's first 12 hex digits.
+pub fn short_id(key: &str) -> &str {
+    key.get(..14).unwrap_or(key)
 }
 
 #[cfg(test)]
@@ -1080,11 +1095,15 @@ mod tests {
         });
         let p = Policy::new(&config);
         let args = json!({"command": "m365 spo list add --title Tasks"});
-        let Decision::Confirm { id, command } = check(&p, Mode::SafeWrite, "m365", args.clone())
+        let Decision::Confirm { id, key, command } =
+            check(&p, Mode::SafeWrite, "m365", args.clone())
         else {
             panic!("a confirmation is needed");
         };
         assert!(command.contains("spo list add --title Tasks"));
+        // The user sees 12 hex digits; the grant is the whole key.
+        assert_eq!((id.len(), key.len()), (14, 66));
+        assert_eq!(short_id(&key), id);
         let call = Call {
             agent_id: "a",
             tool: "m365",
@@ -1092,10 +1111,27 @@ mod tests {
             arguments: &args,
         };
         let confirmed: HashSet<String> = [id].into();
+        assert!(
+            matches!(
+                p.check(Some(Mode::SafeWrite), call, &confirmed),
+                Decision::Confirm { .. }
+            ),
+            "the short id alone confirms nothing"
+        );
+        let confirmed: HashSet<String> = [key].into();
         assert_eq!(
             p.check(Some(Mode::SafeWrite), call, &confirmed),
             Decision::Allow
         );
+        // The same call by another agent (a sub-agent) is another call.
+        let sub = Call {
+            agent_id: "sub",
+            ..call
+        };
+        assert!(matches!(
+            p.check(Some(Mode::SafeWrite), sub, &confirmed),
+            Decision::Confirm { .. }
+        ));
         let other = json!({"command": "m365 spo list add --title Other"});
         let call = Call {
             agent_id: "a",
@@ -1129,8 +1165,12 @@ mod tests {
             Decision::Allow
         );
         assert_eq!(
-            confirmation_id("t", &json!({"b": 1, "a": 2})),
-            confirmation_id("t", &json!({"a": 2, "b": 1}))
+            confirmation_key("a", "t", &json!({"b": 1, "a": 2})),
+            confirmation_key("a", "t", &json!({"a": 2, "b": 1}))
+        );
+        assert_ne!(
+            confirmation_key("a", "t", &json!({})),
+            confirmation_key("b", "t", &json!({}))
         );
     }
 

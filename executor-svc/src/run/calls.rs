@@ -367,7 +367,7 @@ async fn call_tool(
                 audit::Outcome::Blocked,
             );
         }
-        policy::Decision::Confirm { id, command } => {
+        policy::Decision::Confirm { id, command, .. } => {
             return (
                 Err(format!(
                     "confirmation_required: `{command}` changes something; safeWrite mode runs it \

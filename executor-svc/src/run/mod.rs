@@ -170,10 +170,11 @@ pub struct RunCtx {
     runner: Arc<Runner>,
 }
 
-/// `safeWrite` confirmations of a run: the ids the user granted with this request (each used
-/// up by the call it confirms, which also takes it off the session's), and the ids the session
-/// asked for and are not used yet (stored with the session, so only a later message of the
-/// same session can grant them).
+/// `safeWrite` confirmations of a run: the calls the user granted with this request (each used
+/// up by the call it confirms, which also takes it off the session's), and the calls the session
+/// asked confirmations for and are not used yet (stored with the session, so only a later
+/// message of the same session can grant them). Each is a call's full
+/// [`confirmation_key`](crate::policy::confirmation_key); the user confirms its short id.
 #[derive(Debug, Default)]
 pub struct Confirmations {
     /// Granted and not used yet.
@@ -203,23 +204,43 @@ impl Confirmations {
         mode: Option<crate::policy::Mode>,
         call: crate::policy::Call<'_>,
     ) -> crate::policy::Decision {
+        use crate::policy::{Decision, short_id};
         let decision = policy.check(mode, call, &self.granted);
         match &decision {
-            crate::policy::Decision::Allow if !self.granted.is_empty() => {
-                let id = crate::policy::confirmation_id(call.tool, call.arguments);
+            Decision::Allow if !self.granted.is_empty() => {
+                let key = crate::policy::confirmation_key(call.agent_id, call.tool, call.arguments);
                 // Used up only here, by the call it confirms: a grant this run does not use
                 // (the model did not make the call again) can be given again.
-                if self.granted.remove(&id) {
-                    self.issued.retain(|issued| *issued != id);
-                    if !self.used.contains(&id) {
-                        remember(&mut self.used, id);
+                if self.granted.remove(&key) {
+                    self.issued.retain(|issued| *issued != key);
+                    if !self.used.contains(&key) {
+                        remember(&mut self.used, key);
                     }
                 }
             }
-            crate::policy::Decision::Confirm { id, .. } if !self.issued.contains(id) => {
+            Decision::Confirm { id, key, .. } if !self.issued.contains(key) => {
+                // Another call of this conversation already has this short id: the user could
+                // not tell the two apart by it, so this one is not asked for.
+                // (A session stored before ids were bound to whole keys holds the short id
+                // alone: that is this call's, asked for again, not another's.)
+                let taken = self
+                    .issued
+                    .iter()
+                    .chain(&self.used)
+                    .any(|other| other != key && other != id && short_id(other) == id);
+                if taken {
+                    return Decision::Block {
+                        reason: format!(
+                            "safeWrite mode: this call's confirmation id `{id}` is already \
+                             another call's in this conversation, so the user could not tell \
+                             them apart; make the call differently"
+                        ),
+                    };
+                }
                 // The same call made again asks again, with the same id.
-                self.used.retain(|used| used != id);
-                remember(&mut self.issued, id.clone());
+                self.used.retain(|used| used != key && used != id);
+                self.issued.retain(|issued| issued != id);
+                remember(&mut self.issued, key.clone());
             }
             _ => {}
         }
@@ -534,5 +555,103 @@ impl Runner {
     /// The session store (for the final flush).
     pub fn store(&self) -> &SessionStore {
         &self.store
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::Confirmations;
+    use crate::policy::{Call, Decision, Mode, Origin, Policy, PolicyConfig, short_id};
+
+    fn policy() -> Policy {
+        Policy::new(&PolicyConfig::from_lookup(|k| {
+            (k == "AGENT_WRITE_ALLOWLIST").then(|| "file_write".to_owned())
+        }))
+    }
+
+    /// The arguments of the allowlisted write both tests make.
+    fn write_args() -> serde_json::Value {
+        json!({"path": "notes.txt", "content": "v1"})
+    }
+
+    /// The top agent's `file_write` of `args`.
+    fn write_call(args: &serde_json::Value) -> Call<'_> {
+        Call {
+            agent_id: "top",
+            tool: "file_write",
+            origin: Origin::Executor,
+            arguments: args,
+        }
+    }
+
+    #[test]
+    fn a_confirmation_runs_only_the_call_it_was_asked_for_once() {
+        let p = policy();
+        let args = write_args();
+        let call = write_call(&args);
+        let mut books = Confirmations::default();
+        let Decision::Confirm { key, .. } = books.decide(&p, Some(Mode::SafeWrite), call) else {
+            panic!("asks first");
+        };
+        assert_eq!(books.issued, std::slice::from_ref(&key));
+        books.granted.insert(key.clone());
+        assert_eq!(
+            books.decide(&p, Some(Mode::SafeWrite), call),
+            Decision::Allow
+        );
+        assert!(books.issued.is_empty() && books.used == [key]);
+        // Used up: the same call asks again.
+        assert!(matches!(
+            books.decide(&p, Some(Mode::SafeWrite), call),
+            Decision::Confirm { .. }
+        ));
+    }
+
+    #[test]
+    fn a_call_whose_short_id_is_another_calls_is_refused() {
+        let p = policy();
+        let args = write_args();
+        let call = write_call(&args);
+        let key = crate::policy::confirmation_key("top", "file_write", &args);
+        // Another call asked for earlier with the same 12 digits (a collision a model can
+        // search for): the user could not tell the two apart.
+        let other = format!("{}{}", short_id(&key), "0".repeat(52));
+        assert_ne!(other, key);
+        for books in [
+            Confirmations {
+                issued: vec![other.clone()],
+                ..Confirmations::default()
+            },
+            Confirmations {
+                used: vec![other.clone()],
+                ..Confirmations::default()
+            },
+        ] {
+            let mut books = books;
+            let Decision::Block { reason } = books.decide(&p, Some(Mode::SafeWrite), call) else {
+                panic!("refused");
+            };
+            assert!(reason.contains("already another call's"), "{reason}");
+            assert!(!books.issued.contains(&key), "not asked for");
+            // Granting the other call's key does not run this one either.
+            books.granted.insert(other.clone());
+            assert!(!matches!(
+                books.decide(&p, Some(Mode::SafeWrite), call),
+                Decision::Allow
+            ));
+        }
+        // A session stored before ids were bound to keys holds the short id alone: the call
+        // asks again (no refusal), and its whole key replaces the short id.
+        let mut books = Confirmations {
+            issued: vec![short_id(&key).to_owned()],
+            ..Confirmations::default()
+        };
+        assert!(matches!(
+            books.decide(&p, Some(Mode::SafeWrite), call),
+            Decision::Confirm { .. }
+        ));
+        assert_eq!(books.issued, [key]);
     }
 }

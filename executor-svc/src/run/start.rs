@@ -94,7 +94,7 @@ impl Runner {
                 .map_err(|e| ExecutorError::invalid("model", e))?;
         }
         let mode = mode_of(request.mode)?;
-        let confirmations = confirmations(request.confirmations)?;
+        let mut confirmations = confirmations(request.confirmations)?;
         let no_tools = request.no_tools.unwrap_or(false);
         let agent = match (self.registry.resolve(&target).await, &own_agent) {
             (Ok(agent), _) => agent,
@@ -123,7 +123,7 @@ impl Runner {
                 if session.status == Status::Paused {
                     return Err(awaiting_answer(&session.id));
                 }
-                grant(&mut session, mode, &confirmations)?;
+                confirmations = grant(&mut session, mode, &confirmations)?;
                 // A call the last run left unanswered (a crash mid-tool, a session stored by an
                 // older version after a cancel) gets its answer first: a model API refuses a
                 // conversation with an open call, so the session could never go on.
@@ -203,7 +203,7 @@ impl Runner {
             ));
         }
         let mode = mode_of(request.mode)?;
-        let confirmations = confirmations(request.confirmations)?;
+        let mut confirmations = confirmations(request.confirmations)?;
         let no_tools = request.no_tools.unwrap_or(false);
         let size = request.answer.len()
             + request
@@ -242,7 +242,7 @@ impl Runner {
                 pending.call_id
             )));
         }
-        grant(&mut session, mode, &confirmations)?;
+        confirmations = grant(&mut session, mode, &confirmations)?;
         let agent = match self
             .registry
             .resolve(&Target::Agent(session.agent_id.clone()))
@@ -548,30 +548,42 @@ fn mode_of(mode: Option<String>) -> Result<Option<crate::policy::Mode>, Executor
 }
 
 /// What a request continuing `session` sets for its run: its `mode` (kept with the session)
-/// and its `confirmations`, each of which the session must have asked for.
+/// and its `confirmations`, each of which the session must have asked for. Returns the calls
+/// they confirm (each id's full key, see [`crate::policy::confirmation_key`]).
 fn grant(
     session: &mut Session,
     mode: Option<crate::policy::Mode>,
     confirmations: &std::collections::HashSet<String>,
-) -> Result<(), ExecutorError> {
-    if let Some(id) = confirmations
-        .iter()
-        .find(|id| !session.confirmations_issued.contains(id))
-    {
-        let why = if session.confirmations_used.contains(id) {
-            format!(
-                "`{id}` was already used: a confirmation allows one call, and the call asks \
-                 again if it is made again"
-            )
-        } else {
-            format!("`{id}` is not a confirmation this session asked for")
+) -> Result<std::collections::HashSet<String>, ExecutorError> {
+    use crate::policy::short_id;
+    let mut keys = std::collections::HashSet::new();
+    for id in confirmations {
+        // At most one asked-for call has a short id (`Confirmations::decide` refuses a second).
+        let Some(key) = session
+            .confirmations_issued
+            .iter()
+            .find(|key| short_id(key) == id)
+        else {
+            let why = if session
+                .confirmations_used
+                .iter()
+                .any(|key| short_id(key) == id)
+            {
+                format!(
+                    "`{id}` was already used: a confirmation allows one call, and the call asks \
+                     again if it is made again"
+                )
+            } else {
+                format!("`{id}` is not a confirmation this session asked for")
+            };
+            return Err(ExecutorError::invalid("confirmations", why));
         };
-        return Err(ExecutorError::invalid("confirmations", why));
+        keys.insert(key.clone());
     }
     if let Some(mode) = mode {
         session.mode = Some(mode.as_str().to_owned());
     }
-    Ok(())
+    Ok(keys)
 }
 
 /// The confirmation ids of a request: each `c-` and 12 hex digits, at most 64.

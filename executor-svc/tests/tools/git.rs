@@ -34,6 +34,19 @@ async fn everyday_git_works_in_the_workspace() {
     std::fs::write(dir.path().join("a.txt"), "one\n").expect("a");
     run(json!(["add", "a.txt"])).await;
     run(json!(["commit", "-q", "-m", "first"])).await;
+    // What readOnly mode lets run does not write: the same content at a newer time leaves the
+    // index's file times stale, and `status` would write them back unless git's optional locks
+    // are off. (`diff` and `describe --dirty` still refresh them: docs/agent-stream.md.)
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    std::fs::write(dir.path().join("a.txt"), "one\n").expect("a");
+    let index = dir.path().join(".git/index");
+    let before = std::fs::read(&index).expect("index");
+    run(json!(["status"])).await;
+    assert_eq!(
+        std::fs::read(&index).expect("index"),
+        before,
+        "status rewrote the index"
+    );
     std::fs::write(dir.path().join("a.txt"), "one\ntwo\n").expect("a");
     let diff = run(json!(["diff", "--stat"])).await;
     assert!(diff.contains("a.txt | 1 +"), "{diff}");

@@ -318,6 +318,10 @@ fn git_env(cwd: &Path, agent_id: &str) -> Vec<(&'static str, OsString)> {
         ("GIT_ALLOW_PROTOCOL", "file:https".into()),
         // A partial clone's promisor remote is not fetched from behind the call's back.
         ("GIT_NO_LAZY_FETCH", "1".into()),
+        // Reads stay reads: `status` does not write the index back with refreshed file times
+        // (readOnly mode lets it run; `diff` and `describe --dirty` still do, see
+        // docs/agent-stream.md).
+        ("GIT_OPTIONAL_LOCKS", "0".into()),
         // No home: the https transport would read the executor's user's `~/.netrc` (and send
         // the credentials it holds for a host the model names).
         ("HOME", "/dev/null".into()),

@@ -36,6 +36,18 @@ impl Mode {
             _ => Err(UnknownMode(text.to_owned())),
         }
     }
+
+    /// The stricter of two modes (`None`, no mode, is the laxest: the agent's allowlist is the
+    /// whole policy): readOnly, then safeWrite, then default.
+    pub fn stricter(a: Option<Self>, b: Option<Self>) -> Option<Self> {
+        let rank = |m: Option<Self>| match m {
+            None => 0,
+            Some(Self::Default) => 1,
+            Some(Self::SafeWrite) => 2,
+            Some(Self::ReadOnly) => 3,
+        };
+        if rank(a) >= rank(b) { a } else { b }
+    }
 }
 
 /// A mode that is none of the three.
@@ -46,6 +58,26 @@ pub struct UnknownMode(pub String);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_stricter_mode_wins() {
+        use Mode::{Default, ReadOnly, SafeWrite};
+        assert_eq!(
+            Mode::stricter(Some(Default), Some(ReadOnly)),
+            Some(ReadOnly)
+        );
+        assert_eq!(Mode::stricter(Some(ReadOnly), None), Some(ReadOnly));
+        assert_eq!(Mode::stricter(None, Some(Default)), Some(Default));
+        assert_eq!(
+            Mode::stricter(Some(SafeWrite), Some(Default)),
+            Some(SafeWrite)
+        );
+        assert_eq!(
+            Mode::stricter(Some(SafeWrite), Some(ReadOnly)),
+            Some(ReadOnly)
+        );
+        assert_eq!(Mode::stricter(None, None), None);
+    }
 
     #[test]
     fn modes_parse_loosely_and_an_unknown_one_is_named() {

@@ -386,6 +386,14 @@ async fn run_frame(
     ancestors.push(parent.agent.agent_id.clone());
     let mut path = parent.frame.path.clone();
     path.push(frame.id.clone());
+    // The parent's mode, or the sub-agent's own when that is stricter (an agent defined
+    // readOnly stays read-only under a parent that may write).
+    let mode = crate::policy::Mode::stricter(
+        parent.mode,
+        def.mode
+            .as_deref()
+            .and_then(|m| crate::policy::Mode::parse(m).ok()),
+    );
     let ctx = Arc::new(RunCtx {
         sink: Arc::new(parent.sink.child(&agent_id, &frame.id)),
         workspace: workspace_for(&runner, &def),
@@ -407,7 +415,7 @@ async fn run_frame(
         },
         orchestra: Arc::clone(&parent.orchestra),
         runner: Arc::clone(&runner),
-        mode: parent.mode,
+        mode,
         confirmations: Arc::clone(&parent.confirmations),
     });
     ctx.sink

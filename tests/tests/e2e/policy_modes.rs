@@ -344,3 +344,50 @@ async fn an_answer_over_rest_or_the_cli_grants_the_confirmation_its_question_was
     );
     assert_eq!(std::fs::read_to_string(&notes).expect("written"), "hello");
 }
+
+/// A sub-agent runs in its parent's mode, or in its own definition's when that is stricter:
+/// an agent defined readOnly does not write under a parent that has no mode (policy audit 5).
+#[tokio::test]
+async fn a_read_only_sub_agent_stays_read_only_under_a_parent_without_a_mode() {
+    let stack = StackOptions::full()
+        .with_executor()
+        .executor_env("AGENT_WRITE_ALLOWLIST", "file_write")
+        .llm_script(
+            r##"
+final_text: "done"
+turns:
+  - match: "#C01#"
+    tool_calls: [{name: file_write, id: c01, arguments: {path: careful.txt, content: "no"}}]
+  - match: "#C02#"
+    tool_calls: [{name: agent_careful, id: c02, arguments: {task: "#C01# note it"}}]
+"##,
+        )
+        .spawn()
+        .await
+        .expect("stack starts");
+    let mut careful = agent_json("careful");
+    careful["tool_allowlist"] = json!(["file_write"]);
+    careful["mode"] = json!("readOnly");
+    let mut boss = agent_json("boss");
+    boss["tool_allowlist"] = json!(["file_read"]);
+    boss["subagents"] = json!(["careful"]);
+    for body in [careful, boss] {
+        let r = create(&stack, &body).await;
+        assert_eq!(r.status, 201, "{}", r.text);
+    }
+    run(&stack, json!({"mission": "#C02#", "agent_id": "boss"})).await;
+    assert!(
+        !stack
+            .executor_workspace("careful")
+            .join("careful.txt")
+            .exists(),
+        "the readOnly sub-agent wrote"
+    );
+    let log = std::fs::read_to_string(stack.executor_log()).expect("log");
+    assert!(
+        log.lines().any(|l| l.contains("\"tool\":\"file_write\"")
+            && l.contains("policy_blocked")
+            && l.contains("\"policy_mode\":\"readOnly\"")),
+        "the audit line says why"
+    );
+}

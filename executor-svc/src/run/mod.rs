@@ -463,12 +463,12 @@ impl Runner {
             }
             let cutoff = chrono::Utc::now() - age;
             let store = self.store.clone();
-            let ids = match tokio::task::spawn_blocking(move || store.paused_before(cutoff)).await {
-                Ok(Ok(ids)) => ids,
-                Ok(Err(e)) => {
-                    warn!(error = %e, "listing paused sessions failed");
-                    continue;
-                }
+            let listed = tokio::task::spawn_blocking(move || store.paused_before(cutoff))
+                .await
+                .map_err(crate::ExecutorError::from)
+                .and_then(|ids| ids);
+            let ids = match listed {
+                Ok(ids) => ids,
                 Err(e) => {
                     warn!(error = %e, "listing paused sessions failed");
                     continue;

@@ -364,12 +364,7 @@ async fn a_run_whose_end_cannot_be_stored_fails_and_new_runs_are_refused() {
     let mut config = setup(&dir, &registry, &script, 10);
     config.data_dir = disk.join("executor");
     let mut executor = Executor::start(&config).await;
-    let mut stream = executor
-        .client
-        .execute(mission("go"))
-        .await
-        .expect("execute")
-        .into_inner();
+    let mut stream = executor.stream("go").await;
     // The run is stored and under way; then the disk fills up before it ends.
     let first = stream.next().await.expect("an event").expect("ok");
     assert!(

@@ -11,6 +11,10 @@ use crate::{
     support::{Executor, Setup, collect, done_status, kinds, mission, setup},
 };
 
+/// A script whose model asks `Which city?` (call `q1`) first.
+const ASK: &str =
+    "turns:\n  - tool_calls:\n      - {name: ask, id: q1, arguments: {question: Which city?}}\n";
+
 #[tokio::test]
 async fn a_question_survives_a_restart_and_the_answer_completes_the_run() {
     let dir = TempDir::new().expect("tmp");
@@ -18,7 +22,7 @@ async fn a_question_survives_a_restart_and_the_answer_completes_the_run() {
     let setup = Setup {
         data_dir: dir.path().join("executor"),
         registry_url: registry.url.clone(),
-        script: "turns:\n  - tool_calls:\n      - {name: ask, id: q1, arguments: {question: Which city?}}\n  - text: \"Going to {{last_message}}\"\n".into(),
+        script: format!("{ASK}  - text: \"Going to {{{{last_message}}}}\"\n"),
         max_steps: 10,
         max_run_secs: None,
         paused_ttl: None,
@@ -119,12 +123,7 @@ async fn a_question_survives_a_restart_and_the_answer_completes_the_run() {
 async fn a_question_nobody_answers_within_the_paused_ttl_is_cancelled() {
     let dir = TempDir::new().expect("tmp");
     let registry = FakeRegistry::start().await;
-    let mut setup = setup(
-        &dir,
-        &registry,
-        "turns:\n  - tool_calls:\n      - {name: ask, id: q1, arguments: {question: Which city?}}\n",
-        10,
-    );
+    let mut setup = setup(&dir, &registry, ASK, 10);
     setup.paused_ttl = Some(std::time::Duration::from_secs(1));
     let mut executor = Executor::start(&setup).await;
     let events = executor.run("plan a trip").await;
@@ -197,12 +196,7 @@ async fn a_cancel_is_answered_true_only_for_a_run_it_cancelled() {
     let mut executor = Executor::start(&setup).await;
     let (mut cancelled, mut completed) = (0, 0);
     for i in 0..80u64 {
-        let mut stream = executor
-            .client
-            .execute(mission("go"))
-            .await
-            .expect("execute")
-            .into_inner();
+        let mut stream = executor.stream("go").await;
         let first = stream.message().await.expect("ok").expect("event");
         let mut seen = vec![first.clone()];
         if i % 2 == 1 {
@@ -217,15 +211,7 @@ async fn a_cancel_is_answered_true_only_for_a_run_it_cancelled() {
             }
         }
         tokio::time::sleep(std::time::Duration::from_micros((i % 8) * 250)).await;
-        let told = executor
-            .client
-            .cancel(CancelRequest {
-                session_id: first.session_id.clone(),
-            })
-            .await
-            .expect("cancel")
-            .into_inner()
-            .cancelled;
+        let told = executor.cancel(&first.session_id).await;
         seen.extend(collect(stream).await);
         let streamed = done_status(&seen);
         let stored = executor.session(&first.session_id).await.status();
@@ -255,12 +241,7 @@ async fn a_cancel_is_answered_true_only_for_a_run_it_cancelled() {
 async fn a_cancel_meeting_a_refused_answer_still_ends_the_question() {
     let dir = TempDir::new().expect("tmp");
     let registry = FakeRegistry::start().await;
-    let setup = setup(
-        &dir,
-        &registry,
-        "turns:\n  - tool_calls:\n      - {name: ask, id: q1, arguments: {question: Which city?}}\n",
-        10,
-    );
+    let setup = setup(&dir, &registry, ASK, 10);
     let mut executor = Executor::start(&setup).await;
     for i in 0..30 {
         let events = executor.run("plan a trip").await;

@@ -172,16 +172,31 @@ impl Executor {
         }
     }
 
+    /// Starts `text` as a mission of the `helper` agent; its event stream.
+    pub async fn stream(&mut self, text: &str) -> Streaming<RunEvent> {
+        self.client
+            .execute(mission(text))
+            .await
+            .expect("execute")
+            .into_inner()
+    }
+
     /// Runs `text` as a mission of the `helper` agent to its end; its events.
     pub async fn run(&mut self, text: &str) -> Vec<RunEvent> {
-        collect(
-            self.client
-                .execute(mission(text))
-                .await
-                .expect("execute")
-                .into_inner(),
-        )
-        .await
+        let stream = self.stream(text).await;
+        collect(stream).await
+    }
+
+    /// Cancels session `id`; whether the executor says it cancelled something.
+    pub async fn cancel(&mut self, id: &str) -> bool {
+        self.client
+            .cancel(taskforce_proto::v1::CancelRequest {
+                session_id: id.to_owned(),
+            })
+            .await
+            .expect("cancel")
+            .into_inner()
+            .cancelled
     }
 
     /// The session `id`, which must exist.

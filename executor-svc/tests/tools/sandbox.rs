@@ -319,6 +319,13 @@ impl GitWorkspace {
         }
     }
 
+    /// A workspace that is a git repository (`init` through the tool, branch `main`).
+    async fn initialized() -> Self {
+        let ws = Self::new();
+        ok_text(ws.run(json!(["init", "-q", "-b", "main"])).await);
+        ws
+    }
+
     /// One call of the tool with `args`.
     async fn run(
         &self,
@@ -340,9 +347,8 @@ fn append(path: &Path, text: &str) {
 
 #[tokio::test]
 async fn git_never_enters_a_nested_repository_whose_configuration_it_did_not_check() {
-    let ws = GitWorkspace::new();
+    let ws = GitWorkspace::initialized().await;
     let (dir, run) = (&ws.dir, |args| ws.run(args));
-    ok_text(run(json!(["init", "-q", "-b", "main"])).await);
     // A repository nested in the workspace's, whose files pass through a "clean filter" that
     // its own configuration names: git status in it runs the program.
     let sub = dir.path().join("sub");
@@ -509,9 +515,8 @@ async fn a_call_that_reaches_another_repository_checks_its_configuration_and_rem
 async fn a_repository_whose_git_directory_leads_outside_is_refused() {
     let outside = tempfile::tempdir().expect("outside");
     assert!(plain_git(outside.path(), &["init", "-q"]));
-    let ws = GitWorkspace::new();
+    let ws = GitWorkspace::initialized().await;
     let (dir, run) = (&ws.dir, |args| ws.run(args));
-    ok_text(run(json!(["init", "-q", "-b", "main"])).await);
     let git_dir = dir.path().join(".git");
     let elsewhere = outside.path().join(".git");
     // (the file in the git directory, what it holds or links to, what the refusal names)
@@ -551,9 +556,8 @@ async fn a_repository_whose_git_directory_leads_outside_is_refused() {
 
 #[tokio::test]
 async fn an_operation_in_progress_is_not_resumed_from_state_that_runs_a_program() {
-    let ws = GitWorkspace::new();
+    let ws = GitWorkspace::initialized().await;
     let (dir, run) = (&ws.dir, |args| ws.run(args));
-    ok_text(run(json!(["init", "-q", "-b", "main"])).await);
     let marker = dir.path().join("ran");
     let state = dir.path().join(".git/rebase-merge");
     std::fs::create_dir_all(&state).expect("state dir");

@@ -154,7 +154,7 @@ fn shell_word(s: &str) -> String {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// List, show, create and delete agent definitions.
+    /// List, show, create, update, validate and delete agent definitions.
     #[command(subcommand)]
     Agents(AgentsCommand),
     /// The tool catalog: native tools, orchestration tools, tools of global MCP servers.
@@ -197,10 +197,38 @@ pub enum AgentsCommand {
         #[arg(short = 'f', long = "file", value_name = "FILE")]
         file: PathBuf,
     },
+    /// Replace a custom agent with a YAML (or JSON) definition, as `create` reads it.
+    ///
+    /// The update is refused (409 `version_conflict`) when the agent changed since the version the
+    /// file carries (`agents show ID --json` output has it) or `--if-version` names.
+    Update {
+        /// The definition file (`-`: standard input). Without `agent_id`, the file name is the id.
+        #[arg(short = 'f', long = "file", value_name = "FILE")]
+        file: PathBuf,
+        /// Only replace the agent if its stored version is this one (over the file's `version`).
+        #[arg(long, value_name = "VERSION", conflicts_with = "force",
+              value_parser = clap::builder::NonEmptyStringValueParser::new())]
+        if_version: Option<String>,
+        /// Replace whatever version is stored, ignoring the file's `version`.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Check a YAML (or JSON) definition as `create` would, without saving it.
+    ///
+    /// Its fields, its tools, and the tools its MCP servers offer are checked.
+    Validate {
+        /// The definition file (`-`: standard input). Without `agent_id`, the file name is the id.
+        #[arg(short = 'f', long = "file", value_name = "FILE")]
+        file: PathBuf,
+    },
     /// Delete a custom agent.
     Delete {
         /// The agent id.
         id: String,
+        /// Only delete the agent if its stored version is this one.
+        #[arg(long, value_name = "VERSION",
+              value_parser = clap::builder::NonEmptyStringValueParser::new())]
+        if_version: Option<String>,
     },
 }
 

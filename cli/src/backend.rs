@@ -121,11 +121,46 @@ impl Backend {
         }
     }
 
-    /// Deletes a custom agent.
-    pub async fn delete_agent(&self, id: &str) -> Result<()> {
+    /// Replaces custom agent `id` with a REST update body; with `expected_version`, only if
+    /// that is its stored version. Answers the stored agent.
+    pub async fn update_agent(
+        &self,
+        id: &str,
+        body: Value,
+        expected_version: Option<&str>,
+    ) -> Result<Value> {
         match self {
-            Self::Gateway(g) => g.delete(&["api", "v1", "agents", id]).await,
-            Self::Grpc(g) => g.delete_agent(id).await,
+            Self::Gateway(g) => {
+                let mut body = body;
+                if let (Some(fields), Some(version)) = (body.as_object_mut(), expected_version) {
+                    fields.insert("expected_version".into(), version.into());
+                }
+                g.put(&["api", "v1", "agents", id], &body).await
+            }
+            Self::Grpc(g) => g.update_agent(id, body, expected_version).await,
+        }
+    }
+
+    /// Checks a REST create body as a create would, saving nothing:
+    /// `{"valid": true, "discovered_mcp_tools": [...], "warnings": [...]}`.
+    pub async fn validate_agent(&self, body: Value) -> Result<Value> {
+        match self {
+            Self::Gateway(g) => g.post(&["api", "v1", "agents:validate"], &body).await,
+            Self::Grpc(g) => g.validate_agent(body).await,
+        }
+    }
+
+    /// Deletes a custom agent; with `expected_version`, only if that is its stored version.
+    pub async fn delete_agent(&self, id: &str, expected_version: Option<&str>) -> Result<()> {
+        match self {
+            Self::Gateway(g) => {
+                let query: Vec<(&str, &str)> = expected_version
+                    .map(|v| ("expected_version", v))
+                    .into_iter()
+                    .collect();
+                g.delete(&["api", "v1", "agents", id], &query).await
+            }
+            Self::Grpc(g) => g.delete_agent(id, expected_version).await,
         }
     }
 

@@ -1,4 +1,4 @@
-//! An agent definition file (YAML or JSON) as the REST create body.
+//! An agent definition file (YAML or JSON) as the REST create (or update) body.
 //!
 //! Two shapes are read: the `configs/custom/{agent_id}.yaml` format (`prompt.system_prompt`,
 //! `tools.allowlist`, `mcp_tools.allowlist`) and the REST body itself (`system_prompt`,
@@ -13,10 +13,9 @@ use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
 
-/// Keys of a GET body (or a YAML file) that the service manages.
-const MANAGED: [&str; 7] = [
+/// Keys of a GET body (or a YAML file) that the service manages (and `version`, kept aside).
+const MANAGED: [&str; 6] = [
     "source",
-    "version",
     "created_at",
     "updated_at",
     "workspace_id",
@@ -24,8 +23,27 @@ const MANAGED: [&str; 7] = [
     "last_task",
 ];
 
-/// Reads `path` (`-`: standard input) and returns the create body.
-pub fn load(path: &Path) -> Result<Value> {
+/// A definition file read: the create body, and the version it was read at, if it says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Definition {
+    /// The REST create (or update) body.
+    pub body: Value,
+    /// The file's `expected_version` (a REST update body's) or else its `version` (an
+    /// `agents show --json` output's): the version an update of it expects to replace.
+    pub version: Option<String>,
+}
+
+impl Definition {
+    /// The agent id the body names, for an update: it must name one.
+    pub fn agent_id(&self) -> Result<&str> {
+        self.body["agent_id"]
+            .as_str()
+            .ok_or_else(|| Error::Input("the definition has no `agent_id`".to_owned()))
+    }
+}
+
+/// Reads `path` (`-`: standard input) and returns the definition.
+pub fn load(path: &Path) -> Result<Definition> {
     let (text, stem) = if path.as_os_str() == "-" {
         let mut text = String::new();
         std::io::stdin()
@@ -40,16 +58,25 @@ pub fn load(path: &Path) -> Result<Value> {
     };
     let yaml: serde_yaml::Value = serde_yaml::from_str(&text)
         .map_err(|e| Error::Input(format!("{} is not valid YAML: {e}", path.display())))?;
-    to_body(yaml, stem.as_deref()).map_err(|e| Error::Input(format!("{}: {e}", path.display())))
+    to_definition(yaml, stem.as_deref())
+        .map_err(|e| Error::Input(format!("{}: {e}", path.display())))
 }
 
-/// The create body of a parsed definition; `stem` (the file name) is the id when the file
-/// names none.
-pub fn to_body(yaml: serde_yaml::Value, stem: Option<&str>) -> Result<Value, String> {
+/// The definition of a parsed file; `stem` (the file name) is the id when the file names none.
+pub fn to_definition(yaml: serde_yaml::Value, stem: Option<&str>) -> Result<Definition, String> {
     let json = serde_json::to_value(yaml).map_err(|e| format!("cannot be read as JSON: {e}"))?;
     let Value::Object(mut fields) = json else {
         return Err("expected a mapping of fields (agent_id, name, description, ...)".to_owned());
     };
+    let mut version = None;
+    for key in ["version", "expected_version"] {
+        match fields.remove(key) {
+            Some(Value::String(v)) if !v.is_empty() => version = Some(v),
+            None | Some(Value::Null) => {}
+            Some(Value::String(_)) => return Err(format!("`{key}` is empty")),
+            Some(other) => return Err(format!("`{key}` must be a string, not {other}")),
+        }
+    }
     for key in MANAGED {
         fields.remove(key);
     }
@@ -71,7 +98,10 @@ pub fn to_body(yaml: serde_yaml::Value, stem: Option<&str>) -> Result<Value, Str
         }
         fields.insert("agent_id".into(), Value::String(stem.to_owned()));
     }
-    Ok(Value::Object(fields))
+    Ok(Definition {
+        body: Value::Object(fields),
+        version,
+    })
 }
 
 /// Moves `block.inner` (the YAML file's nesting) to the body's `flat` key. A list given for
@@ -110,8 +140,37 @@ mod tests {
 
     use super::*;
 
+    fn definition(yaml: &str, stem: Option<&str>) -> Result<Definition, String> {
+        to_definition(serde_yaml::from_str(yaml).map_err(|e| e.to_string())?, stem)
+    }
+
     fn body(yaml: &str, stem: Option<&str>) -> Result<Value, String> {
-        to_body(serde_yaml::from_str(yaml).map_err(|e| e.to_string())?, stem)
+        definition(yaml, stem).map(|d| d.body)
+    }
+
+    #[test]
+    fn the_version_a_file_was_read_at_is_kept_beside_the_body() {
+        let shown = definition("agent_id: a-b-c\nversion: v1\nname: N\n", None);
+        assert_eq!(
+            shown,
+            Ok(Definition {
+                body: json!({"agent_id": "a-b-c", "name": "N"}),
+                version: Some("v1".to_owned())
+            })
+        );
+        // A REST update body's `expected_version` says it more precisely than `version`.
+        let put = definition("agent_id: a-b-c\nversion: v1\nexpected_version: v2\n", None);
+        assert_eq!(put.map(|d| d.version), Ok(Some("v2".to_owned())));
+        assert_eq!(
+            definition("agent_id: a-b-c\n", None).map(|d| d.version),
+            Ok(None)
+        );
+        let empty = definition("version: ''\n", None).expect_err("empty");
+        assert_eq!(empty, "`version` is empty");
+        let number = definition("expected_version: 5\n", None).expect_err("a number");
+        assert_eq!(number, "`expected_version` must be a string, not 5");
+        let no_id = definition("name: N\n", None).expect("no id is fine for the body");
+        assert!(no_id.agent_id().is_err());
     }
 
     #[test]

@@ -85,9 +85,18 @@ impl Gateway {
         self.json(self.http.post(url).json(body)).await
     }
 
-    /// `DELETE` of `segments`.
-    pub async fn delete(&self, segments: &[&str]) -> Result<()> {
+    /// `PUT` of `body` to `segments`, answered with JSON.
+    pub async fn put(&self, segments: &[&str], body: &Value) -> Result<Value> {
         let url = self.url(segments)?;
+        self.json(self.http.put(url).json(body)).await
+    }
+
+    /// `DELETE` of `segments`.
+    pub async fn delete(&self, segments: &[&str], query: &[(&str, &str)]) -> Result<()> {
+        let mut url = self.url(segments)?;
+        if !query.is_empty() {
+            url.query_pairs_mut().extend_pairs(query);
+        }
         self.send(self.http.delete(url).timeout(self.timeout))
             .await
             .map(drop)

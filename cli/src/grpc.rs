@@ -167,12 +167,48 @@ impl Grpc {
         agent_value(&agent)
     }
 
-    /// Deletes a custom agent (whatever its version).
-    pub async fn delete_agent(&self, id: &str) -> Result<()> {
+    /// Replaces custom agent `id` with a REST update body (with `expected_version`, only if
+    /// that is its stored version).
+    pub async fn update_agent(
+        &self,
+        id: &str,
+        body: Value,
+        expected_version: Option<&str>,
+    ) -> Result<Value> {
+        let spec = convert::spec_of_body(body).map_err(Error::Input)?;
+        let mut client = self.registry().await?;
+        let req = self.request(v1::UpdateAgentRequest {
+            agent_id: id.to_owned(),
+            spec: Some(spec),
+            expected_version: expected_version.unwrap_or_default().to_owned(),
+        });
+        let agent = self
+            .call(&self.registry, "registry", client.update_agent(req))
+            .await?;
+        agent_value(&agent)
+    }
+
+    /// Checks a REST create body as a create would: the gateway's `:validate` answer.
+    pub async fn validate_agent(&self, body: Value) -> Result<Value> {
+        let spec = convert::spec_of_body(body).map_err(Error::Input)?;
+        let mut client = self.registry().await?;
+        let req = self.request(v1::ValidateAgentRequest { spec: Some(spec) });
+        let checked = self
+            .call(&self.registry, "registry", client.validate_agent(req))
+            .await?;
+        Ok(json!({
+            "valid": true,
+            "discovered_mcp_tools": checked.discovered_mcp_tools,
+            "warnings": checked.warnings,
+        }))
+    }
+
+    /// Deletes a custom agent (with `expected_version`, only if that is its stored version).
+    pub async fn delete_agent(&self, id: &str, expected_version: Option<&str>) -> Result<()> {
         let mut client = self.registry().await?;
         let req = self.request(v1::DeleteAgentRequest {
             agent_id: id.to_owned(),
-            expected_version: String::new(),
+            expected_version: expected_version.unwrap_or_default().to_owned(),
         });
         self.call(&self.registry, "registry", client.delete_agent(req))
             .await

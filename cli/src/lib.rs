@@ -1,4 +1,5 @@
-//! `taskforce`, the command line of Taskforce: agents (list, show, create, delete), the tool
+//! `taskforce`, the command line of Taskforce: agents (list, show, create, update, validate,
+//! delete), the tool
 //! catalog, runs streamed as they happen, answers to paused runs, sessions, and health probes;
 //! through the gateway (REST and SSE, the default) or straight over gRPC (`--grpc`).
 //!
@@ -166,30 +167,58 @@ async fn agents(
             show(out, json, &agent, render::agent)
         }
         AgentsCommand::Create { file } => {
-            let body = definition::load(&file)?;
+            let body = definition::load(&file)?.body;
             let agent = backend.create_agent(body).await?;
-            show(out, json, &agent, |out, a| {
-                writeln!(
-                    out,
-                    "created agent {} (version {})",
-                    render::text(&a["agent_id"]),
-                    render::text(&a["version"])
-                )?;
-                // Beside the result, not in it: a script reading stdout gets the result only.
-                for warning in a["warnings"].as_array().into_iter().flatten() {
-                    eprintln!("warning: {}", render::text(warning));
-                }
-                Ok(())
+            show(out, json, &agent, |out, a| saved(out, "created", a))
+        }
+        AgentsCommand::Update {
+            file,
+            if_version,
+            force,
+        } => {
+            let definition = definition::load(&file)?;
+            let id = definition.agent_id()?.to_owned();
+            let expected = match (if_version, force) {
+                (_, true) => None,
+                (Some(version), false) => Some(version),
+                (None, false) => definition.version,
+            };
+            let agent = backend
+                .update_agent(&id, definition.body, expected.as_deref())
+                .await?;
+            show(out, json, &agent, |out, a| saved(out, "updated", a))
+        }
+        AgentsCommand::Validate { file } => {
+            let body = definition::load(&file)?.body;
+            let id = body["agent_id"].as_str().unwrap_or_default().to_owned();
+            let checked = backend.validate_agent(body).await?;
+            show(out, json, &checked, |out, c| {
+                render::validation(out, &id, c)
             })
         }
-        AgentsCommand::Delete { id } => {
-            backend.delete_agent(&id).await?;
+        AgentsCommand::Delete { id, if_version } => {
+            backend.delete_agent(&id, if_version.as_deref()).await?;
             let result = json!({"agent_id": id, "deleted": true});
             show(out, json, &result, |out, _| {
                 writeln!(out, "deleted agent {id}")
             })
         }
     }
+}
+
+/// The human answer of a save: `created agent ID (version V)`, and the save's warnings on
+/// stderr (beside the result, not in it: a script reading stdout gets the result only).
+fn saved(out: &mut impl Write, done: &str, agent: &Value) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{done} agent {} (version {})",
+        render::text(&agent["agent_id"]),
+        render::text(&agent["version"])
+    )?;
+    for warning in agent["warnings"].as_array().into_iter().flatten() {
+        eprintln!("warning: {}", render::text(warning));
+    }
+    Ok(())
 }
 
 /// The command that answers a question, reaching the services as this invocation did (so it

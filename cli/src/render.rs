@@ -208,6 +208,21 @@ fn mcp_servers(servers: &Value) -> String {
     }
 }
 
+/// `agents validate`: `valid: ID`, the tools found on its MCP servers, and what the check
+/// could not settle (an MCP server it could not start, an id a create would find taken).
+pub fn validation(out: &mut impl Write, id: &str, checked: &Value) -> std::io::Result<()> {
+    writeln!(out, "valid: {}", printable(id))?;
+    writeln!(
+        out,
+        "discovered MCP tools: {}",
+        list(&checked["discovered_mcp_tools"])
+    )?;
+    for warning in checked["warnings"].as_array().into_iter().flatten() {
+        writeln!(out, "warning: {}", text(warning))?;
+    }
+    Ok(())
+}
+
 /// `tools`: name, origin, risk, approval, availability, description.
 pub fn tools(out: &mut impl Write, catalog: &Value) -> std::io::Result<()> {
     let rows: Vec<Vec<String>> = catalog["tools"]
@@ -327,6 +342,22 @@ mod tests {
         let mut buf = Vec::new();
         f(&mut buf).expect("writes to memory");
         String::from_utf8(buf).expect("UTF-8")
+    }
+
+    #[test]
+    fn a_validation_names_the_agent_its_mcp_tools_and_warnings() {
+        let checked = json!({"valid": true, "discovered_mcp_tools": ["get_current_time"],
+                             "warnings": ["agent_id x-y-z is taken: a create would be a 409"]});
+        assert_eq!(
+            render(|out| validation(out, "x-y-z", &checked)),
+            "valid: x-y-z\ndiscovered MCP tools: get_current_time\n\
+             warning: agent_id x-y-z is taken: a create would be a 409\n"
+        );
+        let bare = json!({"valid": true, "discovered_mcp_tools": [], "warnings": []});
+        assert_eq!(
+            render(|out| validation(out, "a\u{1b}b", &bare)),
+            "valid: a\\u{1b}b\ndiscovered MCP tools: -\n"
+        );
     }
 
     #[test]

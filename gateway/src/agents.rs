@@ -264,7 +264,16 @@ pub async fn update_agent(
     QueryParams(NoQuery {}): QueryParams<NoQuery>,
     JsonBody(body): JsonBody<AgentRequest>,
 ) -> Result<Response, RestError> {
-    let expected = expected_version(&headers, Some(&body.expected_version))?;
+    // As on a delete: an empty version is a check asked for without its version (a script's
+    // unset variable), not an update without a check (leaving it out, or null, is that).
+    if body
+        .expected_version
+        .as_deref()
+        .is_some_and(|v| v.trim().is_empty())
+    {
+        return Err(empty_expected_version("replace"));
+    }
+    let expected = expected_version(&headers, body.expected_version.as_deref())?;
     let req = v1::UpdateAgentRequest {
         agent_id: id.clone(),
         spec: Some(body.into_spec(Some(id))),
@@ -279,6 +288,14 @@ pub async fn update_agent(
         .into_inner();
     state.agents.wait_for(agent.revision).await;
     agent_response(StatusCode::OK, agent, false)
+}
+
+/// The 400 of an `expected_version` given empty: `what` (replace, delete) names the write.
+fn empty_expected_version(what: &str) -> RestError {
+    RestError(ApiError::field(
+        "expected_version",
+        format!("is empty; leave it out to {what} whatever version is stored"),
+    ))
 }
 
 /// Delete a custom agent.
@@ -308,10 +325,7 @@ pub async fn delete_agent(
         .as_deref()
         .is_some_and(|v| v.trim().is_empty())
     {
-        return Err(RestError(ApiError::field(
-            "expected_version",
-            "is empty; leave it out to delete whatever version is stored",
-        )));
+        return Err(empty_expected_version("delete"));
     }
     let expected = expected_version(&headers, q.expected_version.as_deref())?;
     let req = v1::DeleteAgentRequest {

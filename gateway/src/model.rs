@@ -158,9 +158,11 @@ pub struct AgentRequest {
     /// registry's config directory. Must exist.
     #[serde(default, deserialize_with = "null_as_default")]
     pub workspace: String,
-    /// PUT only: the version the update is based on (like `If-Match`).
-    #[serde(default, deserialize_with = "null_as_default")]
-    pub expected_version: String,
+    /// PUT only: the version the update is based on (like `If-Match`); left out or null, the
+    /// update replaces whatever version is stored. Given empty, it is a 400.
+    #[serde(default)]
+    #[schema(min_length = 1)]
+    pub expected_version: Option<String>,
     #[serde(default, rename = "source")]
     #[schema(ignore)]
     _source: Option<IgnoredAny>,

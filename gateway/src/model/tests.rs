@@ -170,7 +170,7 @@ fn wrong_types_are_refused_and_nulls_are_empty() {
     )
     .expect("nulls are empty");
     assert!(req.mcp_servers.is_empty());
-    assert!(req.expected_version.is_empty());
+    assert!(req.expected_version.is_none());
 }
 
 #[test]

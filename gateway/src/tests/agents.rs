@@ -185,6 +185,50 @@ async fn put_uses_the_path_id_and_if_match_in_either_form() {
 }
 
 #[tokio::test]
+async fn an_empty_expected_version_is_a_400_and_null_or_none_is_no_check() {
+    let fake = FakeRegistry::new(1, 10);
+    let app = fake_app(&fake).await;
+    let mut body = get(&app, "/api/v1/agents/agent-000").await.body;
+    for empty in ["", " "] {
+        body["expected_version"] = json!(empty);
+        let r = call(
+            &app,
+            Method::PUT,
+            "/api/v1/agents/agent-000",
+            &[JSON],
+            Some(&body.to_string()),
+        )
+        .await;
+        assert_error(&r, StatusCode::BAD_REQUEST, "invalid_argument");
+        let message = r.body["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("expected_version")
+                && message.contains("leave it out to replace whatever version is stored"),
+            "{message}"
+        );
+    }
+    assert!(
+        fake.calls().iter().all(|c| !c.starts_with("update")),
+        "{:?}",
+        fake.calls()
+    );
+    body["expected_version"] = serde_json::Value::Null;
+    let r = call(
+        &app,
+        Method::PUT,
+        "/api/v1/agents/agent-000",
+        &[JSON],
+        Some(&body.to_string()),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    assert_eq!(
+        fake.calls().last().map(String::as_str),
+        Some("update agent-000 spec=agent-000 expected=")
+    );
+}
+
+#[tokio::test]
 async fn delete_answers_204_with_an_empty_body() {
     let fake = FakeRegistry::new(1, 10);
     let app = fake_app(&fake).await;

@@ -1,5 +1,5 @@
 //! The real `taskforce` CLI binary against real stacks: agents (create from YAML, list, show,
-//! delete) in human and `--json` output through the gateway and over `--grpc`, the tool
+//! update on a version, validate, delete) in human and `--json` output through the gateway and over `--grpc`, the tool
 //! catalog, runs streamed to completion (`--agent` and `--profile`), a run paused on `ask_user`
 //! (exit 2) that `answer` completes, `sessions show`, `health` probes, and bad input.
 //!
@@ -59,6 +59,15 @@ impl Out {
             })
             .collect()
     }
+}
+
+/// Runs `taskforce args...` through the gateway, then the same over `--grpc`: both answers, in
+/// that order.
+async fn cli_both_modes(stack: &Stack, args: &[&str]) -> [Out; 2] {
+    let grpc: Vec<&str> = std::iter::once("--grpc")
+        .chain(args.iter().copied())
+        .collect();
+    [cli(stack, args).await, cli(stack, &grpc).await]
 }
 
 /// Runs `taskforce args...` with the stack's gateway, registry and executor in its environment
@@ -419,13 +428,7 @@ async fn agents_round_trip_in_human_and_json_output_over_the_gateway_and_grpc() 
     gone.assert_error(404, "not_found");
 
     // A deleted agent is an error naming it, in both modes.
-    for mode in [&[][..], &["--grpc"][..]] {
-        let args: Vec<&str> = mode
-            .iter()
-            .copied()
-            .chain(["agents", "show", "grpc-made"])
-            .collect();
-        let gone = cli(&stack, &args).await;
+    for gone in cli_both_modes(&stack, &["agents", "show", "grpc-made"]).await {
         gone.expect_code(1);
         assert!(gone.stdout.is_empty(), "{}", gone.stdout);
         assert!(
@@ -435,6 +438,225 @@ async fn agents_round_trip_in_human_and_json_output_over_the_gateway_and_grpc() 
         );
         assert!(gone.stderr.contains("not_found"), "{}", gone.stderr);
     }
+}
+
+/// The version `agents create|update` printed: `<done> agent ID (version V)`.
+fn saved_version(out: &Out, done: &str, id: &str) -> String {
+    let line = out.expect_code(0).trim();
+    line.strip_prefix(&format!("{done} agent {id} (version "))
+        .and_then(|v| v.strip_suffix(')'))
+        .filter(|v| is_version(v))
+        .unwrap_or_else(|| panic!("{line}"))
+        .to_owned()
+}
+
+#[tokio::test]
+async fn agents_update_validate_and_delete_on_a_version_over_the_gateway_and_grpc() {
+    let stack = StackOptions::full().spawn().await.expect("stack starts");
+    let file = stack.root().join("notes.yaml");
+    std::fs::write(
+        &file,
+        "name: Notes\ndescription: Takes notes.\nprompt: {system_prompt: Be brief.}\n\
+         tools: {allowlist: [file_read]}\n",
+    )
+    .expect("writes the definition");
+
+    // Validate saves nothing, in both modes, and says what it found.
+    let checked = cli(&stack, &["agents", "validate", "-f", path_str(&file)]).await;
+    assert_eq!(
+        checked.expect_code(0),
+        "valid: notes\ndiscovered MCP tools: -\n"
+    );
+    assert!(!stack.custom_dir().join("notes.yaml").exists());
+    let grpc = cli(
+        &stack,
+        &[
+            "--grpc",
+            "agents",
+            "validate",
+            "-f",
+            path_str(&file),
+            "--json",
+        ],
+    )
+    .await
+    .json();
+    assert_eq!(
+        grpc,
+        json!({"valid": true, "discovered_mcp_tools": [], "warnings": []})
+    );
+    let bad = stack.root().join("bad-tools.yaml");
+    std::fs::write(
+        &bad,
+        "name: B\ndescription: D\nsystem_prompt: P\ntool_allowlist: [nope]\n",
+    )
+    .expect("writes the definition");
+    for refused in cli_both_modes(&stack, &["agents", "validate", "-f", path_str(&bad)]).await {
+        refused.expect_code(1);
+        assert!(
+            refused.stderr.contains("invalid_tools") && refused.stderr.contains("nope"),
+            "{}",
+            refused.stderr
+        );
+    }
+
+    let v1 = saved_version(
+        &cli(&stack, &["agents", "create", "-f", path_str(&file)]).await,
+        "created",
+        "notes",
+    );
+    // A taken id is still valid (as an update), with the warning that a create is a 409.
+    let taken = cli(&stack, &["agents", "validate", "-f", path_str(&file)]).await;
+    assert!(
+        taken
+            .expect_code(0)
+            .contains("warning: the agent `notes` exists"),
+        "{}",
+        taken.stdout
+    );
+
+    // `agents show --json`, edited and sent back, replaces the version it was read at.
+    let mut shown = cli(&stack, &["agents", "show", "notes", "--json"])
+        .await
+        .json();
+    assert_eq!(shown["version"], v1.as_str());
+    shown["description"] = json!("Takes careful notes.");
+    let edited = stack.root().join("edited.json");
+    std::fs::write(&edited, shown.to_string()).expect("saves the edit");
+    let v2 = saved_version(
+        &cli(&stack, &["agents", "update", "-f", path_str(&edited)]).await,
+        "updated",
+        "notes",
+    );
+    assert_ne!(v2, v1);
+    let stored = rest(&stack, "/api/v1/agents/notes").await;
+    assert_eq!(stored["description"], "Takes careful notes.");
+    assert_eq!(stored["version"], v2.as_str());
+
+    // The same file again is stale now (it carries v1), in both modes, and changes nothing.
+    for stale in cli_both_modes(&stack, &["agents", "update", "-f", path_str(&edited)]).await {
+        stale.expect_code(1);
+        assert!(stale.stdout.is_empty(), "{}", stale.stdout);
+        assert!(
+            stale.stderr.contains("version_conflict"),
+            "{}",
+            stale.stderr
+        );
+    }
+    assert_eq!(
+        rest(&stack, "/api/v1/agents/notes").await["version"],
+        v2.as_str()
+    );
+
+    // `--if-version` names the version instead; `--force` replaces whatever is stored. (A
+    // version is the definition's hash: each step changes the description.)
+    let mut edit = |description: &str| {
+        shown["description"] = json!(description);
+        std::fs::write(&edited, shown.to_string()).expect("saves the edit");
+    };
+    edit("Takes short notes.");
+    let v3 = saved_version(
+        &cli(
+            &stack,
+            &[
+                "--grpc",
+                "agents",
+                "update",
+                "-f",
+                path_str(&edited),
+                "--if-version",
+                &v2,
+            ],
+        )
+        .await,
+        "updated",
+        "notes",
+    );
+    assert_ne!(v3, v2);
+    let both = cli(
+        &stack,
+        &[
+            "agents",
+            "update",
+            "-f",
+            path_str(&edited),
+            "--force",
+            "--if-version",
+            &v3,
+        ],
+    )
+    .await;
+    both.expect_code(64);
+    // An empty version (a script's unset variable) is no version: refused, not "no check", in
+    // the mode where the service could not tell the two apart.
+    for args in [
+        &[
+            "--grpc",
+            "agents",
+            "update",
+            "-f",
+            path_str(&edited),
+            "--if-version",
+            "",
+        ][..],
+        &["--grpc", "agents", "delete", "notes", "--if-version", ""][..],
+    ] {
+        let empty = cli(&stack, args).await;
+        empty.expect_code(64);
+        assert!(empty.stderr.contains("--if-version"), "{}", empty.stderr);
+    }
+    assert_eq!(
+        rest(&stack, "/api/v1/agents/notes").await["version"],
+        v3.as_str()
+    );
+    edit("Takes no notes at all.");
+    let forced = cli(
+        &stack,
+        &[
+            "agents",
+            "update",
+            "-f",
+            path_str(&edited),
+            "--force",
+            "--json",
+        ],
+    )
+    .await
+    .json();
+    assert_eq!(forced, rest(&stack, "/api/v1/agents/notes").await);
+    assert_eq!(forced["description"], "Takes no notes at all.");
+    let v4 = forced["version"].as_str().expect("a version").to_owned();
+    assert_ne!(v4, v3);
+
+    // An update of an agent that is not there is no create.
+    let ghost = stack.root().join("ghost.yaml");
+    std::fs::write(
+        &ghost,
+        "name: G\ndescription: D\nsystem_prompt: P\ntool_allowlist: [git]\n",
+    )
+    .expect("writes");
+    let missing = cli(&stack, &["agents", "update", "-f", path_str(&ghost)]).await;
+    missing.expect_code(1);
+    assert!(missing.stderr.contains("not_found"), "{}", missing.stderr);
+    assert!(!stack.custom_dir().join("ghost.yaml").exists());
+
+    // A delete on a stale version keeps the agent, in both modes; on the stored one it goes.
+    for stale in cli_both_modes(&stack, &["agents", "delete", "notes", "--if-version", &v1]).await {
+        stale.expect_code(1);
+        assert!(
+            stale.stderr.contains("version_conflict"),
+            "{}",
+            stale.stderr
+        );
+    }
+    assert!(stack.custom_dir().join("notes.yaml").is_file());
+    let deleted = cli(
+        &stack,
+        &["--grpc", "agents", "delete", "notes", "--if-version", &v4],
+    )
+    .await;
+    assert_eq!(deleted.expect_code(0), "deleted agent notes\n");
+    assert!(!stack.custom_dir().join("notes.yaml").exists());
 }
 
 #[tokio::test]
@@ -585,19 +807,18 @@ async fn run_streams_a_scripted_run_to_completion_and_sessions_show_reads_it() {
 
     // --json: one event per line, the same run over the gateway's SSE and over gRPC.
     let mut runs = Vec::new();
-    for mode in [&[][..], &["--grpc"][..]] {
-        let args: Vec<&str> = mode
-            .iter()
-            .copied()
-            .chain([
-                "--json",
-                "run",
-                "--agent",
-                "reader",
-                "Please read the notes",
-            ])
-            .collect();
-        let run = cli(&stack, &args).await;
+    for run in cli_both_modes(
+        &stack,
+        &[
+            "--json",
+            "run",
+            "--agent",
+            "reader",
+            "Please read the notes",
+        ],
+    )
+    .await
+    {
         run.expect_code(0);
         let events = run.json_lines();
         let names = types(&events);
@@ -625,13 +846,7 @@ async fn run_streams_a_scripted_run_to_completion_and_sessions_show_reads_it() {
     assert_eq!(runs[0], runs[1], "the same events over SSE and gRPC");
 
     // Seed 000's `--profile` keeps working, in both modes.
-    for mode in [&[][..], &["--grpc"][..]] {
-        let args: Vec<&str> = mode
-            .iter()
-            .copied()
-            .chain(["run", "--profile", "dev", "Say hello"])
-            .collect();
-        let run = cli(&stack, &args).await;
+    for run in cli_both_modes(&stack, &["run", "--profile", "dev", "Say hello"]).await {
         let out = run.expect_code(0);
         assert!(out.starts_with("Done: Say hello\n"), "{out}");
         assert!(out.contains(": completed ("), "{out}");
@@ -958,35 +1173,27 @@ async fn bad_input_is_a_clear_error_on_stderr_with_a_nonzero_exit() {
 
     // `--session` continues a session: an id that is none is an error, in both modes, and no
     // session is made under it; `..` is no id either.
-    for mode in [&[][..], &["--grpc"][..]] {
-        let args: Vec<&str> = mode
-            .iter()
-            .copied()
-            .chain([
-                "run",
-                "--profile",
-                "dev",
-                "--session",
-                "no-such-session",
-                "Go on",
-            ])
-            .collect();
-        let out = cli(&stack, &args).await;
+    for out in cli_both_modes(
+        &stack,
+        &[
+            "run",
+            "--profile",
+            "dev",
+            "--session",
+            "no-such-session",
+            "Go on",
+        ],
+    )
+    .await
+    {
         out.expect_code(1);
         assert!(
             out.stderr.contains("`no-such-session` does not exist"),
             "{}",
             out.stderr
         );
-        let shown = cli(
-            &stack,
-            &mode
-                .iter()
-                .copied()
-                .chain(["--json", "sessions", "show", ".."])
-                .collect::<Vec<_>>(),
-        )
-        .await;
+    }
+    for shown in cli_both_modes(&stack, &["--json", "sessions", "show", ".."]).await {
         shown.expect_code(1);
         assert!(
             shown.stderr.contains("invalid_argument"),
@@ -1025,13 +1232,7 @@ async fn bad_input_is_a_clear_error_on_stderr_with_a_nonzero_exit() {
         "name: x\ndescription: y\nsystem_prompt: z\ntool_allowlist: [foo_tool, file_read]\n",
     )
     .expect("writes");
-    for mode in [&[][..], &["--grpc"][..]] {
-        let args: Vec<&str> = mode
-            .iter()
-            .copied()
-            .chain(["agents", "create", "-f", path_str(&bad)])
-            .collect();
-        let out = cli(&stack, &args).await;
+    for out in cli_both_modes(&stack, &["agents", "create", "-f", path_str(&bad)]).await {
         out.expect_code(1);
         assert!(
             out.stderr
@@ -1130,9 +1331,7 @@ async fn bad_input_is_a_clear_error_on_stderr_with_a_nonzero_exit() {
     out.expect_code(64);
     let out = cli(&stack, &["answer", "some-session"]).await;
     out.expect_code(64);
-    for mode in [&[][..], &["--grpc"][..]] {
-        let args: Vec<&str> = mode.iter().copied().chain(["run", "Do it"]).collect();
-        let out = cli(&stack, &args).await;
+    for out in cli_both_modes(&stack, &["run", "Do it"]).await {
         out.expect_code(64);
         assert!(
             out.stderr.contains("--agent") && out.stderr.contains("--profile"),

@@ -106,13 +106,14 @@ pub fn orchestration_tools() -> Vec<NativeTool> {
                     "task": { "type": "string", "description": "What the sub-agent should do" },
                     "task_id": { "type": "string", "description": "The plan task this works on (created when absent)" },
                     "inputs": { "type": "object", "description": "Inputs for the sub-agent" },
-                    "shared_context": { "type": "object", "description": "Context shared with the sub-agent" },
-                    "resume_token": { "type": "string", "description": "Resumes a sub-agent that asked for input (its need_user_input's resume_token)" },
+                    "shared_context": { "type": "object", "description": "Context shared with the sub-agent (its plan, facts and your_task_id keys are the executor's)" },
+                    "resume_token": { "type": "string", "description": "Resumes a sub-agent that asked for input: the state_token of its need_user_input result" },
                     "answers": { "type": "object", "description": "The answers to its questions, by key (with resume_token)" },
                     "allowed_tools": { "type": "array", "items": { "type": "string" }, "description": "Narrow the sub-agent's tools to these" },
                     "budget": { "type": "object", "properties": {
                         "max_steps": { "type": "integer", "minimum": 1 },
-                        "timeout_s": { "type": "number", "exclusiveMinimum": 0 } } }
+                        "timeout_s": { "type": "number", "exclusiveMinimum": 0 } },
+                        "additionalProperties": false }
                 }),
                 &["agent_name", "task"],
             ),

@@ -102,24 +102,56 @@ pub async fn run(
         if ctx.cancel.is_cancelled() {
             return LoopEnd::Cancelled;
         }
+        let depth = ctx.sink.agent_path().len();
+        let who = if depth == 0 {
+            "the run"
+        } else {
+            "the sub-agent"
+        };
         if counts.steps >= ctx.max_steps {
             return LoopEnd::Failed {
                 code: "STEP_BUDGET_EXCEEDED",
                 message: format!(
-                    "the run used its {} model calls without a final answer",
+                    "{who} used its {} model calls without a final answer",
                     ctx.max_steps
                 ),
             };
         }
-        // The run's budget, shared by its frames (parallel sub-agents included).
+        // The run's budget, shared by its frames (parallel sub-agents included), less the calls
+        // kept for the agents above this one. Counted only when taken: a refused call keeps
+        // nothing of what is kept.
         let run_max = ctx.runner.budgets.max_steps;
-        if ctx.run_steps.fetch_add(1, Ordering::Relaxed) >= run_max {
-            return LoopEnd::Failed {
-                code: "STEP_BUDGET_EXCEEDED",
-                message: format!(
+        let limit = run_steps_below(run_max, depth);
+        let taken = ctx
+            .run_steps
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < limit).then_some(n + 1)
+            });
+        if taken.is_err() {
+            let message = if depth == 0 {
+                format!(
                     "the run used its {run_max} model calls (its sub-agents' included) without \
                      a final answer"
-                ),
+                )
+            } else {
+                let kept = if depth == 1 {
+                    "the last one is kept for the agent that delegated to this one, so it can \
+                     decide what to do"
+                        .to_owned()
+                } else {
+                    format!(
+                        "the last {depth} are kept for the agents that delegated to this one, \
+                         one each, so they can decide what to do"
+                    )
+                };
+                format!(
+                    "the run has used {limit} of its {run_max} model calls (its sub-agents' \
+                     included); {kept}"
+                )
+            };
+            return LoopEnd::Failed {
+                code: "STEP_BUDGET_EXCEEDED",
+                message,
             };
         }
         counts.steps += 1;
@@ -215,6 +247,13 @@ pub async fn run(
 /// A round that raised questions pauses on them, unless the run was cancelled meanwhile (by
 /// the user, a client that left, or its time budget): a cancel ends the run, whatever a
 /// sub-agent asked. The executor's own stop pauses, so the questions wait for its restart.
+/// The most model calls of the run (`run_max`, its frames' together) a frame `depth` levels
+/// down may take: the last `depth` are kept for the agents above it, one each, so a sub-agent
+/// that runs out leaves every agent that delegated to it a call to decide what to do.
+pub(super) fn run_steps_below(run_max: u32, depth: usize) -> u32 {
+    run_max.saturating_sub(u32::try_from(depth).unwrap_or(u32::MAX))
+}
+
 fn paused_unless_cancelled(ctx: &RunCtx, pending: crate::session::Pending) -> LoopEnd {
     if ctx.cancel.is_cancelled() && !ctx.runner.shutdown.is_cancelled() {
         LoopEnd::Cancelled

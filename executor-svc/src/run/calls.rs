@@ -238,13 +238,19 @@ async fn run_one(
         output: &content,
         duration,
     });
-    // Labels only from what this agent really has: a model's made-up names must not grow the
-    // metric's series.
-    let label = if tool.is_some() { name } else { "unknown" };
-    // The executor's own tools are a fixed few: they keep their names past the label cap that
-    // many MCP tools or sub-agents may reach.
-    let own = tool.is_some_and(|t| t.origin() == crate::policy::Origin::Executor)
-        && !name.starts_with(AGENT_TOOL_PREFIX);
+    // The executor's own tools are a fixed few: they keep their names, also when this agent
+    // was not offered them (`delegate_to_agent` at the hop limit, `python` outside a
+    // delegation's `allowed_tools`), and past the label cap that many MCP tools or sub-agents
+    // may reach. Other labels only from what this agent really has: a model's made-up names
+    // must not grow the metric's series.
+    let own = taskforce_proto::catalog::is_catalog_tool(name)
+        || (tool.is_some_and(|t| t.origin() == crate::policy::Origin::Executor)
+            && !name.starts_with(AGENT_TOOL_PREFIX));
+    let label = if own || tool.is_some() {
+        name
+    } else {
+        "unknown"
+    };
     crate::metrics::tool_call(label, own, subagent.as_deref(), audit_outcome, duration);
     Finished {
         call_id: call_id.to_owned(),

@@ -267,9 +267,8 @@ async fn new_frame(
     let runner = &parent.runner;
     let agent_id = def.agent_id.as_str();
     let steps_used = parent.steps_used.load(std::sync::atomic::Ordering::Relaxed);
-    let run_left = runner
-        .budgets
-        .max_steps
+    let depth = parent.sink.agent_path().len() + 1;
+    let run_left = super::agent_loop::run_steps_below(runner.budgets.max_steps, depth)
         .saturating_sub(parent.run_steps.load(std::sync::atomic::Ordering::Relaxed));
     let steps_left = parent.max_steps.saturating_sub(steps_used).min(run_left);
     let steps = request
@@ -323,17 +322,20 @@ async fn new_frame(
     let working = Working::of(parent, &task_id);
     parent.sink.emit(plan_updated(&plan)).await;
     let facts = parent.orchestra.with(|o| o.facts.clone());
-    let mut shared = json!({
-        "plan": {"version": plan.version, "tasks": plan.tasks},
-        "facts": facts,
-        "your_task_id": task_id,
-    });
-    if let (Some(shared), Value::Object(extra)) = (shared.as_object_mut(), &request.shared_context)
-    {
-        for (k, v) in extra {
-            shared.insert(k.clone(), v.clone());
-        }
-    }
+    // The caller's keys, then the executor's over them: a caller's own `plan`, `facts` or
+    // `your_task_id` must not hide the plan's version (the sub-agent's patches need it) or
+    // which task is the sub-agent's.
+    let mut shared = match &request.shared_context {
+        Value::Object(extra) => extra.clone(),
+        _ => serde_json::Map::new(),
+    };
+    shared.insert(
+        "plan".into(),
+        json!({"version": plan.version, "tasks": plan.tasks}),
+    );
+    shared.insert("facts".into(), json!(facts));
+    shared.insert("your_task_id".into(), Value::String(task_id.clone()));
+    let shared = Value::Object(shared);
     let message = format!(
         "{}\n\ninputs: {}\nshared_context: {}",
         request.task, request.inputs, shared

@@ -9,7 +9,7 @@ use super::RunCtx;
 use crate::{
     plan::{ORCHESTRATOR, Op, Patch, RejectReason, Rejection},
     session::plan_to_proto,
-    tools::{ToolError, ToolOutcome},
+    tools::{ToolError, ToolOutcome, orchestration::find_subagent},
 };
 
 /// Merges a sub-agent's (`author`'s) patch (JSON) into the plan and says how it went, for the
@@ -134,7 +134,7 @@ pub(super) async fn update_plan(ctx: &RunCtx, arguments: Value) -> Result<ToolOu
     // Refused patches have one shape, a bad one's as a conflict's (`patch_rejected`, 422).
     let status = match Patch::from_json(&arguments) {
         Err(message) => invalid(ctx, ORCHESTRATOR, &arguments, message).await,
-        Ok(patch) => match unknown_owner(&patch, &ctx.agent.subagents) {
+        Ok(mut patch) => match name_owners(&mut patch, &ctx.agent.subagents) {
             Some(why) => invalid(ctx, ORCHESTRATOR, &arguments, why).await,
             None => merge_parsed(ctx, ORCHESTRATOR, &patch).await,
         },
@@ -146,25 +146,32 @@ pub(super) async fn update_plan(ctx: &RunCtx, arguments: Value) -> Result<ToolOu
     })
 }
 
-/// Why `patch` gives a new task to an agent that is neither the orchestrator nor one of its
-/// `subagents` (a slip no delegation could ever pick up), if it does.
-fn unknown_owner(patch: &Patch, subagents: &[String]) -> Option<String> {
-    patch.ops.iter().enumerate().find_map(|(i, op)| {
+/// Names the owners of `patch`'s new tasks by agent id: a sub-agent named as its tool
+/// (`agent_scaffold`, as seed §10 writes owners) becomes its id. Why `patch` gives a new task
+/// to an agent that is neither the orchestrator nor one of its `subagents` (a slip no
+/// delegation could ever pick up), if it does.
+fn name_owners(patch: &mut Patch, subagents: &[String]) -> Option<String> {
+    patch.ops.iter_mut().enumerate().find_map(|(i, op)| {
         let (Op::Add { task } | Op::AddSubtask { task, .. }) = op else {
             return None;
         };
         let owner = task.owner_agent.as_deref()?;
-        (owner != ORCHESTRATOR && !subagents.iter().any(|s| s == owner)).then(|| {
-            format!(
-                "ops[{i}].task.owner_agent: `{owner}` is neither `{ORCHESTRATOR}` nor a sub-agent \
-                 of this agent ({})",
-                if subagents.is_empty() {
-                    "it has none".to_owned()
-                } else {
-                    subagents.join(", ")
-                }
-            )
-        })
+        if owner == ORCHESTRATOR || subagents.iter().any(|s| s == owner) {
+            return None;
+        }
+        if let Some(id) = find_subagent(subagents, owner) {
+            task.owner_agent = Some(id.clone());
+            return None;
+        }
+        Some(format!(
+            "ops[{i}].task.owner_agent: `{owner}` is neither `{ORCHESTRATOR}` nor a sub-agent of \
+             this agent ({})",
+            if subagents.is_empty() {
+                "it has none".to_owned()
+            } else {
+                subagents.join(", ")
+            }
+        ))
     })
 }
 
@@ -172,8 +179,8 @@ fn unknown_owner(patch: &Patch, subagents: &[String]) -> Option<String> {
 mod tests {
     use serde_json::json;
 
-    use super::unknown_owner;
-    use crate::plan::Patch;
+    use super::name_owners;
+    use crate::plan::{Op, Patch};
 
     #[test]
     fn a_planned_task_goes_only_to_the_orchestrator_or_a_sub_agent() {
@@ -185,17 +192,25 @@ mod tests {
             ]}))
             .expect("patch")
         };
-        assert_eq!(unknown_owner(&patch("scaffold"), &subs), None);
-        assert_eq!(unknown_owner(&patch("orchestrator"), &subs), None);
-        let why = unknown_owner(&patch("scafold"), &subs).expect("a typo");
+        let unknown_owner = |owner: &str, subs: &[String]| name_owners(&mut patch(owner), subs);
+        assert_eq!(unknown_owner("scaffold", &subs), None);
+        assert_eq!(unknown_owner("orchestrator", &subs), None);
+        let why = unknown_owner("scafold", &subs).expect("a typo");
         assert!(
             why.starts_with("ops[1].task.owner_agent: `scafold`") && why.contains("scaffold, ci"),
             "{why}"
         );
         assert!(
-            unknown_owner(&patch("x"), &[])
+            unknown_owner("x", &[])
                 .expect("none")
                 .contains("it has none")
         );
+        // The sub-agent named as its tool (seed §10) is the sub-agent, stored by its id.
+        let mut by_tool = patch("agent_scaffold");
+        assert_eq!(name_owners(&mut by_tool, &subs), None);
+        let Op::Add { task } = &by_tool.ops[1] else {
+            panic!("an add: {by_tool:?}");
+        };
+        assert_eq!(task.owner_agent.as_deref(), Some("scaffold"));
     }
 }

@@ -105,7 +105,8 @@ impl Delegate {
                         "allowed_tools": {"type": "array", "items": {"type": "string"}},
                         "budget": {"type": "object", "properties": {
                             "max_steps": {"type": "integer", "minimum": 1},
-                            "timeout_s": {"type": "number", "exclusiveMinimum": 0}}},
+                            "timeout_s": {"type": "number", "exclusiveMinimum": 0}},
+                            "additionalProperties": false},
                         "resume_token": {"type": "string"},
                         "answers": {"type": "object"}
                     },
@@ -256,6 +257,18 @@ fn parse(tool: &str, agent: String, args: &Value) -> Result<Delegation, ToolErro
         }
     };
     let budget = object(tool, args, "budget")?;
+    // A budget the executor does not enforce (`max_tokens`) would be silently no budget.
+    if let Some(unknown) = budget.as_object().and_then(|b| {
+        b.keys()
+            .find(|k| !matches!(k.as_str(), "max_steps" | "timeout_s"))
+    }) {
+        return Err(invalid(
+            tool,
+            format!(
+                "`budget.{unknown}` is no budget this executor enforces (`max_steps`, `timeout_s`)"
+            ),
+        ));
+    }
     let max_steps = match budget.get("max_steps") {
         None | Some(Value::Null) => None,
         Some(v) => Some(
@@ -352,6 +365,10 @@ mod tests {
             (
                 json!({"task": "t", "budget": {"timeout_s": -1}}),
                 "timeout_s",
+            ),
+            (
+                json!({"task": "t", "budget": {"max_tokens": 5}}),
+                "`budget.max_tokens` is no budget this executor enforces",
             ),
             (json!({"task": "t", "allowed_tools": "x"}), "allowed_tools"),
             (json!({"task": "t", "inputs": []}), "inputs"),

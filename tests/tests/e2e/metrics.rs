@@ -17,7 +17,10 @@ turns:
     delay_ms: 30000
     text: "Too late."
   - match: "What do the notes say"
-    tool_calls: [{name: file_read, arguments: {path: notes.txt}}]
+    tool_calls:
+      - {name: file_read, arguments: {path: notes.txt}}
+      - {name: python, arguments: {code: "print(1)"}}
+      - {name: made_up_tool, arguments: {}}
   - match: "hello"
     text: "It says hello."
 "#;
@@ -185,6 +188,25 @@ async fn every_service_serves_its_metrics_after_a_run() {
             &[("tool", "file_read")]
         ),
         Some(1.0)
+    );
+    // A call of a tool the agent was not given: the executor's own keep their names, a name a
+    // model made up is `unknown` (it must not grow the series).
+    for tool in ["python", "unknown"] {
+        assert_eq!(
+            value(
+                &executor,
+                "idp_tool_failure_total",
+                &[("tool", tool), ("outcome", "error")]
+            ),
+            Some(1.0),
+            "{tool}"
+        );
+    }
+    assert!(
+        !executor
+            .iter()
+            .any(|(_, l, _)| l.get("tool").and_then(Value::as_str) == Some("made_up_tool")),
+        "a made-up name is no label"
     );
 
     let registry = scrape(&stack, &format!("http://{registry_metrics}/metrics")).await;

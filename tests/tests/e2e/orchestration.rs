@@ -1683,18 +1683,86 @@ async fn max_steps_bounds_the_whole_run_its_parallel_sub_agents_included() {
     .await;
     let events = sse.rest(RUN_TIMEOUT).await;
     let done = &events[events.len() - 1].1;
-    assert_eq!(done["status"], "failed", "{events:?}");
-    // The lead's calls and both sub-agents' together: never more than four.
-    assert!(
-        done["usage"]["steps"].as_u64().is_some_and(|s| s <= 4),
-        "{done}"
-    );
-    let error = named(&events, "error")
+    // The looping sub-agents ran out, the lead did not: the run's last call was kept for it,
+    // and it decided (its script answers).
+    assert_eq!(done["status"], "completed", "{events:?}");
+    let answer = named(&events, "final_answer")
         .into_iter()
         .find(|e| e["agent_path"].as_array().is_none_or(Vec::is_empty))
-        .expect("the run's error");
-    assert_eq!(error["code"], "STEP_BUDGET_EXCEEDED", "{error}");
-    for end in named(&events, "delegation_end") {
+        .expect("the lead's answer");
+    assert_eq!(answer["text"], "lead finished", "{answer}");
+    // The lead's calls and both sub-agents' together: never more than four.
+    assert_eq!(done["usage"]["steps"], 4, "{done}");
+    let ends = named(&events, "delegation_end");
+    assert_eq!(ends.len(), 2, "{events:?}");
+    for end in ends {
         assert_eq!(end["status"], "failed", "{end}");
+        assert_eq!(
+            end["result"]["error"]["code"], "STEP_BUDGET_EXCEEDED",
+            "{end}"
+        );
     }
+    assert!(
+        named(&events, "error")
+            .iter()
+            .all(|e| e["agent_path"].as_array().is_some_and(|p| !p.is_empty())),
+        "only the sub-agents failed: {events:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_callers_shared_context_does_not_hide_the_plan_or_the_sub_agents_task() {
+    use crate::fake_llm::{FakeLlm, openai, openai_stack};
+    let llm = FakeLlm::start(vec![
+        // The lead delegates with keys of its own, two of them the executor's.
+        openai::tool_call(
+            "call_1",
+            "agent_helper",
+            &[r#"{"task": "Help", "shared_context": {"plan": "mine", "your_task_id": "zzz", "custom": "X"}}"#],
+        ),
+        // The helper answers; then the lead.
+        openai::text(&["helped"]),
+        openai::text(&["all done"]),
+    ])
+    .await;
+    let (stack, _unused) = openai_stack(&llm).await;
+    for (id, subagents) in [("helper", &[][..]), ("lead", &["helper"][..])] {
+        let mut body = agent_json(id);
+        body["tool_allowlist"] = json!(["file_read"]);
+        body["subagents"] = json!(subagents);
+        let r = create(&stack, &body).await;
+        assert_eq!(r.status, 201, "creating {id}: {}", r.text);
+    }
+    let events = run_to_end(&stack, "lead", "Get help").await;
+    assert_eq!(
+        events[events.len() - 1].1["status"],
+        "completed",
+        "{events:?}"
+    );
+    // The helper's first request: its task, then the shared context it was given.
+    let seen = llm.seen();
+    let helper = seen.get(1).expect("the helper's request");
+    let task = helper.body["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+        .and_then(|m| m["content"].as_str())
+        .expect("the helper's task message")
+        .to_owned();
+    let shared: Value = task
+        .split_once("shared_context: ")
+        .and_then(|(_, json)| serde_json::from_str(json).ok())
+        .unwrap_or_else(|| panic!("a shared_context line: {task}"));
+    assert_eq!(
+        shared["custom"], "X",
+        "the caller's own keys pass: {shared}"
+    );
+    assert!(shared["plan"]["version"].is_u64(), "{shared}");
+    let task_id = shared["your_task_id"].as_str().expect("a task id");
+    assert_ne!(task_id, "zzz", "{shared}");
+    assert!(
+        shared["plan"]["tasks"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|t| t["id"] == task_id)),
+        "{shared}"
+    );
 }

@@ -12,6 +12,34 @@ use tonic_types::{ErrorDetails, StatusExt};
 /// `ErrorInfo.domain` of Taskforce errors.
 pub const DOMAIN: &str = "taskforce.dev";
 
+/// The most bytes of text each part of an error (its message, each list of its details, its
+/// field violations) carries in a gRPC status: with the encodings (percent-encoding, base64)
+/// all of it stays well within the 16 KiB of trailers common clients take.
+pub const TRAILER_TEXT: usize = 2048;
+
+/// How many of `items` (as text), from the first, fit in `budget` bytes together.
+fn leading_within(items: impl Iterator<Item = String>, budget: usize) -> usize {
+    let mut used = 0;
+    items
+        .take_while(|item| {
+            used += item.len() + 1;
+            used <= budget
+        })
+        .count()
+}
+
+/// `text` cut to at most `budget` bytes (at a character), marked with `…` when cut.
+fn cut(text: &str, budget: usize) -> String {
+    if text.len() <= budget {
+        return text.to_owned();
+    }
+    let mut end = budget.saturating_sub('…'.len_utf8());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
 /// Whether a Taskforce service made `status` (its `ErrorInfo` is of the Taskforce domain), as
 /// opposed to the transport failing to reach one or breaking under a call.
 pub fn from_taskforce(status: &Status) -> bool {
@@ -271,27 +299,46 @@ impl ApiError {
         }
     }
 
-    /// Encodes as a gRPC status with `ErrorInfo` and `BadRequest` details.
+    /// Encodes as a gRPC status with `ErrorInfo` and `BadRequest` details, within
+    /// [`TRAILER_TEXT`] bytes of each part: a status travels in HTTP/2 trailers, which peers cap
+    /// (16 KiB is common), and one past the cap breaks the whole connection, every other call
+    /// on it included. A list cut short says so in the message.
     pub fn to_status(&self) -> Status {
+        let mut message = self.message.clone();
         let metadata: HashMap<String, String> = self
             .extra
             .iter()
-            .map(|(k, v)| (k.clone(), v.to_string()))
+            .map(|(k, v)| match v {
+                Value::Array(items) => {
+                    let kept = leading_within(items.iter().map(Value::to_string), TRAILER_TEXT);
+                    if kept < items.len() {
+                        message
+                            .push_str(&format!(" ({k} lists the first {kept} of {})", items.len()));
+                    }
+                    (k.clone(), Value::Array(items[..kept].to_vec()).to_string())
+                }
+                other => (k.clone(), cut(&other.to_string(), TRAILER_TEXT)),
+            })
             .collect();
         let mut details = ErrorDetails::with_error_info(self.kind.reason(), DOMAIN, metadata);
         if !self.field_violations.is_empty() {
+            let kept = leading_within(
+                self.field_violations.iter().map(|(f, d)| format!("{f}{d}")),
+                TRAILER_TEXT,
+            );
             details.set_bad_request(
-                self.field_violations
+                self.field_violations[..kept]
                     .iter()
                     .map(|(f, d)| tonic_types::FieldViolation::new(f.clone(), d.clone()))
                     .collect::<Vec<_>>(),
             );
         }
+        let message = cut(&message, TRAILER_TEXT);
         if self.kind == ErrorKind::ResourceExhausted {
             // gRPC's `retry-after`: a live run usually ends within a second or two.
             details.set_retry_info(Some(std::time::Duration::from_secs(1)));
         }
-        Status::with_error_details(self.kind.grpc_code(), self.message.clone(), details)
+        Status::with_error_details(self.kind.grpc_code(), message, details)
     }
 
     /// Decodes a gRPC status produced by [`ApiError::to_status`] (or any other status).
@@ -362,6 +409,49 @@ impl ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_status_stays_within_what_trailers_take_and_says_what_it_cut() {
+        let invalid: Vec<String> = (0..1000).map(|i| format!("unknown-tool-{i:04}")).collect();
+        let available: Vec<String> = (0..5).map(|i| format!("tool-{i}")).collect();
+        let violations: Vec<(String, String)> = (0..500)
+            .map(|i| (format!("tool_allowlist[{i}]"), "is listed twice".to_owned()))
+            .collect();
+        let mut e = ApiError::invalid_tools(
+            ErrorKind::InvalidTools,
+            "Unknown tool(s) in tool_allowlist",
+            &invalid,
+            &available,
+        );
+        e.field_violations = violations;
+        let status = e.to_status();
+        let encoded = status.message().len() + status.details().len();
+        assert!(encoded < 8 * 1024, "{encoded} bytes");
+        let back = ApiError::from_status(&status);
+        let listed = back
+            .extra
+            .iter()
+            .find(|(k, _)| k == "invalid_tools")
+            .and_then(|(_, v)| v.as_array())
+            .map_or(0, Vec::len);
+        assert!(listed > 50 && listed < 1000, "{listed}");
+        assert_eq!(
+            back.message,
+            format!(
+                "Unknown tool(s) in tool_allowlist (invalid_tools lists the first {listed} of 1000)"
+            )
+        );
+        // A short list is whole, and its message untouched.
+        let whole = ApiError::from_status(
+            &ApiError::invalid_tools(ErrorKind::InvalidTools, "m", &available, &available)
+                .to_status(),
+        );
+        assert_eq!(whole.message, "m");
+        assert!(back.field_violations.len() < 500 && !back.field_violations.is_empty());
+        // A message alone is cut at a character, and marked.
+        let long = ApiError::new(ErrorKind::InvalidArgument, "é".repeat(5000)).to_status();
+        assert!(long.message().len() <= TRAILER_TEXT && long.message().ends_with('…'));
+    }
 
     #[test]
     fn every_kind_round_trips_through_a_grpc_status() {

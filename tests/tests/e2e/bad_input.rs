@@ -153,6 +153,48 @@ async fn over_long_name_and_description_are_400() {
 }
 
 #[tokio::test]
+async fn an_error_listing_thousands_of_names_is_a_400_with_the_first_and_spares_other_calls() {
+    let stack = spawn_stack().await.expect("stack starts");
+    let before = snapshot(&stack).await;
+    let names: Vec<String> = (0..3000).map(|i| format!("unknown_tool_{i:027}")).collect();
+    let mut unknown = agent_json("many-unknown");
+    unknown["tool_allowlist"] = json!(names);
+    let mut twice = agent_json("many-twice");
+    twice["tool_allowlist"] = json!(vec!["git"; 1000]);
+    let mut subagents = agent_json("many-subagents");
+    subagents["subagents"] = json!(
+        names
+            .iter()
+            .map(|n| n.replace('_', "-"))
+            .collect::<Vec<_>>()
+    );
+    // Each at once with an ordinary read: the errors travel in gRPC trailers, and one too large
+    // for them used to break the gateway's connection to the registry, the read included.
+    for (body, code) in [
+        (&unknown, "invalid_tools"),
+        (&twice, "invalid_argument"),
+        (&subagents, "invalid_subagents"),
+    ] {
+        let (refused, read) = tokio::join!(create(&stack, body), get(&stack, "no-such-agent"));
+        let refused = refused.assert_error(400, code);
+        read.assert_error(404, "not_found");
+        let message = refused.body["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if code != "invalid_argument" {
+            let listed = refused.body[code].as_array().map_or(0, Vec::len);
+            assert!(listed > 10 && listed < 3000, "{listed}: {message}");
+            assert!(
+                message.ends_with(&format!("lists the first {listed} of 3000)")),
+                "{message}"
+            );
+        }
+    }
+    assert_eq!(snapshot(&stack).await, before);
+}
+
+#[tokio::test]
 async fn name_of_100_and_description_of_500_characters_are_accepted() {
     let stack = spawn_stack().await.expect("stack starts");
     let mut body = agent_json("at-the-limit");

@@ -74,7 +74,14 @@ impl AgentDef {
                 mcp_servers: profile.mcp_servers.clone(),
                 mcp_tools: None,
                 subagents: Vec::new(),
-                model: None,
+                // The profile's `llm.default_model` (seed 000: the profile keeps its LLM
+                // settings), taken as a custom agent's `model` is.
+                model: profile
+                    .llm
+                    .as_ref()
+                    .map(|llm| llm.default_model.trim())
+                    .filter(|m| !m.is_empty())
+                    .map(str::to_owned),
                 mode: None,
                 description: profile.description.clone(),
             }),

@@ -233,6 +233,57 @@ async fn errors_before_a_run_are_json_with_the_right_status() {
     }
 }
 
+#[tokio::test]
+async fn a_profile_runs_on_its_default_model_and_a_requests_model_wins() {
+    let dir = tempfile::TempDir::new().expect("tmp");
+    let (models, providers) = taskforce_tests::scripts::scripted_models(
+        dir.path(),
+        &[
+            ("sleepy", "final_text: \"the profile's model answers\"\n"),
+            ("other", "final_text: \"the request's model answers\"\n"),
+        ],
+    )
+    .expect("scripts written");
+    let stack = StackOptions::full()
+        .with_executor()
+        .llm_config(format!(
+            "default_provider: scripted\nmodels:\n{models}providers:\n  scripted: {{type: scripted}}\n{providers}"
+        ))
+        .spawn()
+        .await
+        .expect("stack with executor starts");
+    std::fs::write(
+        stack.config_dir().join("sleepyprof.yaml"),
+        "profile: sleepyprof\ndescription: Sleeps.\nspecialist: generic\nllm:\n  \
+         default_model: sleepy\ntools:\n  - type: file_read\n    params: {}\n",
+    )
+    .expect("writes the profile");
+    taskforce_tests::eventually(
+        std::time::Duration::from_secs(10),
+        std::time::Duration::from_millis(50),
+        || {
+            let req = stack.http().get(stack.url("/api/v1/agents/sleepyprof"));
+            async move { (send(req).await.status == 200).then_some(()) }
+        },
+    )
+    .await
+    .expect("the registry serves the new profile");
+    for (body, answer) in [
+        (
+            json!({"mission": "Hi", "profile": "sleepyprof"}),
+            "the profile's model answers",
+        ),
+        (
+            json!({"mission": "Hi", "profile": "sleepyprof", "model": "other"}),
+            "the request's model answers",
+        ),
+    ] {
+        let r = send(stack.http().post(stack.url("/api/v1/execute")).json(&body)).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert_eq!(r.body["final_answer"], answer, "{}", r.text);
+    }
+}
+
 /// Runs a program to its end (60 s at most) and returns its stdout; fails the test otherwise.
 async fn output_of(program: &std::path::Path, args: &[&str]) -> String {
     let mut cmd = tokio::process::Command::new(program);

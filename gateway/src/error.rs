@@ -238,6 +238,8 @@ const RETRY_AFTER_SECS: &str = "1";
 /// The kind for an HTTP error status that did not come with a JSON body.
 pub fn kind_for_http(status: StatusCode) -> ErrorKind {
     match status.as_u16() {
+        401 => ErrorKind::Unauthenticated,
+        403 => ErrorKind::PermissionDenied,
         404 => ErrorKind::NotFound,
         405 => ErrorKind::MethodNotAllowed,
         408 | 504 => ErrorKind::Timeout,
@@ -283,15 +285,50 @@ pub fn json_errors(res: Response) -> Ready<Response> {
         s if s.is_server_error() => warn!(status = s.as_u16(), "server error without a json body"),
         _ => {}
     }
-    let (mut parts, _) = res.into_parts();
-    let fresh = json_response(
-        status,
-        &ApiError::new(kind_for_http(status), message_for_http(status)),
-    );
+    let (parts, _) = res.into_parts();
+    ready(with_json_error(parts, message_for_http(status)))
+}
+
+/// A response of `parts` (its status and headers, such as `Allow`) with the JSON error body
+/// for its status, `message` its message.
+fn with_json_error(mut parts: http::response::Parts, message: &str) -> Response {
+    let status = parts.status;
+    let fresh = json_response(status, &ApiError::new(kind_for_http(status), message));
     let (fresh_parts, body) = fresh.into_parts();
     parts.headers.remove(header::CONTENT_LENGTH);
     parts.headers.extend(fresh_parts.headers);
-    ready(Response::from_parts(parts, body))
+    Response::from_parts(parts, body)
+}
+
+/// Most of a plain-text refusal's body that becomes its JSON message.
+const PLAIN_ERROR_BYTES: usize = 4096;
+
+/// `/mcp`'s refusals that rmcp answers in plain text (a disallowed `Origin`: 403 "Forbidden:
+/// Origin header is not allowed"; a method or media type it does not take) as the JSON error
+/// body every other refusal of the gateway has, the text its message. JSON-RPC answers (JSON)
+/// and successes pass untouched.
+pub async fn mcp_plain_errors(res: Response) -> Response {
+    let status = res.status();
+    if !(status.is_client_error() || status.is_server_error()) || is_json(res.headers()) {
+        return res;
+    }
+    let (parts, body) = res.into_parts();
+    // rmcp's refusals are a short body made at once; anything else is not waited for.
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(1),
+        axum::body::to_bytes(body, PLAIN_ERROR_BYTES),
+    )
+    .await;
+    let text = match read {
+        Ok(Ok(bytes)) => String::from_utf8_lossy(&bytes).trim().to_owned(),
+        Ok(Err(_)) | Err(_) => String::new(),
+    };
+    let message = if text.is_empty() {
+        message_for_http(status)
+    } else {
+        &text
+    };
+    with_json_error(parts, message)
 }
 
 /// Every 4xx/5xx body. `error` is one of `invalid_argument`, `invalid_tools`,

@@ -188,6 +188,7 @@ pub fn router(state: AppState, config: &Config) -> Router {
         .route_service(
             "/mcp",
             tower::ServiceBuilder::new()
+                .layer(map_response(error::mcp_plain_errors))
                 .layer(mcp::cors())
                 .layer(axum::middleware::from_fn_with_state(
                     body_limits,

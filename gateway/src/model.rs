@@ -100,8 +100,8 @@ impl From<McpServerJson> for v1::McpServer {
 }
 
 /// Body of create, update and validate. Unknown fields are a 400; the read-only fields of a GET
-/// body (`source`, `version`, `created_at`, `updated_at`) are accepted and ignored, so a GET body
-/// can be PUT back. Field rules are checked by the registry, which names every bad field.
+/// body (`source`, `version`, `created_at`, `updated_at`, `workspace_id`, `status`, `last_task`)
+/// are accepted and ignored, so a GET body can be PUT back. Field rules are checked by the registry, which names every bad field.
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AgentRequest {

@@ -262,6 +262,20 @@ fn constraints(doc: &mut serde_json::Value) {
         &mut props["workspace"],
         json!({"maxLength": 4096, "pattern": "^[^\\u0000]*$"}),
     );
+    // The read-only fields of a GET body, accepted and ignored (`model::AgentRequest`'s
+    // skipped fields), so the documented GET-then-PUT round trip fits the schema.
+    for read_only in [
+        "source",
+        "version",
+        "created_at",
+        "updated_at",
+        "workspace_id",
+        "status",
+        "last_task",
+    ] {
+        props[read_only] = json!({"description":
+            "Read-only, as a GET returns it: accepted and ignored, so a GET body can be sent back"});
+    }
     merge(
         &mut schemas["AgentRequest"],
         json!({"required": ["name", "description", "system_prompt", "tool_allowlist"]}),
@@ -414,7 +428,21 @@ mod tests {
             );
         }
         let request = &doc["components"]["schemas"]["AgentRequest"]["properties"];
-        assert!(request["_source"].is_null() && request["source"].is_null());
+        assert!(request["_source"].is_null());
+        // A GET body fits the request schema (its read-only fields are any JSON, ignored).
+        for read_only in [
+            "source",
+            "version",
+            "created_at",
+            "last_task",
+            "workspace_id",
+        ] {
+            assert!(
+                request[read_only].is_object() && request[read_only].get("type").is_none(),
+                "{read_only}: {}",
+                request[read_only]
+            );
+        }
         assert!(request["subagents"].is_object() && request["model"].is_object());
         let answer = &doc["components"]["schemas"]["AnswerBody"]["properties"];
         assert!(answer["answers"].is_object() && answer["answer"].is_object());

@@ -399,7 +399,7 @@ fn field_tasks(bytes: &[u8]) -> Result<BTreeMap<String, TaskDecl>, crate::files:
                 None
             }
         })
-        .filter(|(_, t)| !t.desc.trim().is_empty())
+        .filter(|(_, t)| !t.desc.trim().is_empty() && !t.internal)
         .collect())
 }
 
@@ -440,6 +440,10 @@ struct TaskDecl {
     meta: TaskMeta,
     #[serde(default)]
     cmds: Vec<serde_yaml::Value>,
+    /// `internal: true`: a task only other tasks call (`task` refuses to run it by name, and
+    /// `task --list` hides it), so no field.
+    #[serde(default, deserialize_with = "truthy")]
+    internal: bool,
 }
 
 impl TaskDecl {
@@ -478,6 +482,14 @@ fn truthy<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn internal_tasks_are_no_fields() {
+        let taskfile = b"version: '3'\ntasks:\n  shown:\n    desc: Shown\n    cmds: [echo s]\n  \
+hidden:\n    desc: Hidden\n    internal: true\n    cmds: [echo h]\n";
+        let fields = read_taskfile(taskfile).expect("reads");
+        assert_eq!(fields.keys().collect::<Vec<_>>(), ["shown"]);
+    }
 
     #[test]
     fn output_is_typed_when_it_is_json() {

@@ -334,6 +334,21 @@ async fn http_transport_enforces_origin_host_and_protocol_rules() {
     )
     .await;
     assert_eq!(rebound.status, 403, "{}", rebound.text);
+    // Both refusals in the gateway's JSON error body, saying what was refused.
+    for (refused, named) in [(&evil, "Origin"), (&rebound, "Host")] {
+        assert_eq!(
+            refused.body["error"], "permission_denied",
+            "{}",
+            refused.text
+        );
+        assert!(
+            refused.body["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(named)),
+            "{}",
+            refused.text
+        );
+    }
     let future = raw_post(
         &stack,
         &[("MCP-Protocol-Version", "1999-01-01")],

@@ -37,7 +37,7 @@ fuzz_target!(|data: &[u8]| {
         if let Some(args) = doc.get("ensure").and_then(Value::as_array) {
             let text = |i: usize| args.get(i).and_then(Value::as_str).unwrap_or_default();
             let id = args.first().and_then(Value::as_str);
-            if let Ok(got) = plan.ensure_task(id, text(1), text(2)) {
+            if let Ok(got) = plan.ensure_task(id, text(1), author, text(2)) {
                 assert!(
                     plan.task(&got).is_some(),
                     "ensure_task gave {got:?}, not in the plan"

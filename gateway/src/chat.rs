@@ -300,7 +300,20 @@ fn running_detail(args: &Value) -> String {
 fn text_frame(text: &str) -> Event {
     // axum starts a new `data:` line after each CR and each LF, so a CRLF would reach the client
     // as two line breaks; SSE cannot carry a CR anyway, so a line end is sent as one LF.
-    Event::default().data(text.replace("\r\n", "\n"))
+    let text = text.replace("\r\n", "\n");
+    if reads_as_json(&text) {
+        // The seed's UIs parse JSON `data:` and show its `delta|content|text`: a token ` 5`,
+        // `true` or `"quoted"` would parse to something with none of them and vanish, and a
+        // `[DONE]` would end their stream. Such a text goes as `{"text": ...}`, which they show.
+        return Event::default().data(serde_json::json!({ "text": text }).to_string());
+    }
+    Event::default().data(text)
+}
+
+/// Whether a client's JSON handling would take `text`, sent as `data:`, for JSON (or for the
+/// stream's end).
+fn reads_as_json(text: &str) -> bool {
+    text.trim() == "[DONE]" || serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok()
 }
 
 fn end_frame() -> Event {
@@ -591,9 +604,9 @@ async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
 /// 004's framing.
 #[utoipa::path(post, path = "/ai/agent/stream", tag = "chat", request_body = ChatBody,
     responses(
-        (status = 200, description = "`text/event-stream` in the chat UI's framing: tokens as `data: <text>`, tool events as `data: {\"text\",\"event\",\"tool\"}`, failures as a `data: ⚠️ …` text, then `event: end` + `data: [DONE]`", content_type = "text/event-stream", body = crate::sse::SseEvent,
+        (status = 200, description = "`text/event-stream` in the chat UI's framing: tokens as `data: <text>` (a token that would read as JSON as `data: {\"text\"}`), tool events as `data: {\"text\",\"event\",\"tool\"}`, failures as a `data: ⚠️ …` text, then `event: end` + `data: [DONE]`", content_type = "text/event-stream", body = crate::sse::SseEvent,
             headers(("x-thread-id" = String, description = "The conversation's id (a new one when the request had none); absent when `threadId` was invalid"))),
-        (status = 400, description = "The body is not a JSON object, or not `application/json`", body = crate::error::ErrorBody),
+        (status = 400, description = "The body is not a JSON object, not `application/json`, or a known key (`prompt`, `threadId`, `mode`, `confirmations`) has the wrong JSON type", body = crate::error::ErrorBody),
         (status = 413, description = "`payload_too_large`: the body is larger than `--max-body-bytes`", body = crate::error::ErrorBody),
         (status = 429, description = "`resource_exhausted`: the API key has its most runs open (`--max-runs-per-key`); header `retry-after`", body = crate::error::ErrorBody)))]
 #[instrument(level = "debug", skip_all)]
@@ -609,7 +622,7 @@ pub async fn agent_stream(
     responses(
         (status = 200, description = "`text/event-stream` like `/ai/agent/stream`, without tool events", content_type = "text/event-stream", body = crate::sse::SseEvent,
             headers(("x-thread-id" = String, description = "As for `/ai/agent/stream`"))),
-        (status = 400, description = "The body is not a JSON object, or not `application/json`", body = crate::error::ErrorBody),
+        (status = 400, description = "The body is not a JSON object, not `application/json`, or a known key (`prompt`, `threadId`, `mode`, `confirmations`) has the wrong JSON type", body = crate::error::ErrorBody),
         (status = 413, description = "`payload_too_large`: the body is larger than `--max-body-bytes`", body = crate::error::ErrorBody),
         (status = 429, description = "`resource_exhausted`: the API key has its most runs open (`--max-runs-per-key`); header `retry-after`", body = crate::error::ErrorBody)))]
 #[instrument(level = "debug", skip_all)]
@@ -645,6 +658,31 @@ mod tests {
             .await
             .unwrap_or_default();
         assert_eq!(&wire[..], b"data: line one\ndata: line two\rdata: \n\n");
+    }
+
+    #[tokio::test]
+    async fn a_text_that_reads_as_json_goes_as_an_object_with_its_text() {
+        let token = |text: &str| {
+            Ev::Token(v1::Token {
+                text: text.to_owned(),
+            })
+        };
+        let out = wire(vec![
+            token("Es gibt"),
+            token(" 5"),
+            token(" Teams"),
+            token("true"),
+            token("\"quoted\""),
+            token("[DONE]"),
+            token("{\"text\": \"x\"}"),
+        ])
+        .await;
+        assert_eq!(
+            out,
+            "data: Es gibt\n\ndata: {\"text\":\" 5\"}\n\ndata:  Teams\n\ndata: {\"text\":\"true\"}\n\n\
+             data: {\"text\":\"\\\"quoted\\\"\"}\n\ndata: {\"text\":\"[DONE]\"}\n\n\
+             data: {\"text\":\"{\\\"text\\\": \\\"x\\\"}\"}\n\n"
+        );
     }
 
     /// The wire bytes of `events` through the chat dialect.

@@ -320,17 +320,22 @@ pub fn reflection(
 }
 
 /// The log level when `RUST_LOG` is not set: seed 004's `AGENT_LOG_LEVEL`
-/// (`debug|info|warn|error`), else `info`.
-fn default_level(agent_level: Option<&str>) -> &'static str {
+/// (`debug|info|warn|error`), else `info`; `Err` names a level that is none of them (`info`
+/// is used then).
+fn default_level(agent_level: Option<&str>) -> Result<&'static str, String> {
     match agent_level
         .map(|l| l.trim().to_ascii_lowercase())
         .as_deref()
     {
-        Some("trace") => "trace",
-        Some("debug") => "debug",
-        Some("warn" | "warning") => "warn",
-        Some("error") => "error",
-        _ => "info",
+        Some("trace") => Ok("trace"),
+        Some("debug") => Ok("debug"),
+        None | Some("" | "info") => Ok("info"),
+        Some("warn" | "warning") => Ok("warn"),
+        Some("error") => Ok("error"),
+        Some(_) => Err(format!(
+            "AGENT_LOG_LEVEL={:?} is none of debug, info, warn, error; using info",
+            agent_level.unwrap_or_default()
+        )),
     }
 }
 
@@ -396,9 +401,16 @@ mod tests {
 
     #[test]
     fn agent_log_level_sets_the_default_level() {
-        assert_eq!(default_level(None), "info");
-        assert_eq!(default_level(Some("DEBUG")), "debug");
-        assert_eq!(default_level(Some("warning")), "warn");
-        assert_eq!(default_level(Some("loud")), "info");
+        assert_eq!(default_level(None), Ok("info"));
+        assert_eq!(default_level(Some("")), Ok("info"));
+        assert_eq!(default_level(Some("DEBUG")), Ok("debug"));
+        assert_eq!(default_level(Some("warning")), Ok("warn"));
+        assert_eq!(
+            default_level(Some("verbose")),
+            Err(
+                "AGENT_LOG_LEVEL=\"verbose\" is none of debug, info, warn, error; using info"
+                    .to_owned()
+            )
+        );
     }
 }

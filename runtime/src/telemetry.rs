@@ -154,18 +154,25 @@ impl Telemetry {
 pub fn init(service: &'static str) -> Telemetry {
     use std::io::IsTerminal;
     let agent_level = std::env::var("AGENT_LOG_LEVEL").ok();
-    let default_filter = || EnvFilter::new(crate::default_level(agent_level.as_deref()));
     // Said once logging is up: a filter or format that was asked for and is not used.
     let mut settings_ignored = Vec::new();
+    let default_filter = |ignored: &mut Vec<String>| {
+        EnvFilter::new(
+            crate::default_level(agent_level.as_deref()).unwrap_or_else(|e| {
+                ignored.push(e);
+                "info"
+            }),
+        )
+    };
     let filter = match std::env::var("RUST_LOG") {
         Ok(directives) if !directives.trim().is_empty() => EnvFilter::try_new(&directives)
             .unwrap_or_else(|e| {
                 settings_ignored.push(format!(
                     "RUST_LOG is not a valid filter ({e}); using the default level"
                 ));
-                default_filter()
+                default_filter(&mut settings_ignored)
             }),
-        _ => default_filter(),
+        _ => default_filter(&mut settings_ignored),
     };
     let terminal = std::io::stderr().is_terminal();
     // Empty is unset (a compose file's `TASKFORCE_LOG_FORMAT: ""`).

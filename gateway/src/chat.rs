@@ -302,6 +302,8 @@ fn text_frame(text: &str) -> Event {
     // as two line breaks; SSE cannot carry a CR anyway, so a line end is sent as one LF.
     let text = text.replace("\r\n", "\n");
     if reads_as_json(&text) {
+        // As on the `data:` lines: a lone CR is a line end too.
+        let text = text.replace('\r', "\n");
         // The seed's UIs parse JSON `data:` and show its `delta|content|text`: a token ` 5`,
         // `true` or `"quoted"` would parse to something with none of them and vanish, and a
         // `[DONE]` would end their stream. Such a text goes as `{"text": ...}`, which they show.

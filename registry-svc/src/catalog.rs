@@ -236,6 +236,15 @@ pub async fn check_agent_mcp(
     }
     check.discovered = names.iter().cloned().collect();
     let allow = def.mcp_allowlist();
+    if allow.is_empty() {
+        // Saved as asked, but said: a client that reads the allowlist as an optional narrowing
+        // (seed 002) would expect the servers' tools, and gets none.
+        check.warnings.push(format!(
+            "mcp_tool_allowlist is empty, so the agent is offered none of its MCP servers' tools \
+             ({} discovered); list the ones it may use",
+            check.discovered.len()
+        ));
+    }
     if allow.is_empty() || global || deferred {
         return Ok(check);
     }

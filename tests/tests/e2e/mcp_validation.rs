@@ -46,6 +46,18 @@ async fn stdio_mcp_allowlist_is_checked_against_mcp_server_time() {
         Some("get_current_time")
     );
     assert_eq!(yaml["mcp_servers"][0]["type"].as_str(), Some("stdio"));
+    assert!(r.body.get("warnings").is_none(), "{}", r.text);
+
+    // Servers without an allowlist: saved, and told that the agent gets none of their tools.
+    let bare = create(&stack, &with_mcp("time-bare", &server, &[])).await;
+    assert_eq!(bare.status, 201, "{}", bare.text);
+    assert_eq!(
+        bare.body["warnings"],
+        json!(["mcp_tool_allowlist is empty, so the agent is offered none of its MCP servers' \
+                tools (2 discovered); list the ones it may use"]),
+        "{}",
+        bare.text
+    );
 
     let before = custom_files(&stack);
     for allow in [&["no_such_tool"][..], &["get_current_time", "no_such_tool"]] {

@@ -53,8 +53,10 @@ async fn stdio_mcp_allowlist_is_checked_against_mcp_server_time() {
     assert_eq!(bare.status, 201, "{}", bare.text);
     assert_eq!(
         bare.body["warnings"],
-        json!(["mcp_tool_allowlist is empty, so the agent is offered none of its MCP servers' \
-                tools (2 discovered); list the ones it may use"]),
+        json!([
+            "mcp_tool_allowlist is empty, so the agent is offered none of its MCP servers' \
+                tools (2 discovered); list the ones it may use"
+        ]),
         "{}",
         bare.text
     );

@@ -452,16 +452,16 @@ impl Tool for McpTool {
                     tool,
                     after: timeout,
                 }),
-                // A failed call's text is the server's own error: what it echoes of its
-                // configured credentials is masked, as for every other error.
-                Ok(Ok(result)) if result.is_error == Some(true) => Ok(match outcome(result) {
+                // What the server returns of its configured credentials (a failed call's error
+                // quoting them, a tool that prints its environment) is masked before the model,
+                // the events or the store see it.
+                Ok(Ok(result)) => Ok(match outcome(result) {
                     ToolOutcome::Output { content, is_error } => ToolOutcome::Output {
                         content: server.scrub(&content),
                         is_error,
                     },
                     other => other,
                 }),
-                Ok(Ok(result)) => Ok(outcome(result)),
                 // The server said no (unknown tool, bad arguments): the model may recover.
                 Ok(Err(ServiceError::McpError(e))) => Ok(ToolOutcome::failed(format!(
                     "the MCP server refused the call: {}",

@@ -224,3 +224,59 @@ async fn what_an_mcp_server_prints_of_its_secret_is_masked_in_the_debug_log() {
         "the server's line is logged, masked: {log}"
     );
 }
+
+/// A tool that returns its server's environment (server-everything's `get-env`, over stdio):
+/// the secret a `${VAR}` gave the server reaches neither the model, the events nor the session,
+/// masked as the server's errors are.
+#[tokio::test]
+async fn what_an_mcp_tool_returns_of_its_servers_secret_is_masked() {
+    let stack = StackOptions::full()
+        .with_executor()
+        .discovery_timeout_ms(30_000)
+        .executor_env("TF_E2E_MCP_SECRET", SECRET)
+        .llm_script(
+            "turns:\n  - tool_calls: [{name: get-env, id: e1, arguments: {}}]\n  \
+             - text: \"Seen: {{last_message}}\"\n",
+        )
+        .spawn()
+        .await
+        .expect("stack with executor starts");
+    let everything = taskforce_tests::paths::mcp_server_everything()
+        .expect("mcp-server-everything is installed");
+    let mut body = agent_json("env-reader");
+    body["mcp_servers"] = json!([{
+        "type": "stdio",
+        "command": everything.to_str().expect("utf-8 path"),
+        "args": ["stdio"],
+        // A name no pattern takes for a secret's: only the value's origin (a `${VAR}`) says so.
+        "env": {"TF_E2E_GREETING": "${TF_E2E_MCP_SECRET}"},
+    }]);
+    body["mcp_tool_allowlist"] = json!(["get-env"]);
+    let r = create(&stack, &body).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let events = SseReader::open(
+        &stack,
+        "/api/v1/execute/stream",
+        &json!({"mission": "Show the environment", "agent_id": "env-reader"}),
+    )
+    .await
+    .rest(RUN_TIMEOUT)
+    .await;
+    let all = format!("{events:?}");
+    assert_eq!(
+        events[events.len() - 1].1["status"],
+        "completed",
+        "{all}\n{}",
+        stack.logs()
+    );
+    assert!(
+        !all.contains(SECRET),
+        "the secret reached the events: {all}"
+    );
+    let output = events
+        .iter()
+        .find(|(n, e)| n == "tool_end" && e["tool"] == "get-env")
+        .and_then(|(_, e)| e["output"].as_str())
+        .unwrap_or_else(|| panic!("get-env ran: {all}"));
+    assert!(output.contains(r#""TF_E2E_GREETING": "***""#), "{output}");
+}

@@ -64,12 +64,8 @@ impl AgentDef {
             Some(Kind::Profile(profile)) => Ok(Self {
                 agent_id: agent.agent_id.clone(),
                 version: agent.version.clone(),
-                system_prompt: profile_prompt(profile),
-                tools: profile
-                    .tools_config
-                    .iter()
-                    .map(|t| t.r#type.clone())
-                    .collect(),
+                system_prompt: taskforce_proto::profile::system_prompt(profile),
+                tools: taskforce_proto::profile::tools(profile),
                 workspace: None,
                 mcp_servers: profile.mcp_servers.clone(),
                 mcp_tools: None,
@@ -109,25 +105,6 @@ fn custom_prompt(spec: &v1::AgentSpec) -> String {
     if !spec.description.is_empty() {
         prompt.push(' ');
         prompt.push_str(&spec.description);
-    }
-    prompt
-}
-
-/// Profiles have no prompt of their own: say who the agent is and what it is for.
-fn profile_prompt(profile: &v1::ProfileAgent) -> String {
-    let specialist = if profile.specialist.is_empty() {
-        "generic"
-    } else {
-        &profile.specialist
-    };
-    let mut prompt = format!(
-        "You are the {specialist} agent of the `{}` profile. Use the tools offered when they \
-         help, and finish with a direct answer to the mission.",
-        profile.profile
-    );
-    if !profile.description.is_empty() {
-        prompt.push_str("\n\n");
-        prompt.push_str(&profile.description);
     }
     prompt
 }

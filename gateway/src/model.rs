@@ -282,8 +282,16 @@ pub struct ProfileAgentJson {
     #[schema(value_type = String, example = "profile")]
     pub source: &'static str,
     pub agent_id: String,
+    /// The profile's name (a profile has no other), so every agent has a `name`.
+    pub name: String,
     pub profile: String,
     pub description: String,
+    /// The system prompt it runs with (profiles have none of their own: it says who the agent
+    /// is, from `specialist`, `profile` and `description`).
+    pub system_prompt: String,
+    /// The native tools it is given: the types of `tools_config`. (Its MCP servers offer all
+    /// their tools: a profile has no `mcp_tool_allowlist`.)
+    pub tool_allowlist: Vec<String>,
     pub specialist: String,
     pub tools_config: Vec<ToolConfigJson>,
     pub mcp_servers: Vec<McpServerJson>,
@@ -390,6 +398,9 @@ impl AgentJson {
                 } else {
                     agent_id
                 },
+                name: p.profile.clone(),
+                system_prompt: taskforce_proto::profile::system_prompt(&p),
+                tool_allowlist: taskforce_proto::profile::tools(&p),
                 profile: p.profile,
                 description: p.description,
                 specialist: p.specialist,

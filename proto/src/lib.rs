@@ -19,6 +19,7 @@ pub mod json;
 pub mod mcp_config;
 pub mod mode;
 pub mod page_token;
+pub mod profile;
 
 /// Generated code for the `taskforce.v1` package.
 #[allow(clippy::all, missing_docs)]

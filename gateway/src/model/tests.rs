@@ -105,8 +105,13 @@ fn profile_agents_have_the_documented_shape() {
         json!({
             "source": "profile",
             "agent_id": "dev",
+            "name": "dev",
             "profile": "dev",
             "description": "Development profile",
+            "system_prompt": "You are the generic agent of the `dev` profile. Use the tools \
+                              offered when they help, and finish with a direct answer to the \
+                              mission.\n\nDevelopment profile",
+            "tool_allowlist": ["web_search"],
             "specialist": "generic",
             "tools_config": [{"type": "web_search", "module": "", "params": {"max_results": 5}}],
             "mcp_servers": [{"type": "http", "url": "http://localhost:9000/mcp"}],

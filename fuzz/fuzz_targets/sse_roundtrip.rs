@@ -91,22 +91,30 @@ fuzz_target!(|data: &[u8]| {
         (Some(Ev::ToolEnd(t)), _) if t.is_error => tool_frame(&decoded, "tool_error", &t.tool),
         (Some(Ev::ToolEnd(t)), _) => tool_frame(&decoded, "tool_end", &t.tool),
         (Some(Ev::ToolError(t)), _) => tool_frame(&decoded, "tool_error", &t.tool),
-        (Some(Ev::Done(_)), _) => {
-            assert_eq!(decoded.len(), 1);
-            assert_eq!(decoded[0].event.as_deref(), Some("end"));
-            assert_eq!(texts, ["[DONE]"]);
+        (Some(Ev::Done(d)), _) => {
+            // A cancelled run says so before the end: the UI must not take its text as whole.
+            let said: &[&str] = if d.status() == v1::RunStatus::Cancelled {
+                &["⚠️ the run was cancelled", "[DONE]"]
+            } else {
+                &["[DONE]"]
+            };
+            assert_eq!(texts, said);
+            let last = decoded.last().expect("an end frame");
+            assert_eq!(last.event.as_deref(), Some("end"));
         }
         _ => assert!(decoded.is_empty()),
     }
 
     // The final error of a broken stream.
     let message = s();
-    let decoded = round_trip(Native::default().broken(RestError::new(ErrorKind::Unavailable, &message)));
+    let decoded =
+        round_trip(Native::default().broken(RestError::new(ErrorKind::Unavailable, &message)));
     assert_eq!(decoded.len(), 1);
     let back: Value =
         serde_json::from_str(decoded[0].data.as_deref().unwrap_or_default()).expect("JSON");
     assert_eq!(back["message"], Value::String(message.clone()));
-    let decoded = round_trip(Chat::default().broken(RestError::new(ErrorKind::Unavailable, &message)));
+    let decoded =
+        round_trip(Chat::default().broken(RestError::new(ErrorKind::Unavailable, &message)));
     let texts = shown_texts(&decoded);
     assert_eq!(texts, [lines(&format!("⚠️ {message}")).as_str(), "[DONE]"]);
 });

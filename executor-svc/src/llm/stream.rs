@@ -127,7 +127,24 @@ fn sse_events(chunks: Chunks, max: usize) -> SseStream<ByteStreamBody<Chunks, By
         futures::future::ready(Some(item))
     });
     let end = stream::once(async { Ok(Bytes::from_static(b"\n\n")) });
-    SseStream::from_bytes_stream(Box::pin(capped.chain(end)) as Chunks)
+    // One line per piece: the parser reports a bad line before the events it completed earlier
+    // in the same piece, so a body cut into other chunks (the network decides) would lose them.
+    let lines = capped
+        .chain(end)
+        .flat_map(|item| stream::iter(item.map_or_else(|e| vec![Err(e)], line_pieces)));
+    SseStream::from_bytes_stream(Box::pin(lines) as Chunks)
+}
+
+/// `chunk` cut after each line end (`\n` or `\r`), without copying.
+fn line_pieces(mut chunk: Bytes) -> Vec<Result<Bytes, BodyError>> {
+    let mut pieces = Vec::new();
+    while let Some(end) = chunk.iter().position(|b| matches!(b, b'\n' | b'\r')) {
+        pieces.push(Ok(chunk.split_to(end + 1)));
+    }
+    if !chunk.is_empty() {
+        pieces.push(Ok(chunk));
+    }
+    pieces
 }
 
 /// Reads one response body event by event, through the protocol decoder.
@@ -286,6 +303,33 @@ fn decode_recorded<D: Decode>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the `openai_stream` and `anthropic_stream` fuzz targets: a bad line after an
+    /// event in the same chunk was reported before that event, so the events a body yields
+    /// depended on where the network cut it.
+    #[test]
+    fn events_before_a_bad_line_come_out_however_the_body_is_cut() {
+        for body in [
+            &b"data: {\"choices\":[{\"delta\":{\"content\":\"Hello\"}}]}\n\n\0\n"[..],
+            b"data:\0\n\n\0\n",
+            b"data: \"id\":ONE]\n\na\xa8\x97\0ge\n\0\x0f\xff\xff\x97\0",
+            b"data: x\r\n\r\ndata: \xff\n\n",
+            b"data:\n\ne\n",
+        ] {
+            for decode in [
+                crate::llm::openai::decode_body,
+                crate::llm::anthropic::decode_body,
+            ] {
+                let bytes: Vec<&[u8]> = body.chunks(1).collect();
+                assert_eq!(
+                    decode(&bytes),
+                    decode(&[body]),
+                    "{}",
+                    String::from_utf8_lossy(body)
+                );
+            }
+        }
+    }
 
     /// Records each event as a text delta `event|data`, and the end of the body as `eof`.
     struct Record;

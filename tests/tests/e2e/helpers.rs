@@ -166,6 +166,15 @@ pub async fn send(req: RequestBuilder) -> Reply {
     }
 }
 
+/// Streams a new run of `agent_id` on `mission` through the gateway to its end; its events.
+pub async fn run_to_end(stack: &Stack, agent_id: &str, mission: &str) -> Vec<(String, Value)> {
+    let body = json!({"mission": mission, "agent_id": agent_id});
+    SseReader::open(stack, "/api/v1/execute/stream", &body)
+        .await
+        .rest(RUN_TIMEOUT)
+        .await
+}
+
 /// POST /api/v1/agents with a JSON body.
 pub async fn create(stack: &Stack, body: &Value) -> Reply {
     send(stack.http().post(stack.url("/api/v1/agents")).json(body)).await

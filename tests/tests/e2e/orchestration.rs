@@ -16,7 +16,9 @@ use serde_json::{Value, json};
 use taskforce_proto::v1;
 use taskforce_tests::{Stack, StackOptions};
 
-use crate::helpers::{RUN_TIMEOUT, SseReader, agent_json, create, event_names, get_session, send};
+use crate::helpers::{
+    RUN_TIMEOUT, SseReader, agent_json, create, event_names, get_session, run_to_end, send,
+};
 
 /// An `llm_config.yaml` with one scripted provider (and model alias) per script.
 fn llm_config(dir: &Path, scripts: &[(&str, &str)]) -> String {
@@ -51,15 +53,6 @@ fn named<'a>(events: &'a [(String, Value)], name: &str) -> Vec<&'a Value> {
         .filter(|(n, _)| n == name)
         .map(|(_, e)| e)
         .collect()
-}
-
-/// Streams a new run of `agent_id` on `mission` to its end; its events.
-async fn run_to_end(stack: &Stack, agent_id: &str, mission: &str) -> Vec<(String, Value)> {
-    let body = json!({"mission": mission, "agent_id": agent_id});
-    SseReader::open(stack, "/api/v1/execute/stream", &body)
-        .await
-        .rest(RUN_TIMEOUT)
-        .await
 }
 
 /// The session id a run's events name.

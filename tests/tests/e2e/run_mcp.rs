@@ -5,7 +5,7 @@
 use serde_json::json;
 use taskforce_tests::{StackOptions, mcp};
 
-use crate::helpers::{RUN_TIMEOUT, SseReader, agent_json, create, event_names, send};
+use crate::helpers::{RUN_TIMEOUT, SseReader, agent_json, create, event_names, run_to_end, send};
 
 const SECRET: &str = "tf-secret-4e1f9a7c";
 
@@ -203,14 +203,7 @@ async fn what_an_mcp_server_prints_of_its_secret_is_masked_in_the_debug_log() {
     body["mcp_tool_allowlist"] = json!(["get_current_time"]);
     let r = create(&stack, &body).await;
     assert_eq!(r.status, 201, "{}", r.text);
-    let events = SseReader::open(
-        &stack,
-        "/api/v1/execute/stream",
-        &json!({"mission": "Anything", "agent_id": "printer"}),
-    )
-    .await
-    .rest(RUN_TIMEOUT)
-    .await;
+    let events = run_to_end(&stack, "printer", "Anything").await;
     assert_eq!(
         events[events.len() - 1].1["status"],
         "completed",
@@ -254,14 +247,7 @@ async fn what_an_mcp_tool_returns_of_its_servers_secret_is_masked() {
     body["mcp_tool_allowlist"] = json!(["get-env"]);
     let r = create(&stack, &body).await;
     assert_eq!(r.status, 201, "{}", r.text);
-    let events = SseReader::open(
-        &stack,
-        "/api/v1/execute/stream",
-        &json!({"mission": "Show the environment", "agent_id": "env-reader"}),
-    )
-    .await
-    .rest(RUN_TIMEOUT)
-    .await;
+    let events = run_to_end(&stack, "env-reader", "Show the environment").await;
     let all = format!("{events:?}");
     assert_eq!(
         events[events.len() - 1].1["status"],

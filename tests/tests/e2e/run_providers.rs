@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use crate::{
     fake_llm::{self, ANTHROPIC_KEY, FakeLlm, OPENAI_KEY, Seen, anthropic, openai},
-    helpers::{RUN_TIMEOUT, SseReader, create_agent_with_tools, event_names},
+    helpers::{RUN_TIMEOUT, SseReader, create_agent_with_tools, event_names, run_to_end},
 };
 
 const AGENT: &str = "scribe";
@@ -325,14 +325,7 @@ async fn tool_subprocesses_never_see_the_api_keys() {
     let (stack, _unused) = fake_llm::openai_stack(&llm).await;
     create_agent_with_tools(&stack, "env-reader", &["python"]).await;
 
-    let events = SseReader::open(
-        &stack,
-        "/api/v1/execute/stream",
-        &json!({"mission": "Show the environment", "agent_id": "env-reader"}),
-    )
-    .await
-    .rest(RUN_TIMEOUT)
-    .await;
+    let events = run_to_end(&stack, "env-reader", "Show the environment").await;
     let end = events
         .iter()
         .find(|(n, _)| n == "tool_end")

@@ -86,6 +86,12 @@ pub struct Config {
     /// (down to nine tenths of it); running and paused ones are kept. 0: no limit.
     #[arg(long, env = "TASKFORCE_MAX_STORED_SESSIONS", default_value_t = 50_000)]
     pub max_stored_sessions: usize,
+    /// Most mebibytes of sessions stored (their JSON as kept in the store): past it the oldest
+    /// completed, failed and cancelled ones are deleted (down to nine tenths of it); running
+    /// and paused ones are kept. The store's files take more than this (its log keeps replaced
+    /// versions until it reclaims their space: about three times this, measured). 0: no limit.
+    #[arg(long, env = "TASKFORCE_MAX_SESSION_STORE_MB", default_value_t = 512)]
+    pub max_session_store_mb: u64,
     /// Close an MCP connection unused for this many seconds (0: keep until shutdown).
     #[arg(long, env = "TASKFORCE_MCP_IDLE_SECS", default_value_t = 600)]
     pub mcp_idle_secs: u64,

@@ -226,12 +226,18 @@ pub async fn run_with(
     info!(servers = ?mcp.global().names(), "global MCP servers");
     let reaper = tokio::spawn(Arc::clone(&mcp).reap_until(tasks.clone()));
     let supervisor = tokio::spawn(Arc::clone(mcp.global()).supervise(tasks.clone()));
-    store.set_max_sessions(config.max_stored_sessions);
-    let expiry = (config.session_ttl_hours > 0 || config.max_stored_sessions > 0).then(|| {
-        let ttl = (config.session_ttl_hours > 0)
-            .then(|| Duration::from_secs(config.session_ttl_hours.saturating_mul(3600)));
-        tokio::spawn(store.clone().expire_until(ttl, tasks.clone()))
-    });
+    store.set_limits(
+        config.max_stored_sessions,
+        config.max_session_store_mb.saturating_mul(1024 * 1024),
+    );
+    let expiry = (config.session_ttl_hours > 0
+        || config.max_stored_sessions > 0
+        || config.max_session_store_mb > 0)
+        .then(|| {
+            let ttl = (config.session_ttl_hours > 0)
+                .then(|| Duration::from_secs(config.session_ttl_hours.saturating_mul(3600)));
+            tokio::spawn(store.clone().expire_until(ttl, tasks.clone()))
+        });
     let budgets = run::Budgets {
         max_steps: config.max_steps,
         max_duration: config.run_budget(),

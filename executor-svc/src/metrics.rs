@@ -8,7 +8,8 @@
 //! tools always by their names). Global MCP servers: `taskforce_mcp_server_up` (1 up, 0 down) and `taskforce_mcp_server_tools`, labelled
 //! by `server`. Runs: `taskforce_runs_in_flight`, `taskforce_runs_total{status}`; model calls:
 //! `taskforce_llm_request_duration_seconds`, `taskforce_llm_tokens_total{kind}` and
-//! `taskforce_llm_errors_total`, labelled by `provider`. gRPC requests: see
+//! `taskforce_llm_errors_total`, labelled by `provider`. The session store:
+//! `taskforce_sessions_stored`, `taskforce_session_store_bytes`. gRPC requests: see
 //! `taskforce_runtime::metrics`. One process-wide registry (the runtime's): every run of the
 //! process counts into it, as a scrape expects.
 //!
@@ -82,6 +83,8 @@ struct Metrics {
     failure: Family<FailureLabels, Counter>,
     server_up: Family<ServerLabels, Gauge>,
     server_tools: Family<ServerLabels, Gauge>,
+    sessions_stored: Gauge,
+    session_store_bytes: Gauge,
 }
 
 fn histogram() -> Histogram {
@@ -153,7 +156,21 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "Tools a global MCP server listed at its last health check",
         server_tools.clone(),
     );
+    let sessions_stored = Gauge::default();
+    let session_store_bytes = Gauge::default();
+    register(
+        "taskforce_sessions_stored",
+        "Sessions in the executor's store (running, paused and ended)",
+        sessions_stored.clone(),
+    );
+    register(
+        "taskforce_session_store_bytes",
+        "Bytes of the sessions in the executor's store (their JSON; the store's files take more)",
+        session_store_bytes.clone(),
+    );
     Metrics {
+        sessions_stored,
+        session_store_bytes,
         runs_in_flight,
         runs,
         llm_seconds,
@@ -166,6 +183,16 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         server_tools,
     }
 });
+
+/// The session store's figures: how many sessions, and their bytes.
+pub fn session_store(sessions: usize, bytes: u64) {
+    METRICS
+        .sessions_stored
+        .set(i64::try_from(sessions).unwrap_or(i64::MAX));
+    METRICS
+        .session_store_bytes
+        .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+}
 
 /// Most distinct values of the `tool` label, and of the `subagent` label: MCP tool names and
 /// agent ids are the users', so the series they make are bounded; later values count as

@@ -515,6 +515,9 @@ pub fn changed_before(updated_at: &str, cutoff: chrono::DateTime<chrono::Utc>) -
     chrono::DateTime::parse_from_rfc3339(updated_at).is_ok_and(|t| t < cutoff)
 }
 
+/// How often a store over its limits with nothing left to delete looks again.
+const STUCK_RETRY: Duration = Duration::from_secs(60);
+
 /// The sled-backed session store.
 #[derive(Debug, Clone)]
 pub struct SessionStore {
@@ -526,7 +529,8 @@ pub struct SessionStore {
     durability: Arc<GroupCommit>,
     /// Signs the state tokens naming the sub-agent frames stored here.
     tokens: crate::token::TokenKey,
-    /// Sessions stored, and the most to keep (0: no limit); past it the oldest ended ones go.
+    /// Sessions stored and their bytes, and the most of each to keep (0: no limit); past
+    /// either the oldest ended ones go.
     stored: Arc<Stored>,
     /// Set when a write failed: sled refuses every write after its first I/O error (a full
     /// disk), so no run can be stored until the executor is restarted; or when a flush did not
@@ -539,13 +543,88 @@ pub struct SessionStore {
     interrupted: Arc<[String]>,
 }
 
-/// The count of stored sessions against its limit.
+/// The count and the bytes of the stored sessions against their limits.
 #[derive(Debug, Default)]
 struct Stored {
     count: AtomicUsize,
+    /// Their keys and values as stored (sled's files hold more: its log keeps replaced
+    /// versions until it reclaims their space).
+    bytes: AtomicU64,
     max: AtomicUsize,
-    /// Woken when the count passes the limit.
+    max_bytes: AtomicU64,
+    /// Woken when the count or the bytes pass their limit.
     over: tokio::sync::Notify,
+}
+
+impl Stored {
+    /// Whether more sessions, or more bytes of them, are stored than the limits allow.
+    fn over(&self) -> bool {
+        let (max, max_bytes) = self.limits();
+        (max > 0 && self.count.load(Ordering::Relaxed) > max)
+            || (max_bytes > 0 && self.bytes.load(Ordering::Relaxed) > max_bytes)
+    }
+
+    fn limits(&self) -> (usize, u64) {
+        (
+            self.max.load(Ordering::Relaxed),
+            self.max_bytes.load(Ordering::Relaxed),
+        )
+    }
+
+    /// One session more (`added`), and its bytes now `new` instead of `old`.
+    fn changed(&self, added: bool, old: u64, new: u64) {
+        if added {
+            self.count.fetch_add(1, Ordering::Relaxed);
+        }
+        if new >= old {
+            self.bytes.fetch_add(new - old, Ordering::Relaxed);
+        } else {
+            self.less_bytes(old - new);
+        }
+        self.report();
+        if self.over() {
+            self.over.notify_one();
+        }
+    }
+
+    /// One session of `bytes` fewer.
+    fn removed(&self, bytes: u64) {
+        // Saturating: the figures are approximate only if the store changed under a scan.
+        let _ = self
+            .count
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
+                Some(c.saturating_sub(1))
+            });
+        self.less_bytes(bytes);
+        self.report();
+    }
+
+    fn less_bytes(&self, by: u64) {
+        let _ = self
+            .bytes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                Some(b.saturating_sub(by))
+            });
+    }
+
+    /// Sets both figures from a scan of the whole store.
+    fn set(&self, count: usize, bytes: u64) {
+        self.count.store(count, Ordering::Relaxed);
+        self.bytes.store(bytes, Ordering::Relaxed);
+        self.report();
+    }
+
+    fn report(&self) {
+        crate::metrics::session_store(
+            self.count.load(Ordering::Relaxed),
+            self.bytes.load(Ordering::Relaxed),
+        );
+    }
+}
+
+/// The bytes a stored session takes: its key and its value.
+fn stored_len(key: &[u8], value: &[u8]) -> u64 {
+    (key.len() + value.len()) as u64
 }
 
 /// Group commit: writers that need their write on disk count themselves in, and one flush at a
@@ -627,12 +706,11 @@ impl Flusher {
 /// of failing every start. Another process holding it is an error, as is a `path` that is no
 /// sled database.
 fn open_or_move_aside(path: &Path) -> Result<sled::Db, ExecutorError> {
-    let open = || {
-        sled::Config::new()
-            .path(path)
-            .cache_capacity(CACHE_BYTES)
-            .open()
-    };
+    let configure = |c: sled::Config| c.cache_capacity(CACHE_BYTES);
+    if let Err(e) = taskforce_runtime::store::upgrade_segments(path, configure) {
+        warn!(store = %path.display(), error = %e, "could not move the session store to larger log segments; it keeps its own, where replaced sessions can pile up on disk");
+    }
+    let open = || configure(taskforce_runtime::store::sled_config(path)).open();
     match taskforce_runtime::open_waiting_for_lock(open) {
         Ok(db) => Ok(db),
         Err(e) if taskforce_runtime::lock_held(&e) => Err(ExecutorError::Config(format!(
@@ -687,10 +765,11 @@ impl SessionStore {
         };
         let mut interrupted = std::collections::BTreeSet::new();
         let mut orphaned = 0usize;
-        let mut count = 0usize;
+        let (mut count, mut bytes) = (0usize, 0u64);
         for entry in store.sessions.iter() {
-            let (_, value) = entry?;
+            let (key, value) = entry?;
             count += 1;
+            bytes += stored_len(&key, &value);
             let Ok(mut session) = serde_json::from_slice::<Session>(&value) else {
                 continue;
             };
@@ -710,15 +789,15 @@ impl SessionStore {
                     .max(session.seq_reserved)
                     .max(store.reserved_seq(&session.id)?);
                 session.seq_reserved = 0;
-                store
-                    .sessions
-                    .insert(session.id.as_bytes(), serde_json::to_vec(&session)?)?;
+                let rewritten = serde_json::to_vec(&session)?;
+                bytes = bytes + stored_len(&key, &rewritten) - stored_len(&key, &value);
+                store.sessions.insert(key, rewritten)?;
                 orphaned += 1;
                 interrupted.insert(session.agent_id);
             }
         }
         store.interrupted = interrupted.into_iter().collect();
-        store.stored.count.store(count, Ordering::Relaxed);
+        store.stored.set(count, bytes);
         // No run is live yet: every reservation is spent.
         store.seqs.clear()?;
         if orphaned > 0 {
@@ -802,18 +881,15 @@ impl SessionStore {
 
     async fn save_inner(&self, session: &mut Session, durable: bool) -> Result<(), ExecutorError> {
         session.updated_at = now();
+        let key = session.id.as_bytes();
         let value = serde_json::to_vec(session)?;
-        if self
-            .sessions
-            .insert(session.id.as_bytes(), value)?
-            .is_none()
-        {
-            let count = self.stored.count.fetch_add(1, Ordering::Relaxed) + 1;
-            let max = self.stored.max.load(Ordering::Relaxed);
-            if max > 0 && count > max {
-                self.stored.over.notify_one();
-            }
-        }
+        let new = stored_len(key, &value);
+        let old = self.sessions.insert(key, value)?;
+        self.stored.changed(
+            old.is_none(),
+            old.map_or(0, |old| stored_len(key, &old)),
+            new,
+        );
         if durable {
             self.make_durable(&session.id).await?;
         }
@@ -858,7 +934,6 @@ impl SessionStore {
                 removed += 1;
             }
         }
-        self.forget(removed);
         Ok(removed)
     }
 
@@ -883,26 +958,26 @@ impl SessionStore {
 
     /// Deletes a session only if it is still `value` (a run may have just continued it).
     fn delete_unchanged(&self, key: &[u8], value: &[u8]) -> Result<bool, ExecutorError> {
-        Ok(self
+        let deleted = self
             .sessions
             .compare_and_swap(key, Some(value), None as Option<&[u8]>)?
-            .is_ok())
+            .is_ok();
+        if deleted {
+            self.stored.removed(stored_len(key, value));
+        }
+        Ok(deleted)
     }
 
-    fn forget(&self, removed: usize) {
-        // Saturating: the count is approximate only if the store changed under a scan.
-        let _ = self
-            .stored
-            .count
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
-                Some(c.saturating_sub(removed))
-            });
-    }
-
-    /// Keeps at most `max` sessions (0: no limit): past it, the oldest ended sessions are
-    /// deleted down to nine tenths of `max`, so the scan this needs runs rarely.
-    pub fn set_max_sessions(&self, max: usize) {
+    /// Keeps at most `max` sessions and `max_bytes` of them (0: no limit): past either, the
+    /// oldest ended sessions are deleted down to nine tenths of it, so the scan this needs runs
+    /// rarely.
+    pub fn set_limits(&self, max: usize, max_bytes: u64) {
         self.stored.max.store(max, Ordering::Relaxed);
+        self.stored.max_bytes.store(max_bytes, Ordering::Relaxed);
+        // A store opened over lowered limits is trimmed at once, not at the next sweep.
+        if self.stored.over() {
+            self.stored.over.notify_one();
+        }
     }
 
     /// How many sessions are stored.
@@ -910,55 +985,73 @@ impl SessionStore {
         self.stored.count.load(Ordering::Relaxed)
     }
 
-    /// Deletes the oldest ended sessions while more than `max` are stored, down to nine tenths
-    /// of it; running and paused ones stay. Returns how many went. Blocking.
-    pub fn trim(&self, max: usize) -> Result<usize, ExecutorError> {
-        if max == 0 || self.stored() <= max {
+    /// The bytes of the stored sessions (keys and values).
+    pub fn stored_bytes(&self) -> u64 {
+        self.stored.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Deletes the oldest ended sessions while more sessions, or more bytes of them, are
+    /// stored than [`Self::set_limits`] allows, down to nine tenths of that limit; running and
+    /// paused ones stay. Returns how many went. Blocking.
+    pub fn trim(&self) -> Result<usize, ExecutorError> {
+        if !self.stored.over() {
             return Ok(0);
         }
         let mut ended = Vec::new();
-        let mut total = 0usize;
+        let (mut count, mut bytes) = (0usize, 0u64);
         for entry in self.sessions.iter() {
             let (key, value) = entry?;
-            total += 1;
+            count += 1;
+            bytes += stored_len(&key, &value);
             if let Some(updated_at) = ended_at(&value) {
                 ended.push((updated_at, key, value));
             }
         }
-        self.stored.count.store(total, Ordering::Relaxed);
-        let keep = max - max / 10;
-        let excess = total.saturating_sub(keep);
+        self.stored.set(count, bytes);
+        let (max, max_bytes) = self.stored.limits();
+        let keep = if max == 0 { usize::MAX } else { max - max / 10 };
+        let keep_bytes = if max_bytes == 0 {
+            u64::MAX
+        } else {
+            max_bytes - max_bytes / 10
+        };
         // RFC 3339 times of one format sort as text.
         ended.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let mut removed = 0;
-        for (_, key, value) in ended.into_iter().take(excess) {
+        for (_, key, value) in ended {
+            if count <= keep && bytes <= keep_bytes {
+                break;
+            }
             if self.delete_unchanged(&key, &value)? {
                 removed += 1;
+                count -= 1;
+                bytes = bytes.saturating_sub(stored_len(&key, &value));
             }
         }
-        self.forget(removed);
         Ok(removed)
     }
 
     /// Deletes ended sessions older than `ttl` (`None`: never) now and then, and the oldest
-    /// ended ones whenever more than the most to keep are stored, until `stop` fires.
+    /// ended ones whenever more sessions, or more bytes of them, are stored than the limits
+    /// allow, until `stop` fires. When what is left over the limits is running or paused (kept),
+    /// it says so once and tries again every [`STUCK_RETRY`] instead of at every save.
     pub async fn expire_until(self, ttl: Option<Duration>, stop: CancellationToken) {
         let every = sweep_period(ttl);
+        let mut stuck = false;
         loop {
             let by_age = tokio::select! {
                 () = stop.cancelled() => return,
-                () = tokio::time::sleep(every) => true,
-                () = self.stored.over.notified() => false,
+                () = tokio::time::sleep(if stuck { every.min(STUCK_RETRY) } else { every }) => true,
+                () = self.stored.over.notified(), if !stuck => false,
             };
             let cutoff = ttl
                 .filter(|_| by_age)
                 .and_then(|t| chrono::Duration::from_std(t).ok())
                 .map(|t| chrono::Utc::now() - t);
-            let max = self.stored.max.load(Ordering::Relaxed);
             let store = self.clone();
             let work = move || -> Result<(usize, usize), ExecutorError> {
                 let expired = cutoff.map_or(Ok(0), |c| store.expire(c))?;
-                Ok((expired, store.trim(max)?))
+                Ok((expired, store.trim()?))
             };
             match tokio::task::spawn_blocking(work).await {
                 Ok(Ok((0, 0))) => {}
@@ -968,6 +1061,20 @@ impl SessionStore {
                 Ok(Err(e)) => warn!(error = %e, "deleting ended sessions failed"),
                 Err(e) => warn!(error = %e, "deleting ended sessions failed"),
             }
+            let over = self.stored.over();
+            if over && !stuck {
+                let (max, max_bytes) = self.stored.limits();
+                warn!(
+                    sessions = self.stored(),
+                    bytes = self.stored_bytes(),
+                    max_sessions = max,
+                    max_bytes,
+                    "more sessions are stored than --max-stored-sessions or \
+                     --max-session-store-mb allow, and the rest are running or paused (kept \
+                     until they end); ended ones are deleted as they end"
+                );
+            }
+            stuck = over;
         }
     }
 
@@ -1095,6 +1202,41 @@ mod tests {
     }
 
     #[test]
+    fn a_store_an_earlier_version_made_keeps_its_sessions_on_larger_segments() {
+        let dir = tempfile::TempDir::new().expect("tmp");
+        let path = dir.path().join("sessions.sled");
+        {
+            // sled's default segments, as every executor before this one made them.
+            let db = sled::Config::new()
+                .path(&path)
+                .segment_size(512 * 1024)
+                .open()
+                .expect("open");
+            let session = Session::new("s1".into(), "agent".into(), None, "m".into());
+            db.open_tree("sessions")
+                .expect("tree")
+                .insert("s1", serde_json::to_vec(&session).expect("json"))
+                .expect("insert");
+            db.flush().expect("flush");
+        }
+        let store = reopen(dir.path());
+        assert_eq!(
+            store.get("s1").expect("get").map(|s| s.agent_id).as_deref(),
+            Some("agent")
+        );
+        assert_eq!(store.stored(), 1);
+        let conf = std::fs::read(path.join("conf")).expect("conf");
+        assert!(
+            String::from_utf8_lossy(&conf).contains(&format!(
+                "segment_size: {}",
+                taskforce_runtime::store::SEGMENT_BYTES
+            )),
+            "{}",
+            String::from_utf8_lossy(&conf)
+        );
+    }
+
+    #[test]
     fn only_old_ended_sessions_expire() {
         let dir = tempfile::TempDir::new().expect("tmp");
         let store = SessionStore::open(dir.path()).expect("open");
@@ -1149,10 +1291,12 @@ mod tests {
         }
         let store = reopen(dir.path());
         assert_eq!(store.stored(), 13);
-        assert_eq!(store.trim(0).expect("no limit"), 0);
-        assert_eq!(store.trim(20).expect("under the limit"), 0);
+        assert_eq!(store.trim().expect("no limit"), 0);
+        store.set_limits(20, 0);
+        assert_eq!(store.trim().expect("under the limit"), 0);
         // 13 stored, at most 10: down to 9, the oldest ended first, the paused one kept.
-        assert_eq!(store.trim(10).expect("trim"), 4);
+        store.set_limits(10, 0);
+        assert_eq!(store.trim().expect("trim"), 4);
         assert_eq!(store.stored(), 9);
         for (id, kept) in [
             ("paused-old", true),
@@ -1163,6 +1307,55 @@ mod tests {
         ] {
             assert_eq!(store.get(id).expect("get").is_some(), kept, "{id}");
         }
+    }
+
+    #[test]
+    fn past_the_most_bytes_to_keep_the_oldest_ended_sessions_go() {
+        let dir = tempfile::TempDir::new().expect("tmp");
+        let store = SessionStore::open(dir.path()).expect("open");
+        let big = |id: &str, status: Status, at: &str| {
+            let mut session = Session::new(id.into(), "agent".into(), None, "x".repeat(10_000));
+            session.status = status;
+            session.updated_at = at.into();
+            let value = serde_json::to_vec(&session).expect("json");
+            let len = stored_len(id.as_bytes(), &value);
+            store.sessions.insert(id.as_bytes(), value).expect("insert");
+            len
+        };
+        let mut total = 0;
+        for i in 0..10 {
+            total += big(
+                &format!("done-{i}"),
+                Status::Completed,
+                &format!("2026-01-01T00:00:0{i}.000Z"),
+            );
+        }
+        let paused = big("paused-old", Status::Paused, "2020-01-01T00:00:00.000Z");
+        drop(store);
+        let store = reopen(dir.path());
+        assert_eq!(store.stored_bytes(), total + paused, "counted at open");
+        // Room for about five of the eleven: down to nine tenths of it, the oldest ended
+        // first, the paused one kept.
+        let each = total / 10;
+        store.set_limits(0, 5 * each + each / 2);
+        let removed = store.trim().expect("trim");
+        assert!(store.stored_bytes() <= (5 * each + each / 2) * 9 / 10);
+        assert_eq!(removed, 7, "{} bytes left", store.stored_bytes());
+        assert_eq!(store.stored(), 4);
+        for (id, kept) in [
+            ("paused-old", true),
+            ("done-0", false),
+            ("done-6", false),
+            ("done-7", true),
+            ("done-9", true),
+        ] {
+            assert_eq!(store.get(id).expect("get").is_some(), kept, "{id}");
+        }
+        // Only running and paused ones over the limit: nothing to delete.
+        store.set_limits(0, 1);
+        assert_eq!(store.trim().expect("trim"), 3);
+        assert_eq!(store.trim().expect("trim"), 0);
+        assert_eq!(store.stored_bytes(), paused);
     }
 
     #[tokio::test]

@@ -28,6 +28,7 @@ mod init;
 pub mod mcp_client;
 pub mod metrics;
 pub mod sandbox;
+pub mod store;
 pub mod telemetry;
 
 use std::{net::SocketAddr, path::Path};

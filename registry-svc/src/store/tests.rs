@@ -317,8 +317,10 @@ fn each_executor_holds_its_own_busy_and_its_idle_ends_only_that() -> Result<()> 
     store.flush()?;
     drop(store);
     {
-        let db = taskforce_runtime::open_waiting_for_lock(|| sled::open(&data))
-            .map_err(RegistryError::from)?;
+        let db = taskforce_runtime::open_waiting_for_lock(|| {
+            taskforce_runtime::store::sled_config(&data).open()
+        })
+        .map_err(RegistryError::from)?;
         let tree = db.open_tree("runtime").map_err(RegistryError::from)?;
         let until = now_ms() + 60_000;
         let old = format!(r#"{{"busy_until_ms":{until},"last_task":"old"}}"#);

@@ -547,19 +547,49 @@ async fn a_flood_of_events_is_slowed_to_the_streams_pace_and_nothing_is_lost() {
 
 #[tokio::test]
 async fn past_the_most_stored_sessions_the_oldest_ended_ones_are_deleted() {
+    oldest_ended_sessions_go(
+        &["--max-stored-sessions", "5"],
+        12,
+        |i| format!("run {i}"),
+        5,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn past_the_most_bytes_of_stored_sessions_the_oldest_ended_ones_are_deleted() {
+    // Each session holds its mission twice (the request and the scripted answer echoing it, one
+    // piece as it has no whitespace): about 400 KB, so a MiB holds two of them.
+    oldest_ended_sessions_go(
+        &["--max-session-store-mb", "1"],
+        6,
+        |i| format!("{i}{}", "x".repeat(200_000)),
+        2,
+    )
+    .await;
+}
+
+/// Runs `runs` sessions with missions `mission(i)` on an executor started with `args`, and
+/// checks that the oldest is deleted, the newest kept, and at most `most` stay.
+async fn oldest_ended_sessions_go(
+    args: &[&str],
+    runs: usize,
+    mission: impl Fn(usize) -> String,
+    most: usize,
+) {
     let stack = StackOptions::full()
         .with_executor()
-        .executor_args(["--max-stored-sessions", "5"])
+        .executor_args(args.iter().copied())
         .spawn()
         .await
         .expect("stack starts");
     let mut sessions = Vec::new();
-    for i in 0..12 {
+    for i in 0..runs {
         let r = send(
             stack
                 .http()
                 .post(stack.url("/api/v1/execute"))
-                .json(&json!({"mission": format!("run {i}"), "agent_id": "invoice-extractor"})),
+                .json(&json!({"mission": mission(i), "agent_id": "invoice-extractor"})),
         )
         .await;
         assert_eq!(r.status, 200, "{}", r.text);
@@ -567,7 +597,7 @@ async fn past_the_most_stored_sessions_the_oldest_ended_ones_are_deleted() {
     }
     let http = stack.http().clone();
     let url = |id: &str| stack.url(&format!("/api/v1/sessions/{id}"));
-    let (first, last) = (url(&sessions[0]), url(&sessions[11]));
+    let (first, last) = (url(&sessions[0]), url(&sessions[runs - 1]));
     let trimmed = taskforce_tests::eventually(
         std::time::Duration::from_secs(10),
         std::time::Duration::from_millis(100),
@@ -594,8 +624,8 @@ async fn past_the_most_stored_sessions_the_oldest_ended_ones_are_deleted() {
         }
     }
     assert!(
-        stored <= 5,
-        "{stored} of 12 sessions stored with a limit of 5"
+        stored <= most,
+        "{stored} of {runs} sessions stored with {args:?}"
     );
 }
 

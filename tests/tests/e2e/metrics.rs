@@ -159,6 +159,15 @@ async fn every_service_serves_its_metrics_after_a_run() {
         Some(1.0)
     );
     assert_eq!(value(&executor, "taskforce_runs_in_flight", &[]), Some(0.0));
+    // The run's session, stored.
+    assert_eq!(
+        value(&executor, "taskforce_sessions_stored", &[]),
+        Some(1.0)
+    );
+    assert!(
+        value(&executor, "taskforce_session_store_bytes", &[]).is_some_and(|b| b > 100.0),
+        "the session's bytes"
+    );
     // What has not happened yet is 0, not missing (a failure ratio evaluates from the start).
     assert_eq!(
         value(&executor, "taskforce_runs_total", &[("status", "failed")]),

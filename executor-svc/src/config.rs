@@ -89,8 +89,9 @@ pub struct Config {
     /// Most mebibytes of sessions stored (their JSON as kept in the store): past it the oldest
     /// completed, failed and cancelled ones are deleted (down to nine tenths of it); running
     /// and paused ones are kept. The store's files take more than this (its log keeps replaced
-    /// versions until it reclaims their space: about three times this, measured). 0: no limit.
-    #[arg(long, env = "TASKFORCE_MAX_SESSION_STORE_MB", default_value_t = 512)]
+    /// versions until it reclaims their space: up to about four times this, and some 100 MB
+    /// of log segments, measured). 0: no limit.
+    #[arg(long, env = "TASKFORCE_MAX_SESSION_STORE_MB", default_value_t = 256)]
     pub max_session_store_mb: u64,
     /// Close an MCP connection unused for this many seconds (0: keep until shutdown).
     #[arg(long, env = "TASKFORCE_MCP_IDLE_SECS", default_value_t = 600)]

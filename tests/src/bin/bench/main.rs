@@ -108,6 +108,19 @@ struct Args {
     /// Times the registry's periodic full reconcile over `--agents` agent files, in process.
     #[arg(long)]
     reconcile: bool,
+    /// Runs sessions of `--session-bytes` each, one after the other, on an executor keeping at
+    /// most `--session-store-mb` of them, and reports the store's bytes and files as it goes.
+    #[arg(long)]
+    session_store: bool,
+    /// Most mebibytes of sessions the `--session-store` executor keeps.
+    #[arg(long, default_value_t = 64)]
+    session_store_mb: u64,
+    /// Bytes of each `--session-store` run's mission.
+    #[arg(long, default_value_t = 200_000)]
+    session_bytes: usize,
+    /// Runs of `--session-store`.
+    #[arg(long, default_value_t = 900)]
+    session_runs: usize,
     /// Rounds of each side of `--telemetry` (alternating off, on).
     #[arg(long, default_value_t = 3)]
     telemetry_rounds: usize,
@@ -158,6 +171,18 @@ async fn main() -> anyhow::Result<()> {
             .context("telemetry benchmark")?;
         println!(
             "\n### streamed runs, telemetry off vs on (concurrency 50)\n\n| measurement | result |\n|---|---|"
+        );
+        print_rows(rows);
+        return Ok(());
+    }
+    if args.session_store {
+        let rows =
+            runs::session_store(args.session_store_mb, args.session_runs, args.session_bytes)
+                .await
+                .context("session store benchmark")?;
+        println!(
+            "\n### the session store, {} MiB at most, missions of {} bytes\n\n| measurement | result |\n|---|---|",
+            args.session_store_mb, args.session_bytes
         );
         print_rows(rows);
         return Ok(());

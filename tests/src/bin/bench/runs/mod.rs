@@ -24,6 +24,7 @@ use std::{
 use anyhow::{Context, bail};
 pub use client::Timed;
 use client::{Budget, LoopResult, closed_loop, http, streamed_run};
+use serde_json::json;
 use stack::{AGENT, LlmSetup, RunStack};
 use taskforce_proto::v1::{self, run_event::Event};
 
@@ -156,6 +157,51 @@ async fn scripted_on(stack: &RunStack, opts: &Options) -> anyhow::Result<Rows> {
             mb(stack.sessions_on_disk())
         ),
     ));
+    Ok(rows)
+}
+
+/// `runs` runs one after the other, each with a mission of `mission_bytes` (so each session
+/// holds about that much), on an executor started with `--max-session-store-mb max_mb`: what
+/// the sessions' bytes (the executor's gauge) and the store's files come to as they go on.
+pub async fn session_store(max_mb: u64, runs: usize, mission_bytes: usize) -> anyhow::Result<Rows> {
+    let stack = RunStack::start(&LlmSetup {
+        env: vec![("TASKFORCE_MAX_SESSION_STORE_MB".into(), max_mb.to_string())],
+        ..LlmSetup::default()
+    })
+    .await?;
+    let http = http(1)?;
+    let (url, metrics) = (stack.url("/api/v1/execute"), stack.executor_metrics_url()?);
+    let filler = "x".repeat(mission_bytes);
+    let every = (runs / 6).max(1);
+    let mut rows = Rows::new();
+    for i in 1..=runs {
+        let body = json!({"mission": format!("{i} {filler}"), "agent_id": AGENT});
+        let r = http.post(&url).json(&body).send().await?;
+        if !r.status().is_success() {
+            bail!("run {i} answered {}: {}", r.status(), r.text().await?);
+        }
+        r.bytes().await?;
+        if i % every == 0 || i == runs {
+            // The store is trimmed by a task of its own, woken by the save past the limit.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let text = http.get(&metrics).send().await?.text().await?;
+            let gauge = |name: &str| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
+                    .unwrap_or(f64::NAN)
+            };
+            rows.push((
+                format!("after {i} runs"),
+                format!(
+                    "{:.0} sessions of {:.1} MB stored · sessions.sled on disk {:.1} MB (blobs {:.1} MB)",
+                    gauge("taskforce_sessions_stored"),
+                    gauge("taskforce_session_store_bytes") / 1e6,
+                    mb(stack.sessions_on_disk()),
+                    mb(stack.session_blobs_on_disk())
+                ),
+            ));
+        }
+    }
     Ok(rows)
 }
 

@@ -124,7 +124,27 @@ impl RunStack {
 
     /// Bytes the executor's session store takes on disk.
     pub fn sessions_on_disk(&self) -> u64 {
-        dir_size(&self.stack.executor_data_dir())
+        taskforce_runtime::store::dir_bytes(&self.stack.executor_data_dir())
+    }
+
+    /// Bytes of the session store's blob files (values and tree leaves sled keeps outside its
+    /// log).
+    pub fn session_blobs_on_disk(&self) -> u64 {
+        taskforce_runtime::store::dir_bytes(
+            &self
+                .stack
+                .executor_data_dir()
+                .join("sessions.sled")
+                .join("blobs"),
+        )
+    }
+
+    /// The executor's `/metrics` URL.
+    pub fn executor_metrics_url(&self) -> anyhow::Result<String> {
+        Ok(format!(
+            "http://{}/metrics",
+            self.stack.executor_metrics_addr()?
+        ))
     }
 
     /// The services' logs.
@@ -162,18 +182,4 @@ fn llm_config(dir: &Path, setup: &LlmSetup) -> anyhow::Result<String> {
         "default_provider: answer\ndefault_model: answer\nfallback_to_scripted: false\n\
          models:\n{models}providers:\n{providers}"
     ))
-}
-
-fn dir_size(dir: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    entries
-        .filter_map(Result::ok)
-        .map(|e| match e.file_type() {
-            Ok(t) if t.is_dir() => dir_size(&e.path()),
-            Ok(_) => e.metadata().map_or(0, |m| m.len()),
-            Err(_) => 0,
-        })
-        .sum()
 }

@@ -710,7 +710,13 @@ fn open_or_move_aside(path: &Path) -> Result<sled::Db, ExecutorError> {
     if let Err(e) = taskforce_runtime::store::upgrade_segments(path, configure) {
         warn!(store = %path.display(), error = %e, "could not move the session store to larger log segments; it keeps its own, where replaced sessions can pile up on disk");
     }
-    let open = || configure(taskforce_runtime::store::sled_config(path)).open();
+    let open = || {
+        configure(taskforce_runtime::store::sled_config(
+            path,
+            taskforce_runtime::store::SEGMENT_BYTES,
+        ))
+        .open()
+    };
     match taskforce_runtime::open_waiting_for_lock(open) {
         Ok(db) => Ok(db),
         Err(e) if taskforce_runtime::lock_held(&e) => Err(ExecutorError::Config(format!(
@@ -1209,7 +1215,7 @@ mod tests {
             // sled's default segments, as every executor before this one made them.
             let db = sled::Config::new()
                 .path(&path)
-                .segment_size(512 * 1024)
+                .segment_size(taskforce_runtime::store::DEFAULT_SEGMENT_BYTES)
                 .open()
                 .expect("open");
             let session = Session::new("s1".into(), "agent".into(), None, "m".into());

@@ -1,13 +1,16 @@
-//! The sled settings both services' stores share, and moving a store to them.
+//! Opening a sled store with the log segment size it was made with, and moving the executor's
+//! session store to larger segments.
 //!
 //! sled writes its log in segments and keeps a value (or a whole tree leaf, up to 16 entries)
 //! larger than a quarter of a segment as a file of its own (a "blob"). A blob that a newer
 //! version replaced is deleted only once the log segment holding the replacement is full, and
 //! with blobs the log itself grows by a few bytes per write: with sled's default segment of
 //! 512 KiB, sessions of a few hundred KB made the executor's store grow by about 2 MB a run
-//! without end (2 MB a run, none reclaimed). With 8 MiB segments a leaf of up to 2 MiB stays in
+//! without end. With 8 MiB segments a leaf of up to 2 MiB stays in
 //! the log, where sled reclaims its space, and larger ones are let go as segments fill: 60-66 MB
-//! of such sessions took 185-303 MB of files over 3,600 runs (`bench --session-store`).
+//! of such sessions took 185-303 MB of files over 3,600 runs (`bench --session-store`). The
+//! registry's cache stays small with the default segments (and larger with 8 MiB ones), so it
+//! keeps them.
 
 use std::{
     ffi::OsString,
@@ -15,15 +18,19 @@ use std::{
     path::{Path, PathBuf},
 };
 
-/// sled's log segment size for the stores (a power of two): see the module's doc.
+/// sled's log segment size for the session store (a power of two): see the module's doc.
 pub const SEGMENT_BYTES: usize = 8 * 1024 * 1024;
 
-/// sled's configuration for the store at `path`: [`SEGMENT_BYTES`] segments, or the segment
-/// size the store was made with if it has another (sled refuses to open it with any other).
-pub fn sled_config(path: &Path) -> sled::Config {
+/// sled's default log segment size.
+pub const DEFAULT_SEGMENT_BYTES: usize = 512 * 1024;
+
+/// sled's configuration for the store at `path`: segments of `segment_bytes` (a power of two)
+/// for a new store, of the size it was made with for an existing one (sled refuses to open it
+/// with any other).
+pub fn sled_config(path: &Path, segment_bytes: usize) -> sled::Config {
     sled::Config::new()
         .path(path)
-        .segment_size(persisted_segment_size(path).unwrap_or(SEGMENT_BYTES))
+        .segment_size(persisted_segment_size(path).unwrap_or(segment_bytes))
 }
 
 /// The segment size the store at `path` was made with (`None`: no store there yet, or its
@@ -73,8 +80,9 @@ pub fn upgrade_segments(
     let before = dir_bytes(path);
     let copied =
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<(), String> {
-            let from = crate::open_waiting_for_lock(|| configure(sled_config(path)).open())
-                .map_err(|e| format!("opening {}: {e}", path.display()))?;
+            let from =
+                crate::open_waiting_for_lock(|| configure(sled_config(path, SEGMENT_BYTES)).open())
+                    .map_err(|e| format!("opening {}: {e}", path.display()))?;
             let to = configure(sled::Config::new().path(&copy).segment_size(SEGMENT_BYTES))
                 .open()
                 .map_err(|e| format!("making {}: {e}", copy.display()))?;
@@ -127,7 +135,7 @@ mod tests {
     fn old_store(path: &Path) -> sled::Db {
         sled::Config::new()
             .path(path)
-            .segment_size(512 * 1024)
+            .segment_size(DEFAULT_SEGMENT_BYTES)
             .open()
             .expect("open")
     }
@@ -146,12 +154,14 @@ mod tests {
             }
             db.flush().expect("flush");
         }
-        assert_eq!(persisted_segment_size(&path), Some(512 * 1024));
+        assert_eq!(persisted_segment_size(&path), Some(DEFAULT_SEGMENT_BYTES));
         assert_eq!(upgrade_segments(&path, |c| c), Ok(true));
         assert_eq!(persisted_segment_size(&path), Some(SEGMENT_BYTES));
         assert!(!beside(&path, ".resegmenting").exists());
         assert!(!beside(&path, ".before-resegmenting").exists());
-        let db = sled_config(&path).open().expect("opens with the new size");
+        let db = sled_config(&path, SEGMENT_BYTES)
+            .open()
+            .expect("opens with the new size");
         assert_eq!(db.get("top").expect("get").as_deref(), Some(&b"level"[..]));
         let tree = db.open_tree("sessions").expect("tree");
         assert_eq!(tree.len(), 300);
@@ -177,7 +187,7 @@ mod tests {
         // A new store: nothing to move.
         let fresh = dir.path().join("new.sled");
         assert_eq!(upgrade_segments(&fresh, |c| c), Ok(false));
-        drop(sled_config(&fresh).open().expect("open"));
+        drop(sled_config(&fresh, SEGMENT_BYTES).open().expect("open"));
         assert_eq!(persisted_segment_size(&fresh), Some(SEGMENT_BYTES));
     }
 }

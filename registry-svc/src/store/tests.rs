@@ -318,7 +318,11 @@ fn each_executor_holds_its_own_busy_and_its_idle_ends_only_that() -> Result<()> 
     drop(store);
     {
         let db = taskforce_runtime::open_waiting_for_lock(|| {
-            taskforce_runtime::store::sled_config(&data).open()
+            taskforce_runtime::store::sled_config(
+                &data,
+                taskforce_runtime::store::DEFAULT_SEGMENT_BYTES,
+            )
+            .open()
         })
         .map_err(RegistryError::from)?;
         let tree = db.open_tree("runtime").map_err(RegistryError::from)?;

@@ -165,6 +165,24 @@ pub fn pieces(text: &str) -> Vec<&str> {
 pub struct ScriptedProvider {
     name: String,
     script: Script,
+    /// The most characters of the last message `{{last_message}}` repeats (`None`: all).
+    echo_limit: Option<usize>,
+}
+
+/// The most of a request the built-in script repeats: a deployment without a model would
+/// otherwise answer a 256 KiB mission word by word (about 50,000 events, paced over 25 s).
+pub const BUILTIN_ECHO_CHARS: usize = 1000;
+
+/// `text` cut to its first `limit` characters, saying how many were left out.
+fn at_most(text: &str, limit: Option<usize>) -> std::borrow::Cow<'_, str> {
+    match limit.and_then(|n| text.char_indices().nth(n)) {
+        Some((cut, _)) => std::borrow::Cow::Owned(format!(
+            "{}… ({} more characters)",
+            &text[..cut],
+            text[cut..].chars().count()
+        )),
+        None => std::borrow::Cow::Borrowed(text),
+    }
 }
 
 impl ScriptedProvider {
@@ -173,16 +191,21 @@ impl ScriptedProvider {
         Self {
             name: name.into(),
             script,
+            echo_limit: None,
         }
     }
 
-    /// The built-in script: no turns, and a final text that says no LLM is configured.
+    /// The built-in script: no turns, and a final text that says no LLM is configured (and
+    /// repeats at most [`BUILTIN_ECHO_CHARS`] of the request).
     pub fn builtin(name: impl Into<String>) -> Self {
         let script = Script {
             final_text: Some(BUILTIN_FINAL_TEXT.to_owned()),
             ..Script::default()
         };
-        Self::new(name, script)
+        Self {
+            echo_limit: Some(BUILTIN_ECHO_CHARS),
+            ..Self::new(name, script)
+        }
     }
 
     /// The script it replays.
@@ -217,7 +240,10 @@ impl ScriptedProvider {
         let token_delay = Duration::from_millis(self.script.token_delay_ms);
         let mut output_tokens = 0;
         if let Some(text) = &turn.text {
-            let text = text.replace("{{last_message}}", last_input(request));
+            let text = text.replace(
+                "{{last_message}}",
+                &at_most(last_input(request), self.echo_limit),
+            );
             for piece in pieces(&text) {
                 out.push((
                     std::mem::replace(&mut delay, token_delay),

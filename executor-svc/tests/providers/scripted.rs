@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use executor_svc::llm::{
     LlmError, LlmEvent, LlmProvider, LlmRequest, Message, Script, ScriptedProvider, StopReason,
     ToolCall,
-    scripted::{DEFAULT_FINAL_TEXT, pieces},
+    scripted::{BUILTIN_ECHO_CHARS, DEFAULT_FINAL_TEXT, pieces},
 };
 use serde_json::json;
 
@@ -182,6 +182,31 @@ async fn builtin_script_answers_offline_and_says_so() {
         "{}",
         response.text
     );
+    // A long request is repeated in part (a 256 KiB one was about 50,000 events), saying so;
+    // a script of one's own repeats it whole.
+    let long = format!("{} and more", "word ".repeat(50_000));
+    let response = provider
+        .complete(&request(vec![Message::user(long.clone())]))
+        .await
+        .expect("answer");
+    let asked = &response.text[response.text.find("You asked: ").expect("asked") + 11..];
+    assert_eq!(
+        asked,
+        format!(
+            "{}… ({} more characters)",
+            &long[..BUILTIN_ECHO_CHARS],
+            long.len() - BUILTIN_ECHO_CHARS
+        )
+    );
+    let own = ScriptedProvider::new(
+        "own",
+        Script::from_yaml("turns: [{text: \"{{last_message}}\"}]").expect("script"),
+    );
+    let response = own
+        .complete(&request(vec![Message::user(long.clone())]))
+        .await
+        .expect("answer");
+    assert_eq!(response.text, long);
 }
 
 #[test]

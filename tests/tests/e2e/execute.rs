@@ -558,8 +558,8 @@ async fn past_the_most_stored_sessions_the_oldest_ended_ones_are_deleted() {
 
 #[tokio::test]
 async fn past_the_most_bytes_of_stored_sessions_the_oldest_ended_ones_are_deleted() {
-    // Each session holds its mission twice (the request and the scripted answer echoing it, one
-    // piece as it has no whitespace): about 400 KB, so a MiB holds two of them.
+    // Each session holds its mission twice (the session's `mission` and its message): about
+    // 400 KB, so a MiB holds two of them.
     oldest_ended_sessions_go(
         &["--max-session-store-mb", "1"],
         6,

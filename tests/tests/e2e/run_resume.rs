@@ -309,6 +309,23 @@ async fn answers_that_do_not_fit_the_session_are_refused_over_rest_with_clear_er
     )
     .await;
     assert_eq!(deleted.status, 204, "{}", deleted.text);
+    // The delete answers once the gateway's copy has it; the executor's copy follows within
+    // milliseconds (a busy machine: longer). Until it has, a run of the agent still starts
+    // (and pauses on its question, harmlessly); an answer would go on too.
+    let seen =
+        taskforce_tests::eventually(RUN_TIMEOUT, std::time::Duration::from_millis(50), || {
+            let url = stack.url("/api/v1/execute");
+            async move {
+                let r = post(
+                    url,
+                    json!({"mission": "Total invoice 10", "agent_id": AGENT}),
+                )
+                .await;
+                (r.status == 404).then_some(())
+            }
+        })
+        .await;
+    assert!(seen.is_some(), "the executor still runs the deleted agent");
     let gone = post(answer_url, json!({"answer": "EUR"})).await;
     assert_eq!(gone.status, 409, "{}", gone.text);
     assert!(gone.text.contains("cancel it"), "{}", gone.text);

@@ -108,6 +108,7 @@ fn json_response(json: Vec<u8>, version: Option<&str>) -> Response {
         (status = 409, description = "`already_exists`", body = ErrorBody),
         (status = 413, description = "`payload_too_large`", body = ErrorBody),
         (status = 503, description = "`unavailable`: the registry is down", body = ErrorBody),
+        (status = 507, description = "`quota_exceeded`: the custom agents would pass the registry's `--max-custom-agents-mb`; nothing was written", body = ErrorBody),
         (status = 504, description = "`timeout`", body = ErrorBody)))]
 #[instrument(level = "debug", skip_all, fields(agent_id = %body.agent_id))]
 pub async fn create_agent(
@@ -255,6 +256,7 @@ fn not_modified(headers: &HeaderMap, response: Response) -> Response {
         (status = 409, description = "`version_conflict` (stale version) or `read_only` (profile agent)", body = ErrorBody),
         (status = 413, description = "`payload_too_large`", body = ErrorBody),
         (status = 503, description = "`unavailable`", body = ErrorBody),
+        (status = 507, description = "`quota_exceeded`: the update would grow the custom agents past the registry's `--max-custom-agents-mb`; nothing was replaced", body = ErrorBody),
         (status = 504, description = "`timeout`", body = ErrorBody)))]
 #[instrument(level = "debug", skip_all, fields(agent_id = %id))]
 pub async fn update_agent(

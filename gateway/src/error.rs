@@ -176,6 +176,7 @@ impl RestError {
             | ErrorKind::SessionConflict
             | ErrorKind::PayloadTooLarge
             | ErrorKind::ResourceExhausted
+            | ErrorKind::QuotaExceeded
             | ErrorKind::MethodNotAllowed => Self(api),
         }
     }
@@ -246,6 +247,7 @@ pub fn kind_for_http(status: StatusCode) -> ErrorKind {
         413 => ErrorKind::PayloadTooLarge,
         429 => ErrorKind::ResourceExhausted,
         502 | 503 => ErrorKind::Unavailable,
+        507 => ErrorKind::QuotaExceeded,
         s if (400..500).contains(&s) => ErrorKind::InvalidArgument,
         _ => ErrorKind::Internal,
     }
@@ -334,8 +336,8 @@ pub async fn mcp_plain_errors(res: Response) -> Response {
 /// Every 4xx/5xx body. `error` is one of `invalid_argument`, `invalid_tools`,
 /// `invalid_mcp_tools`, `invalid_mcp_config`, `invalid_subagents`, `not_found`,
 /// `already_exists`, `version_conflict`, `read_only`, `session_conflict`, `payload_too_large`,
-/// `method_not_allowed`, `unavailable`, `timeout`, `resource_exhausted`, `unauthenticated`,
-/// `permission_denied`, `internal`.
+/// `method_not_allowed`, `unavailable`, `timeout`, `resource_exhausted`, `quota_exceeded`,
+/// `unauthenticated`, `permission_denied`, `internal`.
 #[derive(Debug, utoipa::ToSchema)]
 #[schema(example = json!({
     "error": "invalid_tools",

@@ -83,6 +83,9 @@ pub enum ErrorKind {
     Timeout,
     /// The service is at a limit (e.g. its most live runs); retry later (`retry-after`).
     ResourceExhausted,
+    /// A write would pass a storage limit (the registry's `--max-custom-agents-mb`): retrying
+    /// does not help, freeing room or raising the limit does.
+    QuotaExceeded,
     /// No valid API key came with the request.
     Unauthenticated,
     /// The API key lacks the scope the request needs.
@@ -93,7 +96,7 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// Every kind, for exhaustive tests.
-    pub const ALL: [Self; 18] = [
+    pub const ALL: [Self; 19] = [
         Self::InvalidArgument,
         Self::InvalidTools,
         Self::InvalidMcpTools,
@@ -109,6 +112,7 @@ impl ErrorKind {
         Self::Unavailable,
         Self::Timeout,
         Self::ResourceExhausted,
+        Self::QuotaExceeded,
         Self::Unauthenticated,
         Self::PermissionDenied,
         Self::Internal,
@@ -132,6 +136,7 @@ impl ErrorKind {
             Self::Unavailable => "UNAVAILABLE",
             Self::Timeout => "TIMEOUT",
             Self::ResourceExhausted => "RESOURCE_EXHAUSTED",
+            Self::QuotaExceeded => "QUOTA_EXCEEDED",
             Self::Unauthenticated => "UNAUTHENTICATED",
             Self::PermissionDenied => "PERMISSION_DENIED",
             Self::Internal => "INTERNAL",
@@ -155,7 +160,9 @@ impl ErrorKind {
             Self::AlreadyExists => Code::AlreadyExists,
             Self::VersionConflict => Code::Aborted,
             Self::ReadOnly | Self::SessionConflict => Code::FailedPrecondition,
-            Self::PayloadTooLarge | Self::ResourceExhausted => Code::ResourceExhausted,
+            Self::PayloadTooLarge | Self::ResourceExhausted | Self::QuotaExceeded => {
+                Code::ResourceExhausted
+            }
             Self::MethodNotAllowed => Code::Unimplemented,
             Self::Unavailable => Code::Unavailable,
             Self::Timeout => Code::DeadlineExceeded,
@@ -183,6 +190,7 @@ impl ErrorKind {
             Self::Unavailable => 503,
             Self::Timeout => 504,
             Self::ResourceExhausted => 429,
+            Self::QuotaExceeded => 507,
             Self::Unauthenticated => 401,
             Self::PermissionDenied => 403,
             Self::Internal => 500,

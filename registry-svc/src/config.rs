@@ -41,6 +41,12 @@ pub struct Config {
         value_parser = clap::value_parser!(u64).range(1..)
     )]
     pub mcp_discovery_timeout_ms: u64,
+    /// Most mebibytes of custom agent definitions (as cached, about the size of their YAML
+    /// files): a create or an update that would grow them past it is refused with 507
+    /// `quota_exceeded`, so API writes cannot fill the disk. Files written by hand are served
+    /// whatever their size, and count. 0: no limit.
+    #[arg(long, env = "TASKFORCE_MAX_CUSTOM_AGENTS_MB", default_value_t = 128)]
+    pub max_custom_agents_mb: u64,
     /// Seconds between full reconciles of the cache with the files (the watcher's backstop).
     #[arg(long, env = "TASKFORCE_RECONCILE_INTERVAL_SECS", default_value_t = 30,
           value_parser = clap::value_parser!(u64).range(1..))]

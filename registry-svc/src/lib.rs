@@ -118,6 +118,7 @@ pub async fn run(
     let (root, data) = (config.config_dir.clone(), config.data_dir.clone());
     let store =
         Arc::new(tokio::task::spawn_blocking(move || store::Store::open(&root, &data)).await??);
+    store.set_max_custom_bytes(config.max_custom_agents_mb.saturating_mul(1024 * 1024));
     let installed = watcher::install(&store);
     let reconciling = Arc::clone(&store);
     let stats = tokio::task::spawn_blocking(move || reconciling.reconcile_all()).await??;

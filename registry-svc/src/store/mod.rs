@@ -24,10 +24,17 @@ use std::{
     collections::BTreeMap,
     fs,
     path::{Path, PathBuf},
-    sync::{Mutex, atomic::AtomicU64},
+    sync::{
+        Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
 };
 
-use taskforce_proto::v1::{self, AgentSource};
+use prost::Message;
+use taskforce_proto::{
+    error::{ApiError, ErrorKind},
+    v1::{self, AgentSource},
+};
 use taskforce_runtime::now_ms;
 use tokio::sync::broadcast;
 use tracing::warn;
@@ -83,6 +90,10 @@ pub struct Store {
     /// The revision of the latest change (see [`v1::AgentChange::revision`]); written under
     /// the write lock.
     revision: AtomicU64,
+    /// Bytes of the cached custom agents (their encoded definitions), and the most API writes
+    /// may grow them to (0: no limit).
+    custom_bytes: AtomicU64,
+    max_custom_bytes: AtomicU64,
     /// Set when the cache failed to write: sled refuses every write after its first I/O error
     /// (a full disk), so the store refuses API writes and the service reports NOT_SERVING until
     /// it is restarted (and rebuilds the cache from the files).
@@ -129,8 +140,15 @@ impl Store {
             // its watchers saw from the one before.
             revision: AtomicU64::new(now_ms().saturating_mul(1000)),
             fault: taskforce_runtime::Fault::default(),
+            custom_bytes: AtomicU64::new(0),
+            max_custom_bytes: AtomicU64::new(0),
         };
         store.index_workspaces()?;
+        let mut bytes = 0;
+        for item in store.custom.iter() {
+            bytes += item?.1.len() as u64;
+        }
+        store.custom_bytes.store(bytes, Ordering::Relaxed);
         Ok(store)
     }
 
@@ -192,8 +210,61 @@ impl Store {
             && source != AgentSource::Profile
         {
             self.release_workspace(id, bytes);
+            self.custom_grew(bytes.len(), 0);
         }
         Ok(removed.is_some())
+    }
+
+    /// Caches `agent` as `id` in `source`'s tree.
+    fn cache(&self, source: AgentSource, id: &str, agent: &v1::Agent) -> Result<()> {
+        let value = agent.encode_to_vec();
+        let new = value.len();
+        let old = self.tree(source).insert(id.as_bytes(), value)?;
+        if source != AgentSource::Profile {
+            self.custom_grew(old.map_or(0, |o| o.len()), new);
+        }
+        Ok(())
+    }
+
+    /// A cached custom agent's bytes went from `old` to `new`.
+    fn custom_grew(&self, old: usize, new: usize) {
+        let (old, new) = (old as u64, new as u64);
+        let _ = self
+            .custom_bytes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                Some(b.saturating_sub(old).saturating_add(new))
+            });
+    }
+
+    /// Refuses API writes that would grow the custom agents' bytes past `max` (0: no limit).
+    pub fn set_max_custom_bytes(&self, max: u64) {
+        self.max_custom_bytes.store(max, Ordering::Relaxed);
+    }
+
+    /// Bytes of the cached custom agents.
+    pub fn custom_bytes(&self) -> u64 {
+        self.custom_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Whether custom agent `id`, cached as `new` bytes, fits under the limit: 507
+    /// `quota_exceeded` when it would grow the total past it (a write that does not grow it,
+    /// such as a smaller update, always fits).
+    fn room_for(&self, id: &str, new: usize) -> Result<()> {
+        let max = self.max_custom_bytes.load(Ordering::Relaxed);
+        let old = self.custom.get(id.as_bytes())?.map_or(0, |v| v.len()) as u64;
+        let (new, total) = (new as u64, self.custom_bytes());
+        if max == 0 || new <= old || total.saturating_sub(old).saturating_add(new) <= max {
+            return Ok(());
+        }
+        Err(ApiError::new(
+            ErrorKind::QuotaExceeded,
+            format!(
+                "the custom agents take {total} bytes, and agent {id:?} ({new} bytes) would take \
+                 them past the registry's limit of {max} (--max-custom-agents-mb); delete agents \
+                 that are no longer needed, or raise the limit"
+            ),
+        )
+        .into())
     }
 
     /// The sled cache's size on disk, in bytes. sled stats its files to answer, and one try

@@ -297,7 +297,7 @@ impl Store {
                 if source != AgentSource::Profile {
                     self.settle_workspace(&id, &mut agent, workspace_before.as_deref())?;
                 }
-                tree.insert(id.as_bytes(), agent.encode_to_vec())?;
+                self.cache(source, &id, &agent)?;
                 self.forget_diagnostic(path);
                 stats.updated += 1;
                 self.notify_upserted(&self.with_runtime(agent));

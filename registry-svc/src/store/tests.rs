@@ -1094,3 +1094,46 @@ fn a_profile_with_an_unknown_tool_or_a_control_character_is_skipped_and_named() 
     assert!(store.get("dev").is_ok());
     Ok(())
 }
+
+#[test]
+fn api_writes_cannot_grow_the_custom_agents_past_their_limit() -> Result<()> {
+    let (dir, store) = store_with_dev_profile()?;
+    let big = |n: usize| CustomAgentFile {
+        prompt: definition::Prompt {
+            system_prompt: "p".repeat(n),
+        },
+        ..agent_file()
+    };
+    store.create("one", big(40_000), "2026-11-22T09:00:00Z")?;
+    let one = store.custom_bytes();
+    assert!(one > 40_000, "{one}");
+    store.set_max_custom_bytes(one * 2 + 1000);
+    store.create("two", big(40_000), "2026-11-22T09:00:00Z")?;
+    // A third would pass the limit: refused, and nothing written.
+    let refused = store.create("three", big(40_000), "2026-11-22T09:00:00Z");
+    assert_eq!(kind_of(refused), ErrorKind::QuotaExceeded);
+    assert!(!store.custom_dir.join("three.yaml").exists());
+    // Growing one that is there is refused too; shrinking it is not, and makes room.
+    let version = |id: &str| -> Result<String> { Ok(store.get(id)?.version) };
+    let grown = store.update("two", big(41_500), &version("two")?, "2026-11-22T10:00:00Z");
+    assert_eq!(kind_of(grown), ErrorKind::QuotaExceeded);
+    store.update("two", big(10), &version("two")?, "2026-11-22T10:00:00Z")?;
+    store.create("three", big(30_000), "2026-11-22T11:00:00Z")?;
+    // A delete frees its bytes; files written by hand count after a reconcile, and a reopened
+    // store counts what it holds.
+    store.delete("three", "")?;
+    let before = store.custom_bytes();
+    fs::write(
+        store.custom_dir.join("by-hand.yaml"),
+        definition::file_text("by-hand", &agent_file())?,
+    )
+    .map_err(|e| RegistryError::io(dir.path(), e))?;
+    store.reconcile_all()?;
+    assert!(store.custom_bytes() > before);
+    let counted = store.custom_bytes();
+    let root = store.root.clone();
+    drop(store);
+    let store = reopen(&root, &dir.path().join("data"))?;
+    assert_eq!(store.custom_bytes(), counted);
+    Ok(())
+}

@@ -297,7 +297,7 @@ impl Store {
             "the agent's file names another agent's workspace_id (a copied file?), which that agent keeps; it is served with a workspace_id of its own"
         );
         set_workspace(&mut agent, own);
-        self.custom.insert(id.as_bytes(), agent.encode_to_vec())?;
+        self.cache(v1::AgentSource::Custom, id, &agent)?;
         self.notify_upserted(&self.with_runtime(agent));
         Ok(())
     }

@@ -279,6 +279,8 @@ impl Store {
         served_workspace: Option<&str>,
     ) -> Result<v1::Agent> {
         let yaml = definition::file_text(id, def)?;
+        let mut agent = convert::custom_to_proto(id, files::version_of(yaml.as_bytes()), def);
+        self.room_for(id, agent.encoded_len())?;
         let expected = previous.map(files::version_of);
         let expected = expected.as_deref();
         let unchanged = || match expected {
@@ -311,7 +313,6 @@ impl Store {
             };
             return Err(err.into());
         }
-        let mut agent = convert::custom_to_proto(id, files::version_of(yaml.as_bytes()), def);
         if let Err(e) = self.cache_written(id, &mut agent, served_workspace) {
             return Err(self.undo(path, previous, e));
         }
@@ -326,8 +327,7 @@ impl Store {
     /// nobody's, and an update writes one the agent keeps ([`Store::workspace_for_update`]).
     fn cache_written(&self, id: &str, agent: &mut v1::Agent, served: Option<&str>) -> Result<()> {
         self.settle_workspace(id, agent, served)?;
-        self.custom.insert(id, agent.encode_to_vec())?;
-        Ok(())
+        self.cache(AgentSource::Custom, id, agent)
     }
 }
 

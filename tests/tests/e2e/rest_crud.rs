@@ -1,7 +1,7 @@
 //! Create, read, update and delete through the gateway, and the YAML files they leave behind.
 
 use serde_json::{Value, json};
-use taskforce_tests::spawn_stack;
+use taskforce_tests::{StackOptions, spawn_stack};
 
 use crate::helpers::{agent_json, create, get, is_version, read_yaml, send, yaml_keys};
 
@@ -389,4 +389,50 @@ async fn validate_checks_a_definition_without_saving_it() {
         warnings.contains("`dev` exists") && warnings.contains("409"),
         "{warnings}"
     );
+}
+
+#[tokio::test]
+async fn creates_past_the_registrys_byte_limit_are_507_and_write_nothing() {
+    let stack = StackOptions::full()
+        .registry_args(["--max-custom-agents-mb", "1"])
+        .spawn()
+        .await
+        .expect("stack starts");
+    let prompt = "word ".repeat(40_000);
+    let mut refused = None;
+    for i in 0..10 {
+        let mut body = agent_json(&format!("big-{i}"));
+        body["system_prompt"] = json!(prompt);
+        let r = create(&stack, &body).await;
+        if r.status != 201 {
+            refused = Some((i, r));
+            break;
+        }
+    }
+    // 200 KB each: the sixth would pass 1 MiB.
+    let (i, r) = refused.expect("a create past the limit is refused");
+    assert_eq!(i, 5, "{}", r.text);
+    assert_eq!(r.status, 507, "{}", r.text);
+    assert_eq!(r.body["error"], "quota_exceeded", "{}", r.text);
+    assert!(
+        r.body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("--max-custom-agents-mb")),
+        "{}",
+        r.text
+    );
+    assert!(
+        r.headers.get("retry-after").is_none(),
+        "retrying does not help"
+    );
+    let r = send(stack.http().get(stack.url("/api/v1/agents/big-5"))).await;
+    assert_eq!(r.status, 404, "nothing written: {}", r.text);
+    assert!(!stack.custom_dir().join("big-5.yaml").exists());
+    // A delete makes room.
+    let r = send(stack.http().delete(stack.url("/api/v1/agents/big-0"))).await;
+    assert_eq!(r.status, 204, "{}", r.text);
+    let mut body = agent_json("big-5");
+    body["system_prompt"] = json!(prompt);
+    let r = create(&stack, &body).await;
+    assert_eq!(r.status, 201, "{}", r.text);
 }

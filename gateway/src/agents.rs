@@ -82,6 +82,31 @@ fn agent_response(
     Ok(res)
 }
 
+/// Bodies of a list up to this size are sent whole (with a `Content-Length`); larger ones in
+/// pieces of about this size, each written as the connection takes it, so a client that does
+/// not read holds no more than this of it (and the listed agents' shared JSON).
+const LIST_CHUNK: usize = 64 * 1024;
+
+/// A 200 with an agent list from the read model.
+fn listing_response(listing: crate::read_model::Listing) -> Response {
+    if listing.len_hint() <= LIST_CHUNK {
+        return json_response(listing.into_vec(), None);
+    }
+    let chunks = futures::stream::iter(
+        listing
+            .chunks(LIST_CHUNK)
+            .map(Ok::<_, std::convert::Infallible>),
+    );
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        axum::body::Body::from_stream(chunks),
+    )
+        .into_response()
+}
+
 /// A 200 with JSON rendered by the read model, and the agent's version as the `ETag`.
 fn json_response(json: Vec<u8>, version: Option<&str>) -> Response {
     let mut res = (
@@ -158,8 +183,8 @@ pub async fn list_agents(
     }
     let token = q.page_token.unwrap_or_default();
     let page_size = q.page_size.map(|n| n as usize);
-    if let Lookup::Found(body) = state.agents.list(source, page_size, &token) {
-        return Ok(json_response(body?, None));
+    if let Lookup::Found(listing) = state.agents.list(source, page_size, &token) {
+        return Ok(listing_response(listing?));
     }
     let (agents, next_page_token) = state.list_agents(source, q.page_size, token).await?;
     let agents = agents

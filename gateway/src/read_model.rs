@@ -135,6 +135,30 @@ impl Entry {
 
     /// Appends the agent's JSON, with its status as of `now_ms`.
     fn write(&self, now_ms: u64, out: &mut Vec<u8>) {
+        self.listed().write(now_ms, out);
+    }
+
+    /// What a list needs of it (the JSON shared, not copied).
+    fn listed(&self) -> Listed {
+        Listed {
+            head: self.head.clone(),
+            busy_until_ms: self.busy_until_ms,
+            last_task: self.last_task.clone(),
+        }
+    }
+}
+
+/// An agent in a [`Listing`].
+#[derive(Debug, Clone)]
+struct Listed {
+    head: Bytes,
+    busy_until_ms: u64,
+    last_task: Bytes,
+}
+
+impl Listed {
+    /// Appends the agent's JSON, with its status as of `now_ms`.
+    fn write(&self, now_ms: u64, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.head);
         out.extend_from_slice(if self.busy_until_ms > now_ms {
             br#","status":"busy","last_task":"#
@@ -143,6 +167,77 @@ impl Entry {
         });
         out.extend_from_slice(&self.last_task);
         out.push(b'}');
+    }
+
+    /// About the bytes [`Listed::write`] appends.
+    fn len(&self) -> usize {
+        self.head.len() + self.last_task.len() + 32
+    }
+}
+
+/// A page of the agent list (or all of it) as of the moment it was taken: the agents' JSON is
+/// shared with the copy, and the body is written from it as it is sent ([`Listing::chunks`]),
+/// so a client that reads slowly holds a handle per agent instead of the whole body.
+#[derive(Debug)]
+pub struct Listing {
+    items: Vec<Listed>,
+    /// The `next_page_token` as JSON, when there is more.
+    next_page_token: Option<Vec<u8>>,
+    now_ms: u64,
+}
+
+impl Listing {
+    /// About the bytes of the body.
+    pub fn len_hint(&self) -> usize {
+        self.items.iter().map(Listed::len).sum::<usize>() + 64
+    }
+
+    /// The whole body.
+    pub fn into_vec(mut self) -> Vec<u8> {
+        let mut next = 0;
+        self.write_from(&mut next, usize::MAX, self.len_hint())
+    }
+
+    /// The body in pieces of about `size` bytes (at least one agent each), each written when
+    /// it is asked for.
+    pub fn chunks(mut self, size: usize) -> impl Iterator<Item = Bytes> + Send {
+        let capacity = size.min(self.len_hint()) + 1024;
+        let mut next = 0;
+        let mut done = false;
+        std::iter::from_fn(move || {
+            if done {
+                return None;
+            }
+            let out = self.write_from(&mut next, size, capacity);
+            done = next == self.items.len();
+            Some(Bytes::from(out))
+        })
+    }
+
+    /// Writes the agents from `*next` on until about `size` bytes are written (at least one
+    /// agent), the list's opening before the first and its end after the last.
+    fn write_from(&mut self, next: &mut usize, size: usize, capacity: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(capacity);
+        if *next == 0 {
+            out.extend_from_slice(br#"{"agents":["#);
+        }
+        let first = *next;
+        while *next < self.items.len() && (out.len() < size || *next == first) {
+            if *next > 0 {
+                out.push(b',');
+            }
+            self.items[*next].write(self.now_ms, &mut out);
+            *next += 1;
+        }
+        if *next == self.items.len() {
+            out.push(b']');
+            if let Some(token) = self.next_page_token.take() {
+                out.extend_from_slice(br#","next_page_token":"#);
+                out.extend_from_slice(&token);
+            }
+            out.push(b'}');
+        }
+        out
     }
 }
 
@@ -202,12 +297,24 @@ impl Agents {
 
     /// The `GET /api/v1/agents` body: profiles first, then custom agents, each by id; one page
     /// of `page_size` after `token`, or everything.
+    #[cfg(test)]
     fn list(
         &self,
         source: AgentSource,
         page_size: Option<usize>,
         token: &str,
     ) -> Result<Vec<u8>, ApiError> {
+        self.listing(source, page_size, token)
+            .map(Listing::into_vec)
+    }
+
+    /// What [`Agents::list`] sends, not yet written.
+    fn listing(
+        &self,
+        source: AgentSource,
+        page_size: Option<usize>,
+        token: &str,
+    ) -> Result<Listing, ApiError> {
         let start = page_token::parse(token, source)?;
         let order: &[(AgentSource, &BTreeMap<String, Entry>)] = match source {
             AgentSource::Unspecified => &[
@@ -218,18 +325,13 @@ impl Agents {
             AgentSource::Custom => &[(AgentSource::Custom, &self.custom)],
         };
         let limit = page_size.unwrap_or(usize::MAX);
-        let now = now_ms();
-        let mut out = Vec::with_capacity(
-            64 + order
-                .iter()
-                .map(|(_, t)| t.len())
-                .sum::<usize>()
-                .min(limit)
-                .saturating_mul(1024),
-        );
-        out.extend_from_slice(br#"{"agents":["#);
+        let mut listing = Listing {
+            items: Vec::with_capacity(order.iter().map(|(_, t)| t.len()).sum::<usize>().min(limit)),
+            next_page_token: None,
+            now_ms: now_ms(),
+        };
         let mut started = start.is_none();
-        let (mut count, mut last): (usize, Option<(AgentSource, &str)>) = (0, None);
+        let mut last: Option<(AgentSource, &str)> = None;
         for &(src, tree) in order {
             let lower = match start {
                 Some((s, after)) if s == src => {
@@ -240,24 +342,17 @@ impl Agents {
                 _ => continue,
             };
             for (id, entry) in tree.range::<str, _>((lower, Bound::Unbounded)) {
-                if count == limit {
+                if listing.items.len() == limit {
                     // There is more: the token points after the last agent of this page.
                     let (s, id) = last.unwrap_or((src, id.as_str()));
-                    out.extend_from_slice(br#"],"next_page_token":"#);
-                    out.extend_from_slice(&json_string(&page_token::make(s, id)));
-                    out.push(b'}');
-                    return Ok(out);
+                    listing.next_page_token = Some(json_string(&page_token::make(s, id)));
+                    return Ok(listing);
                 }
-                if count > 0 {
-                    out.push(b',');
-                }
-                entry.write(now, &mut out);
-                count += 1;
+                listing.items.push(entry.listed());
                 last = Some((src, id.as_str()));
             }
         }
-        out.extend_from_slice(b"]}");
-        Ok(out)
+        Ok(listing)
     }
 }
 
@@ -296,12 +391,12 @@ impl ReadModel {
         source: AgentSource,
         page_size: Option<usize>,
         token: &str,
-    ) -> Lookup<Result<Vec<u8>, ApiError>> {
+    ) -> Lookup<Result<Listing, ApiError>> {
         let Ok(guard) = self.inner.agents.read() else {
             return Lookup::NotSynced;
         };
         match guard.as_ref() {
-            Some(agents) => Lookup::Found(agents.list(source, page_size, token)),
+            Some(agents) => Lookup::Found(agents.listing(source, page_size, token)),
             None => Lookup::NotSynced,
         }
     }

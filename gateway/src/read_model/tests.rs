@@ -262,3 +262,42 @@ async fn a_writer_waits_for_its_revision_and_a_stalled_stream_drops_the_copy() {
     assert!(!model.is_synced());
     assert!(matches!(model.get("coder"), Lookup::NotSynced));
 }
+
+#[test]
+fn a_list_sent_in_pieces_is_the_list_sent_whole() {
+    let model = agents(
+        (0..40)
+            .map(|i| custom(&format!("custom-{i:02}"), &"p".repeat(i * 50)))
+            .chain(["z", "y"].map(|id| profile(&format!("profile-{id}")))),
+    );
+    for (page_size, token) in [(None, ""), (Some(7), ""), (Some(50), "")] {
+        let whole = model
+            .list(AgentSource::Unspecified, page_size, token)
+            .expect("list");
+        for size in [1, 100, 1000, usize::MAX] {
+            let pieces: Vec<_> = model
+                .listing(AgentSource::Unspecified, page_size, token)
+                .expect("listing")
+                .chunks(size)
+                .collect();
+            assert_eq!(
+                pieces.concat(),
+                whole,
+                "page {page_size:?}, pieces of {size}"
+            );
+            // Each piece is about `size` (at least one agent), none empty.
+            assert!(pieces.iter().all(|p| !p.is_empty()));
+            if size == 1 {
+                // One agent a piece.
+                assert_eq!(pieces.len(), page_size.unwrap_or(42).min(42));
+            }
+        }
+    }
+    let empty = Agents::default()
+        .listing(AgentSource::Unspecified, None, "")
+        .expect("listing");
+    assert_eq!(
+        empty.chunks(10).collect::<Vec<_>>().concat(),
+        br#"{"agents":[]}"#
+    );
+}

@@ -307,3 +307,42 @@ fn encode(s: &str) -> String {
         })
         .collect()
 }
+
+#[tokio::test]
+async fn a_large_rest_list_is_sent_in_pieces_and_reads_as_one_list() {
+    let stack = spawn_stack().await.expect("stack starts");
+    // A small list is sent whole, with its length.
+    let r = send(stack.http().get(stack.url("/api/v1/agents"))).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(r.headers.get("content-length").is_some(), "{:?}", r.headers);
+    // Past 64 KiB it is written as the connection takes it: no length ahead, the same JSON.
+    let prompt = "word ".repeat(4000);
+    for i in 0..20 {
+        let mut body = crate::helpers::agent_json(&format!("wordy-{i:02}"));
+        body["system_prompt"] = json!(prompt);
+        let r = crate::helpers::create(&stack, &body).await;
+        assert_eq!(r.status, 201, "{}", r.text);
+    }
+    let r = send(stack.http().get(stack.url("/api/v1/agents"))).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(r.headers.get("content-length").is_none(), "{:?}", r.headers);
+    assert_eq!(
+        r.headers.get("content-type").and_then(|v| v.to_str().ok()),
+        Some("application/json")
+    );
+    let ids: Vec<&str> = r.body["agents"]
+        .as_array()
+        .expect("agents")
+        .iter()
+        .filter_map(|a| a["agent_id"].as_str())
+        .collect();
+    assert_eq!(ids.len(), SAMPLE_IDS.len() + 20, "{ids:?}");
+    assert!(ids.contains(&"wordy-19"));
+    assert!(
+        r.body["agents"]
+            .as_array()
+            .expect("agents")
+            .iter()
+            .all(|a| a["status"] == "idle")
+    );
+}

@@ -549,7 +549,7 @@ struct Stored {
     count: AtomicUsize,
     /// Their keys and values as stored (sled's files hold more: its log keeps replaced
     /// versions until it reclaims their space).
-    bytes: AtomicU64,
+    bytes: taskforce_runtime::store::StoredBytes,
     max: AtomicUsize,
     max_bytes: AtomicU64,
     /// Woken when the count or the bytes pass their limit.
@@ -561,7 +561,7 @@ impl Stored {
     fn over(&self) -> bool {
         let (max, max_bytes) = self.limits();
         (max > 0 && self.count.load(Ordering::Relaxed) > max)
-            || (max_bytes > 0 && self.bytes.load(Ordering::Relaxed) > max_bytes)
+            || (max_bytes > 0 && self.bytes.get() > max_bytes)
     }
 
     fn limits(&self) -> (usize, u64) {
@@ -576,11 +576,7 @@ impl Stored {
         if added {
             self.count.fetch_add(1, Ordering::Relaxed);
         }
-        if new >= old {
-            self.bytes.fetch_add(new - old, Ordering::Relaxed);
-        } else {
-            self.less_bytes(old - new);
-        }
+        self.bytes.replaced(old, new);
         self.report();
         if self.over() {
             self.over.notify_one();
@@ -595,30 +591,19 @@ impl Stored {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
                 Some(c.saturating_sub(1))
             });
-        self.less_bytes(bytes);
+        self.bytes.replaced(bytes, 0);
         self.report();
-    }
-
-    fn less_bytes(&self, by: u64) {
-        let _ = self
-            .bytes
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
-                Some(b.saturating_sub(by))
-            });
     }
 
     /// Sets both figures from a scan of the whole store.
     fn set(&self, count: usize, bytes: u64) {
         self.count.store(count, Ordering::Relaxed);
-        self.bytes.store(bytes, Ordering::Relaxed);
+        self.bytes.set(bytes);
         self.report();
     }
 
     fn report(&self) {
-        crate::metrics::session_store(
-            self.count.load(Ordering::Relaxed),
-            self.bytes.load(Ordering::Relaxed),
-        );
+        crate::metrics::session_store(self.count.load(Ordering::Relaxed), self.bytes.get());
     }
 }
 
@@ -993,7 +978,7 @@ impl SessionStore {
 
     /// The bytes of the stored sessions (keys and values).
     pub fn stored_bytes(&self) -> u64 {
-        self.stored.bytes.load(Ordering::Relaxed)
+        self.stored.bytes.get()
     }
 
     /// Deletes the oldest ended sessions while more sessions, or more bytes of them, are

@@ -93,12 +93,8 @@ struct Agents {
 /// One agent: its JSON up to the runtime facts, and the facts.
 #[derive(Debug, Clone)]
 struct Entry {
-    /// The REST JSON without `,"status":…,"last_task":…}`.
-    head: Bytes,
+    json: Listed,
     version: String,
-    busy_until_ms: u64,
-    /// `last_task` as JSON (`null` or a string).
-    last_task: Bytes,
 }
 
 impl Entry {
@@ -120,39 +116,34 @@ impl Entry {
         }
         head.truncate(head.len() - IDLE_TAIL.len());
         Some(Self {
-            head: head.into(),
+            json: Listed {
+                head: head.into(),
+                busy_until_ms,
+                last_task: last_task_json(&last_task),
+            },
             version,
-            busy_until_ms,
-            last_task: last_task_json(&last_task),
         })
     }
 
     /// Takes the runtime facts of a status change.
     fn set_facts(&mut self, agent: &v1::Agent) {
-        self.busy_until_ms = agent.busy_until_ms;
-        self.last_task = last_task_json(&agent.last_task);
+        self.json.busy_until_ms = agent.busy_until_ms;
+        self.json.last_task = last_task_json(&agent.last_task);
     }
 
     /// Appends the agent's JSON, with its status as of `now_ms`.
     fn write(&self, now_ms: u64, out: &mut Vec<u8>) {
-        self.listed().write(now_ms, out);
-    }
-
-    /// What a list needs of it (the JSON shared, not copied).
-    fn listed(&self) -> Listed {
-        Listed {
-            head: self.head.clone(),
-            busy_until_ms: self.busy_until_ms,
-            last_task: self.last_task.clone(),
-        }
+        self.json.write(now_ms, out);
     }
 }
 
-/// An agent in a [`Listing`].
+/// An agent's JSON as served (in the copy, and in a [`Listing`], which shares it).
 #[derive(Debug, Clone)]
 struct Listed {
+    /// The REST JSON without `,"status":…,"last_task":…}`.
     head: Bytes,
     busy_until_ms: u64,
+    /// `last_task` as JSON (`null` or a string).
     last_task: Bytes,
 }
 
@@ -348,7 +339,7 @@ impl Agents {
                     listing.next_page_token = Some(json_string(&page_token::make(s, id)));
                     return Ok(listing);
                 }
-                listing.items.push(entry.listed());
+                listing.items.push(entry.json.clone());
                 last = Some((src, id.as_str()));
             }
         }
@@ -376,7 +367,7 @@ impl ReadModel {
             return Lookup::NotSynced;
         };
         Lookup::Found(agents.get(id).map(|entry| {
-            let mut json = Vec::with_capacity(entry.head.len() + 64 + entry.last_task.len());
+            let mut json = Vec::with_capacity(entry.json.len());
             entry.write(now_ms(), &mut json);
             AgentBody {
                 json,

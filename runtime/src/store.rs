@@ -18,6 +18,32 @@ use std::{
     path::{Path, PathBuf},
 };
 
+/// The bytes a store holds, kept current as its values are written and removed.
+#[derive(Debug, Default)]
+pub struct StoredBytes(std::sync::atomic::AtomicU64);
+
+impl StoredBytes {
+    /// A value of `old` bytes became one of `new` (0 for none: an insert, a removal).
+    /// Saturating: a total counted while the store changed under the count never wraps.
+    pub fn replaced(&self, old: u64, new: u64) {
+        let _ = self.0.fetch_update(
+            std::sync::atomic::Ordering::Relaxed,
+            std::sync::atomic::Ordering::Relaxed,
+            |b| Some(b.saturating_sub(old).saturating_add(new)),
+        );
+    }
+
+    /// Sets the total (from a scan of the store).
+    pub fn set(&self, total: u64) {
+        self.0.store(total, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The total.
+    pub fn get(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 /// sled's log segment size for the session store (a power of two): see the module's doc.
 pub const SEGMENT_BYTES: usize = 8 * 1024 * 1024;
 

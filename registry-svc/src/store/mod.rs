@@ -92,7 +92,7 @@ pub struct Store {
     revision: AtomicU64,
     /// Bytes of the cached custom agents (their encoded definitions), and the most API writes
     /// may grow them to (0: no limit).
-    custom_bytes: AtomicU64,
+    custom_bytes: taskforce_runtime::store::StoredBytes,
     max_custom_bytes: AtomicU64,
     /// Set when the cache failed to write: sled refuses every write after its first I/O error
     /// (a full disk), so the store refuses API writes and the service reports NOT_SERVING until
@@ -140,15 +140,10 @@ impl Store {
             // its watchers saw from the one before.
             revision: AtomicU64::new(now_ms().saturating_mul(1000)),
             fault: taskforce_runtime::Fault::default(),
-            custom_bytes: AtomicU64::new(0),
+            custom_bytes: taskforce_runtime::store::StoredBytes::default(),
             max_custom_bytes: AtomicU64::new(0),
         };
         store.index_workspaces()?;
-        let mut bytes = 0;
-        for item in store.custom.iter() {
-            bytes += item?.1.len() as u64;
-        }
-        store.custom_bytes.store(bytes, Ordering::Relaxed);
         Ok(store)
     }
 
@@ -210,7 +205,7 @@ impl Store {
             && source != AgentSource::Profile
         {
             self.release_workspace(id, bytes);
-            self.custom_grew(bytes.len(), 0);
+            self.custom_bytes.replaced(bytes.len() as u64, 0);
         }
         Ok(removed.is_some())
     }
@@ -221,19 +216,10 @@ impl Store {
         let new = value.len();
         let old = self.tree(source).insert(id.as_bytes(), value)?;
         if source != AgentSource::Profile {
-            self.custom_grew(old.map_or(0, |o| o.len()), new);
+            self.custom_bytes
+                .replaced(old.map_or(0, |o| o.len() as u64), new as u64);
         }
         Ok(())
-    }
-
-    /// A cached custom agent's bytes went from `old` to `new`.
-    fn custom_grew(&self, old: usize, new: usize) {
-        let (old, new) = (old as u64, new as u64);
-        let _ = self
-            .custom_bytes
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
-                Some(b.saturating_sub(old).saturating_add(new))
-            });
     }
 
     /// Refuses API writes that would grow the custom agents' bytes past `max` (0: no limit).
@@ -243,7 +229,7 @@ impl Store {
 
     /// Bytes of the cached custom agents.
     pub fn custom_bytes(&self) -> u64 {
-        self.custom_bytes.load(Ordering::Relaxed)
+        self.custom_bytes.get()
     }
 
     /// Whether custom agent `id`, cached as `new` bytes, fits under the limit: 507
@@ -251,9 +237,12 @@ impl Store {
     /// such as a smaller update, always fits).
     fn room_for(&self, id: &str, new: usize) -> Result<()> {
         let max = self.max_custom_bytes.load(Ordering::Relaxed);
+        if max == 0 {
+            return Ok(());
+        }
         let old = self.custom.get(id.as_bytes())?.map_or(0, |v| v.len()) as u64;
         let (new, total) = (new as u64, self.custom_bytes());
-        if max == 0 || new <= old || total.saturating_sub(old).saturating_add(new) <= max {
+        if new <= old || total.saturating_sub(old).saturating_add(new) <= max {
             return Ok(());
         }
         Err(ApiError::new(

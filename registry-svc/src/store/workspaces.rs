@@ -104,11 +104,14 @@ impl Store {
 
     /// Indexes the cached custom agents by workspace id (at open, before anything else uses the
     /// store). Two served with one id (cached by a registry without this rule) are settled:
-    /// the keeper by rule 1, else rule 3; the others move to their own ids.
+    /// the keeper by rule 1, else rule 3; the others move to their own ids. Counts the cached
+    /// custom agents' bytes on the way.
     pub(super) fn index_workspaces(&self) -> Result<()> {
         let mut groups: BTreeMap<String, Vec<(String, v1::Agent)>> = BTreeMap::new();
+        let mut bytes = 0;
         for item in self.custom.iter() {
             let (key, value) = item?;
+            bytes += value.len() as u64;
             let Ok(agent) = v1::Agent::decode(value.as_ref()) else {
                 continue;
             };
@@ -117,6 +120,8 @@ impl Store {
                 groups.entry(canonical(w)).or_default().push((id, agent));
             }
         }
+        // Before any move below, whose rewrite changes it by its difference.
+        self.custom_bytes.set(bytes);
         let mut ws = self.workspaces();
         let mut moving = Vec::new();
         for (w, mut agents) in groups {

@@ -1619,12 +1619,7 @@ async fn check_stack(
     let operator = http_client(Some(OPERATOR_KEY));
     let r = send(operator.get(&agents)).await;
     assert_eq!(r.status, 200, "{}", r.text);
-    let ids: Vec<&str> = r.body["agents"]
-        .as_array()
-        .expect("agents")
-        .iter()
-        .filter_map(|a| a["agent_id"].as_str())
-        .collect();
+    let ids = crate::helpers::listed_ids(&r.body);
     assert!(
         ids.contains(&"invoice-extractor"),
         "the agents of configs/ seeded the registry: {ids:?}"

@@ -176,6 +176,16 @@ pub async fn run_to_end(stack: &Stack, agent_id: &str, mission: &str) -> Vec<(St
 }
 
 /// POST /api/v1/agents with a JSON body.
+/// The `agent_id`s of a `GET /api/v1/agents` body, in order.
+pub fn listed_ids(body: &Value) -> Vec<&str> {
+    body["agents"]
+        .as_array()
+        .expect("agents is an array")
+        .iter()
+        .filter_map(|a| a["agent_id"].as_str())
+        .collect()
+}
+
 pub async fn create(stack: &Stack, body: &Value) -> Reply {
     send(stack.http().post(stack.url("/api/v1/agents")).json(body)).await
 }

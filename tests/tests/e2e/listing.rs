@@ -8,7 +8,9 @@ use taskforce_proto::{
 };
 use taskforce_tests::{spawn_registry, spawn_stack};
 
-use crate::helpers::{SAMPLE_IDS, custom_of, custom_spec, grpc_list_all, is_version, send};
+use crate::helpers::{
+    SAMPLE_IDS, custom_of, custom_spec, grpc_list_all, is_version, listed_ids, send,
+};
 
 const DEV_TOOLS: [&str; 7] = [
     "web_search",
@@ -248,12 +250,7 @@ async fn sample_agents_are_listed_over_rest_with_their_seed_fields() {
         )
         .await;
         assert_eq!(r.status, 200, "{}", r.text);
-        let ids: Vec<&str> = r.body["agents"]
-            .as_array()
-            .expect("agents is an array")
-            .iter()
-            .filter_map(|a| a["agent_id"].as_str())
-            .collect();
+        let ids = listed_ids(&r.body);
         assert_eq!(ids, expected, "source={source}");
     }
 
@@ -330,12 +327,7 @@ async fn a_large_rest_list_is_sent_in_pieces_and_reads_as_one_list() {
         r.headers.get("content-type").and_then(|v| v.to_str().ok()),
         Some("application/json")
     );
-    let ids: Vec<&str> = r.body["agents"]
-        .as_array()
-        .expect("agents")
-        .iter()
-        .filter_map(|a| a["agent_id"].as_str())
-        .collect();
+    let ids = listed_ids(&r.body);
     assert_eq!(ids.len(), SAMPLE_IDS.len() + 20, "{ids:?}");
     assert!(ids.contains(&"wordy-19"));
     assert!(

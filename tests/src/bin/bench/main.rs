@@ -54,6 +54,10 @@ struct Args {
     /// Durable creates to time.
     #[arg(long, default_value_t = 300)]
     creates: usize,
+    /// Creates in flight of the concurrent REST create measurement (also `--creates` of them);
+    /// 0 skips it.
+    #[arg(long, default_value_t = 16)]
+    create_concurrency: usize,
     /// Agents of the workspace-metadata (MCP) benchmark; 0 skips it. Needs the `task` binary
     /// from `scripts/install-test-deps.sh`.
     #[arg(long, default_value_t = 50)]
@@ -438,10 +442,12 @@ async fn run(args: &Args, n: usize) -> anyhow::Result<Vec<(String, String)>> {
     );
     let rest_http = http.clone();
     let rest_get = move |i: usize| get_body(rest_http.clone(), urls[i % urls.len()].clone());
+    let cpu = ServerCpu::now(&stack);
     let lat = sequential(args.samples, rest_get.clone()).await?;
+    let cpu = cpu.per_op(&stack, args.samples + args.samples.min(50));
     rows.push((
         "REST GET /api/v1/agents/{id}, concurrency 1".into(),
-        lat.summary(),
+        format!("{}; server CPU {cpu} µs/request", lat.summary()),
     ));
     let cpu = ServerCpu::now(&stack);
     let (rps, lat) = load(args, rest_get).await?;
@@ -482,34 +488,57 @@ async fn run(args: &Args, n: usize) -> anyhow::Result<Vec<(String, String)>> {
     ));
 
     let create_url = stack.url("/api/v1/agents");
+    let rest_create = |prefix: &'static str| {
+        let (http, url) = (http.clone(), create_url.clone());
+        move |i: usize| {
+            let (http, url) = (http.clone(), url.clone());
+            async move {
+                let id = format!("{prefix}-{i:05}");
+                let r = http
+                    .post(url)
+                    .json(&serde_json::json!({
+                        "agent_id": id, "name": "Bench", "description": "Created by the benchmark.",
+                        "system_prompt": "You are a LeanAgent.", "tool_allowlist": ["file_read"],
+                    }))
+                    .send()
+                    .await?;
+                if r.status() != reqwest::StatusCode::CREATED {
+                    bail!("create answered {}", r.status());
+                }
+                r.bytes().await?;
+                anyhow::Ok(())
+            }
+        }
+    };
     let cpu = ServerCpu::now(&stack);
     let creates = args.creates;
-    let lat = sequential(creates, |i| {
-        let (http, url) = (http.clone(), create_url.clone());
-        async move {
-            let id = format!("rest-created-{i:05}");
-            let r = http
-                .post(url)
-                .json(&serde_json::json!({
-                    "agent_id": id, "name": "Bench", "description": "Created by the benchmark.",
-                    "system_prompt": "You are a LeanAgent.", "tool_allowlist": ["file_read"],
-                }))
-                .send()
-                .await?;
-            if r.status() != reqwest::StatusCode::CREATED {
-                bail!("create answered {}", r.status());
-            }
-            r.bytes().await?;
-            anyhow::Ok(())
-        }
-    })
-    .await?;
+    let lat = sequential(creates, rest_create("rest-created")).await?;
     let warmups = creates.min(50);
     let cpu = cpu.per_op(&stack, creates + warmups);
     rows.push((
         "REST create (fsync'd YAML; answered once the gateway's copy has it), concurrency 1".into(),
         format!("{}; server CPU {cpu} µs/create", lat.summary()),
     ));
+    if args.create_concurrency > 0 {
+        let cpu = ServerCpu::now(&stack);
+        let (per_s, lat) = in_flight(
+            creates,
+            args.create_concurrency,
+            rest_create("rest-concurrent"),
+        )
+        .await?;
+        let cpu = cpu.per_op(&stack, creates);
+        rows.push((
+            format!(
+                "REST create, {} in flight ({creates} creates)",
+                args.create_concurrency
+            ),
+            format!(
+                "{per_s:.0} creates/s; {}; server CPU {cpu} µs/create",
+                lat.summary()
+            ),
+        ));
+    }
 
     rows.push(durable_write_floor(&stack, args.creates).await?);
 
@@ -793,18 +822,54 @@ where
     E: Into<anyhow::Error>,
 {
     let end = Instant::now() + Duration::from_secs(args.seconds);
+    let next =
+        move |worker: usize, done: usize| (Instant::now() < end).then_some(worker * 7919 + done);
+    workers(args.concurrency, next, f).await
+}
+
+/// Runs `f(0..n)` with `concurrency` calls in flight (no warm-up); returns calls per second and
+/// the latencies. Any failed call fails the benchmark.
+async fn in_flight<F, Fut, E>(
+    n: usize,
+    concurrency: usize,
+    f: F,
+) -> anyhow::Result<(f64, Latencies)>
+where
+    F: Fn(usize) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = Result<(), E>> + Send,
+    E: Into<anyhow::Error>,
+{
+    let taken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let next = move |_: usize, _: usize| {
+        let i = taken.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        (i < n).then_some(i)
+    };
+    workers(concurrency, next, f).await
+}
+
+/// `concurrency` workers each calling `f(i)` for the `i`s that `next(worker, calls done by it)`
+/// gives, until it gives none; returns calls per second and the latencies.
+async fn workers<N, F, Fut, E>(
+    concurrency: usize,
+    next: N,
+    f: F,
+) -> anyhow::Result<(f64, Latencies)>
+where
+    N: Fn(usize, usize) -> Option<usize> + Clone + Send + 'static,
+    F: Fn(usize) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = Result<(), E>> + Send,
+    E: Into<anyhow::Error>,
+{
     let started = Instant::now();
     let mut workers = tokio::task::JoinSet::new();
-    for w in 0..args.concurrency {
-        let f = f.clone();
+    for w in 0..concurrency.max(1) {
+        let (f, next) = (f.clone(), next.clone());
         workers.spawn(async move {
             let mut lat = Vec::new();
-            let mut i = w * 7919;
-            while Instant::now() < end {
+            while let Some(i) = next(w, lat.len()) {
                 let t = Instant::now();
                 f(i).await.map_err(Into::into)?;
                 lat.push(micros(t.elapsed()));
-                i += 1;
             }
             anyhow::Ok(lat)
         });
@@ -814,8 +879,8 @@ where
         all.extend(r??);
     }
     #[allow(clippy::cast_precision_loss)]
-    let rps = all.len() as f64 / started.elapsed().as_secs_f64();
-    Ok((rps, Latencies::new(all)))
+    let per_s = all.len() as f64 / started.elapsed().as_secs_f64();
+    Ok((per_s, Latencies::new(all)))
 }
 
 fn micros(d: Duration) -> u64 {

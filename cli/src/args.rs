@@ -317,6 +317,27 @@ pub enum SessionsCommand {
         /// The session id.
         id: String,
     },
+    /// The sessions, the most recently changed first (needs an `admin` key when the services
+    /// have keys; with `--grpc`, the sessions of the one executor at `--executor`).
+    List(SessionsListArgs),
+}
+
+/// `taskforce sessions list`.
+#[derive(Debug, Args)]
+pub struct SessionsListArgs {
+    /// Only the sessions of this agent.
+    #[arg(long, value_name = "ID")]
+    pub agent: Option<String>,
+    /// Only the sessions in this status: `running`, `completed`, `paused`, `failed` or
+    /// `cancelled`.
+    #[arg(long)]
+    pub status: Option<String>,
+    /// At most this many sessions (1 to 1000; default 100).
+    #[arg(long)]
+    pub limit: Option<u32>,
+    /// Where to go on: the `next_page_token` a list printed.
+    #[arg(long, value_name = "TOKEN")]
+    pub page_token: Option<String>,
 }
 
 /// `taskforce health ...`.

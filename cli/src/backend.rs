@@ -213,4 +213,34 @@ impl Backend {
             Self::Grpc(g) => g.session(id).await,
         }
     }
+
+    /// `{"sessions": [...], "next_page_token"?}`: a page of the sessions.
+    pub async fn sessions(&self, args: &crate::args::SessionsListArgs) -> Result<Value> {
+        let status = args.status.as_deref().map(status_param).transpose()?;
+        match self {
+            Self::Gateway(g) => {
+                let limit = args.limit.map(|n| n.to_string());
+                let query: Vec<(&str, &str)> = [
+                    ("agent_id", args.agent.as_deref()),
+                    ("status", args.status.as_deref()),
+                    ("page_size", limit.as_deref()),
+                    ("page_token", args.page_token.as_deref()),
+                ]
+                .into_iter()
+                .filter_map(|(k, v)| v.map(|v| (k, v)))
+                .collect();
+                g.get(&["api", "v1", "sessions"], &query).await
+            }
+            Self::Grpc(g) => g.sessions(args, status).await,
+        }
+    }
+}
+
+/// A `--status` value: one of the statuses a list filters on.
+fn status_param(status: &str) -> Result<gateway::sessions::StatusParam> {
+    serde_json::from_value(Value::String(status.to_owned())).map_err(|_| {
+        Error::Usage(format!(
+            "--status must be running, completed, paused, failed or cancelled, not {status:?}"
+        ))
+    })
 }

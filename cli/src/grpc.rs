@@ -242,6 +242,29 @@ impl Grpc {
         Ok(convert::session_json(&session))
     }
 
+    /// A page of the sessions of the executor.
+    pub async fn sessions(
+        &self,
+        args: &crate::args::SessionsListArgs,
+        status: Option<gateway::sessions::StatusParam>,
+    ) -> Result<Value> {
+        let mut client = self.executor().await?;
+        let req = self.request(v1::ListSessionsRequest {
+            agent_id: args.agent.clone(),
+            status: status.map_or(v1::RunStatus::Unspecified, |s| s.to_proto()) as i32,
+            page_size: args.limit.unwrap_or(0),
+            page_token: args.page_token.clone().unwrap_or_default(),
+        });
+        let page = self
+            .call(
+                self.executor_endpoint()?,
+                "executor",
+                client.list_sessions(req),
+            )
+            .await?;
+        serde_json::to_value(gateway::sessions::list_json(page)).map_err(Error::from_json)
+    }
+
     /// Cancels a session's live run or waiting question.
     pub async fn cancel(&self, id: &str) -> Result<Value> {
         let mut client = self.executor().await?;

@@ -132,6 +132,10 @@ async fn dispatch(cli: Cli) -> Result<u8> {
             let session = backend.session(&id).await?;
             show(&mut out, json, &session, render::session)
         }
+        Command::Sessions(SessionsCommand::List(args)) => {
+            let list = backend.sessions(&args).await?;
+            show(&mut out, json, &list, render::sessions)
+        }
         Command::Health(_) => Ok(EXIT_OK),
     }
 }

@@ -118,6 +118,42 @@ pub fn agents(out: &mut impl Write, list: &Value) -> std::io::Result<()> {
     )
 }
 
+/// `sessions list`: one row per session (a paused one shows its question, others their
+/// mission), and how to go on when there is more.
+pub fn sessions(out: &mut impl Write, list: &Value) -> std::io::Result<()> {
+    let rows: Vec<Vec<String>> = list["sessions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            let about = match s["question"]["question"].as_str() {
+                Some(q) => format!("asks: {q}"),
+                None => text(&s["mission"]),
+            };
+            vec![
+                text(&s["session_id"]),
+                text(&s["agent_id"]),
+                text(&s["status"]),
+                text(&s["updated_at"]),
+                clip(&about, DESCRIPTION_WIDTH),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        writeln!(out, "no sessions")?;
+    } else {
+        table(
+            out,
+            &["ID", "AGENT", "STATUS", "UPDATED", "MISSION OR QUESTION"],
+            &rows,
+        )?;
+    }
+    match list["next_page_token"].as_str() {
+        Some(token) => writeln!(out, "more: --page-token {token}"),
+        None => Ok(()),
+    }
+}
+
 /// `agents show`: the definition, field by field, the system prompt last.
 pub fn agent(out: &mut impl Write, a: &Value) -> std::io::Result<()> {
     let mut fields: Vec<(&str, String)> = vec![

@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use taskforce_proto::v1::{
     AnswerRequest, CancelRequest, CancelResponse, ExecuteRequest, GetPlanRequest,
-    GetSessionRequest, Plan, Session, executor_server::Executor,
+    GetSessionRequest, ListSessionsRequest, ListSessionsResponse, Plan, Session,
+    executor_server::Executor,
 };
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
@@ -92,6 +93,17 @@ impl Executor for ExecutorService {
                 Err(ExecutorError::NotFound(format!("session `{id}` does not exist")).to_status())
             }
         }
+    }
+
+    #[instrument(level = "debug", skip_all)]
+    async fn list_sessions(
+        &self,
+        request: Request<ListSessionsRequest>,
+    ) -> Result<Response<ListSessionsResponse>, Status> {
+        self.runner
+            .list_sessions(request.get_ref())
+            .map(Response::new)
+            .map_err(|e| e.to_status())
     }
 
     #[instrument(level = "debug", skip_all, fields(session_id = %request.get_ref().session_id))]

@@ -23,6 +23,8 @@ use tracing::{info, warn};
 
 use crate::{error::ExecutorError, llm::Message};
 
+pub mod index;
+
 /// sled's page cache: sessions are read once per run, so a small cache costs little and keeps
 /// memory from following the number of stored sessions (sled's default is 1 GiB).
 const CACHE_BYTES: u64 = 16 * 1024 * 1024;
@@ -371,6 +373,28 @@ impl Session {
         true
     }
 
+    /// What a list of sessions shows of it (see [`index`]).
+    pub fn summary(&self) -> v1::SessionSummary {
+        v1::SessionSummary {
+            session_id: self.id.clone(),
+            agent_id: self.agent_id.clone(),
+            status: self.status.to_proto() as i32,
+            mission: index::preview(&self.mission),
+            pending_question: self.pending.as_ref().map(|p| v1::PendingQuestion {
+                call_id: p.call_id.clone(),
+                question: index::preview(&p.question),
+                items: Vec::new(),
+            }),
+            model: self.model.clone().unwrap_or_default(),
+            created_at: self.created_at.clone(),
+            updated_at: self.updated_at.clone(),
+            error: self.error.as_ref().map(|e| v1::Error {
+                code: e.code.clone(),
+                message: e.message.clone(),
+            }),
+        }
+    }
+
     /// The wire form.
     pub fn to_proto(&self) -> v1::Session {
         v1::Session {
@@ -541,6 +565,8 @@ pub struct SessionStore {
     /// The agents of the runs a previous process left running (see
     /// [`SessionStore::interrupted_agents`]).
     interrupted: Arc<[String]>,
+    /// The stored sessions' summaries, for lists.
+    index: Arc<index::SessionIndex>,
 }
 
 /// The count and the bytes of the stored sessions against their limits.
@@ -753,6 +779,7 @@ impl SessionStore {
             fault,
             unsaved: Arc::default(),
             interrupted: Arc::new([]),
+            index: Arc::default(),
         };
         let mut interrupted = std::collections::BTreeSet::new();
         let mut orphaned = 0usize;
@@ -784,8 +811,9 @@ impl SessionStore {
                 bytes = bytes + stored_len(&key, &rewritten) - stored_len(&key, &value);
                 store.sessions.insert(key, rewritten)?;
                 orphaned += 1;
-                interrupted.insert(session.agent_id);
+                interrupted.insert(session.agent_id.clone());
             }
+            store.index.put(session.summary());
         }
         store.interrupted = interrupted.into_iter().collect();
         store.stored.set(count, bytes);
@@ -881,6 +909,7 @@ impl SessionStore {
             old.map_or(0, |old| stored_len(key, &old)),
             new,
         );
+        self.index.put(session.summary());
         if durable {
             self.make_durable(&session.id).await?;
         }
@@ -921,7 +950,7 @@ impl SessionStore {
                 continue;
             };
             let old = changed_before(&updated_at, cutoff);
-            if old && self.delete_unchanged(&key, &value)? {
+            if old && self.delete_unchanged(&key, &value, &updated_at)? {
                 removed += 1;
             }
         }
@@ -947,16 +976,59 @@ impl SessionStore {
         Ok(ids)
     }
 
-    /// Deletes a session only if it is still `value` (a run may have just continued it).
-    fn delete_unchanged(&self, key: &[u8], value: &[u8]) -> Result<bool, ExecutorError> {
+    /// Deletes a session only if it is still `value` (a run may have just continued it), last
+    /// changed at `updated_at`.
+    fn delete_unchanged(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        updated_at: &str,
+    ) -> Result<bool, ExecutorError> {
         let deleted = self
             .sessions
             .compare_and_swap(key, Some(value), None as Option<&[u8]>)?
             .is_ok();
         if deleted {
             self.stored.removed(stored_len(key, value));
+            self.index.remove(&String::from_utf8_lossy(key), updated_at);
         }
         Ok(deleted)
+    }
+
+    /// A page of the stored sessions' summaries (see [`index::SessionIndex::page`]): `size`
+    /// 0 is [`index::DEFAULT_PAGE_SIZE`], more than [`index::MAX_PAGE_SIZE`] is refused, as is
+    /// a page token no page gave.
+    pub fn list(
+        &self,
+        filter: index::Filter<'_>,
+        size: usize,
+        page_token: &str,
+    ) -> Result<v1::ListSessionsResponse, ExecutorError> {
+        let size = match size {
+            0 => index::DEFAULT_PAGE_SIZE,
+            n if n > index::MAX_PAGE_SIZE => {
+                return Err(ExecutorError::invalid(
+                    "page_size",
+                    format!("must be between 1 and {}, got {n}", index::MAX_PAGE_SIZE),
+                ));
+            }
+            n => n,
+        };
+        let after = taskforce_proto::page_token::parse_session(page_token).map_err(|e| {
+            let why = e.field_violations.into_iter().next().map(|(_, d)| d);
+            ExecutorError::invalid("page_token", why.unwrap_or(e.message))
+        })?;
+        let (sessions, more) = self.index.page(filter, size, after);
+        let next_page_token = match sessions.last() {
+            Some(last) if more => {
+                taskforce_proto::page_token::make_session(&last.updated_at, &last.session_id)
+            }
+            _ => String::new(),
+        };
+        Ok(v1::ListSessionsResponse {
+            sessions,
+            next_page_token,
+        })
     }
 
     /// Keeps at most `max` sessions and `max_bytes` of them (0: no limit): past either, the
@@ -1009,11 +1081,11 @@ impl SessionStore {
         // RFC 3339 times of one format sort as text.
         ended.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let mut removed = 0;
-        for (_, key, value) in ended {
+        for (updated_at, key, value) in ended {
             if count <= keep && bytes <= keep_bytes {
                 break;
             }
-            if self.delete_unchanged(&key, &value)? {
+            if self.delete_unchanged(&key, &value, &updated_at)? {
                 removed += 1;
                 count -= 1;
                 bytes = bytes.saturating_sub(stored_len(&key, &value));
@@ -1247,6 +1319,59 @@ mod tests {
             ("new-done", true),
         ] {
             assert_eq!(store.get(id).expect("get").is_some(), kept, "{id}");
+        }
+    }
+
+    #[tokio::test]
+    async fn lists_show_what_is_stored_after_saves_a_restart_and_an_expiry() {
+        let dir = tempfile::TempDir::new().expect("tmp");
+        let all = index::Filter::default();
+        let listed = |store: &SessionStore, filter, size| -> Vec<String> {
+            let page = store.list(filter, size, "").expect("list");
+            page.sessions.into_iter().map(|s| s.session_id).collect()
+        };
+        {
+            let store = SessionStore::open(dir.path()).expect("open");
+            stored(
+                &store,
+                "old-done",
+                Status::Completed,
+                "2020-01-01T00:00:00.000Z",
+            );
+            stored(
+                &store,
+                "old-paused",
+                Status::Paused,
+                "2020-01-01T00:00:01.000Z",
+            );
+        }
+        let store = reopen(dir.path());
+        // Read from the store at open.
+        assert_eq!(listed(&store, all, 0), ["old-paused", "old-done"]);
+        let mut live = Session::new("live".into(), "coder".into(), None, "x".repeat(500));
+        store.save(&mut live, false).await.expect("save");
+        let page = store.list(all, 1, "").expect("list");
+        assert_eq!(page.sessions[0].session_id, "live");
+        assert_eq!(page.sessions[0].mission.chars().count(), 201);
+        assert!(!page.next_page_token.is_empty());
+        let rest = store.list(all, 5, &page.next_page_token).expect("next");
+        let rest: Vec<_> = rest
+            .sessions
+            .iter()
+            .map(|s| s.session_id.as_str())
+            .collect();
+        assert_eq!(rest, ["old-paused", "old-done"]);
+        let paused = index::Filter {
+            status: Some(v1::RunStatus::Paused),
+            ..all
+        };
+        assert_eq!(listed(&store, paused, 0), ["old-paused"]);
+        let cutoff = chrono::Utc::now() - chrono::Duration::hours(1);
+        assert_eq!(store.expire(cutoff).expect("expire"), 1);
+        assert_eq!(listed(&store, all, 0), ["live", "old-paused"]);
+        for (size, token, field) in [(1001, "", "page_size"), (1, "c:coder", "page_token")] {
+            let err = store.list(all, size, token).err().map(|e| e.to_string());
+            assert!(err.is_some_and(|e| e.starts_with(field)), "{field}");
         }
     }
 

@@ -54,6 +54,7 @@ pub mod model;
 pub mod openapi;
 pub mod read_model;
 pub mod serve;
+pub mod sessions;
 pub mod sse;
 pub mod state;
 pub mod tools;
@@ -145,6 +146,7 @@ pub fn router(state: AppState, config: &Config) -> Router {
             get(metadata::get_agent_metadata),
         )
         .route("/api/v1/diagnostics", get(tools::list_diagnostics))
+        .route("/api/v1/sessions", get(sessions::list_sessions))
         .route("/api/v1/sessions/{session_id}", get(execute::get_session))
         .route(
             "/api/v1/sessions/{session_id}/cancel",
@@ -231,8 +233,8 @@ pub async fn metrics() -> impl axum::response::IntoResponse {
 /// The scope each route needs (see `docs/security.md`): health, readiness, metrics and the
 /// OpenAPI document are public; runs, answers, cancels and the chat streams need `execute`;
 /// anything but a read (`GET`, `HEAD`) under `/api/v1/agents` (creating, updating, deleting,
-/// and validating, which starts the agent's MCP servers) needs `write`; every other route
-/// (reads, `/mcp`, unknown paths) needs `read`.
+/// and validating, which starts the agent's MCP servers) needs `write`; listing every session
+/// needs `admin`; every other route (reads, `/mcp`, unknown paths) needs `read`.
 ///
 /// Decided by whole path segments, never by a prefix or suffix of the path: an id is any
 /// segment (an agent named `metadata`, a session named `cancel`), and a write to it is a write.
@@ -250,6 +252,8 @@ pub fn access(method: &Method, path: &str) -> taskforce_runtime::auth::Access {
         | ["ai", "agent", "stream"]
         | ["ai", "stream"] => Access::Needs(Scope::Execute),
         ["api", "v1", "sessions", _, "answer" | "cancel"] if !read => Access::Needs(Scope::Execute),
+        // It names every session, and a session's id is what lets a caller continue it.
+        ["api", "v1", "sessions"] => Access::Needs(Scope::Admin),
         ["api", "v1", "agents:validate"] => Access::Needs(Scope::Write),
         ["api", "v1", "agents", ..] if !read => Access::Needs(Scope::Write),
         _ => Access::Needs(Scope::Read),

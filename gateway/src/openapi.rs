@@ -13,7 +13,7 @@ use utoipa::OpenApi;
 use crate::{
     agents, chat,
     error::{ErrorBody, FieldViolation},
-    execute, health, metadata,
+    execute, health, metadata, sessions,
     sse::SseEvent,
     tools,
 };
@@ -38,6 +38,7 @@ use crate::{
         execute::execute,
         execute::execute_stream,
         execute::answer,
+        sessions::list_sessions,
         execute::get_session,
         execute::cancel,
         execute::get_plan,
@@ -81,8 +82,8 @@ impl utoipa::Modify for Security {
                         .description(Some(
                             "An API key as `Authorization: Bearer <key>`, required when the \
                              gateway has keys configured (`TASKFORCE_API_KEYS_FILE`). Each \
-                             operation lists the scope it needs: read, write or execute \
-                             (admin holds all three).",
+                             operation lists the scope it needs: read, write, execute or, to \
+                             list every session, admin (which holds all of them).",
                         ))
                         .build(),
                 ),
@@ -177,10 +178,10 @@ fn constraints(doc: &mut serde_json::Value) {
             t.extend(e);
         }
     };
-    // Path and query parameters: `extract::agent_id` (agent ids), the registry's page tokens
-    // (`p:` or `c:` and the id to list after).
+    // Path and query parameters: `extract::agent_id` (agent ids), the page tokens of agents
+    // (`p:` or `c:` and the id to list after) and of sessions (`s:<updated_at>/<session id>`).
     if let Some(paths) = doc["paths"].as_object_mut() {
-        for item in paths.values_mut() {
+        for (path, item) in paths.iter_mut() {
             for op in item
                 .as_object_mut()
                 .into_iter()
@@ -212,6 +213,14 @@ fn constraints(doc: &mut serde_json::Value) {
                         (Some("If-Match"), Some("header")) => {
                             // `extract::parse_if_match`: `*`, or one strong tag, quoted or bare.
                             param["schema"] = json!({"type": "string", "pattern": IF_MATCH});
+                        }
+                        (Some("agent_id"), Some("query")) => {
+                            param["schema"] = json!({"type": "string", "pattern": AGENT_ID});
+                        }
+                        // `taskforce_proto::page_token`: agents' and sessions' tokens.
+                        (Some("page_token"), Some("query")) if path == "/api/v1/sessions" => {
+                            param["schema"] = json!({"type": "string",
+                                "pattern": "^(s:[0-9TZ:.+-]+/[A-Za-z0-9_-]{1,128})?$"});
                         }
                         (Some("page_token"), Some("query")) => {
                             param["schema"] =

@@ -1,7 +1,13 @@
-//! The page tokens of agent lists (`ListAgents`, `GET /api/v1/agents`): `p:<id>` after a
-//! profile agent, `c:<id>` after a custom agent. Profiles come first, so a token says where
-//! the next page starts in both sources. The registry and the gateway's read model hand out
-//! and accept the same tokens.
+//! Page tokens.
+//!
+//! Agent lists (`ListAgents`, `GET /api/v1/agents`): `p:<id>` after a profile agent, `c:<id>`
+//! after a custom agent. Profiles come first, so a token says where the next page starts in
+//! both sources. The registry and the gateway's read model hand out and accept the same tokens.
+//!
+//! Session lists (`ListSessions`, `GET /api/v1/sessions`): `s:<updated_at>/<session_id>` after
+//! the session of that id changed at that time, the order being by `updated_at`, then
+//! `session_id`, both descending. Every executor knows where such a token falls in its own
+//! sessions, so the gateway hands the same token to each and merges their pages.
 
 use crate::{error::ApiError, v1::AgentSource};
 
@@ -41,9 +47,59 @@ pub fn parse(token: &str, filter: AgentSource) -> Result<Option<(AgentSource, &s
     Ok(Some((source, id)))
 }
 
+/// The token of a session list's page that ended with session `id`, changed at `updated_at`.
+pub fn make_session(updated_at: &str, id: &str) -> String {
+    format!("s:{updated_at}/{id}")
+}
+
+/// Where the page of a session list's `token` starts: `None` for the empty token (the first
+/// page), else the `updated_at` and the session id to continue after. Anything no page returned
+/// is a `page_token` field error.
+pub fn parse_session(token: &str) -> Result<Option<(&str, &str)>, ApiError> {
+    if token.is_empty() {
+        return Ok(None);
+    }
+    let bad = || ApiError::field("page_token", "is not a token returned by a previous page");
+    let (updated_at, id) = token
+        .strip_prefix("s:")
+        .and_then(|rest| rest.split_once('/'))
+        .ok_or_else(bad)?;
+    // RFC 3339, as the executors write it.
+    let time_like = !updated_at.is_empty()
+        && updated_at
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b"-:.TZ+".contains(&b));
+    if !time_like || !crate::ids::is_session_id(id) {
+        return Err(bad());
+    }
+    Ok(Some((updated_at, id)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_session_token_round_trips_and_anything_else_is_a_page_token_error() {
+        let token = make_session("2026-11-29T12:00:00.123Z", "a_4b1c");
+        assert_eq!(
+            parse_session(&token).ok(),
+            Some(Some(("2026-11-29T12:00:00.123Z", "a_4b1c")))
+        );
+        assert_eq!(parse_session("").ok(), Some(None));
+        for bad in [
+            "c:coder",
+            "s:",
+            "s:2026-11-29T12:00:00Z",
+            "s:/a_4b1c",
+            "s:yesterday/a_4b1c",
+            "s:2026-11-29T12:00:00Z/",
+            "s:2026-11-29T12:00:00Z/not an id",
+        ] {
+            let err = parse_session(bad).err().map(|e| e.message);
+            assert!(err.is_some_and(|m| m.contains("page_token")), "{bad}");
+        }
+    }
 
     #[test]
     fn a_token_round_trips_and_a_foreign_one_is_a_page_token_error() {

@@ -525,7 +525,8 @@ impl Denied {
 /// The access a gRPC method of the Taskforce services needs: health is public; reflection
 /// takes any valid key; changing agents and validating one (it starts the agent's MCP servers)
 /// need `write`; runs and the executors' status reports (and releases of their holds) need
-/// `execute`; everything else (reads, the watch stream, unknown methods) needs `read`.
+/// `execute`; listing the sessions needs `admin`; everything else (reads, the watch stream,
+/// unknown methods) needs `read`.
 pub fn grpc_access(path: &str) -> Access {
     if path.starts_with("/grpc.health.v1.Health/") {
         return Access::Public;
@@ -543,6 +544,8 @@ pub fn grpc_access(path: &str) -> Access {
         | "/taskforce.v1.Executor/Execute"
         | "/taskforce.v1.Executor/Answer"
         | "/taskforce.v1.Executor/Cancel" => Access::Needs(Scope::Execute),
+        // It names every session, and a session's id is what lets a caller continue it.
+        "/taskforce.v1.Executor/ListSessions" => Access::Needs(Scope::Admin),
         _ => Access::Needs(Scope::Read),
     }
 }

@@ -535,6 +535,32 @@ impl Runner {
         self.store.get(session_id)
     }
 
+    /// A page of the stored sessions, the most recently changed first (see
+    /// [`crate::session::SessionStore::list`]).
+    pub fn list_sessions(
+        &self,
+        req: &taskforce_proto::v1::ListSessionsRequest,
+    ) -> Result<taskforce_proto::v1::ListSessionsResponse, crate::ExecutorError> {
+        let agent_id = req.agent_id.as_deref().filter(|a| !a.is_empty());
+        if let Some(id) = agent_id {
+            taskforce_proto::ids::validate_agent_id(id)
+                .map_err(|e| crate::ExecutorError::invalid("agent_id", e.to_string()))?;
+        }
+        let status = match taskforce_proto::v1::RunStatus::try_from(req.status) {
+            Ok(taskforce_proto::v1::RunStatus::Unspecified) => None,
+            Ok(status) => Some(status),
+            Err(_) => {
+                return Err(crate::ExecutorError::invalid(
+                    "status",
+                    format!("{} is not a run status", req.status),
+                ));
+            }
+        };
+        let filter = crate::session::index::Filter { agent_id, status };
+        self.store
+            .list(filter, req.page_size as usize, &req.page_token)
+    }
+
     /// Waits (at most `grace`) for every run to send its last event and stop.
     pub async fn drain(&self, grace: Duration) -> bool {
         self.tasks.close();

@@ -579,6 +579,13 @@ impl Executor for FakeExecutor {
         Err(Status::unimplemented("not in the fake"))
     }
 
+    async fn list_sessions(
+        &self,
+        _req: Request<v1::ListSessionsRequest>,
+    ) -> Result<Response<v1::ListSessionsResponse>, Status> {
+        Err(Status::unimplemented("not in the fake"))
+    }
+
     async fn get_plan(
         &self,
         req: Request<v1::GetPlanRequest>,

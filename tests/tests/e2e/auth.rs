@@ -694,3 +694,56 @@ async fn a_gateway_with_a_read_only_service_token_warns_at_start() {
     );
     assert!(!logs.contains(READER), "the token itself is never logged");
 }
+
+#[tokio::test]
+async fn listing_every_session_needs_admin() {
+    let stack = stack().await;
+    // A session to list.
+    let r = post(
+        &stack,
+        "/api/v1/execute",
+        Some(RUNNER),
+        &json!({"mission": "Extract the totals of invoice 42", "agent_id": "invoice-extractor"}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let id = r.body["session_id"]
+        .as_str()
+        .expect("a session id")
+        .to_owned();
+
+    // A session's id lets a caller continue it: `read` looks one up, only `admin` lists them.
+    for token in [READER, RUNNER, WRITER] {
+        get(&stack, "/api/v1/sessions", Some(token))
+            .await
+            .assert_error(403, "permission_denied")
+            .assert_names("admin");
+    }
+    let r = get(&stack, &format!("/api/v1/sessions/{id}"), Some(READER)).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let r = get(&stack, "/api/v1/sessions", Some(ADMIN)).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.body["sessions"][0]["session_id"], json!(id), "{}", r.text);
+
+    // The same on the executor's gRPC API (the real grpcurl).
+    let executor = stack
+        .executor_addr()
+        .expect("the stack has an executor")
+        .to_string();
+    let method = "taskforce.v1.Executor/ListSessions";
+    let r = grpcurl(&executor, Some(READER), &json!({}), method).await;
+    assert!(
+        !r.ok && r.stderr.contains("PermissionDenied") && r.stderr.contains("`admin`"),
+        "{}",
+        r.stderr
+    );
+    let r = grpcurl(
+        &executor,
+        Some(ADMIN),
+        &json!({"status": "RUN_STATUS_COMPLETED"}),
+        method,
+    )
+    .await;
+    assert!(r.ok, "{}", r.stderr);
+    assert!(r.stdout.contains(&id), "{}", r.stdout);
+}

@@ -902,6 +902,37 @@ async fn a_run_paused_on_ask_user_exits_2_and_answer_completes_it_in_both_modes(
         "{shown}"
     );
 
+    // sessions list finds it with its question, in both modes and both outputs.
+    let listed = cli_both_modes(&stack, &["sessions", "list", "--status", "paused"]).await;
+    for out in &listed {
+        let out = out.expect_code(0);
+        let row = out
+            .lines()
+            .find(|l| l.starts_with(session.as_str()))
+            .unwrap_or_else(|| panic!("a row for {session}:\n{out}"));
+        assert!(
+            row.contains("asker") && row.contains("paused") && row.contains("asks: Which currency"),
+            "{out}"
+        );
+    }
+    let [gateway_page, grpc_page] = cli_both_modes(
+        &stack,
+        &[
+            "sessions", "list", "--agent", "asker", "--limit", "1", "--json",
+        ],
+    )
+    .await;
+    let page = gateway_page.json();
+    assert_eq!(
+        page,
+        rest(&stack, "/api/v1/sessions?agent_id=asker&page_size=1").await
+    );
+    assert_eq!(page, grpc_page.json());
+    assert_eq!(page["sessions"][0]["session_id"], json!(session), "{page}");
+    let bad = cli(&stack, &["sessions", "list", "--status", "sleeping"]).await;
+    bad.expect_code(64);
+    assert!(bad.stderr.contains("--status"), "{}", bad.stderr);
+
     let answered = cli(&stack, &["answer", &session, "EUR"]).await;
     let out = answered.expect_code(0);
     assert!(out.contains("Totals in EUR: 1234.50"), "{out}");

@@ -549,3 +549,124 @@ async fn a_relative_workspace_is_resolved_by_the_registry_for_the_executor() {
         "the default workspace was not used"
     );
 }
+
+/// `GET /api/v1/sessions` with `query`: the ids listed, the page's body.
+async fn listed(stack: &Stack, query: &str) -> (Vec<String>, Value) {
+    let r = send(
+        stack
+            .http()
+            .get(stack.url(&format!("/api/v1/sessions{query}"))),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{query}: {}", r.text);
+    let ids = r.body["sessions"]
+        .as_array()
+        .expect("sessions")
+        .iter()
+        .filter_map(|s| s["session_id"].as_str().map(str::to_owned))
+        .collect();
+    (ids, r.body)
+}
+
+#[tokio::test]
+async fn the_sessions_of_every_executor_list_in_one_order_and_page_across_them() {
+    let mut stack = two_executors().await;
+    let mut paused = Vec::new();
+    let mut all = Vec::new();
+    for mission in [
+        "plan a trip",
+        "hello",
+        "plan a trip",
+        "hello",
+        "plan a trip",
+    ] {
+        let r = execute(&stack, mission, None).await;
+        let id = r["session_id"].as_str().expect("a session id").to_owned();
+        if r["status"] == "paused" {
+            paused.push(id.clone());
+        }
+        all.push(id);
+    }
+    assert_eq!(paused.len(), 3);
+    let owners: std::collections::BTreeSet<_> = all
+        .iter()
+        .filter_map(|id| taskforce_proto::ids::session_owner(id))
+        .collect();
+    assert_eq!(owners.len(), 2, "runs spread over both executors: {all:?}");
+
+    // One list, the latest change first, from both executors.
+    let (ids, body) = listed(&stack, "").await;
+    let newest_first: Vec<String> = all.iter().rev().cloned().collect();
+    assert_eq!(ids, newest_first, "{body}");
+    assert!(body.get("next_page_token").is_none(), "{body}");
+    let first = &body["sessions"][0];
+    assert_eq!(
+        (&first["agent_id"], &first["status"], &first["mission"]),
+        (&json!("traveller"), &json!("paused"), &json!("plan a trip")),
+        "{first}"
+    );
+    assert_eq!(first["question"]["question"], "Where to?", "{first}");
+    assert!(first.get("messages").is_none(), "no conversation: {first}");
+
+    // Pages of two walk the same list across both executors, each session once.
+    let (mut walked, mut token) = (Vec::new(), None::<String>);
+    loop {
+        let query = match &token {
+            Some(t) => format!("?page_size=2&page_token={t}"),
+            None => "?page_size=2".to_owned(),
+        };
+        let (ids, body) = listed(&stack, &query).await;
+        assert!(ids.len() <= 2, "{body}");
+        walked.extend(ids);
+        match body["next_page_token"].as_str() {
+            Some(t) => token = Some(t.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(walked, newest_first);
+
+    // Filters: the paused ones (answer one found so, and it leaves the list), an agent's.
+    let (ids, body) = listed(&stack, "?status=paused").await;
+    let paused_newest_first: Vec<String> = paused.iter().rev().cloned().collect();
+    assert_eq!(ids, paused_newest_first, "{body}");
+    let call_id = body["sessions"][2]["question"]["call_id"]
+        .as_str()
+        .expect("a call id")
+        .to_owned();
+    assert!(!call_id.is_empty());
+    let events = answer(&stack, &ids[2], "Lisbon").await;
+    assert_eq!(final_answer(&events), Some("Booked."), "{events:?}");
+    let (ids, _) = listed(&stack, "?status=paused").await;
+    assert_eq!(ids, paused_newest_first[..2].to_vec());
+    let (ids, _) = listed(&stack, "?status=completed&agent_id=traveller").await;
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    assert_eq!(ids[0], paused[0], "the answered session changed last");
+    let (ids, _) = listed(&stack, "?agent_id=nobody-here").await;
+    assert!(ids.is_empty());
+
+    // Bad queries are 400s naming the field.
+    for (query, field) in [
+        ("?status=sleeping", "status"),
+        ("?page_size=0", "page_size"),
+        ("?page_size=1001", "page_size"),
+        ("?page_token=c:traveller", "page_token"),
+        ("?agent_id=Not%20An%20Id", "agent_id"),
+        ("?limit=5", "limit"),
+    ] {
+        send(
+            stack
+                .http()
+                .get(stack.url(&format!("/api/v1/sessions{query}"))),
+        )
+        .await
+        .assert_error(400, "invalid_argument")
+        .assert_names(field);
+    }
+
+    // With an executor down, no partial list: a 503 naming it.
+    stack.stop_executor().await.expect("e0 stops");
+    send(stack.http().get(stack.url("/api/v1/sessions")))
+        .await
+        .assert_error(503, "unavailable")
+        .assert_names("`e0`");
+}

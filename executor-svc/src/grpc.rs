@@ -100,8 +100,13 @@ impl Executor for ExecutorService {
         &self,
         request: Request<ListSessionsRequest>,
     ) -> Result<Response<ListSessionsResponse>, Status> {
-        self.runner
-            .list_sessions(request.get_ref())
+        // Reads the page's sessions from the store: off the async workers.
+        let runner = Arc::clone(&self.runner);
+        let req = request.into_inner();
+        tokio::task::spawn_blocking(move || runner.list_sessions(&req))
+            .await
+            .map_err(ExecutorError::from)
+            .and_then(|listed| listed)
             .map(Response::new)
             .map_err(|e| e.to_status())
     }

@@ -373,26 +373,14 @@ impl Session {
         true
     }
 
-    /// What a list of sessions shows of it (see [`index`]).
-    pub fn summary(&self) -> v1::SessionSummary {
-        v1::SessionSummary {
-            session_id: self.id.clone(),
-            agent_id: self.agent_id.clone(),
-            status: self.status.to_proto() as i32,
-            mission: index::preview(&self.mission),
-            pending_question: self.pending.as_ref().map(|p| v1::PendingQuestion {
-                call_id: p.call_id.clone(),
-                question: index::preview(&p.question),
-                items: Vec::new(),
-            }),
-            model: self.model.clone().unwrap_or_default(),
-            created_at: self.created_at.clone(),
-            updated_at: self.updated_at.clone(),
-            error: self.error.as_ref().map(|e| v1::Error {
-                code: e.code.clone(),
-                message: e.message.clone(),
-            }),
-        }
+    /// Puts it in `index` as stored now.
+    fn index_in(&self, index: &index::SessionIndex) {
+        index.put(
+            &self.id,
+            &self.agent_id,
+            self.status.to_proto(),
+            &self.updated_at,
+        );
     }
 
     /// The wire form.
@@ -422,6 +410,44 @@ impl Session {
             error: self.error.as_ref().map(|e| v1::Error {
                 code: e.code.clone(),
                 message: e.message.clone(),
+            }),
+        }
+    }
+}
+
+/// What a list shows of a stored session, read without its conversation, plan or sub-agents.
+#[derive(Deserialize)]
+struct Listed {
+    id: String,
+    agent_id: String,
+    model: Option<String>,
+    status: Status,
+    pending: Option<Pending>,
+    mission: String,
+    created_at: String,
+    updated_at: String,
+    #[serde(default)]
+    error: Option<RunError>,
+}
+
+impl Listed {
+    fn into_summary(self) -> v1::SessionSummary {
+        v1::SessionSummary {
+            session_id: self.id,
+            agent_id: self.agent_id,
+            status: self.status.to_proto() as i32,
+            mission: index::preview(&self.mission),
+            pending_question: self.pending.map(|p| v1::PendingQuestion {
+                call_id: p.call_id,
+                question: index::preview(&p.question),
+                items: Vec::new(),
+            }),
+            model: self.model.unwrap_or_default(),
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            error: self.error.map(|e| v1::Error {
+                code: e.code,
+                message: e.message,
             }),
         }
     }
@@ -813,7 +839,7 @@ impl SessionStore {
                 orphaned += 1;
                 interrupted.insert(session.agent_id.clone());
             }
-            store.index.put(session.summary());
+            session.index_in(&store.index);
         }
         store.interrupted = interrupted.into_iter().collect();
         store.stored.set(count, bytes);
@@ -909,7 +935,7 @@ impl SessionStore {
             old.map_or(0, |old| stored_len(key, &old)),
             new,
         );
-        self.index.put(session.summary());
+        session.index_in(&self.index);
         if durable {
             self.make_durable(&session.id).await?;
         }
@@ -997,7 +1023,7 @@ impl SessionStore {
 
     /// A page of the stored sessions' summaries (see [`index::SessionIndex::page`]): `size`
     /// 0 is [`index::DEFAULT_PAGE_SIZE`], more than [`index::MAX_PAGE_SIZE`] is refused, as is
-    /// a page token no page gave.
+    /// a page token no page gave. Blocking: it reads the page's sessions.
     pub fn list(
         &self,
         filter: index::Filter<'_>,
@@ -1014,17 +1040,32 @@ impl SessionStore {
             }
             n => n,
         };
-        let after = taskforce_proto::page_token::parse_session(page_token).map_err(|e| {
-            let why = e.field_violations.into_iter().next().map(|(_, d)| d);
-            ExecutorError::invalid("page_token", why.unwrap_or(e.message))
-        })?;
-        let (sessions, more) = self.index.page(filter, size, after);
-        let next_page_token = match sessions.last() {
-            Some(last) if more => {
-                taskforce_proto::page_token::make_session(&last.updated_at, &last.session_id)
+        let after = taskforce_proto::page_token::parse_session(page_token)
+            .map_err(|e| {
+                let why = e.field_violations.into_iter().next().map(|(_, d)| d);
+                ExecutorError::invalid("page_token", why.unwrap_or(e.message))
+            })?
+            .map(|(updated_at, id)| (index::millis(updated_at), id));
+        let (places, more) = self.index.page(filter, size, after);
+        let next_page_token = match places.last() {
+            Some((ms, id)) if more => {
+                taskforce_proto::page_token::make_session(&index::rfc3339(*ms), id)
             }
             _ => String::new(),
         };
+        let mut sessions = Vec::with_capacity(places.len());
+        for (_, id) in &places {
+            // Gone since (expired, trimmed): not listed. Unreadable: said, not listed.
+            let Some(value) = self.sessions.get(id.as_bytes())? else {
+                continue;
+            };
+            match serde_json::from_slice::<Listed>(&value) {
+                Ok(listed) => sessions.push(listed.into_summary()),
+                Err(e) => {
+                    warn!(session_id = %id, error = %e, "a stored session cannot be read; not listed");
+                }
+            }
+        }
         Ok(v1::ListSessionsResponse {
             sessions,
             next_page_token,

@@ -536,7 +536,7 @@ impl Runner {
     }
 
     /// A page of the stored sessions, the most recently changed first (see
-    /// [`crate::session::SessionStore::list`]).
+    /// [`crate::session::SessionStore::list`]). Blocking.
     pub fn list_sessions(
         &self,
         req: &taskforce_proto::v1::ListSessionsRequest,

@@ -202,6 +202,28 @@ pub async fn session_store(max_mb: u64, runs: usize, mission_bytes: usize) -> an
             ));
         }
     }
+    // Listing them: a page's sessions are read from the store.
+    for size in [100, 1000] {
+        let url = stack.url(&format!("/api/v1/sessions?page_size={size}"));
+        let mut took = Vec::new();
+        for _ in 0..10 {
+            let t = Instant::now();
+            let r = http.get(&url).send().await?;
+            if !r.status().is_success() {
+                bail!("listing answered {}: {}", r.status(), r.text().await?);
+            }
+            r.bytes().await?;
+            took.push(t.elapsed());
+        }
+        took.sort_unstable();
+        rows.push((
+            format!("GET /api/v1/sessions?page_size={size}"),
+            format!(
+                "p50 {:.1} ms (10 lists)",
+                took[took.len() / 2].as_secs_f64() * 1e3
+            ),
+        ));
+    }
     Ok(rows)
 }
 

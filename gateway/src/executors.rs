@@ -200,6 +200,14 @@ impl Executors {
         &self.replicas
     }
 
+    /// Every executor, or the error that there is none (for a call that needs them all).
+    pub fn every(&self) -> Result<&[Replica], RestError> {
+        if self.replicas.is_empty() {
+            return Err(no_executor());
+        }
+        Ok(&self.replicas)
+    }
+
     /// The executor that owns session `id`.
     pub fn owner(&self, id: &str) -> Result<&Replica, RestError> {
         Ok(&self.replicas[self.owner_index(id)?])

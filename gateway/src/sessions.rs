@@ -119,7 +119,7 @@ pub struct SessionListJson {
     responses(
         (status = 200, description = "Sessions, without their conversations", body = SessionListJson),
         (status = 400, description = "Invalid query (`agent_id`, `status`, `page_size` or `page_token`)", body = ErrorBody),
-        (status = 503, description = "`unavailable`: an executor is down (the error names it); no partial list is returned", body = ErrorBody),
+        (status = 503, description = "`unavailable`: an executor is down (the error names it; no partial list is returned), or the gateway has none", body = ErrorBody),
         (status = 504, description = "`timeout`", body = ErrorBody)))]
 #[instrument(level = "debug", skip_all)]
 pub async fn list_sessions(
@@ -148,7 +148,7 @@ pub async fn list_sessions(
         page_size,
         page_token,
     };
-    let pages = futures::future::join_all(state.executors.all().iter().map(|replica| {
+    let pages = futures::future::join_all(state.executors.every()?.iter().map(|replica| {
         let request = state.request(request.clone());
         async move {
             replica

@@ -496,6 +496,11 @@ async fn a_gateway_without_executor_says_so() {
     .await
     .assert_error(503, "unavailable")
     .assert_names("no executor");
+    // Not an empty list: there is nobody to ask.
+    send(stack.http().get(stack.url("/api/v1/sessions")))
+        .await
+        .assert_error(503, "unavailable")
+        .assert_names("no executor");
 }
 
 #[tokio::test]

@@ -320,6 +320,12 @@ pub enum SessionsCommand {
     /// The sessions, the most recently changed first (needs an `admin` key when the services
     /// have keys; with `--grpc`, the sessions of the one executor at `--executor`).
     List(SessionsListArgs),
+    /// Deletes a session without a live run (cancel that first): its conversation, question,
+    /// plan and sub-agents' state.
+    Delete {
+        /// The session id.
+        id: String,
+    },
 }
 
 /// `taskforce sessions list`.

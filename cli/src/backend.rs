@@ -214,6 +214,14 @@ impl Backend {
         }
     }
 
+    /// Deletes a session.
+    pub async fn delete_session(&self, id: &str) -> Result<()> {
+        match self {
+            Self::Gateway(g) => g.delete(&["api", "v1", "sessions", id], &[]).await,
+            Self::Grpc(g) => g.delete_session(id).await,
+        }
+    }
+
     /// `{"sessions": [...], "next_page_token"?}`: a page of the sessions.
     pub async fn sessions(&self, args: &crate::args::SessionsListArgs) -> Result<Value> {
         let status = args.status.as_deref().map(status_param).transpose()?;

@@ -242,6 +242,21 @@ impl Grpc {
         Ok(convert::session_json(&session))
     }
 
+    /// Deletes a session.
+    pub async fn delete_session(&self, id: &str) -> Result<()> {
+        let mut client = self.executor().await?;
+        let req = self.request(v1::DeleteSessionRequest {
+            session_id: id.to_owned(),
+        });
+        self.call(
+            self.executor_endpoint()?,
+            "executor",
+            client.delete_session(req),
+        )
+        .await?;
+        Ok(())
+    }
+
     /// A page of the sessions of the executor.
     pub async fn sessions(
         &self,

@@ -132,6 +132,13 @@ async fn dispatch(cli: Cli) -> Result<u8> {
             let session = backend.session(&id).await?;
             show(&mut out, json, &session, render::session)
         }
+        Command::Sessions(SessionsCommand::Delete { id }) => {
+            backend.delete_session(&id).await?;
+            let answer = json!({"session_id": id, "deleted": true});
+            show(&mut out, json, &answer, |out, _| {
+                writeln!(out, "session {id}: deleted")
+            })
+        }
         Command::Sessions(SessionsCommand::List(args)) => {
             let list = backend.sessions(&args).await?;
             show(&mut out, json, &list, render::sessions)

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 
 use taskforce_proto::v1::{
-    AnswerRequest, CancelRequest, CancelResponse, ExecuteRequest, GetPlanRequest,
-    GetSessionRequest, ListSessionsRequest, ListSessionsResponse, Plan, Session,
-    executor_server::Executor,
+    AnswerRequest, CancelRequest, CancelResponse, DeleteSessionRequest, DeleteSessionResponse,
+    ExecuteRequest, GetPlanRequest, GetSessionRequest, ListSessionsRequest, ListSessionsResponse,
+    Plan, Session, executor_server::Executor,
 };
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
@@ -92,6 +92,24 @@ impl Executor for ExecutorService {
             None => {
                 Err(ExecutorError::NotFound(format!("session `{id}` does not exist")).to_status())
             }
+        }
+    }
+
+    #[instrument(level = "debug", skip_all, fields(session_id = %request.get_ref().session_id))]
+    async fn delete_session(
+        &self,
+        request: Request<DeleteSessionRequest>,
+    ) -> Result<Response<DeleteSessionResponse>, Status> {
+        let id = session_id_of(&request.into_inner().session_id).map_err(|e| e.to_status())?;
+        if self
+            .runner
+            .delete_session(&id)
+            .await
+            .map_err(|e| e.to_status())?
+        {
+            Ok(Response::new(DeleteSessionResponse {}))
+        } else {
+            Err(ExecutorError::NotFound(format!("session `{id}` does not exist")).to_status())
         }
     }
 

@@ -1021,6 +1021,21 @@ impl SessionStore {
         Ok(deleted)
     }
 
+    /// Deletes session `id` and waits until that is on disk; false when there was none. The
+    /// caller holds the session (no run can start on it meanwhile).
+    pub async fn delete(&self, id: &str) -> Result<bool, ExecutorError> {
+        let Some(old) = self.sessions.remove(id.as_bytes())? else {
+            return Ok(false);
+        };
+        self.stored.removed(stored_len(id.as_bytes(), &old));
+        if let Some(head) = Head::read(&old) {
+            self.index.remove(id, &head.updated_at);
+        }
+        self.seqs.remove(id.as_bytes())?;
+        self.make_durable(id).await?;
+        Ok(true)
+    }
+
     /// A page of the stored sessions' summaries (see [`index::SessionIndex::page`]): `size`
     /// 0 is [`index::DEFAULT_PAGE_SIZE`], more than [`index::MAX_PAGE_SIZE`] is refused, as is
     /// a page token no page gave. Blocking: it reads the page's sessions.
@@ -1414,6 +1429,34 @@ mod tests {
             let err = store.list(all, size, token).err().map(|e| e.to_string());
             assert!(err.is_some_and(|e| e.starts_with(field)), "{field}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_deleted_session_is_gone_from_reads_lists_and_the_counts() {
+        let dir = tempfile::TempDir::new().expect("tmp");
+        let store = SessionStore::open(dir.path()).expect("open");
+        let mut kept = Session::new("kept".into(), "coder".into(), None, "m".into());
+        store.save(&mut kept, false).await.expect("save");
+        let mut gone = Session::new("gone".into(), "coder".into(), None, "m".into());
+        gone.status = Status::Paused;
+        store.save(&mut gone, false).await.expect("save");
+        assert_eq!(store.stored(), 2);
+        assert!(store.delete("gone").await.expect("delete"));
+        assert!(store.get("gone").expect("get").is_none());
+        let listed = store.list(index::Filter::default(), 0, "").expect("list");
+        let ids: Vec<_> = listed
+            .sessions
+            .iter()
+            .map(|s| s.session_id.as_str())
+            .collect();
+        assert_eq!(ids, ["kept"]);
+        assert_eq!(store.stored(), 1);
+        assert!(!store.delete("gone").await.expect("delete again"));
+        // On disk: a store opened again does not have it either.
+        drop(store);
+        let store = reopen(dir.path());
+        assert!(store.get("gone").expect("get").is_none());
+        assert!(store.get("kept").expect("get").is_some());
     }
 
     #[test]

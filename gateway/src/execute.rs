@@ -502,6 +502,32 @@ pub async fn cancel(
     }))
 }
 
+/// Delete a session without a live run (cancel that first): its conversation, question, plan
+/// and sub-agents' state. Its id, used again, starts a new session.
+#[utoipa::path(delete, path = "/api/v1/sessions/{session_id}", tag = "execution",
+    params(("session_id" = String, Path, description = "The session")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 400, description = "Invalid session id", body = ErrorBody),
+        (status = 404, description = "`not_found`: unknown session", body = ErrorBody),
+        (status = 409, description = "`session_conflict`: a live run (cancel it first), or an answer or a cancel being applied", body = ErrorBody),
+        (status = 503, description = "`unavailable`: the executor is down", body = ErrorBody),
+        (status = 504, description = "`timeout`", body = ErrorBody)))]
+#[instrument(level = "debug", skip_all, fields(session_id = %session_id))]
+pub async fn delete_session(
+    State(state): State<AppState>,
+    Path(session_id): Path<String>,
+) -> Result<axum::http::StatusCode, RestError> {
+    let owner = state.executors.owner(&session_id)?;
+    owner
+        .client
+        .clone()
+        .delete_session(state.request(v1::DeleteSessionRequest { session_id }))
+        .await
+        .map_err(|status| owner.error(status))?;
+    Ok(axum::http::StatusCode::NO_CONTENT)
+}
+
 /// Where a session stands: status, mission, final answer or pending question, plan.
 #[utoipa::path(get, path = "/api/v1/sessions/{session_id}", tag = "execution",
     params(("session_id" = String, Path, description = "The session")),

@@ -147,7 +147,10 @@ pub fn router(state: AppState, config: &Config) -> Router {
         )
         .route("/api/v1/diagnostics", get(tools::list_diagnostics))
         .route("/api/v1/sessions", get(sessions::list_sessions))
-        .route("/api/v1/sessions/{session_id}", get(execute::get_session))
+        .route(
+            "/api/v1/sessions/{session_id}",
+            get(execute::get_session).delete(execute::delete_session),
+        )
         .route(
             "/api/v1/sessions/{session_id}/cancel",
             post(execute::cancel),
@@ -231,7 +234,8 @@ pub async fn metrics() -> impl axum::response::IntoResponse {
 }
 
 /// The scope each route needs (see `docs/security.md`): health, readiness, metrics and the
-/// OpenAPI document are public; runs, answers, cancels and the chat streams need `execute`;
+/// OpenAPI document are public; runs, answers, cancels, deleting a session and the chat
+/// streams need `execute`;
 /// anything but a read (`GET`, `HEAD`) under `/api/v1/agents` (creating, updating, deleting,
 /// and validating, which starts the agent's MCP servers) needs `write`; listing every session
 /// needs `admin`; every other route (reads, `/mcp`, unknown paths) needs `read`.
@@ -252,6 +256,7 @@ pub fn access(method: &Method, path: &str) -> taskforce_runtime::auth::Access {
         | ["ai", "agent", "stream"]
         | ["ai", "stream"] => Access::Needs(Scope::Execute),
         ["api", "v1", "sessions", _, "answer" | "cancel"] if !read => Access::Needs(Scope::Execute),
+        ["api", "v1", "sessions", _] if !read => Access::Needs(Scope::Execute),
         // It names every session, and a session's id is what lets a caller continue it.
         ["api", "v1", "sessions"] => Access::Needs(Scope::Admin),
         ["api", "v1", "agents:validate"] => Access::Needs(Scope::Write),

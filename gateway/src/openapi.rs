@@ -40,6 +40,7 @@ use crate::{
         execute::answer,
         sessions::list_sessions,
         execute::get_session,
+        execute::delete_session,
         execute::cancel,
         execute::get_plan,
         chat::agent_stream,

@@ -524,8 +524,8 @@ impl Denied {
 
 /// The access a gRPC method of the Taskforce services needs: health is public; reflection
 /// takes any valid key; changing agents and validating one (it starts the agent's MCP servers)
-/// need `write`; runs and the executors' status reports (and releases of their holds) need
-/// `execute`; listing the sessions needs `admin`; everything else (reads, the watch stream,
+/// need `write`; runs, deleting a session, and the executors' status reports (and releases of
+/// their holds) need `execute`; listing the sessions needs `admin`; everything else (reads, the watch stream,
 /// unknown methods) needs `read`.
 pub fn grpc_access(path: &str) -> Access {
     if path.starts_with("/grpc.health.v1.Health/") {
@@ -543,7 +543,8 @@ pub fn grpc_access(path: &str) -> Access {
         | "/taskforce.v1.AgentRegistry/ReleaseHolds"
         | "/taskforce.v1.Executor/Execute"
         | "/taskforce.v1.Executor/Answer"
-        | "/taskforce.v1.Executor/Cancel" => Access::Needs(Scope::Execute),
+        | "/taskforce.v1.Executor/Cancel"
+        | "/taskforce.v1.Executor/DeleteSession" => Access::Needs(Scope::Execute),
         // It names every session, and a session's id is what lets a caller continue it.
         "/taskforce.v1.Executor/ListSessions" => Access::Needs(Scope::Admin),
         _ => Access::Needs(Scope::Read),

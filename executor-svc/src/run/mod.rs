@@ -535,6 +535,29 @@ impl Runner {
         self.store.get(session_id)
     }
 
+    /// Deletes a session that has no live run and no answer or cancel being applied (those
+    /// are a `session_conflict`): false when there was none.
+    pub async fn delete_session(
+        self: &Arc<Self>,
+        session_id: &str,
+    ) -> Result<bool, crate::ExecutorError> {
+        let claim = self.claim(session_id).map_err(|e| match e {
+            crate::ExecutorError::FailedPrecondition(_) => {
+                crate::ExecutorError::FailedPrecondition(format!(
+                    "session `{session_id}` is in use (a live run, or an answer or a cancel \
+                     being applied): cancel its run, then delete it"
+                ))
+            }
+            other => other,
+        })?;
+        let deleted = self.store.delete(session_id).await;
+        drop(claim);
+        if matches!(deleted, Ok(true)) {
+            tracing::info!(session_id, "session deleted");
+        }
+        deleted
+    }
+
     /// A page of the stored sessions, the most recently changed first (see
     /// [`crate::session::SessionStore::list`]). Blocking.
     pub fn list_sessions(

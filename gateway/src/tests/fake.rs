@@ -579,6 +579,13 @@ impl Executor for FakeExecutor {
         Err(Status::unimplemented("not in the fake"))
     }
 
+    async fn delete_session(
+        &self,
+        _req: Request<v1::DeleteSessionRequest>,
+    ) -> Result<Response<v1::DeleteSessionResponse>, Status> {
+        Err(Status::unimplemented("not in the fake"))
+    }
+
     async fn list_sessions(
         &self,
         _req: Request<v1::ListSessionsRequest>,

@@ -746,4 +746,21 @@ async fn listing_every_session_needs_admin() {
     .await;
     assert!(r.ok, "{}", r.stderr);
     assert!(r.stdout.contains(&id), "{}", r.stdout);
+
+    // Deleting one needs `execute`.
+    let delete = |token: &'static str| {
+        send(
+            stack
+                .http()
+                .delete(stack.url(&format!("/api/v1/sessions/{id}")))
+                .header("authorization", bearer(token)),
+        )
+    };
+    delete(READER)
+        .await
+        .assert_error(403, "permission_denied")
+        .assert_names("execute");
+    let r = get(&stack, &format!("/api/v1/sessions/{id}"), Some(READER)).await;
+    assert_eq!(r.status, 200, "still there: {}", r.text);
+    assert_eq!(delete(RUNNER).await.status, 204);
 }

@@ -958,6 +958,20 @@ async fn a_run_paused_on_ask_user_exits_2_and_answer_completes_it_in_both_modes(
         again.stderr
     );
 
+    // sessions delete, then it is gone for both transports.
+    let deleted = cli(&stack, &["sessions", "delete", &session]).await;
+    assert_eq!(
+        deleted.expect_code(0),
+        format!("session {session}: deleted\n")
+    );
+    let gone = cli(
+        &stack,
+        &["--grpc", "--json", "sessions", "delete", &session],
+    )
+    .await;
+    gone.expect_code(1);
+    assert!(gone.stderr.contains("not_found"), "{}", gone.stderr);
+
     // Over gRPC, with --json.
     let paused = cli(
         &stack,

@@ -675,3 +675,84 @@ async fn the_sessions_of_every_executor_list_in_one_order_and_page_across_them()
         .assert_error(503, "unavailable")
         .assert_names("`e0`");
 }
+
+#[tokio::test]
+async fn a_session_is_deleted_on_its_owner_unless_a_run_is_live() {
+    let stack = two_executors().await;
+    let delete = |id: &str| {
+        send(
+            stack
+                .http()
+                .delete(stack.url(&format!("/api/v1/sessions/{id}"))),
+        )
+    };
+    // A paused session on each executor: each is deleted where it lives.
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let r = execute(&stack, "plan a trip", None).await;
+        assert_eq!(r["status"], "paused", "{r}");
+        ids.push(r["session_id"].as_str().expect("a session id").to_owned());
+    }
+    for id in &ids {
+        let r = delete(id).await;
+        assert_eq!(r.status, 204, "{}", r.text);
+        send(
+            stack
+                .http()
+                .get(stack.url(&format!("/api/v1/sessions/{id}"))),
+        )
+        .await
+        .assert_error(404, "not_found");
+        delete(id).await.assert_error(404, "not_found");
+        // Its question cannot be answered any more.
+        send(
+            stack
+                .http()
+                .post(stack.url(&format!("/api/v1/sessions/{id}/answer")))
+                .json(&json!({"answer": "Lisbon"})),
+        )
+        .await
+        .assert_error(404, "not_found");
+    }
+    let (listed, _) = listed(&stack, "").await;
+    assert!(ids.iter().all(|id| !listed.contains(id)), "{listed:?}");
+
+    // A live run is not deleted from under it: cancel first.
+    let slow = json!({"mission": "answer slowly", "agent_id": "traveller"});
+    let mut run = SseReader::open(&stack, "/api/v1/execute/stream", &slow).await;
+    let started = run.until("run_started", RUN_TIMEOUT).await;
+    let id = started
+        .iter()
+        .find_map(|(_, data)| data["session_id"].as_str())
+        .expect("the run's session id")
+        .to_owned();
+    delete(&id)
+        .await
+        .assert_error(409, "session_conflict")
+        .assert_names("cancel");
+    let r = send(
+        stack
+            .http()
+            .post(stack.url(&format!("/api/v1/sessions/{id}/cancel"))),
+    )
+    .await;
+    assert_eq!(r.body["cancelled"], true, "{}", r.text);
+    run.rest(RUN_TIMEOUT).await;
+    let r = delete(&id).await;
+    assert_eq!(r.status, 204, "{}", r.text);
+    // Its id used again starts afresh.
+    let r = execute(&stack, "hello", Some(&id)).await;
+    assert_eq!(r["status"], "completed", "{r}");
+    let session = send(
+        stack
+            .http()
+            .get(stack.url(&format!("/api/v1/sessions/{id}"))),
+    )
+    .await;
+    assert_eq!(session.body["mission"], "hello", "{}", session.text);
+    assert_eq!(
+        session.body["messages"], 3,
+        "a new conversation: {}",
+        session.text
+    );
+}

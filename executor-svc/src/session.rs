@@ -1036,30 +1036,27 @@ impl SessionStore {
         Ok(true)
     }
 
-    /// A page of the stored sessions' summaries (see [`index::SessionIndex::page`]): `size`
-    /// 0 is [`index::DEFAULT_PAGE_SIZE`], more than [`index::MAX_PAGE_SIZE`] is refused, as is
-    /// a page token no page gave. Blocking: it reads the page's sessions.
+    /// A page of the stored sessions' summaries (see [`index::SessionIndex::page`]): `size` 0
+    /// is `page_token::DEFAULT_SESSION_PAGE_SIZE`, more than `page_token::MAX_PAGE_SIZE` is
+    /// refused, as is a page token no page gave. Blocking: it reads the page's sessions.
     pub fn list(
         &self,
         filter: index::Filter<'_>,
-        size: usize,
+        size: u32,
         page_token: &str,
     ) -> Result<v1::ListSessionsResponse, ExecutorError> {
-        let size = match size {
-            0 => index::DEFAULT_PAGE_SIZE,
-            n if n > index::MAX_PAGE_SIZE => {
-                return Err(ExecutorError::invalid(
-                    "page_size",
-                    format!("must be between 1 and {}, got {n}", index::MAX_PAGE_SIZE),
-                ));
-            }
-            n => n,
+        use taskforce_proto::page_token;
+        // A field error of the contract's checks, as this crate's.
+        let invalid = |field: &'static str, e: taskforce_proto::error::ApiError| {
+            let why = e.field_violations.into_iter().next().map(|(_, d)| d);
+            ExecutorError::invalid(field, why.unwrap_or(e.message))
         };
-        let after = taskforce_proto::page_token::parse_session(page_token)
-            .map_err(|e| {
-                let why = e.field_violations.into_iter().next().map(|(_, d)| d);
-                ExecutorError::invalid("page_token", why.unwrap_or(e.message))
-            })?
+        let size = match size {
+            0 => page_token::DEFAULT_SESSION_PAGE_SIZE,
+            n => page_token::page_size(n).map_err(|e| invalid("page_size", e))?,
+        } as usize;
+        let after = page_token::parse_session(page_token)
+            .map_err(|e| invalid("page_token", e))?
             .map(|(updated_at, id)| (index::millis(updated_at), id));
         let (places, more) = self.index.page(filter, size, after);
         let next_page_token = match places.last() {

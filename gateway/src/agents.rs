@@ -20,9 +20,6 @@ use crate::{
     state::AppState,
 };
 
-/// Largest `page_size` a client may ask for.
-const MAX_PAGE_SIZE: u32 = 1000;
-
 /// Which agents to list.
 #[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
@@ -172,14 +169,8 @@ pub async fn list_agents(
         Some(SourceParam::Custom) => v1::AgentSource::Custom,
         Some(SourceParam::Profile) => v1::AgentSource::Profile,
     };
-    if let Some(n) = q.page_size
-        && !(1..=MAX_PAGE_SIZE).contains(&n)
-    {
-        return Err(ApiError::field(
-            "page_size",
-            format!("must be between 1 and {MAX_PAGE_SIZE}, got {n}"),
-        )
-        .into());
+    if let Some(n) = q.page_size {
+        taskforce_proto::page_token::page_size(n)?;
     }
     let token = q.page_token.unwrap_or_default();
     let page_size = q.page_size.map(|n| n as usize);

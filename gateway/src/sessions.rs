@@ -18,10 +18,6 @@ use crate::{
     state::AppState,
 };
 
-/// Most sessions of one page, and how many without `page_size`.
-const MAX_PAGE_SIZE: u32 = 1000;
-const DEFAULT_PAGE_SIZE: u32 = 100;
-
 /// A session status, as a filter.
 #[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
@@ -129,14 +125,10 @@ pub async fn list_sessions(
     if let Some(id) = &q.agent_id {
         crate::extract::check_agent_id(id)?;
     }
-    let page_size = q.page_size.unwrap_or(DEFAULT_PAGE_SIZE);
-    if !(1..=MAX_PAGE_SIZE).contains(&page_size) {
-        return Err(taskforce_proto::error::ApiError::field(
-            "page_size",
-            format!("must be between 1 and {MAX_PAGE_SIZE}, got {page_size}"),
-        )
-        .into());
-    }
+    let page_size = taskforce_proto::page_token::page_size(
+        q.page_size
+            .unwrap_or(taskforce_proto::page_token::DEFAULT_SESSION_PAGE_SIZE),
+    )?;
     let page_token = q.page_token.unwrap_or_default();
     // Checked here too, so a bad token is one 400, not one per executor.
     taskforce_proto::page_token::parse_session(&page_token)?;

@@ -11,6 +11,25 @@
 
 use crate::{error::ApiError, v1::AgentSource};
 
+/// Most items of one page of either list.
+pub const MAX_PAGE_SIZE: u32 = 1000;
+
+/// Sessions of a page of a session list that asks for no size.
+pub const DEFAULT_SESSION_PAGE_SIZE: u32 = 100;
+
+/// `n` when it is a page size a list takes (1 to [`MAX_PAGE_SIZE`]), else the `page_size`
+/// field error.
+pub fn page_size(n: u32) -> Result<u32, ApiError> {
+    if (1..=MAX_PAGE_SIZE).contains(&n) {
+        Ok(n)
+    } else {
+        Err(ApiError::field(
+            "page_size",
+            format!("must be between 1 and {MAX_PAGE_SIZE}, got {n}"),
+        ))
+    }
+}
+
 /// The token of a page that ended with agent `id` of `source`.
 pub fn make(source: AgentSource, id: &str) -> String {
     let tag = match source {

@@ -580,8 +580,7 @@ impl Runner {
             }
         };
         let filter = crate::session::index::Filter { agent_id, status };
-        self.store
-            .list(filter, req.page_size as usize, &req.page_token)
+        self.store.list(filter, req.page_size, &req.page_token)
     }
 
     /// Waits (at most `grace`) for every run to send its last event and stop.

@@ -12,12 +12,6 @@ use std::{
 
 use taskforce_proto::v1;
 
-/// Most sessions of one page.
-pub const MAX_PAGE_SIZE: usize = 1000;
-
-/// Sessions of a page when the request gives no size.
-pub const DEFAULT_PAGE_SIZE: usize = 100;
-
 /// Characters of a mission or a question a summary keeps.
 const PREVIEW_CHARS: usize = 200;
 

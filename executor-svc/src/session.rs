@@ -373,14 +373,9 @@ impl Session {
         true
     }
 
-    /// Puts it in `index` as stored now.
-    fn index_in(&self, index: &index::SessionIndex) {
-        index.put(
-            &self.id,
-            &self.agent_id,
-            self.status.to_proto(),
-            &self.updated_at,
-        );
+    /// Puts it in `index` as stored at `updated_ms` (its `updated_at`).
+    fn index_in(&self, index: &index::SessionIndex, updated_ms: i64) {
+        index.put(&self.id, &self.agent_id, self.status.to_proto(), updated_ms);
     }
 
     /// The wire form.
@@ -526,7 +521,7 @@ fn is_zero(v: &u64) -> bool {
 
 /// The current time, RFC 3339.
 pub fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    index::rfc3339(chrono::Utc::now().timestamp_millis())
 }
 
 /// When a stored session ended (its `updated_at`), or `None` when it is running, paused or
@@ -839,7 +834,7 @@ impl SessionStore {
                 orphaned += 1;
                 interrupted.insert(session.agent_id.clone());
             }
-            session.index_in(&store.index);
+            session.index_in(&store.index, index::millis(&session.updated_at));
         }
         store.interrupted = interrupted.into_iter().collect();
         store.stored.set(count, bytes);
@@ -925,7 +920,9 @@ impl SessionStore {
     }
 
     async fn save_inner(&self, session: &mut Session, durable: bool) -> Result<(), ExecutorError> {
-        session.updated_at = now();
+        // The time in both forms, so the index does not read back what was just written.
+        let updated_ms = chrono::Utc::now().timestamp_millis();
+        session.updated_at = index::rfc3339(updated_ms);
         let key = session.id.as_bytes();
         let value = serde_json::to_vec(session)?;
         let new = stored_len(key, &value);
@@ -935,7 +932,7 @@ impl SessionStore {
             old.map_or(0, |old| stored_len(key, &old)),
             new,
         );
-        session.index_in(&self.index);
+        session.index_in(&self.index, updated_ms);
         if durable {
             self.make_durable(&session.id).await?;
         }
@@ -1016,7 +1013,8 @@ impl SessionStore {
             .is_ok();
         if deleted {
             self.stored.removed(stored_len(key, value));
-            self.index.remove(&String::from_utf8_lossy(key), updated_at);
+            self.index
+                .remove(&String::from_utf8_lossy(key), index::millis(updated_at));
         }
         Ok(deleted)
     }
@@ -1029,7 +1027,7 @@ impl SessionStore {
         };
         self.stored.removed(stored_len(id.as_bytes(), &old));
         if let Some(head) = Head::read(&old) {
-            self.index.remove(id, &head.updated_at);
+            self.index.remove(id, index::millis(&head.updated_at));
         }
         self.seqs.remove(id.as_bytes())?;
         self.make_durable(id).await?;

@@ -173,6 +173,15 @@ pub struct RunErrorJson {
     pub message: String,
 }
 
+impl From<v1::Error> for RunErrorJson {
+    fn from(e: v1::Error) -> Self {
+        Self {
+            code: e.code,
+            message: e.message,
+        }
+    }
+}
+
 /// Answer of `POST /api/v1/execute`: how the run ended.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ExecuteResultJson {
@@ -389,12 +398,7 @@ pub async fn execute(
                     items: question_items(&e.items),
                 });
             }
-            Some(Ev::Error(e)) if top => {
-                out.error = Some(RunErrorJson {
-                    code: e.code,
-                    message: e.message,
-                });
-            }
+            Some(Ev::Error(e)) if top => out.error = Some(e.into()),
             Some(Ev::Warning(e)) => out.warnings.push(RunErrorJson {
                 code: e.code,
                 message: e.message,
@@ -568,10 +572,7 @@ pub fn session_json(s: v1::Session) -> SessionJson {
         messages: s.messages.len(),
         events: s.next_seq,
         plan: plan_json(&s.plan.unwrap_or_default()),
-        error: s.error.map(|e| RunErrorJson {
-            code: e.code,
-            message: e.message,
-        }),
+        error: s.error.map(RunErrorJson::from),
         session_id: s.session_id,
         agent_id: s.agent_id,
         mission: s.mission,

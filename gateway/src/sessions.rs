@@ -201,10 +201,7 @@ fn summary_json(s: v1::SessionSummary) -> SessionSummaryJson {
             question: q.question,
         }),
         model: (!s.model.is_empty()).then_some(s.model),
-        error: s.error.map(|e| RunErrorJson {
-            code: e.code,
-            message: e.message,
-        }),
+        error: s.error.map(RunErrorJson::from),
         session_id: s.session_id,
         agent_id: s.agent_id,
         mission: s.mission,

@@ -60,10 +60,9 @@ impl SessionIndex {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Puts session `id` in as stored last at `updated_at` (RFC 3339), unless the index holds a
-    /// later change of it (two saves of one session racing to here).
-    pub fn put(&self, id: &str, agent_id: &str, status: v1::RunStatus, updated_at: &str) {
-        let updated_ms = millis(updated_at);
+    /// Puts session `id` in as stored last at `updated_ms` (see [`millis`]), unless the index
+    /// holds a later change of it (two saves of one session racing to here).
+    pub fn put(&self, id: &str, agent_id: &str, status: v1::RunStatus, updated_ms: i64) {
         let mut inner = self.lock();
         let key: Arc<str> = match inner.by_id.get_key_value(id) {
             Some((_, old)) if old.updated_ms > updated_ms => return,
@@ -83,10 +82,9 @@ impl SessionIndex {
         inner.by_id.insert(key, entry);
     }
 
-    /// Takes session `id` out, if the index holds it as of `updated_at` (a save after the
+    /// Takes session `id` out, if the index holds it as of `updated_ms` (a save after the
     /// deletion put a later change in, which stays).
-    pub fn remove(&self, id: &str, updated_at: &str) {
-        let updated_ms = millis(updated_at);
+    pub fn remove(&self, id: &str, updated_ms: i64) {
         let mut inner = self.lock();
         if inner
             .by_id
@@ -125,14 +123,9 @@ impl SessionIndex {
         (page, false)
     }
 
-    /// How many sessions it holds.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.lock().by_id.len()
-    }
-
-    /// Whether it holds none.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -178,10 +171,10 @@ mod tests {
             } else {
                 v1::RunStatus::Completed
             };
-            index.put(id, "coder", status, &at(i as u32));
+            index.put(id, "coder", status, millis(&at(i as u32)));
         }
         // Two sessions changed in the same millisecond are ordered by id.
-        index.put("f", "other", v1::RunStatus::Paused, &at(4));
+        index.put("f", "other", v1::RunStatus::Paused, millis(&at(4)));
         let all = Filter::default();
         let (page, more) = index.page(all, 2, None);
         assert_eq!((ids(&page), more), (vec!["f", "e"], true));
@@ -211,23 +204,23 @@ mod tests {
     #[test]
     fn a_session_changed_again_moves_up_and_a_stale_save_or_removal_changes_nothing() {
         let index = SessionIndex::default();
-        index.put("a", "coder", v1::RunStatus::Running, &at(0));
-        index.put("b", "coder", v1::RunStatus::Running, &at(1));
-        index.put("a", "coder", v1::RunStatus::Completed, &at(2));
+        index.put("a", "coder", v1::RunStatus::Running, millis(&at(0)));
+        index.put("b", "coder", v1::RunStatus::Running, millis(&at(1)));
+        index.put("a", "coder", v1::RunStatus::Completed, millis(&at(2)));
         let all = Filter::default();
         assert_eq!(ids(&index.page(all, 10, None).0), vec!["a", "b"]);
         assert_eq!(index.len(), 2);
         // An older save of `a` arriving late does not move it back.
-        index.put("a", "coder", v1::RunStatus::Running, &at(1));
+        index.put("a", "coder", v1::RunStatus::Running, millis(&at(1)));
         let completed = Filter {
             status: Some(v1::RunStatus::Completed),
             ..all
         };
         assert_eq!(ids(&index.page(completed, 10, None).0), vec!["a"]);
         // Deleting `a` as it was before its last save keeps it.
-        index.remove("a", &at(0));
+        index.remove("a", millis(&at(0)));
         assert_eq!(ids(&index.page(all, 10, None).0), vec!["a", "b"]);
-        index.remove("a", &at(2));
+        index.remove("a", millis(&at(2)));
         assert_eq!(ids(&index.page(all, 10, None).0), vec!["b"]);
         assert_eq!(index.len(), 1);
     }

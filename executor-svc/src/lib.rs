@@ -243,7 +243,7 @@ pub async fn run_with(
         max_duration: config.run_budget(),
         tool_limits: config.tool_limits(),
         workspaces: config.data_dir.join("workspaces"),
-        hidden: config.hidden_paths().into(),
+        hidden: tools::canonical_paths(config.hidden_paths()),
         instance: config.instance.clone(),
         max_live_runs: config.max_live_runs as usize,
         max_events_per_second: config.max_events_per_second,

@@ -41,6 +41,15 @@ impl Default for Limits {
     }
 }
 
+/// `paths` made canonical where they exist (else as given), for [`Workspace::hiding`]: once,
+/// when the executor starts, instead of at every run's first tool call.
+pub fn canonical_paths(paths: Vec<PathBuf>) -> Arc<[PathBuf]> {
+    paths
+        .into_iter()
+        .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
+        .collect()
+}
+
 /// An agent's workspace in one run: the directory as configured, and its canonical path once a
 /// tool of the run has made the directory and resolved it. Clones share that resolution, so a
 /// run with twenty file reads resolves its workspace once; the next run resolves it again. (A
@@ -69,6 +78,7 @@ impl Workspace {
     /// directory, the API keys file): a workspace at or above one would hand it to the tools.
     /// A workspace inside one of them is refused too, but for `own`: the agent's default
     /// workspace (`<data dir>/workspaces/<agent id>`), the one place in there that is its.
+    /// `hidden` are compared as given: make them canonical ([`canonical_paths`]).
     pub fn hiding(self, hidden: Arc<[PathBuf]>, own: PathBuf) -> Self {
         Self {
             hidden,

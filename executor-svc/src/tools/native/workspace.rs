@@ -63,20 +63,39 @@ pub(crate) fn root_blocking(tool: &str, workspace: &Workspace) -> Result<PathBuf
     if workspace.as_os_str().is_empty() {
         return Err(failed(tool, "the agent has no workspace"));
     }
-    std::fs::create_dir_all(&**workspace)
-        .map_err(|e| failed(tool, format!("workspace {}: {e}", workspace.display())))?;
-    let root = std::fs::canonicalize(&**workspace)
-        .map_err(|e| failed(tool, format!("workspace {}: {e}", workspace.display())))?;
+    let unusable =
+        |e: std::io::Error| failed(tool, format!("workspace {}: {e}", workspace.display()));
+    // Made only when missing: after a run's first, the directory is there, and a `mkdir` per
+    // run would be a system call (and a failure) for nothing.
+    let root = match std::fs::canonicalize(&**workspace) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(&**workspace).map_err(unusable)?;
+            std::fs::canonicalize(&**workspace).map_err(unusable)?
+        }
+        resolved => resolved.map_err(unusable)?,
+    };
+    if !std::fs::metadata(&root).map_err(unusable)?.is_dir() {
+        return Err(failed(
+            tool,
+            format!("workspace {}: not a directory", workspace.display()),
+        ));
+    }
     // As the sandbox's launcher refuses a program whose workspace holds a hidden path, so do
-    // the tools that work in this process (`file_read`, `file_write`).
-    let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    // the tools that work in this process (`file_read`, `file_write`). The hidden paths are
+    // canonical already (made so once, when the executor starts); the agent's default
+    // workspace is, when it is this one.
+    let own = workspace.own().map(|own| {
+        if own == &**workspace {
+            root.clone()
+        } else {
+            std::fs::canonicalize(own).unwrap_or_else(|_| own.to_path_buf())
+        }
+    });
     // Nor one inside a hidden path (`<data dir>/workspaces`, its ledger, its temp dirs), but
     // the agent's own default workspace there.
-    let own = workspace.own().map(real);
     if let Some(inside) = workspace
         .hidden()
         .iter()
-        .map(|h| real(h))
         .find(|h| root.starts_with(h) && own.as_ref().is_none_or(|o| !root.starts_with(o)))
     {
         return Err(failed(
@@ -89,12 +108,7 @@ pub(crate) fn root_blocking(tool: &str, workspace: &Workspace) -> Result<PathBuf
             ),
         ));
     }
-    if let Some(held) = workspace
-        .hidden()
-        .iter()
-        .map(|h| real(h))
-        .find(|h| h.starts_with(&root))
-    {
+    if let Some(held) = workspace.hidden().iter().find(|h| h.starts_with(&root)) {
         return Err(failed(
             tool,
             format!(
@@ -325,5 +339,50 @@ mod tests {
         drop(held);
         let again = tokio::time::timeout(wait * 20, turns.take(Path::new("/ws/a"))).await;
         assert!(again.is_ok(), "the turn never came back");
+    }
+
+    /// The workspace is made when missing, found when there, refused when it is a file, inside
+    /// a hidden path (but for the agent's own) or holding one; hidden paths given through a
+    /// symbolic link are compared as `canonical_paths` made them.
+    #[test]
+    fn a_workspace_is_resolved_made_and_checked() {
+        use crate::tools::{Workspace, canonical_paths};
+        let tmp = tempfile::tempdir().expect("tmp");
+        let data = tmp.path().join("data");
+        std::fs::create_dir_all(data.join("workspaces")).expect("data");
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&data, &link).expect("link");
+        // The data directory as the executor was told it: through the link.
+        let hidden = canonical_paths(vec![link.clone()]);
+        let real = std::fs::canonicalize(&data).expect("real");
+        assert_eq!(&*hidden, std::slice::from_ref(&real));
+        let own = link.join("workspaces/a");
+        let at = |path: &Path| Workspace::new(path).hiding(hidden.clone(), own.clone());
+
+        // The agent's own, made at its first use, and found (not made) at the next.
+        let root = root_blocking("t", &at(&own)).expect("own workspace");
+        assert_eq!(root, real.join("workspaces/a"));
+        assert!(root.is_dir());
+        assert_eq!(root_blocking("t", &at(&own)).ok(), Some(root));
+
+        let message = |path: &Path| match root_blocking("t", &at(path)) {
+            Err(ToolError::Failed { reason, .. }) => reason,
+            other => panic!("{}: {other:?}", path.display()),
+        };
+        // Another agent's, inside the data directory.
+        assert!(
+            message(&link.join("workspaces")).contains("is inside"),
+            "inside"
+        );
+        // One holding the data directory, named by its real path.
+        let holds = message(tmp.path());
+        assert!(
+            holds.contains("holds") && holds.contains(&*real.to_string_lossy()),
+            "{holds}"
+        );
+        // A file where the workspace should be.
+        let file = tmp.path().join("file");
+        std::fs::write(&file, "x").expect("file");
+        assert!(message(&file).contains("not a directory"));
     }
 }

@@ -1,7 +1,7 @@
 //! Workspace metadata (seed 001): `GET /api/v1/agents/{agent_id}/metadata`, and the per-field
 //! JSON shape it shares with the MCP `show_agent` tool.
 //!
-//! The registry collects the fields (one per task of the workspace's `Taskfile.yml`) and caches
+//! The registry collects the fields (one per task of the workspace's Taskfile) and caches
 //! them; this module only maps its `AgentMetadata` to JSON. A metadata problem is never an
 //! error here: it is an empty map or a field with `value: null` and an `error`.
 
@@ -85,7 +85,7 @@ pub struct AgentMetadataJson {
     pub agent_id: String,
     /// Number of fields (all of them).
     pub metadata_count: usize,
-    /// The fields by name; empty without a workspace or a loadable `Taskfile.yml`.
+    /// The fields by name; empty without a workspace or a loadable Taskfile.
     pub metadata: BTreeMap<String, MetadataFieldJson>,
 }
 

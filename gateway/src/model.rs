@@ -154,8 +154,8 @@ pub struct AgentRequest {
     /// The project the agent works on (`list_agents` filters by it); no control characters.
     #[serde(default, deserialize_with = "null_as_default")]
     pub project: String,
-    /// A directory with a `Taskfile.yml` of metadata fields: absolute, or relative to the
-    /// registry's config directory. Must exist.
+    /// A directory with a Taskfile (`Taskfile.yml`, ...) of metadata fields: absolute, or
+    /// relative to the registry's config directory. Must exist.
     #[serde(default, deserialize_with = "null_as_default")]
     pub workspace: String,
     /// PUT only: the version the update is based on (like `If-Match`); left out or null, the

@@ -139,8 +139,8 @@ pub struct CustomAgentFile {
     /// The project the agent works on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project: Option<String>,
-    /// A directory with a `Taskfile.yml` of metadata fields (absolute, or relative to the config
-    /// directory).
+    /// A directory with a Taskfile (`Taskfile.yml`, ...) of metadata fields (absolute, or
+    /// relative to the config directory).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<String>,
     /// A UUID, managed by the service; derived from the id for files written by hand.

@@ -12,7 +12,7 @@
 //! - [`store`]: the sled-backed store; every mutation goes through it under one lock.
 //! - [`watcher`]: file watcher plus periodic reconcile.
 //! - [`mcp`]: MCP discovery through `rmcp`.
-//! - [`metadata`]: workspace metadata from `Taskfile.yml` tasks, run with `task`, cached.
+//! - [`metadata`]: workspace metadata from the tasks of a workspace's Taskfile, run with `task`, cached.
 //! - [`catalog`]: the tool catalog and MCP allowlist validation.
 //! - [`grpc`]: the `taskforce.v1.AgentRegistry` service.
 //! - [`metrics`]: Prometheus metrics and the `/metrics` listener.

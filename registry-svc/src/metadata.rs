@@ -1,5 +1,6 @@
-//! Workspace metadata (seed 001): each task with a `desc` in the workspace's `Taskfile.yml` is a
-//! field; its value is what the task prints, collected with the real `task` binary.
+//! Workspace metadata (seed 001): each task with a `desc` in the workspace's Taskfile
+//! (`Taskfile.yml`, or another of the names `task` looks for: [`TASKFILES`]) is a field; its
+//! value is what the task prints, collected with the real `task` binary.
 //!
 //! Fields run in parallel (bounded by a semaphore shared by every collection), each under a
 //! timeout, in the workspace directory, with a minimal environment (none of this service's
@@ -46,8 +47,19 @@ use tracing::{debug, warn};
 
 /// Largest output of one field that is read; more is an error.
 pub const OUTPUT_CAP: usize = 64 * 1024;
-/// The Taskfile's name in a workspace.
-pub const TASKFILE: &str = "Taskfile.yml";
+/// The names of a workspace's Taskfile, in the order `task` itself looks for them: the first
+/// one there is the Taskfile (`Taskfile.dist.yml` is the committed one a user's own
+/// `Taskfile.yml` overrides).
+pub const TASKFILES: [&str; 8] = [
+    "Taskfile.yml",
+    "taskfile.yml",
+    "Taskfile.yaml",
+    "taskfile.yaml",
+    "Taskfile.dist.yml",
+    "taskfile.dist.yml",
+    "Taskfile.dist.yaml",
+    "taskfile.dist.yaml",
+];
 
 /// One metadata field.
 #[derive(Debug, Clone, PartialEq)]
@@ -138,11 +150,11 @@ impl Collector {
 
     async fn collect_now(&self, workspace: &Path) -> Metadata {
         let started = Instant::now();
-        let Some(tasks) = self.declared_fields(workspace).await else {
+        let Some((taskfile, tasks)) = self.declared_fields(workspace).await else {
             return Metadata::new();
         };
         let runs = tasks.into_iter().map(|(name, decl)| async move {
-            let result = self.run_field(workspace, &name, &decl).await;
+            let result = self.run_field(workspace, taskfile, &name, &decl).await;
             let (value, error) = match result {
                 Ok(v) => (v, None),
                 Err(e) => (None, Some(e)),
@@ -160,15 +172,31 @@ impl Collector {
         out
     }
 
-    /// The tasks with a `desc`, or `None` when there is no loadable Taskfile (or no `task`).
-    async fn declared_fields(&self, workspace: &Path) -> Option<BTreeMap<String, TaskDecl>> {
-        let path = workspace.join(TASKFILE);
-        let bytes = match tokio::fs::read(&path).await {
-            Ok(b) => b,
-            Err(e) => {
-                debug!(path = %path.display(), error = %e, "no Taskfile; no metadata");
-                return None;
+    /// The workspace's Taskfile (the first of [`TASKFILES`] there) and its tasks with a `desc`,
+    /// or `None` when there is no loadable Taskfile (or no `task`).
+    async fn declared_fields(
+        &self,
+        workspace: &Path,
+    ) -> Option<(&'static str, BTreeMap<String, TaskDecl>)> {
+        let mut found = None;
+        for name in TASKFILES {
+            let path = workspace.join(name);
+            match tokio::fs::read(&path).await {
+                Ok(bytes) => {
+                    found = Some((name, path, bytes));
+                    break;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                // There but unreadable: `task` would stop at it too, so no later name is read.
+                Err(e) => {
+                    warn!(path = %path.display(), error = %e, "Taskfile cannot be read; no metadata");
+                    return None;
+                }
             }
+        }
+        let Some((taskfile, path, bytes)) = found else {
+            debug!(workspace = %workspace.display(), "no Taskfile; no metadata");
+            return None;
         };
         let fields = match field_tasks(&bytes) {
             Ok(f) => f,
@@ -180,7 +208,7 @@ impl Collector {
         if !self.task_available() {
             return None;
         }
-        Some(fields)
+        Some((taskfile, fields))
     }
 
     fn task_available(&self) -> bool {
@@ -198,6 +226,7 @@ impl Collector {
     async fn run_field(
         &self,
         workspace: &Path,
+        taskfile: &str,
         name: &str,
         decl: &TaskDecl,
     ) -> Result<Option<Value>, String> {
@@ -237,7 +266,7 @@ impl Collector {
         };
         cmd.arg("--silent")
             .arg("--taskfile")
-            .arg(TASKFILE)
+            .arg(taskfile)
             .arg(name)
             .current_dir(workspace)
             .stdin(Stdio::null())
@@ -425,7 +454,7 @@ pub fn read_taskfile(
         .collect())
 }
 
-/// The parts of a `Taskfile.yml` that matter here.
+/// The parts of a Taskfile that matter here.
 #[derive(Debug, Default, Deserialize)]
 struct Taskfile {
     #[serde(default)]

@@ -285,3 +285,43 @@ async fn tasks_run_confined_to_their_workspace_like_the_agents_tools() {
     // The tools' resource limits too (open files: 256 by default).
     assert_eq!(r.body["metadata"]["files"]["value"], 256, "{}", r.text);
 }
+
+/// A Taskfile under another of the names `task` looks for is read too, and where several are
+/// there, the one `task` itself would pick: `Taskfile.yaml` before `Taskfile.dist.yml`, and a
+/// user's `Taskfile.yml` over the committed `Taskfile.dist.yml`.
+#[tokio::test]
+async fn a_taskfile_under_any_of_tasks_names_is_read_as_task_picks_it() {
+    let stack = metadata_stack().spawn().await.expect("stack starts");
+    let field = |value: &str| {
+        format!("version: '3'\ntasks:\n  picked:\n    desc: Which file\n    cmds: [echo {value}]\n")
+    };
+    let ws = workspace(&stack, "names", None);
+    create_agent(&stack, "names-agent", "Names", Some(&ws)).await;
+    let picked = |r: &Reply| r.body["metadata"]["picked"]["value"].clone();
+
+    std::fs::write(ws.join("Taskfile.dist.yml"), field("dist")).expect("dist");
+    let r = metadata(&stack, "names-agent", "?force_refresh=true").await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(picked(&r), json!("dist"), "{}", r.text);
+    assert_eq!(
+        r.body["metadata"]["picked"]["error"],
+        Value::Null,
+        "{}",
+        r.text
+    );
+
+    std::fs::write(ws.join("Taskfile.yaml"), field("yaml")).expect("yaml");
+    let r = metadata(&stack, "names-agent", "?force_refresh=true").await;
+    assert_eq!(picked(&r), json!("yaml"), "{}", r.text);
+
+    std::fs::write(ws.join("Taskfile.yml"), field("yml")).expect("yml");
+    let r = metadata(&stack, "names-agent", "?force_refresh=true").await;
+    assert_eq!(picked(&r), json!("yml"), "{}", r.text);
+
+    // None of them: no metadata, as without a Taskfile.
+    for name in ["Taskfile.yml", "Taskfile.yaml", "Taskfile.dist.yml"] {
+        std::fs::remove_file(ws.join(name)).expect("remove");
+    }
+    let r = metadata(&stack, "names-agent", "?force_refresh=true").await;
+    assert_eq!(r.body["metadata_count"], 0, "{}", r.text);
+}

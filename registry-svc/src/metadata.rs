@@ -1,6 +1,7 @@
 //! Workspace metadata (seed 001): each task with a `desc` in the workspace's Taskfile
 //! (`Taskfile.yml`, or another of the names `task` looks for: [`TASKFILES`]) is a field; its
-//! value is what the task prints, collected with the real `task` binary.
+//! value is what the task prints, collected with the real `task` binary. The tasks of the
+//! Taskfiles it `includes:` are fields too, as `task --list-all --json` names them.
 //!
 //! Fields run in parallel (bounded by a semaphore shared by every collection), each under a
 //! timeout, in the workspace directory, with a minimal environment (none of this service's
@@ -198,7 +199,7 @@ impl Collector {
             debug!(workspace = %workspace.display(), "no Taskfile; no metadata");
             return None;
         };
-        let fields = match field_tasks(&bytes) {
+        let (mut fields, includes) = match taskfile_tasks(&bytes) {
             Ok(f) => f,
             Err(e) => {
                 warn!(path = %path.display(), error = %e, "Taskfile cannot be loaded; no metadata");
@@ -208,7 +209,77 @@ impl Collector {
         if !self.task_available() {
             return None;
         }
+        if includes {
+            fields.extend(self.included_fields(workspace, taskfile).await);
+        }
         Some((taskfile, fields))
+    }
+
+    /// The fields of the Taskfiles `taskfile` includes, named as `task` names them
+    /// (`<namespace>:<task>`): `task --list-all --json` says which tasks there are, with their
+    /// `desc`, and where each is written; `meta.include_in_list` and the command errors name
+    /// come from that file when it is inside the workspace (one outside is not read here: its
+    /// fields are not listed, and errors name `task <name>`). None when the listing fails,
+    /// which is said.
+    async fn included_fields(
+        &self,
+        workspace: &Path,
+        taskfile: &str,
+    ) -> BTreeMap<String, TaskDecl> {
+        let shown = "task --list-all --json";
+        let listing = match self
+            .run_task(
+                workspace,
+                &["--taskfile", taskfile, "--list-all", "--json"],
+                shown,
+            )
+            .await
+            .and_then(|out| {
+                serde_json::from_slice::<Listing>(&out)
+                    .map_err(|e| format!("Command '{shown}' printed no task list: {e}"))
+            }) {
+            Ok(listing) => listing,
+            Err(e) => {
+                warn!(workspace = %workspace.display(), error = %e, "the included Taskfiles' tasks are no fields");
+                return BTreeMap::new();
+            }
+        };
+        let (Ok(root), Ok(inside)) = (
+            tokio::fs::canonicalize(workspace.join(taskfile)).await,
+            tokio::fs::canonicalize(workspace).await,
+        ) else {
+            return BTreeMap::new();
+        };
+        // Each included file's own fields, read once.
+        let mut files: HashMap<PathBuf, BTreeMap<String, TaskDecl>> = HashMap::new();
+        let mut out = BTreeMap::new();
+        for task in listing.tasks {
+            let Some(at) = task.location.map(|l| l.taskfile) else {
+                continue;
+            };
+            let at = tokio::fs::canonicalize(&at).await.unwrap_or(at);
+            if at == root || task.desc.trim().is_empty() {
+                continue;
+            }
+            if !files.contains_key(&at) {
+                let declared = if at.starts_with(&inside) {
+                    tokio::fs::read(&at)
+                        .await
+                        .ok()
+                        .and_then(|bytes| taskfile_tasks(&bytes).ok())
+                        .map(|(fields, _)| fields)
+                        .unwrap_or_default()
+                } else {
+                    BTreeMap::new()
+                };
+                files.insert(at.clone(), declared);
+            }
+            let declared = files.get(&at).and_then(|f| written_as(f, &task.name));
+            let mut decl = declared.cloned().unwrap_or_default();
+            decl.desc = task.desc;
+            out.insert(task.name, decl);
+        }
+        out
     }
 
     fn task_available(&self) -> bool {
@@ -231,6 +302,25 @@ impl Collector {
         decl: &TaskDecl,
     ) -> Result<Option<Value>, String> {
         let shown = decl.command_label(name);
+        let out = self
+            .run_task(
+                workspace,
+                &["--silent", "--taskfile", taskfile, name],
+                &shown,
+            )
+            .await?;
+        Ok(parse_value(&String::from_utf8_lossy(&out)))
+    }
+
+    /// Runs `task <args>` in `workspace` (confined, with the minimal environment, under the
+    /// field timeout, its output capped) and gives what it printed; `Err` says why not,
+    /// naming `shown` as the command.
+    async fn run_task(
+        &self,
+        workspace: &Path,
+        task_args: &[&str],
+        shown: &str,
+    ) -> Result<Vec<u8>, String> {
         let _permit = self
             .permits
             .acquire()
@@ -264,10 +354,7 @@ impl Collector {
                 tokio::process::Command::from(minimal_command(&self.settings.task_bin, &TOOL_ENV))
             }
         };
-        cmd.arg("--silent")
-            .arg("--taskfile")
-            .arg(taskfile)
-            .arg(name)
+        cmd.args(task_args)
             .current_dir(workspace)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -287,13 +374,13 @@ impl Collector {
         };
         let Ok((out, err, status)) = tokio::time::timeout(timeout, run).await else {
             if let Err(e) = child.0.start_kill() {
-                warn!(task = name, error = %e, "could not kill a timed-out task's process group");
+                warn!(command = shown, error = %e, "could not kill a timed-out task's process group");
             } else if tokio::time::timeout(REAP_GRACE, child.0.wait())
                 .await
                 .is_err()
             {
                 warn!(
-                    task = name,
+                    command = shown,
                     "a timed-out task's process group did not exit after SIGKILL in time"
                 );
             }
@@ -320,7 +407,7 @@ impl Collector {
                 OUTPUT_CAP / 1024
             ));
         }
-        Ok(parse_value(&String::from_utf8_lossy(&out)))
+        Ok(out)
     }
 }
 
@@ -413,12 +500,16 @@ fn humanize(d: Duration) -> String {
     }
 }
 
-/// The tasks of a Taskfile's text that are fields: those with a `desc`.
+/// The tasks of a Taskfile's text that are fields (those with a `desc`), and whether it
+/// includes other Taskfiles.
 /// Each task is read on its own: one this reader cannot make out (Task's shorthand `build: echo
 /// x`, a shape of a newer Taskfile version) is no field, and the others still are.
-fn field_tasks(bytes: &[u8]) -> Result<BTreeMap<String, TaskDecl>, crate::files::YamlError> {
+fn taskfile_tasks(
+    bytes: &[u8],
+) -> Result<(BTreeMap<String, TaskDecl>, bool), crate::files::YamlError> {
     let file: Taskfile = crate::files::yaml(bytes)?;
-    Ok(file
+    let includes = file.includes.as_mapping().is_some_and(|m| !m.is_empty());
+    let fields = file
         .tasks
         .into_iter()
         .filter_map(|(name, task)| match serde_yaml::from_value::<TaskDecl>(task) {
@@ -429,7 +520,44 @@ fn field_tasks(bytes: &[u8]) -> Result<BTreeMap<String, TaskDecl>, crate::files:
             }
         })
         .filter(|(_, t)| !t.desc.trim().is_empty() && !t.internal)
-        .collect())
+        .collect();
+    Ok((fields, includes))
+}
+
+/// The task of an included Taskfile that `task` lists as `listed`: the one whose name is
+/// `listed` (a flattened include) or ends it after a `:` (`<namespace>:<task>`, namespaces
+/// nested), the longest such name.
+fn written_as<'a>(fields: &'a BTreeMap<String, TaskDecl>, listed: &str) -> Option<&'a TaskDecl> {
+    fields
+        .iter()
+        .filter(|(name, _)| {
+            listed == name.as_str()
+                || listed
+                    .strip_suffix(name.as_str())
+                    .is_some_and(|head| head.ends_with(':'))
+        })
+        .max_by_key(|(name, _)| name.len())
+        .map(|(_, decl)| decl)
+}
+
+/// What `task --list-all --json` prints, the parts read here.
+#[derive(Debug, Deserialize)]
+struct Listing {
+    #[serde(default)]
+    tasks: Vec<ListedTask>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ListedTask {
+    name: String,
+    #[serde(default)]
+    desc: String,
+    location: Option<ListedAt>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ListedAt {
+    taskfile: PathBuf,
 }
 
 /// Reads a Taskfile's text as a collection does: each field, by name, with its description and
@@ -439,7 +567,8 @@ fn field_tasks(bytes: &[u8]) -> Result<BTreeMap<String, TaskDecl>, crate::files:
 pub fn read_taskfile(
     bytes: &[u8],
 ) -> Result<BTreeMap<String, (Field, String)>, crate::files::YamlError> {
-    Ok(field_tasks(bytes)?
+    Ok(taskfile_tasks(bytes)?
+        .0
         .into_iter()
         .map(|(name, decl)| {
             let command = decl.command_label(&name);
@@ -459,6 +588,9 @@ pub fn read_taskfile(
 struct Taskfile {
     #[serde(default)]
     tasks: BTreeMap<String, serde_yaml::Value>,
+    /// Only whether there are any: `task` itself resolves them.
+    #[serde(default)]
+    includes: serde_yaml::Value,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -553,10 +685,11 @@ hidden:\n    desc: Hidden\n    internal: true\n    cmds: [echo h]\n";
 
     #[test]
     fn taskfile_meta_and_commands_are_read() {
-        let tasks = field_tasks(
+        let (tasks, includes) = taskfile_tasks(
             b"version: '3'\ntasks:\n  pr:\n    desc: PR number\n    meta: {include_in_list: true}\n    cmds: [gh pr view --json number]\n  helper:\n    desc: Helps\n    cmds: [{cmd: echo hi}]\n",
         )
         .unwrap_or_default();
+        assert!(!includes);
         let pr = &tasks["pr"];
         assert!(pr.meta.include_in_list);
         assert_eq!(pr.command_label("pr"), "gh pr view --json number");
@@ -567,13 +700,34 @@ hidden:\n    desc: Hidden\n    internal: true\n    cmds: [echo h]\n";
     #[test]
     fn a_task_this_reader_cannot_make_out_leaves_the_others() {
         // Task's shorthand task and YAML 1.1's `yes` (both valid for the real `task`).
-        let tasks = field_tasks(
+        let (tasks, _) = taskfile_tasks(
             b"version: '3'\ntasks:\n  build: echo x\n  list: [echo a, echo b]\n  branch:\n    desc: Branch\n    meta: {include_in_list: yes}\n    cmds: [git branch --show-current]\n  odd:\n    desc: Odd\n    cmds: 7\n",
         )
         .expect("the file reads");
         let names: Vec<&str> = tasks.keys().map(String::as_str).collect();
         assert_eq!(names, ["branch"]);
         assert!(tasks["branch"].meta.include_in_list);
+    }
+
+    #[test]
+    fn included_tasks_are_found_by_the_name_task_lists() {
+        let (tasks, includes) = taskfile_tasks(
+            b"version: '3'\nincludes:\n  sub: ./sub\ntasks:\n  b:\n    desc: B\n    cmds: [echo b]\n  lint:b:\n    desc: Lint B\n    meta: {include_in_list: true}\n    cmds: [echo lb]\n",
+        )
+        .expect("the file reads");
+        assert!(includes);
+        let label = |listed: &str| written_as(&tasks, listed).map(|d| d.command_label(listed));
+        assert_eq!(label("sub:b").as_deref(), Some("echo b"));
+        assert_eq!(label("b").as_deref(), Some("echo b"), "a flattened include");
+        assert_eq!(
+            label("a:sub:lint:b").as_deref(),
+            Some("echo lb"),
+            "the longest name"
+        );
+        assert_eq!(label("sub:xb"), None);
+        assert_eq!(label("c"), None);
+        let (_, none) = taskfile_tasks(b"version: '3'\nincludes: {}\ntasks: {}\n").expect("reads");
+        assert!(!none, "an empty includes");
     }
 
     #[test]

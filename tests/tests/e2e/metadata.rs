@@ -325,3 +325,49 @@ async fn a_taskfile_under_any_of_tasks_names_is_read_as_task_picks_it() {
     let r = metadata(&stack, "names-agent", "?force_refresh=true").await;
     assert_eq!(r.body["metadata_count"], 0, "{}", r.text);
 }
+
+/// The tasks of the Taskfiles a Taskfile `includes:` are fields too, named as `task --list`
+/// names them (`<namespace>:<task>`), with `include_in_list` from the file they are written in;
+/// an included `internal: true` task, or one without a `desc`, is none.
+#[tokio::test]
+async fn the_tasks_of_included_taskfiles_are_fields_named_as_task_lists_them() {
+    let stack = metadata_stack().spawn().await.expect("stack starts");
+    let ws = workspace(
+        &stack,
+        "includes",
+        Some(
+            "version: '3'\nincludes:\n  lint: ./lint\ntasks:\n  top:\n    desc: The root's own\n    cmds: [echo top]\n",
+        ),
+    );
+    std::fs::create_dir_all(ws.join("lint")).expect("lint dir");
+    std::fs::write(
+        ws.join("lint/Taskfile.yml"),
+        "version: '3'\ntasks:\n  warnings:\n    desc: How many warnings\n    meta: {include_in_list: true}\n    cmds: [echo 3]\n  broken:\n    desc: A failing check\n    cmds: [exit 4]\n  helper:\n    cmds: [echo no desc]\n  secret:\n    desc: Internal\n    internal: true\n    cmds: [echo internal]\n",
+    )
+    .expect("included Taskfile");
+    create_agent(&stack, "includes-agent", "Lint", Some(&ws)).await;
+
+    let r = metadata(&stack, "includes-agent", "").await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let names: Vec<&str> = r.body["metadata"]
+        .as_object()
+        .map(|m| m.keys().map(String::as_str).collect())
+        .unwrap_or_default();
+    assert_eq!(names, ["lint:broken", "lint:warnings", "top"], "{}", r.text);
+    assert_eq!(r.body["metadata_count"], 3, "{}", r.text);
+    let field = &r.body["metadata"]["lint:warnings"];
+    assert_eq!(field["value"], 3, "{}", r.text);
+    assert_eq!(field["schema"]["description"], "How many warnings");
+    assert_eq!(field["schema"]["include_in_list"], true);
+    assert_eq!(r.body["metadata"]["top"]["value"], "top", "{}", r.text);
+    // A failing included task names its own command, from its own file.
+    let broken = &r.body["metadata"]["lint:broken"];
+    assert_eq!(broken["value"], Value::Null, "{}", r.text);
+    assert!(
+        broken["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("Command 'exit 4' failed")),
+        "{}",
+        r.text
+    );
+}

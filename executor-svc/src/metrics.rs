@@ -13,9 +13,10 @@
 //! `taskforce_runtime::metrics`. One process-wide registry (the runtime's): every run of the
 //! process counts into it, as a scrape expects.
 //!
-//! The listener also serves `/readyz`: JSON with the global MCP servers' health (always 200
-//! while the executor serves; a server that is down is `"status": "degraded"`, since runs go
-//! on without its tools and the chat endpoint falls back to the plain LLM).
+//! The listener also serves `/readyz`: JSON with the global MCP servers' health (200 while
+//! the executor serves; a server that is down is `"status": "degraded"`, since runs go on
+//! without its tools and the chat endpoint falls back to the plain LLM; 503 `"unavailable"`
+//! with the `reason` once the session store has failed).
 
 use std::{
     sync::{Arc, LazyLock},

@@ -275,10 +275,8 @@ fn rebinding_guard(state: &AppState, config: &Config) -> Option<std::sync::Arc<[
     if state.keys.is_some() || !config.listen.ip().is_loopback() {
         return None;
     }
-    let mut hosts = mcp::transport::allowed_hosts(config)?;
-    // Its own address too (127.0.0.2, say), as a client that was given it sends it.
-    hosts.push(config.listen.ip().to_string());
-    Some(hosts.into())
+    // Its own address is in it (127.0.0.2, say), as a client that was given it sends it.
+    Some(mcp::transport::allowed_hosts(config)?.into())
 }
 
 /// Refuses (403) a request whose `Host` is not in `allowed` (see [`rebinding_guard`]).

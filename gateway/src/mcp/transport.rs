@@ -29,8 +29,9 @@ pub const ANY: &str = "*";
 /// The tower service mounted at `/mcp`.
 pub type McpHttpService = StreamableHttpService<TaskforceMcp, NeverSessionManager>;
 
-/// The `Host` values `/mcp` accepts: `--mcp-allowed-hosts` when given, else the loopback names
-/// plus the address the gateway listens on (unless that is `0.0.0.0` / `::`). `None`: any.
+/// The `Host` values `/mcp` accepts: `--mcp-allowed-hosts` when given, else the loopback
+/// names; either way the address the gateway listens on (unless that is `0.0.0.0` / `::`), as
+/// a client that was given that address sends it. `None`: any.
 pub fn allowed_hosts(config: &Config) -> Option<Vec<String>> {
     let given: Vec<String> = config
         .mcp_allowed_hosts
@@ -41,12 +42,13 @@ pub fn allowed_hosts(config: &Config) -> Option<Vec<String>> {
     if given.iter().any(|h| h == ANY) {
         return None;
     }
-    if !given.is_empty() {
-        return Some(given);
-    }
-    let mut hosts: Vec<String> = LOOPBACK_HOSTS.iter().map(|h| (*h).to_owned()).collect();
+    let mut hosts = if given.is_empty() {
+        LOOPBACK_HOSTS.iter().map(|h| (*h).to_owned()).collect()
+    } else {
+        given
+    };
     let ip = config.listen.ip();
-    if !ip.is_loopback() && !ip.is_unspecified() {
+    if !ip.is_unspecified() && !hosts.contains(&ip.to_string()) {
         hosts.push(ip.to_string());
     }
     Some(hosts)
@@ -348,6 +350,8 @@ mod tests {
         assert!(lan.contains(&"10.1.2.3".to_owned()) && lan.contains(&"localhost".to_owned()));
         let any = allowed_hosts(&config("0.0.0.0:8080", &[], &[])).unwrap_or_default();
         assert_eq!(any.len(), LOOPBACK_HOSTS.len());
+        let other_loopback = allowed_hosts(&config("127.0.0.2:8080", &[], &[])).unwrap_or_default();
+        assert!(other_loopback.contains(&"127.0.0.2".to_owned()));
     }
 
     #[test]
@@ -362,6 +366,9 @@ mod tests {
             Some(vec!["gateway".into(), "mcp.example.com".into()])
         );
         assert_eq!(allowed_hosts(&config("0.0.0.0:8080", &["*"], &[])), None);
+        // The address it listens on passes too.
+        let own = allowed_hosts(&config("10.1.2.3:8080", &["gateway"], &[]));
+        assert_eq!(own, Some(vec!["gateway".into(), "10.1.2.3".into()]));
     }
 
     #[test]

@@ -597,14 +597,17 @@ async fn each_key_has_its_own_cap_on_open_runs() {
 /// can neither create an agent (whose MCP servers the registry would start) nor run one.
 #[tokio::test]
 async fn without_keys_a_foreign_host_is_refused_on_every_route() {
+    let port_of = |stack: &Stack| {
+        reqwest::Url::parse(&stack.url("/"))
+            .ok()
+            .and_then(|u| u.port())
+            .expect("a port")
+    };
     let stack = StackOptions::full()
         .spawn()
         .await
         .expect("stack without keys starts");
-    let port = reqwest::Url::parse(&stack.url("/"))
-        .ok()
-        .and_then(|u| u.port())
-        .expect("a port");
+    let port = port_of(&stack);
     for host in [
         format!("rebound.example:{port}"),
         "rebound.example".to_owned(),
@@ -631,6 +634,47 @@ async fn without_keys_a_foreign_host_is_refused_on_every_route() {
         )
         .await;
         assert_eq!(r.status, 200, "{host}: {}", r.text);
+    }
+
+    // A list given with `--mcp-allowed-hosts` replaces the loopback names, on every route
+    // and `/mcp` alike, but the address the gateway listens on still passes.
+    let listed = StackOptions::full()
+        .gateway_args(["--mcp-allowed-hosts", "gateway.internal"])
+        .spawn()
+        .await
+        .expect("stack with a host list starts");
+    let port = port_of(&listed);
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "host-test", "version": "1"}}});
+    for (host, passes) in [
+        (format!("127.0.0.1:{port}"), true),
+        (format!("gateway.internal:{port}"), true),
+        (format!("localhost:{port}"), false),
+    ] {
+        let rest = send(
+            listed
+                .http()
+                .get(listed.url("/api/v1/agents"))
+                .header("host", &host),
+        )
+        .await;
+        let mcp = send(
+            listed
+                .http()
+                .post(listed.url("/mcp"))
+                .header("host", &host)
+                .header("accept", "application/json, text/event-stream")
+                .json(&init),
+        )
+        .await;
+        for (route, r) in [("REST", &rest), ("/mcp", &mcp)] {
+            if passes {
+                assert_eq!(r.status, 200, "{route} {host}: {}", r.text);
+            } else {
+                assert_eq!(r.status, 403, "{route} {host}: {}", r.text);
+            }
+        }
     }
 }
 

@@ -182,10 +182,14 @@ impl Collector {
         let mut found = None;
         for name in TASKFILES {
             let path = workspace.join(name);
-            match tokio::fs::read(&path).await {
-                Ok(bytes) => {
+            match read_taskfile_bytes(&path).await {
+                Ok(Some(bytes)) => {
                     found = Some((name, path, bytes));
                     break;
+                }
+                Ok(None) => {
+                    warn!(path = %path.display(), max_bytes = crate::files::MAX_DEFINITION_BYTES, "Taskfile too large; no metadata");
+                    return None;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 // There but unreadable: `task` would stop at it too, so no later name is read.
@@ -257,15 +261,17 @@ impl Collector {
             let Some(at) = task.location.map(|l| l.taskfile) else {
                 continue;
             };
+            let at = workspace.join(at);
             let at = tokio::fs::canonicalize(&at).await.unwrap_or(at);
             if at == root || task.desc.trim().is_empty() {
                 continue;
             }
             if !files.contains_key(&at) {
                 let declared = if at.starts_with(&inside) {
-                    tokio::fs::read(&at)
+                    read_taskfile_bytes(&at)
                         .await
                         .ok()
+                        .flatten()
                         .and_then(|bytes| taskfile_tasks(&bytes).ok())
                         .map(|(fields, _)| fields)
                         .unwrap_or_default()
@@ -409,6 +415,20 @@ impl Collector {
         }
         Ok(out)
     }
+}
+
+/// A Taskfile's bytes, read as the registry reads every YAML file it is given
+/// ([`crate::files::read_at_most`]): a regular file only (a pipe would hold a collection
+/// forever), not through a link (the agent's tools may write the workspace, and a link could
+/// point at a file it may not read), at most [`crate::files::MAX_DEFINITION_BYTES`]
+/// (`Ok(None)` past it).
+async fn read_taskfile_bytes(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
+    let path = path.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        crate::files::read_at_most(&path, crate::files::MAX_DEFINITION_BYTES)
+    })
+    .await
+    .unwrap_or_else(|e| Err(std::io::Error::other(e)))
 }
 
 /// Reads at most [`OUTPUT_CAP`] bytes, then drains the rest; says whether it cut.

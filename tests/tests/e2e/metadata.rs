@@ -371,3 +371,33 @@ async fn the_tasks_of_included_taskfiles_are_fields_named_as_task_lists_them() {
         r.text
     );
 }
+
+/// A Taskfile the agent's tools could have made into a trap is not read: a named pipe (which
+/// would hold the collection, and every request waiting on it, until a writer came) or a
+/// symbolic link (to a file outside the workspace). The answer is empty metadata.
+#[tokio::test]
+async fn a_taskfile_that_is_a_pipe_or_a_link_is_not_read() {
+    let stack = metadata_stack().spawn().await.expect("stack starts");
+    let piped = workspace(&stack, "piped", None);
+    let made = Command::new("mkfifo")
+        .arg(piped.join("Taskfile.yml"))
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+    let linked = workspace(&stack, "linked", None);
+    let outside = stack.root().join("outside.yml");
+    std::fs::write(
+        &outside,
+        "version: '3'\ntasks:\n  leak:\n    desc: Read through a link\n    cmds: [echo leaked]\n",
+    )
+    .expect("outside Taskfile");
+    std::os::unix::fs::symlink(&outside, linked.join("Taskfile.yml")).expect("link");
+    create_agent(&stack, "piped-agent", "Traps", Some(&piped)).await;
+    create_agent(&stack, "linked-agent", "Traps", Some(&linked)).await;
+    // (Reading the pipe would wait past the gateway's request timeout: a 504, not this 200.)
+    for id in ["piped-agent", "linked-agent"] {
+        let r = metadata(&stack, id, "?force_refresh=true").await;
+        assert_eq!(r.status, 200, "{id}: {}", r.text);
+        assert_eq!(r.body["metadata_count"], 0, "{id}: {}", r.text);
+    }
+}

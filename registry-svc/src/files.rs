@@ -2,7 +2,7 @@
 
 use std::{
     fs::{self, File},
-    io::{self, Read, Write},
+    io::{self, Write},
     path::{Path, PathBuf},
     sync::atomic::{AtomicU64, Ordering},
 };
@@ -76,49 +76,28 @@ pub fn read_at_most(path: &Path, max: u64) -> io::Result<Option<Vec<u8>>> {
     // would not see edits of a link's target (it would be served stale): the file is opened
     // without waiting and without following a link, and only a regular file is read. One
     // check, at the open itself, so nothing swapped in before it slips through.
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(|e| {
-            // `O_NOFOLLOW` on a link answers ELOOP: say what it is.
-            let link = e.raw_os_error() == Some(libc::ELOOP)
-                && fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
-            if link {
-                plain_only("a symbolic link; copy the file here instead of linking it")
-            } else {
-                e
-            }
-        })?;
-    not_plain(file.metadata()?.file_type())?;
-    let mut bytes = Vec::new();
-    file.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
+    let bytes = taskforce_runtime::read_regular(path, max, false).map_err(|e| {
+        // `O_NOFOLLOW` on a link answers ELOOP: say what it is.
+        let link = e.raw_os_error() == Some(libc::ELOOP)
+            && fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+        if link {
+            plain_only(
+                "not a regular file but a symbolic link; copy the file here instead of linking it",
+            )
+        } else if e.kind() == io::ErrorKind::InvalidInput {
+            plain_only(&e.to_string())
+        } else {
+            e
+        }
+    })?;
     Ok((u64::try_from(bytes.len()).unwrap_or(u64::MAX) <= max).then_some(bytes))
-}
-
-/// `Err` (`InvalidInput`, saying what it is instead) unless `kind` is a regular file.
-fn not_plain(kind: fs::FileType) -> io::Result<()> {
-    use std::os::unix::fs::FileTypeExt;
-    let what = if kind.is_file() {
-        return Ok(());
-    } else if kind.is_dir() {
-        "a directory"
-    } else if kind.is_fifo() {
-        "a named pipe"
-    } else if kind.is_socket() {
-        "a socket"
-    } else {
-        "a device"
-    };
-    Err(plain_only(what))
 }
 
 /// The error of a definition that is `what` instead of a regular file.
 fn plain_only(what: &str) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidInput,
-        format!("not a regular file but {what}; definitions are plain files"),
+        format!("{what}; definitions are plain files"),
     )
 }
 

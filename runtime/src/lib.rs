@@ -15,6 +15,7 @@
 //!   environment), see [`run_main`].
 //! - [`metrics`]: the process-wide Prometheus registry, `/metrics`, HTTP and gRPC request metrics.
 //! - [`sandbox`]: the command line of `taskforce-sandbox`, the tool and task launcher.
+//! - this file also: [`read_regular`], reading a file someone else may have made (a workspace's).
 //! - [`telemetry`]: logs and OpenTelemetry traces.
 //! - `mcp_client` (feature `mcp-client`): connecting to an MCP server through `rmcp`, shared by
 //!   the registry (discovery) and the executor (tool calls).
@@ -36,6 +37,46 @@ use std::{net::SocketAddr, path::Path};
 pub use grpc::{Fault, GrpcError, MAX_DECODING_BYTES, serve_grpc};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+
+/// The bytes of the regular file at `path`, at most `max + 1` of them (so a caller can tell a
+/// longer file), blocking. Opened without waiting: a named pipe (which the agents' tools can
+/// make in a workspace) would otherwise hold the thread until a writer came. With
+/// `follow_links` false, a symbolic link is refused by the open itself (`ELOOP`). Anything but
+/// a regular file is `InvalidInput`, saying what it is ("not a regular file but a named
+/// pipe"); what was checked is what is read (the check is of the open file).
+pub fn read_regular(path: &Path, max: u64, follow_links: bool) -> std::io::Result<Vec<u8>> {
+    use std::{
+        io::Read,
+        os::unix::fs::{FileTypeExt, OpenOptionsExt},
+    };
+    let mut flags = nix::libc::O_NONBLOCK;
+    if !follow_links {
+        flags |= nix::libc::O_NOFOLLOW;
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(path)?;
+    let kind = file.metadata()?.file_type();
+    if !kind.is_file() {
+        let what = if kind.is_dir() {
+            "a directory"
+        } else if kind.is_fifo() {
+            "a named pipe"
+        } else if kind.is_socket() {
+            "a socket"
+        } else {
+            "a device"
+        };
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("not a regular file but {what}"),
+        ));
+    }
+    let mut bytes = Vec::new();
+    file.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
 
 /// How long a service's exit waits for blocking work still running (a store's flush that a
 /// full or failing disk keeps from finishing): the process ends anyway.
@@ -355,6 +396,34 @@ pub fn protect_secrets() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A regular file is read (one byte past `max` at most); a named pipe is refused at once,
+    /// not waited on; a link is followed only when asked.
+    #[test]
+    fn only_regular_files_are_read_and_pipes_do_not_wait() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"0123456789").expect("file");
+        assert_eq!(read_regular(&file, 4, true).ok(), Some(b"01234".to_vec()));
+        assert_eq!(
+            read_regular(&file, 64, false).ok(),
+            Some(b"0123456789".to_vec())
+        );
+        let pipe = dir.path().join("pipe");
+        nix::unistd::mkfifo(&pipe, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+        let refused = read_regular(&pipe, 64, true).expect_err("a pipe is refused");
+        assert_eq!(refused.kind(), std::io::ErrorKind::InvalidInput);
+        assert!(refused.to_string().contains("a named pipe"), "{refused}");
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&file, &link).expect("link");
+        assert_eq!(
+            read_regular(&link, 64, true).ok(),
+            Some(b"0123456789".to_vec())
+        );
+        let not_followed = read_regular(&link, 64, false).expect_err("a link is refused");
+        assert_eq!(not_followed.raw_os_error(), Some(nix::libc::ELOOP));
+        assert!(read_regular(dir.path(), 64, true).is_err(), "a directory");
+    }
 
     #[test]
     fn service_urls_need_a_scheme_a_host_and_a_real_port() {

@@ -242,13 +242,25 @@ fn write(workspace: &Workspace, args: &WriteArgs) -> Result<ToolOutcome, ToolErr
     } else {
         OFlag::O_TRUNC
     };
+    // Non-blocking, and checked through the open file: a named pipe swapped in after
+    // `resolve_for_write` (by a program of the agent's) would otherwise hold this thread, and
+    // the workspace's write turn, until a reader came.
     let mut file = workspace::open_beneath(
         TOOL,
         &root,
         &real,
         given,
-        OFlag::O_WRONLY | OFlag::O_CREAT | mode,
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_NONBLOCK | mode,
     )?;
+    if !file
+        .metadata()
+        .map_err(|e| failed(TOOL, format!("{given}: {e}")))?
+        .is_file()
+    {
+        return Ok(ToolOutcome::failed(format!(
+            "{given} is not a regular file; file_write writes files"
+        )));
+    }
     file.write_all(args.content.as_bytes())
         .map_err(|e| failed(TOOL, format!("{given}: {e}")))?;
     file.flush()

@@ -153,7 +153,7 @@ pub(super) fn repository_problem(root: &Path, dir: &Path, resumes: bool) -> Opti
 /// strategy other than git's own (`git merge-<name>`), a signing option (gpg). Reads the file
 /// system: call off the async threads.
 fn sequencer_problem(git_dir: &Path) -> Option<String> {
-    let read = |name: &str| std::fs::read_to_string(git_dir.join(name)).unwrap_or_default();
+    let read = |name: &str| small_text(&git_dir.join(name));
     let mut said = Vec::new();
     for todo in ["rebase-merge/git-rebase-todo", "sequencer/todo"] {
         let runs = read(todo)
@@ -206,13 +206,12 @@ fn git_dir_problem(root: &Path, git_dir: &Path) -> Option<String> {
     if outside(git_dir) {
         leads.push("the repository's git directory".to_owned());
     }
-    let common = std::fs::read_to_string(git_dir.join("commondir")).unwrap_or_default();
+    let common = small_text(&git_dir.join("commondir"));
     let common = common.trim();
     if !common.is_empty() && outside(&git_dir.join(common)) {
         leads.push(format!("its `commondir` ({common})"));
     }
-    let alternates =
-        std::fs::read_to_string(git_dir.join("objects/info/alternates")).unwrap_or_default();
+    let alternates = small_text(&git_dir.join("objects/info/alternates"));
     for alternate in alternates.lines().map(str::trim) {
         if !alternate.is_empty()
             && !alternate.starts_with('#')
@@ -240,6 +239,15 @@ fn git_dir_problem(root: &Path, git_dir: &Path) -> Option<String> {
     })
 }
 
+/// The text of a small file git keeps in a repository (a todo list, `commondir`, a `.git`
+/// file), empty when it is missing, not a regular file (a named pipe the model made would hold
+/// the thread until a writer came) or not text; at most 1 MiB of it.
+fn small_text(path: &Path) -> String {
+    taskforce_runtime::read_regular(path, 1 << 20, true)
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+        .unwrap_or_default()
+}
+
 /// The git directory of the repository at `dir` (inside `root`), if it has one.
 fn git_dir(root: &Path, dir: &Path) -> Option<PathBuf> {
     let top = super::args::repo_top(root, dir);
@@ -247,7 +255,8 @@ fn git_dir(root: &Path, dir: &Path) -> Option<PathBuf> {
     if dot_git.is_dir() {
         return Some(dot_git);
     }
-    if let Ok(text) = std::fs::read_to_string(&dot_git) {
+    if dot_git.exists() {
+        let text = small_text(&dot_git);
         return text
             .trim()
             .strip_prefix("gitdir:")
@@ -363,6 +372,28 @@ pub(super) fn allowed(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Files the model made into named pipes (`.git`, `commondir`, a todo list) are read as
+    /// empty, at once, not waited on: the checks run on a blocking thread, which a pipe would
+    /// hold until a writer came.
+    #[test]
+    fn pipes_in_a_repository_are_not_waited_on() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let root = tmp.path();
+        let fifo = |p: &Path| {
+            nix::unistd::mkfifo(p, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+        };
+        fifo(&root.join(".git"));
+        assert_eq!(git_dir(root, root), None, "a `.git` that is a pipe");
+        std::fs::remove_file(root.join(".git")).expect("rm");
+        let git = root.join(".git");
+        std::fs::create_dir_all(git.join("rebase-merge")).expect("git dir");
+        fifo(&git.join("commondir"));
+        fifo(&git.join("rebase-merge/git-rebase-todo"));
+        assert_eq!(git_dir(root, root), Some(git.clone()));
+        assert_eq!(git_dir_problem(root, &git), None);
+        assert_eq!(sequencer_problem(&git), None);
+    }
 
     #[test]
     fn a_fresh_clone_runs_and_program_or_place_settings_are_refused() {

@@ -36,6 +36,36 @@ pub struct RegistryService {
 /// The most watch streams open at once (every executor and gateway holds one).
 pub const MAX_WATCHERS: usize = 256;
 
+/// How long a watcher may leave its stream's buffer full before the stream ends.
+const WATCH_SEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Sends one item of a watch stream; false when the stream is over: the watcher left, `stop`
+/// fired, or the watcher read nothing for [`WATCH_SEND_TIMEOUT`] (a client that keeps its
+/// connection but does not read would otherwise hold its place among the [`MAX_WATCHERS`] for
+/// good, with the changes it misses piling up).
+async fn watch_send(
+    tx: &mpsc::Sender<Result<v1::AgentChange, Status>>,
+    item: Result<v1::AgentChange, Status>,
+    stop: Option<&CancellationToken>,
+) -> bool {
+    let stopped = async {
+        match stop {
+            Some(stop) => stop.cancelled().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        () = stopped => false,
+        sent = tokio::time::timeout(WATCH_SEND_TIMEOUT, tx.send(item)) => match sent {
+            Ok(sent) => sent.is_ok(),
+            Err(_) => {
+                warn!(waited_secs = WATCH_SEND_TIMEOUT.as_secs(), "a watcher read nothing in time; ending its stream");
+                false
+            }
+        },
+    }
+}
+
 impl RegistryService {
     /// A service over `store` and `catalog`; watch streams end when `shutdown` fires.
     pub fn new(
@@ -338,9 +368,8 @@ impl AgentRegistry for RegistryService {
                     ..Default::default()
                 };
                 for change in upserts.chain([synced]) {
-                    tokio::select! {
-                        () = stop.cancelled() => return,
-                        sent = tx.send(Ok(change)) => if sent.is_err() { return },
+                    if !watch_send(&tx, Ok(change), Some(&stop)).await {
+                        return;
                     }
                 }
             }
@@ -359,8 +388,10 @@ impl AgentRegistry for RegistryService {
                         Err(RecvError::Closed) => return,
                     },
                 };
+                // The last item (why the stream ends, the registry's stop included) is sent
+                // even while stopping.
                 let last = item.is_err();
-                if tx.send(item).await.is_err() || last {
+                if !watch_send(&tx, item, (!last).then_some(&stop)).await || last {
                     return;
                 }
             }
@@ -506,6 +537,37 @@ mod tests {
     use tokio_stream::StreamExt;
 
     use super::*;
+
+    /// A watcher that reads nothing has its stream ended after [`WATCH_SEND_TIMEOUT`] (its
+    /// place among the watchers is given back), and a stop ends it at once; the last item is
+    /// sent even while stopping.
+    #[tokio::test(start_paused = true)]
+    async fn a_watcher_that_reads_nothing_is_let_go() {
+        let (tx, mut rx) = mpsc::channel(1);
+        let stop = CancellationToken::new();
+        let change = || Ok(v1::AgentChange::default());
+        assert!(watch_send(&tx, change(), Some(&stop)).await, "room for one");
+        let started = tokio::time::Instant::now();
+        assert!(
+            !watch_send(&tx, change(), Some(&stop)).await,
+            "full, nobody reads"
+        );
+        assert!(started.elapsed() >= WATCH_SEND_TIMEOUT);
+        stop.cancel();
+        let started = tokio::time::Instant::now();
+        assert!(!watch_send(&tx, change(), Some(&stop)).await);
+        assert!(
+            started.elapsed() < WATCH_SEND_TIMEOUT,
+            "a stop ends it at once"
+        );
+        // Stopping, the last item still goes out once there is room.
+        assert!(rx.recv().await.is_some());
+        let last = Err(Status::unavailable("registry is shutting down"));
+        assert!(watch_send(&tx, last, None).await);
+        assert!(rx.recv().await.is_some_and(|item| item.is_err()));
+        drop(rx);
+        assert!(!watch_send(&tx, change(), None).await, "the watcher left");
+    }
 
     /// A service over a store in `dir` holding one custom agent, `agent-one`.
     fn service(dir: &std::path::Path) -> RegistryService {

@@ -138,8 +138,20 @@ impl Collector {
                 None => {
                     let this = Arc::clone(self);
                     let ws = workspace.to_path_buf();
+                    // A task of its own, not only a shared future: a shared future runs only
+                    // while someone awaits it, so a caller that left (a deadline, a client
+                    // gone) would leave its tasks' processes and permits held, their timeouts
+                    // unpolled, until the next caller. It ends by itself: every task it runs
+                    // has the field timeout.
+                    let collecting =
+                        tokio::spawn(async move { Arc::new(this.collect_now(&ws).await) });
                     let fut: futures::future::BoxFuture<'static, Arc<Metadata>> =
-                        Box::pin(async move { Arc::new(this.collect_now(&ws).await) });
+                        Box::pin(async move {
+                            collecting.await.unwrap_or_else(|e| {
+                                warn!(error = %e, "a metadata collection ended early; no metadata");
+                                Arc::new(Metadata::new())
+                            })
+                        });
                     let shared = futures::FutureExt::shared(fut);
                     cache.insert(workspace.to_path_buf(), (Instant::now(), shared.clone()));
                     shared

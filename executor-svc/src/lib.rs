@@ -321,7 +321,10 @@ pub async fn run_with(
     if let Err(e) = supervisor.await {
         warn!(error = %e, "global MCP supervisor failed");
     }
-    if let Some(Err(e)) = OptionFuture::from(metrics).await {
+    // Its open connections get a graceful end; one that will not end holds the stop no longer
+    // than the exit wait.
+    let metrics = OptionFuture::from(metrics);
+    if let Ok(Some(Err(e))) = tokio::time::timeout(taskforce_runtime::EXIT_WAIT, metrics).await {
         warn!(error = %e, "metrics task failed");
     }
     if let Some(Err(e)) = OptionFuture::from(expiry).await {

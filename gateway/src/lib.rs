@@ -24,7 +24,7 @@
 //! - [`execute`]: `/api/v1/execute` (to the end, or as SSE) and session read, answer, cancel
 //!   and plan, over the executor's gRPC API.
 //! - [`chat`]: seed 004's `/ai/agent/stream` and `/ai/stream`.
-//! - [`serve`]: HTTP/1 and HTTP/2 on the listener, with a time limit on a request's headers.
+//! - `taskforce_runtime::http_server::serve`: HTTP/1 and HTTP/2 on the listener, with a time limit on a request's headers.
 //! - [`sse`]: a run's event stream as Server-Sent Events, in our dialect or seed 004's.
 //! - [`events`]: the JSON of run events (SSE) and of a session's todo plan.
 //! - [`limits`]: open runs per API key (`--max-runs-per-key`).
@@ -53,7 +53,6 @@ pub mod metadata;
 pub mod model;
 pub mod openapi;
 pub mod read_model;
-pub mod serve;
 pub mod sessions;
 pub mod sse;
 pub mod state;
@@ -97,7 +96,7 @@ pub async fn run(
         registry = %config.registry_url,
         "gateway listening"
     );
-    let served = serve::serve(listener, app, shutdown.clone());
+    let served = taskforce_runtime::http_server::serve(listener, app, shutdown.clone());
     // Open streams end within their grace period; connections still open a little after that
     // (a client that does not read) are dropped: a stop never waits on clients.
     let grace = async {

@@ -176,8 +176,10 @@ pub async fn run(
     // The server may have ended on its own: the background tasks stop with it.
     tasks.cancel();
     let _ = tokio::join!(discovery, watch);
+    // Its open connections get a graceful end; one that will not end holds the stop no longer
+    // than the exit wait.
     if let Some(task) = metrics_task {
-        let _ = task.await;
+        let _ = tokio::time::timeout(taskforce_runtime::EXIT_WAIT, task).await;
     }
     // A full or failing disk can keep sled's flush from ever returning: the stop goes on (the
     // cache is reconciled with the files at the next start).

@@ -13,6 +13,7 @@
 //! - `init`: a service started as PID 1 starts itself again as its child and stays PID 1 as its
 //!   init (reaps orphans, passes SIGTERM and SIGINT on, keeps no readable copy of the
 //!   environment), see [`run_main`].
+//! - [`http_server`]: serving an axum router with a header-read timeout (the gateway, `/metrics`).
 //! - [`metrics`]: the process-wide Prometheus registry, `/metrics`, HTTP and gRPC request metrics.
 //! - [`sandbox`]: the command line of `taskforce-sandbox`, the tool and task launcher.
 //! - this file also: [`read_regular`], reading a file someone else may have made (a workspace's).
@@ -23,6 +24,7 @@
 pub mod auth;
 pub mod env;
 mod grpc;
+pub mod http_server;
 #[cfg(target_os = "linux")]
 mod init;
 #[cfg(feature = "mcp-client")]

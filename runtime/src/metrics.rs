@@ -93,14 +93,11 @@ pub async fn listen(
         .map_err(|e| format!("--metrics-listen {addr}: {e}"))?;
     // The bound address (port 0 picks one): tests and scripts read it from this line.
     tracing::info!(addr = %local, "metrics listening");
-    Ok(Some(tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { stop.cancelled().await })
-            .await;
-        if let Err(e) = served {
-            tracing::warn!(error = %e, "metrics listener failed");
-        }
-    })))
+    // With the gateway's header-read limit: the port needs no login, and a client that never
+    // finished its headers would otherwise hold a connection (and the stop) for good.
+    Ok(Some(tokio::spawn(crate::http_server::serve(
+        listener, app, stop,
+    ))))
 }
 
 /// Latency buckets of requests: 0.1 ms … ~26 s.

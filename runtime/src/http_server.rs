@@ -1,9 +1,9 @@
-//! Serving the router over HTTP/1 and HTTP/2 on the listener, with a limit on how long a client
-//! may take to send a request's headers.
+//! Serving a router over HTTP/1 and HTTP/2 on a listener, with a limit on how long a client
+//! may take to send a request's headers: the gateway's API and every service's `/metrics`.
 //!
 //! `axum::serve` sets no timer on hyper, so hyper's header-read timeout never fires there: a
 //! client that opens connections and never finishes a request's headers held each one open
-//! until the gateway ran out of file descriptors. Here every connection is served by
+//! until the service ran out of file descriptors. Here every connection is served by
 //! hyper-util's builder with a timer and [`HEADER_READ_TIMEOUT`], and belongs to the serving
 //! future (a [`JoinSet`]): dropping it closes them all. hyper-util first reads enough to tell
 //! HTTP/1 from HTTP/2, with no timer of its own: a connection gets [`HEADER_READ_TIMEOUT`] for

@@ -463,14 +463,11 @@ pub async fn answer(
     JsonBody(body): JsonBody<AnswerBody>,
 ) -> Result<Response, RestError> {
     let req = answer_request(session_id, body)?;
-    let owner = state.executors.owner(&req.session_id)?;
-    let events = owner
-        .client
-        .clone()
-        .answer(req)
-        .await
-        .map_err(|status| owner.error(status))?
-        .into_inner();
+    let events = state
+        .executors
+        .owner(&req.session_id)?
+        .call(|mut client| async move { client.answer(req).await })
+        .await?;
     Ok(crate::sse::respond(
         events,
         crate::sse::Native::default(),
@@ -494,13 +491,10 @@ pub async fn cancel(
     Path(session_id): Path<String>,
 ) -> Result<Json<CancelJson>, RestError> {
     let owner = state.executors.owner(&session_id)?;
+    let req = state.request(v1::CancelRequest { session_id });
     let res = owner
-        .client
-        .clone()
-        .cancel(state.request(v1::CancelRequest { session_id }))
-        .await
-        .map_err(|status| owner.error(status))?
-        .into_inner();
+        .call(|mut client| async move { client.cancel(req).await })
+        .await?;
     Ok(Json(CancelJson {
         cancelled: res.cancelled,
     }))
@@ -523,12 +517,10 @@ pub async fn delete_session(
     Path(session_id): Path<String>,
 ) -> Result<axum::http::StatusCode, RestError> {
     let owner = state.executors.owner(&session_id)?;
+    let req = state.request(v1::DeleteSessionRequest { session_id });
     owner
-        .client
-        .clone()
-        .delete_session(state.request(v1::DeleteSessionRequest { session_id }))
-        .await
-        .map_err(|status| owner.error(status))?;
+        .call(|mut client| async move { client.delete_session(req).await })
+        .await?;
     Ok(axum::http::StatusCode::NO_CONTENT)
 }
 
@@ -547,13 +539,10 @@ pub async fn get_session(
     Path(session_id): Path<String>,
 ) -> Result<Json<SessionJson>, RestError> {
     let owner = state.executors.owner(&session_id)?;
+    let req = state.request(v1::GetSessionRequest { session_id });
     let s = owner
-        .client
-        .clone()
-        .get_session(state.request(v1::GetSessionRequest { session_id }))
-        .await
-        .map_err(|status| owner.error(status))?
-        .into_inner();
+        .call(|mut client| async move { client.get_session(req).await })
+        .await?;
     Ok(Json(session_json(s)))
 }
 
@@ -596,15 +585,12 @@ pub async fn get_plan(
     Path(session_id): Path<String>,
 ) -> Result<Json<SessionPlanJson>, RestError> {
     let owner = state.executors.owner(&session_id)?;
+    let req = state.request(v1::GetPlanRequest {
+        session_id: session_id.clone(),
+    });
     let plan = owner
-        .client
-        .clone()
-        .get_plan(state.request(v1::GetPlanRequest {
-            session_id: session_id.clone(),
-        }))
-        .await
-        .map_err(|status| owner.error(status))?
-        .into_inner();
+        .call(|mut client| async move { client.get_plan(req).await })
+        .await?;
     Ok(Json(SessionPlanJson {
         session_id,
         plan: plan_json(&plan),

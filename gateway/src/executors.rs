@@ -83,6 +83,20 @@ impl Replica {
         }
     }
 
+    /// `call` with a client of this executor: its answer, or the REST error naming it.
+    pub async fn call<T, Fut>(
+        &self,
+        call: impl FnOnce(ExecutorClient<TracedChannel>) -> Fut,
+    ) -> Result<T, RestError>
+    where
+        Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        call(self.client.clone())
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|status| self.error(status))
+    }
+
     /// The REST error for a status this executor answered, naming it when it has a name.
     pub fn error(&self, status: tonic::Status) -> RestError {
         match &self.name {
@@ -220,14 +234,10 @@ impl Executors {
         request: ExecuteRequest,
     ) -> Result<tonic::Streaming<RunEvent>, RestError> {
         if let Some(id) = &request.session_id {
-            let owner = self.owner(id)?;
-            return owner
-                .client
-                .clone()
-                .execute(request)
-                .await
-                .map(tonic::Response::into_inner)
-                .map_err(|status| owner.error(status));
+            return self
+                .owner(id)?
+                .call(|mut client| async move { client.execute(request).await })
+                .await;
         }
         let started = self.start_new(request).await?;
         started

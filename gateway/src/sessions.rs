@@ -142,15 +142,7 @@ pub async fn list_sessions(
     };
     let pages = futures::future::join_all(state.executors.every()?.iter().map(|replica| {
         let request = state.request(request.clone());
-        async move {
-            replica
-                .client
-                .clone()
-                .list_sessions(request)
-                .await
-                .map(tonic::Response::into_inner)
-                .map_err(|status| replica.error(status))
-        }
+        replica.call(|mut client| async move { client.list_sessions(request).await })
     }))
     .await;
     let pages = pages.into_iter().collect::<Result<Vec<_>, _>>()?;

@@ -69,7 +69,7 @@ pub struct PlanTaskJson {
 /// A session's todo plan; `version` bumps once per merged patch.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct PlanJson {
-    /// 0 until an orchestrator writes a plan.
+    /// 1 until an orchestrator writes a plan; bumped by one per merged patch.
     pub version: u64,
     pub tasks: Vec<PlanTaskJson>,
     /// The tasks rendered as Markdown (deterministic).

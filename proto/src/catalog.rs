@@ -115,7 +115,9 @@ pub fn orchestration_tools() -> Vec<NativeTool> {
                         "timeout_s": { "type": "number", "exclusiveMinimum": 0 } },
                         "additionalProperties": false }
                 }),
-                &["agent_name", "task"],
+                // Seed 003's LLM-visible schema: `inputs` is not optional (a call that leaves it
+                // out is still taken, as `{}`).
+                &["agent_name", "task", "inputs"],
             ),
         },
         NativeTool {
@@ -320,6 +322,18 @@ mod tests {
                 t.name
             );
         }
+    }
+
+    #[test]
+    fn delegate_to_agent_requires_what_seed_003_does() {
+        let delegate = orchestration_tools()
+            .into_iter()
+            .find(|t| t.name == "delegate_to_agent")
+            .map(|t| t.parameters_schema);
+        assert_eq!(
+            delegate.map(|s| s["required"].clone()),
+            Some(serde_json::json!(["agent_name", "task", "inputs"]))
+        );
     }
 
     #[test]

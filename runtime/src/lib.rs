@@ -363,9 +363,11 @@ pub fn reflection(
     Ok((builder().build_v1()?, builder().build_v1alpha()?))
 }
 
-/// The log level when `RUST_LOG` is not set: seed 004's `AGENT_LOG_LEVEL`
+/// The log filter when `RUST_LOG` is not set: seed 004's `AGENT_LOG_LEVEL`
 /// (`debug|info|warn|error`), else `info`; `Err` names a level that is none of them (`info`
-/// is used then).
+/// is used then). A level above `info` keeps the tool calls' audit lines (target `audit`, at
+/// `info`): seed 004 asks for one per call, and a quieter log is not a reason to lose them
+/// (`RUST_LOG=warn` drops them too, when that is wanted).
 fn default_level(agent_level: Option<&str>) -> Result<&'static str, String> {
     match agent_level
         .map(|l| l.trim().to_ascii_lowercase())
@@ -374,8 +376,8 @@ fn default_level(agent_level: Option<&str>) -> Result<&'static str, String> {
         Some("trace") => Ok("trace"),
         Some("debug") => Ok("debug"),
         None | Some("" | "info") => Ok("info"),
-        Some("warn" | "warning") => Ok("warn"),
-        Some("error") => Ok("error"),
+        Some("warn" | "warning") => Ok("warn,audit=info"),
+        Some("error") => Ok("error,audit=info"),
         Some(_) => Err(format!(
             "AGENT_LOG_LEVEL={:?} is none of debug, info, warn, error; using info",
             agent_level.unwrap_or_default()
@@ -476,7 +478,7 @@ mod tests {
         assert_eq!(default_level(None), Ok("info"));
         assert_eq!(default_level(Some("")), Ok("info"));
         assert_eq!(default_level(Some("DEBUG")), Ok("debug"));
-        assert_eq!(default_level(Some("warning")), Ok("warn"));
+        assert_eq!(default_level(Some("warning")), Ok("warn,audit=info"));
         assert_eq!(
             default_level(Some("verbose")),
             Err(
@@ -484,5 +486,41 @@ mod tests {
                     .to_owned()
             )
         );
+    }
+
+    #[test]
+    fn a_quiet_agent_log_level_keeps_the_audit_lines() {
+        use std::sync::{
+            Arc,
+            atomic::{AtomicUsize, Ordering},
+        };
+        use tracing_subscriber::{EnvFilter, layer::SubscriberExt};
+        struct Count(Arc<AtomicUsize>);
+        impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Count {
+            fn on_event(
+                &self,
+                _: &tracing::Event<'_>,
+                _: tracing_subscriber::layer::Context<'_, S>,
+            ) {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        for (level, seen) in [("error", 1), ("warn", 2), ("info", 3)] {
+            let count = Arc::new(AtomicUsize::new(0));
+            let filter = default_level(Some(level)).map(EnvFilter::new);
+            let subscriber = tracing_subscriber::registry()
+                .with(filter.ok())
+                .with(Count(Arc::clone(&count)));
+            tracing::subscriber::with_default(subscriber, || {
+                tracing::info!(target: "audit", "a tool call");
+                tracing::info!(target: "taskforce", "a run started");
+                tracing::warn!(target: "taskforce", "a retry");
+            });
+            assert_eq!(
+                count.load(Ordering::Relaxed),
+                seen,
+                "AGENT_LOG_LEVEL={level}"
+            );
+        }
     }
 }

@@ -32,6 +32,8 @@ pub struct AgentDef {
     pub mode: Option<String>,
     /// What it is for (describes it as a sub-agent tool).
     pub description: String,
+    /// A profile agent's definition (a run may name it as `profile`), not a custom agent's.
+    pub profile: bool,
 }
 
 impl AgentDef {
@@ -59,6 +61,7 @@ impl AgentDef {
                     model: (!spec.model.trim().is_empty()).then(|| spec.model.trim().to_owned()),
                     mode: (!spec.mode.trim().is_empty()).then(|| spec.mode.trim().to_owned()),
                     description: spec.description.clone(),
+                    profile: false,
                 })
             }
             Some(Kind::Profile(profile)) => Ok(Self {
@@ -80,14 +83,10 @@ impl AgentDef {
                     .map(str::to_owned),
                 mode: None,
                 description: profile.description.clone(),
+                profile: true,
             }),
             None => Err(invalid("neither a custom nor a profile agent")),
         }
-    }
-
-    /// Whether this is a profile agent's definition.
-    pub fn is_profile(agent: &v1::Agent) -> bool {
-        matches!(agent.kind, Some(Kind::Profile(_)))
     }
 }
 

@@ -129,6 +129,19 @@ impl Registry {
             Target::Agent(id) => (id, "agent"),
             Target::Profile(name) => (name, "profile"),
         };
+        let def = self.definition(id, what).await?;
+        // A run that names a profile runs only a profile, cached or not.
+        if matches!(target, Target::Profile(_)) && !def.profile {
+            return Err(ExecutorError::NotFound(format!(
+                "profile `{id}` is not defined in the registry (`{id}` is a custom agent)"
+            )));
+        }
+        Ok(def)
+    }
+
+    /// The definition of agent `id` (`what` names it in errors): the cached one while the
+    /// registry's changes are followed, else the registry's.
+    async fn definition(&self, id: &String, what: &str) -> Result<Arc<AgentDef>, ExecutorError> {
         let inner = &self.inner;
         if inner.watching.load(Ordering::Acquire)
             && let Some(def) = self.cached(id)
@@ -189,11 +202,6 @@ impl Registry {
             }
             Ok(Ok(response)) => response.into_inner(),
         };
-        if matches!(target, Target::Profile(_)) && !AgentDef::is_profile(&agent) {
-            return Err(ExecutorError::NotFound(format!(
-                "profile `{id}` is not defined in the registry (`{id}` is a custom agent)"
-            )));
-        }
         let def = Arc::new(AgentDef::from_proto(agent)?);
         if inner.watching.load(Ordering::Acquire)
             && inner.generation.load(Ordering::Acquire) == generation

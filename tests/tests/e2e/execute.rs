@@ -231,6 +231,26 @@ async fn errors_before_a_run_are_json_with_the_right_status() {
         assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
         assert!(status.message().contains(field), "{status:?}");
     }
+    // A custom agent is no profile, also once a run by its id has cached its definition.
+    for _ in 0..2 {
+        let ran = send(
+            stack
+                .http()
+                .post(stack.url("/api/v1/execute"))
+                .json(&json!({"mission": "Do it", "agent_id": "invoice-extractor"})),
+        )
+        .await;
+        assert_eq!(ran.status.as_u16(), 200, "{}", ran.text);
+        send(
+            stack
+                .http()
+                .post(stack.url("/api/v1/execute"))
+                .json(&json!({"mission": "Do it", "profile": "invoice-extractor"})),
+        )
+        .await
+        .assert_error(404, "not_found")
+        .assert_names("is a custom agent");
+    }
 }
 
 #[tokio::test]

@@ -88,6 +88,24 @@ pub fn validate(s: &v1::McpServer) -> Result<(), String> {
             if !s.url.is_empty() || !s.headers.is_empty() {
                 return Err("type stdio takes no url or headers".into());
             }
+            // What a process cannot be started with. Values are not repeated: they may be
+            // secrets written inline.
+            if s.command.contains('\0') {
+                return Err("command holds a NUL character".into());
+            }
+            if let Some(i) = s.args.iter().position(|a| a.contains('\0')) {
+                return Err(format!("args[{i}] holds a NUL character"));
+            }
+            for (name, value) in &s.env {
+                if name.is_empty() || name.contains(['=', '\0']) {
+                    return Err(format!(
+                        "env name {name:?} is not a variable name (empty, or holding `=` or NUL)"
+                    ));
+                }
+                if value.contains('\0') {
+                    return Err(format!("env {name} holds a NUL character"));
+                }
+            }
         }
         "sse" | "http" => {
             if s.url.trim().is_empty() {
@@ -99,8 +117,22 @@ pub fn validate(s: &v1::McpServer) -> Result<(), String> {
                     s.url
                 ));
             }
+            if let Err(e) = url::Url::parse(&s.url) {
+                return Err(format!("url is not a valid URL ({e})"));
+            }
             if !s.command.is_empty() || !s.args.is_empty() || !s.env.is_empty() {
                 return Err(format!("type {} takes no command, args or env", s.r#type));
+            }
+            for (name, value) in &s.headers {
+                if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                    return Err(format!("headers: {name:?} is not an HTTP header name"));
+                }
+                if http::HeaderValue::from_str(value).is_err() {
+                    return Err(format!(
+                        "headers: the value of {name} is not an HTTP header value (it holds a \
+                         line break or another control character)"
+                    ));
+                }
             }
         }
         other => {
@@ -114,6 +146,76 @@ pub fn validate(s: &v1::McpServer) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    use crate::v1;
+
+    fn stdio(edit: impl FnOnce(&mut v1::McpServer)) -> Result<(), String> {
+        let mut s = v1::McpServer {
+            r#type: "stdio".into(),
+            command: "python3".into(),
+            ..Default::default()
+        };
+        edit(&mut s);
+        super::validate(&s)
+    }
+
+    fn http(url: &str, header: &str, value: &str) -> Result<(), String> {
+        let mut s = v1::McpServer {
+            r#type: "http".into(),
+            url: url.into(),
+            ..Default::default()
+        };
+        s.headers.insert(header.into(), value.into());
+        super::validate(&s)
+    }
+
+    #[test]
+    fn what_no_process_or_request_can_be_made_of_is_refused_naming_the_field() {
+        let refused = |r: Result<(), String>, names: &str| {
+            let e = r.err().unwrap_or_default();
+            assert!(e.contains(names), "{e:?} names {names:?}");
+            assert!(!e.contains("s3cret"), "a value is not repeated: {e:?}");
+        };
+        assert_eq!(stdio(|_| ()), Ok(()));
+        assert_eq!(
+            stdio(|s| {
+                s.env.insert("TOKEN".into(), "${TOKEN}".into());
+            }),
+            Ok(())
+        );
+        refused(stdio(|s| s.command = "py\0thon".into()), "command");
+        refused(
+            stdio(|s| s.args = vec!["ok".into(), "b\0d".into()]),
+            "args[1]",
+        );
+        for name in ["A=B", "", "A\0"] {
+            refused(
+                stdio(|s| {
+                    s.env.insert(name.into(), "v".into());
+                }),
+                "env name",
+            );
+        }
+        refused(
+            stdio(|s| {
+                s.env.insert("X".into(), "s3cret\0".into());
+            }),
+            "env X",
+        );
+
+        assert_eq!(
+            http("https://mcp.example/mcp", "Authorization", "Bearer ${T}"),
+            Ok(())
+        );
+        refused(http("http:// /", "x-a", "b"), "url is not a valid URL");
+        refused(http("http://a\0b/", "x-a", "b"), "url is not a valid URL");
+        refused(
+            http("http://h/", "bad header\n", "v"),
+            "not an HTTP header name",
+        );
+        refused(http("http://h/", "", "v"), "not an HTTP header name");
+        refused(http("http://h/", "x-a", "s3cret\n"), "the value of x-a");
+    }
+
     #[derive(serde::Deserialize)]
     struct Entry {
         #[serde(default, deserialize_with = "super::unique_map")]

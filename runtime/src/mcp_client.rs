@@ -139,20 +139,63 @@ pub async fn connect(server: &v1::McpServer) -> Result<(McpClient, Option<u32>),
     }
 }
 
-/// Every tool of a connected server.
-pub async fn list_tools(client: &McpClient) -> Result<Vec<DiscoveredTool>, ConnectError> {
+/// Every tool of a connected server whose configuration holds `secrets` ([`secrets_of`]).
+/// What the server says of its tools reaches the model, the registry's answers and the logs,
+/// so a secret it echoes there is masked in descriptions and schemas, and a tool whose name
+/// holds one is left out (it could not be named without showing it).
+pub async fn list_tools(
+    client: &McpClient,
+    secrets: &[String],
+) -> Result<Vec<DiscoveredTool>, ConnectError> {
     let tools = client
         .list_all_tools()
         .await
         .map_err(|e| ConnectError::Protocol(readable(&e)))?;
-    Ok(tools
+    Ok(discovered(tools, secrets))
+}
+
+fn discovered(tools: Vec<rmcp::model::Tool>, secrets: &[String]) -> Vec<DiscoveredTool> {
+    let holds_secret = |name: &str| secrets.iter().any(|s| !s.is_empty() && name.contains(s));
+    let mut hidden = 0;
+    let tools = tools
         .into_iter()
+        .filter(|t| {
+            let keep = !holds_secret(&t.name);
+            hidden += usize::from(!keep);
+            keep
+        })
         .map(|t| DiscoveredTool {
             name: t.name.into_owned(),
-            description: t.description.map(|d| d.into_owned()).unwrap_or_default(),
-            input_schema: Value::Object((*t.input_schema).clone()),
+            description: scrub(t.description.as_deref().unwrap_or_default(), secrets),
+            input_schema: scrub_json(Value::Object((*t.input_schema).clone()), secrets),
         })
-        .collect())
+        .collect();
+    if hidden > 0 {
+        tracing::warn!(
+            tools = hidden,
+            "an MCP server named tools after a value of its configuration's ${{VAR}}s; they are left out"
+        );
+    }
+    tools
+}
+
+/// `value` with every secret in its strings (keys too) masked.
+fn scrub_json(value: Value, secrets: &[String]) -> Value {
+    if secrets.is_empty() {
+        return value;
+    }
+    match value {
+        Value::String(s) => Value::String(scrub(&s, secrets)),
+        Value::Array(items) => {
+            Value::Array(items.into_iter().map(|v| scrub_json(v, secrets)).collect())
+        }
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| (scrub(&k, secrets), scrub_json(v, secrets)))
+                .collect(),
+        ),
+        other => other,
+    }
 }
 
 /// A server connected and listed by [`connect_and_list`].
@@ -174,7 +217,7 @@ pub async fn connect_and_list(
 ) -> Result<Connected, ConnectError> {
     let work = async {
         let (client, pid) = connect(server).await?;
-        let tools = list_tools(&client).await?;
+        let tools = list_tools(&client, &secrets_of(server)).await?;
         Ok(Connected { client, tools, pid })
     };
     match tokio::time::timeout(timeout, work).await {
@@ -286,6 +329,41 @@ mod tests {
             "401: got authorization=Bearer ***"
         );
         assert_eq!(scrub("nothing here", &values), "nothing here");
+    }
+
+    #[test]
+    fn a_secret_in_a_servers_tool_list_is_masked_or_its_tool_left_out() {
+        let secrets = vec!["s3cr3t-value".to_owned()];
+        let schema = |v: Value| match v {
+            Value::Object(o) => std::sync::Arc::new(o),
+            _ => std::sync::Arc::new(serde_json::Map::new()),
+        };
+        let tools = vec![
+            rmcp::model::Tool::new(
+                "tool_s3cr3t-value",
+                "named after the secret",
+                schema(serde_json::json!({"type": "object"})),
+            ),
+            rmcp::model::Tool::new(
+                "lookup",
+                "uses token s3cr3t-value",
+                schema(serde_json::json!({"type": "object", "properties": {
+                    "s3cr3t-value": {"type": "string", "default": "x s3cr3t-value"}}})),
+            ),
+        ];
+        let found = discovered(tools.clone(), &secrets);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].name, "lookup");
+        assert_eq!(found[0].description, "uses token ***");
+        assert_eq!(
+            found[0].input_schema,
+            serde_json::json!({"type": "object", "properties": {
+                "***": {"type": "string", "default": "x ***"}}})
+        );
+        // A server with no secrets keeps what it says.
+        let plain = discovered(tools, &[]);
+        assert_eq!(plain.len(), 2);
+        assert_eq!(plain[1].description, "uses token s3cr3t-value");
     }
 
     #[tokio::test]

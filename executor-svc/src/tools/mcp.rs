@@ -323,13 +323,16 @@ impl Server {
         let Some(conn) = self.current().await else {
             return Err(ConnectError::Protocol(CONNECTION_CLOSED.to_owned()));
         };
-        let listed =
-            match tokio::time::timeout(self.timeouts.connect, mcp_client::list_tools(&conn.client))
-                .await
-            {
-                Ok(r) => r,
-                Err(_) => Err(ConnectError::Timeout(self.timeouts.connect)),
-            };
+        let secrets = mcp_client::secrets_of(&self.config);
+        let listed = match tokio::time::timeout(
+            self.timeouts.connect,
+            mcp_client::list_tools(&conn.client, &secrets),
+        )
+        .await
+        {
+            Ok(r) => r,
+            Err(_) => Err(ConnectError::Timeout(self.timeouts.connect)),
+        };
         if listed.is_err() {
             self.forget(&conn).await;
         }

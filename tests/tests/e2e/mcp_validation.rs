@@ -266,6 +266,56 @@ async fn a_hanging_mcp_server_is_cut_off_and_only_an_empty_allowlist_is_accepted
 }
 
 #[tokio::test]
+async fn a_secret_a_server_echoes_in_its_tool_list_is_masked_or_its_tool_left_out() {
+    const SECRET: &str = "tf-e2e-echoed-s3cr3t";
+    let stack = StackOptions::full()
+        .discovery_timeout_ms(SLOW_SERVER_TIMEOUT_MS)
+        .registry_env("TF_E2E_ECHOED_SECRET", SECRET)
+        .spawn()
+        .await
+        .expect("stack starts");
+    let dir = tempfile::TempDir::new().expect("tmp");
+    let python = taskforce_tests::paths::python().expect("the test venv exists");
+    let fixture = taskforce_tests::paths::workspace_root().join("tests/fixtures/ops_mcp.py");
+    let server = json!({
+        "type": "stdio",
+        "command": python.to_str().expect("utf-8 path"),
+        "args": [fixture.to_str().expect("utf-8 path")],
+        "env": {
+            "OPS_LOG": dir.path().join("ops.log").to_str().expect("utf-8 path"),
+            "OPS_ECHO": "${TF_E2E_ECHOED_SECRET}",
+        },
+    });
+    let body = with_mcp("echoer", &server, &["ops_run"]);
+    let r = send(
+        stack
+            .http()
+            .post(stack.url("/api/v1/agents:validate"))
+            .json(&body),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.body["valid"], true, "{}", r.text);
+    assert!(!r.text.contains(SECRET), "the secret came back: {}", r.text);
+    assert_eq!(
+        r.body["discovered_mcp_tools"],
+        json!(["ops_run"]),
+        "{}",
+        r.text
+    );
+    // A tool named after it cannot be allowlisted: the registry never saw it.
+    let named = with_mcp("echoer", &server, &[&format!("ops_{SECRET}")]);
+    create(&stack, &named)
+        .await
+        .assert_error(400, "invalid_mcp_tools");
+    assert!(
+        stack.logs().contains("they are left out") && !stack.logs().contains(SECRET),
+        "{}",
+        stack.logs()
+    );
+}
+
+#[tokio::test]
 async fn an_mcp_server_that_cannot_start_is_a_failed_discovery() {
     let stack = StackOptions::full()
         .discovery_timeout_ms(5_000)
@@ -302,6 +352,23 @@ async fn malformed_mcp_server_entries_are_400() {
         (
             "stdio with a url",
             json!({"type": "stdio", "command": "true", "url": "http://127.0.0.1:1/mcp"}),
+        ),
+        // Entries no process or request can be made of.
+        (
+            "a NUL in an argument",
+            json!({"type": "stdio", "command": "python3", "args": ["a\u{0}b"]}),
+        ),
+        (
+            "an env name with `=`",
+            json!({"type": "stdio", "command": "python3", "env": {"A=B": "v"}}),
+        ),
+        (
+            "a header name with a line break",
+            json!({"type": "http", "url": "http://127.0.0.1:1/mcp", "headers": {"bad header\n": "v"}}),
+        ),
+        (
+            "a url with no host",
+            json!({"type": "http", "url": "http:// /mcp"}),
         ),
     ] {
         let r = create(&stack, &with_mcp("bad-mcp", &server, &[])).await;

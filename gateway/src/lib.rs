@@ -158,6 +158,12 @@ pub fn router(state: AppState, config: &Config) -> Router {
         .layer(TimeoutLayer::with_status_code(
             StatusCode::GATEWAY_TIMEOUT,
             config.request_timeout(),
+        ))
+        // Outside the timeout: a body the client is slow to send is its 408, not our 504, and
+        // the request's own time starts once its body is here.
+        .route_layer(axum::middleware::from_fn_with_state(
+            body_limits,
+            limits::body_in_time,
         ));
     // Runs are long-lived: no request timeout (the executor enforces its own run budget).
     let runs = Router::new()

@@ -67,15 +67,20 @@ impl RunsPerKey {
     }
 }
 
-/// The middleware of the routes without a request timeout (runs, `/mcp`): the request's body
-/// must arrive whole, within `limits.1` bytes, in `limits.0` (the request timeout). A body sent
-/// a byte at a time would otherwise hold its connection (and a run slot) for good. 408 when it
-/// is late, 413 when it is too large.
+/// The middleware of every route with a body: the request's body must arrive whole, within
+/// `limits.1` bytes, in `limits.0` (the request timeout). A body sent a byte at a time would
+/// otherwise hold its connection (and a run slot) for good, or, on the routes with a request
+/// timeout, run into it and be answered as the gateway's fault (504). 408 when it is late,
+/// 413 when it is too large. A request with no body (most `GET`s) passes at once.
 pub async fn body_in_time(
     State(limits): State<(std::time::Duration, usize)>,
     req: Request,
     next: Next,
 ) -> Response {
+    use http_body::Body as _;
+    if req.body().is_end_stream() {
+        return next.run(req).await;
+    }
     let (timeout, max) = limits;
     let (parts, body) = req.into_parts();
     match tokio::time::timeout(timeout, axum::body::to_bytes(body, max)).await {

@@ -659,17 +659,24 @@ async fn a_request_body_that_trickles_in_is_answered_408_within_the_request_time
         .await
         .expect("stack starts");
     let addr = stack.gateway_url().trim_start_matches("http://").to_owned();
-    // Routes without a request timeout (runs, /mcp): half a body, then nothing.
-    for (path, extra) in [
-        ("/api/v1/execute/stream", ""),
-        ("/api/v1/execute", ""),
-        ("/mcp", "Accept: application/json, text/event-stream\r\n"),
+    // Half a body, then nothing: on routes without a request timeout (runs, /mcp), and on
+    // those with one, where it is the client's 408 and not the gateway's 504.
+    for (method, path, extra) in [
+        ("POST", "/api/v1/execute/stream", ""),
+        ("POST", "/api/v1/execute", ""),
+        (
+            "POST",
+            "/mcp",
+            "Accept: application/json, text/event-stream\r\n",
+        ),
+        ("POST", "/api/v1/agents", ""),
+        ("PUT", "/api/v1/agents/invoice-extractor", ""),
     ] {
         let mut conn = tokio::net::TcpStream::connect(&addr)
             .await
             .expect("connect");
         let head = format!(
-            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
              {extra}Content-Length: 100\r\n\r\n{{\"mission\": "
         );
         conn.write_all(head.as_bytes()).await.expect("write");
@@ -691,5 +698,10 @@ async fn a_request_body_that_trickles_in_is_answered_408_within_the_request_time
             "{path}: no answer to a trickling body: {text}"
         );
         assert!(text.starts_with("HTTP/1.1 408"), "{path}: {text}");
+        // REST's JSON error; `/mcp` answers in JSON-RPC.
+        assert!(
+            text.contains(r#""error":"timeout""#) || path == "/mcp",
+            "{path}: {text}"
+        );
     }
 }

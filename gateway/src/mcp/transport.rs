@@ -239,9 +239,13 @@ pub async fn check_message(
 /// - not JSON: parse error (-32700), HTTP 400;
 /// - not one JSON-RPC 2.0 message (a batch, another `jsonrpc`, no `method`, an `id` that is
 ///   neither a string nor an integer): invalid request (-32600), HTTP 400;
-/// - `params` that are not an object, or a `tools/call` without a tool `name` or whose
-///   `arguments` are not an object: invalid params (-32602), HTTP 200 like every JSON-RPC
-///   error answer.
+/// - a request with a `result` or `error`, or a message rmcp cannot read at all (which it
+///   would answer with a plain-text 415): invalid request (-32600), HTTP 400;
+/// - `params` that are not an object, a `_meta` that is not one, a `tools/call` without a tool
+///   `name` or whose `arguments` are not an object, or params of one of MCP's own methods that
+///   rmcp cannot read (an `initialize` without `clientInfo`: rmcp would answer "method not
+///   found"): invalid params (-32602) naming the problem, HTTP 200 like every JSON-RPC error
+///   answer.
 ///
 /// Notifications and a client's answers (`result` or `error`, no `method`) that pass are
 /// answered by rmcp as before: not at all.
@@ -289,33 +293,43 @@ pub fn check(message: &[u8]) -> Result<(), Rejection> {
     if message.contains_key("id") && !id_valid {
         return invalid("`id` must be a string or an integer");
     }
+    let answer = message.contains_key("result") || message.contains_key("error");
     let Some(method) = message.get("method") else {
         // A client's answer to a server request.
-        if message.contains_key("result") || message.contains_key("error") {
-            return Ok(());
+        if answer {
+            return rmcp_reads(message, invalid);
         }
         return invalid("no `method`");
     };
     let Some(method) = method.as_str() else {
         return invalid("`method` must be a string");
     };
+    if answer {
+        return invalid("a request or notification has no `result` or `error`");
+    }
     let params = message.get("params");
-    let problem = if method == "tools/call" {
-        match params {
-            Some(Value::Object(p)) => match (p.get("name"), p.get("arguments")) {
-                (Some(Value::String(_)), None | Some(Value::Object(_) | Value::Null)) => {
-                    return Ok(());
-                }
-                (Some(Value::String(_)), Some(_)) => "`arguments` must be an object",
-                _ => "`name` (the tool's name, a string) is missing",
-            },
-            _ => "`params` must be an object with the tool's `name` and its `arguments`",
+    let problem = match (method, params) {
+        (_, Some(Value::Object(p)))
+            if p.get("_meta")
+                .is_some_and(|m| !m.is_object() && !m.is_null()) =>
+        {
+            "`_meta` must be an object".to_owned()
         }
-    } else {
-        match params {
-            None | Some(Value::Null | Value::Object(_)) => return Ok(()),
-            Some(_) => "`params` must be an object",
+        ("tools/call", Some(Value::Object(p))) => match (p.get("name"), p.get("arguments")) {
+            (Some(Value::String(_)), None | Some(Value::Object(_) | Value::Null)) => {
+                return rmcp_reads(message, invalid);
+            }
+            (Some(Value::String(_)), Some(_)) => "`arguments` must be an object".to_owned(),
+            _ => "`name` (the tool's name, a string) is missing".to_owned(),
+        },
+        ("tools/call", _) => {
+            "`params` must be an object with the tool's `name` and its `arguments`".to_owned()
         }
+        (_, None | Some(Value::Null | Value::Object(_))) => match params_problem(method, params) {
+            None => return rmcp_reads(message, invalid),
+            Some(problem) => problem,
+        },
+        (_, Some(_)) => "`params` must be an object".to_owned(),
     };
     Err(Rejection {
         status: http::StatusCode::OK,
@@ -324,6 +338,48 @@ pub fn check(message: &[u8]) -> Result<(), Rejection> {
         message: format!("invalid params: {problem}"),
         notification: !message.contains_key("id"),
     })
+}
+
+/// What is wrong with the `params` of a request of one of MCP's own methods, as rmcp reads
+/// them (`missing field `clientInfo``). rmcp takes a known method whose params it cannot
+/// read for a method of its own name it does not know, and answers "method not found".
+fn params_problem(method: &str, params: Option<&serde_json::Value>) -> Option<String> {
+    use rmcp::model as m;
+    fn read<T: serde::de::DeserializeOwned>(request: serde_json::Value) -> Option<String> {
+        serde_json::from_value::<T>(request)
+            .err()
+            .map(|e| e.to_string())
+    }
+    let mut request = serde_json::json!({ "method": method });
+    if let Some(params) = params {
+        request["params"] = params.clone();
+    }
+    match method {
+        "initialize" => read::<m::InitializeRequest>(request),
+        "ping" => read::<m::PingRequest>(request),
+        "tools/list" => read::<m::ListToolsRequest>(request),
+        "completion/complete" => read::<m::CompleteRequest>(request),
+        "prompts/list" => read::<m::ListPromptsRequest>(request),
+        "prompts/get" => read::<m::GetPromptRequest>(request),
+        "resources/list" => read::<m::ListResourcesRequest>(request),
+        "resources/templates/list" => read::<m::ListResourceTemplatesRequest>(request),
+        "resources/read" => read::<m::ReadResourceRequest>(request),
+        _ => None,
+    }
+}
+
+/// Passes a message rmcp can read; one it cannot (it would answer a plain-text 415, not
+/// JSON-RPC) is an invalid request.
+fn rmcp_reads(
+    message: serde_json::Map<String, serde_json::Value>,
+    invalid: impl Fn(&str) -> Result<(), Rejection>,
+) -> Result<(), Rejection> {
+    match serde_json::from_value::<rmcp::model::ClientJsonRpcMessage>(serde_json::Value::Object(
+        message,
+    )) {
+        Ok(_) => Ok(()),
+        Err(_) => invalid("not a JSON-RPC message the MCP server can read"),
+    }
 }
 
 #[cfg(test)]
@@ -434,6 +490,69 @@ mod tests {
             r#","params":{"name":"show_agent","arguments":["x"]}"#,
         ] {
             assert_eq!(rejected(bad), Some(INVALID_PARAMS), "{bad}");
+        }
+    }
+
+    #[test]
+    fn what_rmcp_cannot_read_is_a_json_rpc_error_naming_the_problem() {
+        let rejected = |body: &str| {
+            check(body.as_bytes())
+                .err()
+                .map(|r| (r.code, r.message, r.status))
+        };
+        for ok in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"progressToken":1}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{}}"#,
+            // Not MCP's: rmcp answers "method not found".
+            r#"{"jsonrpc":"2.0","id":1,"method":"x/unknown","params":{"a":1}}"#,
+        ] {
+            assert_eq!(rejected(ok), None, "{ok}");
+        }
+        for (bad, code, names) in [
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":5}}"#,
+                INVALID_PARAMS,
+                "`_meta`",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{"_meta":"x"}}"#,
+                INVALID_PARAMS,
+                "`_meta`",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"initialize"}"#,
+                INVALID_PARAMS,
+                "params",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":5,"capabilities":{},"clientInfo":{"name":"x","version":"1"}}}"#,
+                INVALID_PARAMS,
+                "invalid type",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{}}}"#,
+                INVALID_PARAMS,
+                "clientInfo",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","result":{}}"#,
+                INVALID_REQUEST,
+                "`result`",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"error":5}"#,
+                INVALID_REQUEST,
+                "the MCP server can read",
+            ),
+        ] {
+            let got = rejected(bad);
+            assert!(
+                got.as_ref()
+                    .is_some_and(|(c, m, _)| *c == code && m.contains(names)),
+                "{bad}: {got:?}"
+            );
         }
     }
 

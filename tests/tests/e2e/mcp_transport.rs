@@ -203,6 +203,19 @@ async fn stdio_answers_malformed_messages_as_http_does() {
         ),
         (r#"[{"jsonrpc":"2.0","id":4,"method":"ping"}]"#, -32600),
         ("{not json", -32700),
+        // What rmcp cannot read: it answered a plain-text 415, or "method not found".
+        (
+            r#"{"jsonrpc":"2.0","id":6,"method":"tools/list","params":{"_meta":5}}"#,
+            -32602,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/list","result":{}}"#,
+            -32600,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":8,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{}}}"#,
+            -32602,
+        ),
     ];
     for (message, code) in cases {
         let http = raw_text_post(&stack, &[("MCP-Protocol-Version", "2025-06-18")], message).await;

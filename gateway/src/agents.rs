@@ -136,8 +136,10 @@ fn json_response(json: Vec<u8>, version: Option<&str>) -> Response {
 pub async fn create_agent(
     State(state): State<AppState>,
     QueryParams(NoQuery {}): QueryParams<NoQuery>,
+    headers: HeaderMap,
     JsonBody(body): JsonBody<AgentRequest>,
 ) -> Result<Response, RestError> {
+    crate::extract::create_preconditions(&headers)?;
     let req = v1::CreateAgentRequest {
         spec: Some(body.into_spec(None)),
     };

@@ -235,8 +235,18 @@ pub fn parse_if_match(value: &str) -> Result<Option<String>, RestError> {
 }
 
 /// The expected version of a write: from `If-Match`, or else from the body or query (`other`);
-/// empty when neither is given. Both given and different is a 400.
+/// empty when neither is given. Both given and different is a 400, and so is `If-None-Match`
+/// (a client that sends `If-None-Match: *` to mean "only if it does not exist" must not have
+/// its agent replaced: creating is `POST /api/v1/agents`).
 pub fn expected_version(headers: &HeaderMap, other: Option<&str>) -> Result<String, RestError> {
+    if headers.contains_key(header::IF_NONE_MATCH) {
+        return Err(RestError::new(
+            ErrorKind::InvalidArgument,
+            "If-None-Match is not taken on an update or delete (it would not be kept): give \
+             the version to replace in If-Match, or create with POST /api/v1/agents, which \
+             never replaces an agent",
+        ));
+    }
     let mut values = headers.get_all(header::IF_MATCH).iter();
     let from_header = match (values.next(), values.next()) {
         (None, _) => None,
@@ -268,10 +278,49 @@ pub fn expected_version(headers: &HeaderMap, other: Option<&str>) -> Result<Stri
     }
 }
 
+/// The preconditions of a create: `If-None-Match: *` is what a create is anyway (never
+/// replaces); `If-Match`, or `If-None-Match` naming versions, cannot hold for an agent that is
+/// to be made, and is a 400 rather than ignored.
+pub fn create_preconditions(headers: &HeaderMap) -> Result<(), RestError> {
+    if headers.contains_key(header::IF_MATCH) {
+        return Err(RestError::new(
+            ErrorKind::InvalidArgument,
+            "If-Match names a version to replace, and a create has none: replace with PUT \
+             /api/v1/agents/{agent_id}",
+        ));
+    }
+    match headers.get(header::IF_NONE_MATCH).map(|v| v.as_bytes()) {
+        None | Some(b"*") => Ok(()),
+        Some(_) => Err(RestError::new(
+            ErrorKind::InvalidArgument,
+            "If-None-Match on a create takes only `*` (a create never replaces an agent)",
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use axum::http::HeaderValue;
+
+    #[test]
+    fn preconditions_that_a_write_would_not_keep_are_refused() {
+        let with = |name: header::HeaderName, value: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert(name, HeaderValue::from_static(value));
+            h
+        };
+        let none_match = with(header::IF_NONE_MATCH, "*");
+        assert!(expected_version(&none_match, None).is_err());
+        assert!(create_preconditions(&none_match).is_ok());
+        assert!(create_preconditions(&HeaderMap::new()).is_ok());
+        assert!(create_preconditions(&with(header::IF_NONE_MATCH, "\"3\"")).is_err());
+        assert!(create_preconditions(&with(header::IF_MATCH, "\"3\"")).is_err());
+        assert_eq!(
+            expected_version(&with(header::IF_MATCH, "\"3\""), None).ok(),
+            Some("3".to_owned())
+        );
+    }
 
     fn ok(v: &str) -> Option<String> {
         parse_if_match(v).expect("valid If-Match")

@@ -337,6 +337,55 @@ async fn current_versions_in_if_match_and_expected_version_are_accepted() {
     assert_eq!(r.status, 200, "If-Match: {}", r.text);
     let v3 = r.etag().expect("ETag");
 
+    // Preconditions a write would not keep are refused, and change nothing: If-None-Match on
+    // an update or delete ("only if it does not exist" must not replace it), If-Match on a
+    // create.
+    let yaml = std::fs::read_to_string(stack.custom_dir().join("versioned.yaml")).expect("yaml");
+    body["description"] = json!("Not written.");
+    send(
+        stack
+            .http()
+            .put(stack.url("/api/v1/agents/versioned"))
+            .header("If-None-Match", "*")
+            .json(&body),
+    )
+    .await
+    .assert_error(400, "invalid_argument")
+    .assert_names("If-None-Match");
+    send(
+        stack
+            .http()
+            .delete(stack.url("/api/v1/agents/versioned"))
+            .header("If-None-Match", "*"),
+    )
+    .await
+    .assert_error(400, "invalid_argument");
+    send(
+        stack
+            .http()
+            .post(stack.url("/api/v1/agents"))
+            .header("If-Match", format!("\"{v3}\""))
+            .json(&agent_json("versioned-3")),
+    )
+    .await
+    .assert_error(400, "invalid_argument")
+    .assert_names("If-Match");
+    assert_eq!(
+        std::fs::read_to_string(stack.custom_dir().join("versioned.yaml")).expect("yaml"),
+        yaml
+    );
+    assert!(!stack.custom_dir().join("versioned-3.yaml").exists());
+    // `If-None-Match: *` is what a create is.
+    let r = send(
+        stack
+            .http()
+            .post(stack.url("/api/v1/agents"))
+            .header("If-None-Match", "*")
+            .json(&agent_json("versioned-3")),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+
     let r = send(
         stack
             .http()

@@ -30,7 +30,7 @@ use crate::{
     error::ErrorBody,
     error::RestError,
     events::{PlanJson, QuestionItemJson, plan_json, question_items},
-    extract::{JsonBody, NoQuery, QueryParams},
+    extract::{JsonBody, NoBody, NoQuery, QueryParams},
     state::AppState,
 };
 
@@ -460,6 +460,7 @@ pub async fn execute_stream(
 pub async fn answer(
     State(state): State<AppState>,
     Path(session_id): Path<String>,
+    QueryParams(NoQuery {}): QueryParams<NoQuery>,
     JsonBody(body): JsonBody<AnswerBody>,
 ) -> Result<Response, RestError> {
     let req = answer_request(session_id, body)?;
@@ -489,6 +490,7 @@ pub async fn answer(
 pub async fn cancel(
     State(state): State<AppState>,
     Path(session_id): Path<String>,
+    QueryParams(NoQuery {}): QueryParams<NoQuery>,
 ) -> Result<Json<CancelJson>, RestError> {
     let owner = state.executors.owner(&session_id)?;
     let req = state.request(v1::CancelRequest { session_id });
@@ -515,6 +517,8 @@ pub async fn cancel(
 pub async fn delete_session(
     State(state): State<AppState>,
     Path(session_id): Path<String>,
+    QueryParams(NoQuery {}): QueryParams<NoQuery>,
+    NoBody: NoBody,
 ) -> Result<axum::http::StatusCode, RestError> {
     let owner = state.executors.owner(&session_id)?;
     let req = state.request(v1::DeleteSessionRequest { session_id });
@@ -537,6 +541,7 @@ pub async fn delete_session(
 pub async fn get_session(
     State(state): State<AppState>,
     Path(session_id): Path<String>,
+    QueryParams(NoQuery {}): QueryParams<NoQuery>,
 ) -> Result<Json<SessionJson>, RestError> {
     let owner = state.executors.owner(&session_id)?;
     let req = state.request(v1::GetSessionRequest { session_id });
@@ -583,6 +588,7 @@ pub fn session_json(s: v1::Session) -> SessionJson {
 pub async fn get_plan(
     State(state): State<AppState>,
     Path(session_id): Path<String>,
+    QueryParams(NoQuery {}): QueryParams<NoQuery>,
 ) -> Result<Json<SessionPlanJson>, RestError> {
     let owner = state.executors.owner(&session_id)?;
     let req = state.request(v1::GetPlanRequest {

@@ -7,7 +7,12 @@ use taskforce_proto::{json::from_struct, v1};
 use tracing::instrument;
 use utoipa::ToSchema;
 
-use crate::{error::ErrorBody, error::RestError, state::AppState};
+use crate::{
+    error::ErrorBody,
+    error::RestError,
+    extract::{NoQuery, QueryParams},
+    state::AppState,
+};
 
 /// One tool the service offers.
 #[derive(Debug, Serialize, ToSchema)]
@@ -78,7 +83,10 @@ pub struct DiagnosticsJson {
         (status = 503, description = "`unavailable`", body = ErrorBody),
         (status = 504, description = "`timeout`", body = ErrorBody)))]
 #[instrument(level = "debug", skip_all)]
-pub async fn list_tools(State(state): State<AppState>) -> Result<Json<ToolListJson>, RestError> {
+pub async fn list_tools(
+    State(state): State<AppState>,
+    QueryParams(NoQuery {}): QueryParams<NoQuery>,
+) -> Result<Json<ToolListJson>, RestError> {
     let res = state
         .registry
         .clone()
@@ -99,6 +107,7 @@ pub async fn list_tools(State(state): State<AppState>) -> Result<Json<ToolListJs
 #[instrument(level = "debug", skip_all)]
 pub async fn list_diagnostics(
     State(state): State<AppState>,
+    QueryParams(NoQuery {}): QueryParams<NoQuery>,
 ) -> Result<Json<DiagnosticsJson>, RestError> {
     let res = state
         .registry

@@ -251,6 +251,46 @@ async fn errors_before_a_run_are_json_with_the_right_status() {
         .assert_error(404, "not_found")
         .assert_names("is a custom agent");
     }
+    // What a route does not take is a 400 naming it, and does nothing: a query parameter, a
+    // body on a DELETE.
+    let ran = send(
+        stack
+            .http()
+            .post(stack.url("/api/v1/execute"))
+            .json(&json!({"mission": "Do it", "agent_id": "invoice-extractor"})),
+    )
+    .await;
+    let session = ran.body["session_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(!session.is_empty(), "{}", ran.text);
+    let at = |rest: &str| stack.url(&format!("/api/v1/sessions/{session}{rest}"));
+    for (r, name) in [
+        (send(stack.http().get(at("?x=1"))).await, "x"),
+        (send(stack.http().get(at("/plan?x=1"))).await, "x"),
+        (
+            send(stack.http().post(at("/cancel?force=true"))).await,
+            "force",
+        ),
+        (send(stack.http().delete(at("?force=true"))).await, "force"),
+        (
+            send(stack.http().get(stack.url("/api/v1/tools?x=1"))).await,
+            "x",
+        ),
+        (
+            send(stack.http().get(stack.url("/api/v1/diagnostics?x=1"))).await,
+            "x",
+        ),
+    ] {
+        r.assert_error(400, "invalid_argument");
+        assert_eq!(r.body["details"][0]["field"], name, "{}", r.text);
+    }
+    send(stack.http().delete(at("")).json(&json!({"x": 1})))
+        .await
+        .assert_error(400, "invalid_argument");
+    let kept = send(stack.http().get(at(""))).await;
+    assert_eq!(kept.status.as_u16(), 200, "{}", kept.text);
 }
 
 #[tokio::test]

@@ -84,11 +84,8 @@ pub fn parse_session(token: &str) -> Result<Option<(&str, &str)>, ApiError> {
         .and_then(|rest| rest.split_once('/'))
         .ok_or_else(bad)?;
     // RFC 3339, as the executors write it.
-    let time_like = !updated_at.is_empty()
-        && updated_at
-            .bytes()
-            .all(|b| b.is_ascii_digit() || b"-:.TZ+".contains(&b));
-    if !time_like || !crate::ids::is_session_id(id) {
+    let time = chrono::DateTime::parse_from_rfc3339(updated_at).is_ok();
+    if !time || !crate::ids::is_session_id(id) {
         return Err(bad());
     }
     Ok(Some((updated_at, id)))
@@ -114,6 +111,9 @@ mod tests {
             "s:yesterday/a_4b1c",
             "s:2026-11-29T12:00:00Z/",
             "s:2026-11-29T12:00:00Z/not an id",
+            "s:2026-13-99T99:99:99Z/a_4b1c",
+            "s:9/a_4b1c",
+            "s:-/a_4b1c",
         ] {
             let err = parse_session(bad).err().map(|e| e.message);
             assert!(err.is_some_and(|m| m.contains("page_token")), "{bad}");

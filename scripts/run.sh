@@ -7,7 +7,8 @@
 # Ports: TASKFORCE_REGISTRY_PORT (50051), TASKFORCE_EXECUTOR_PORT (50052), TASKFORCE_GATEWAY_PORT
 # (8080), and the Prometheus listeners TASKFORCE_REGISTRY_METRICS_PORT (9465) and
 # TASKFORCE_EXECUTOR_METRICS_PORT (9464) (the gateway serves /metrics on its own port).
-# PROFILE=release builds optimised binaries (slower to build, faster to run).
+# PROFILE=release builds optimised binaries (slower to build, faster to run); CARGO_TARGET_DIR is
+# where they are built and run from, as for cargo.
 # TASKFORCE_CONFIG_DIR serves another config directory (e.g. configs/examples/orchestration); its
 # llm_config.yaml is used, and its state goes to .tf-data/<name of the directory>.
 set -euo pipefail
@@ -15,7 +16,7 @@ cd "$(dirname "$0")/.."
 profile=${PROFILE:-debug}
 flag=(); [ "$profile" = release ] && flag=(--release)
 cargo build "${flag[@]}" -p registry-svc -p executor-svc -p gateway --bins
-bin=target/$profile
+bin=${CARGO_TARGET_DIR:-target}/$profile
 reg_port=${TASKFORCE_REGISTRY_PORT:-50051}
 gw_port=${TASKFORCE_GATEWAY_PORT:-8080}
 ex_port=${TASKFORCE_EXECUTOR_PORT:-50052}
@@ -44,13 +45,25 @@ pids+=($!)
 "$bin/gateway" --listen "127.0.0.1:$gw_port" --registry-url "http://127.0.0.1:$reg_port" \
   --executor-url "http://127.0.0.1:$ex_port" &
 pids+=($!)
-for _ in $(seq 1 100); do
+# Ready when the gateway's /readyz says so (it checks the registry and the executor); a service
+# that stopped (a port in use, a bad flag: its log above says why) stops the others.
+status="is up"
+for i in $(seq 1 300); do
   curl -fsS "http://127.0.0.1:$gw_port/readyz" >/dev/null 2>&1 && break
+  for pid in "${pids[@]}"; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      echo "run.sh: a service stopped before the stack was ready; its log above says why" >&2
+      exit 1
+    fi
+  done
+  if [ "$i" = 300 ]; then
+    status="started, but http://127.0.0.1:$gw_port/readyz has not said ready within 60 s (see the logs above)"
+  fi
   sleep 0.2
 done
 cat <<MSG
 
-Taskforce is up (agents from $configs/, state in $data/; the executor's log says which LLM
+Taskforce $status (agents from $configs/, state in $data/; the executor's log says which LLM
 provider it uses: by default the offline scripted one, whatever keys are set;
 TASKFORCE_LLM_PROVIDER=openai with OPENAI_API_KEY picks a real model).
   REST      http://127.0.0.1:$gw_port   try: curl -s http://127.0.0.1:$gw_port/api/v1/agents

@@ -44,7 +44,8 @@ pub struct ExecuteBody {
     /// A registry agent (custom or profile) to run; wins over `profile`. Unknown → 404.
     #[serde(default)]
     pub agent_id: Option<String>,
-    /// A profile agent to run when `agent_id` is not set.
+    /// A profile agent to run when `agent_id` is not set; with `agent_id`, the profile whose
+    /// `llm.default_model` the run uses when neither `model` nor the agent names one.
     #[serde(default)]
     pub profile: Option<String>,
     /// Continue this session instead of starting a new one; with neither `agent_id` nor

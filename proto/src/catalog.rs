@@ -74,6 +74,25 @@ pub fn is_catalog_tool(name: &str) -> bool {
     is_native_tool(name) || is_orchestration_tool(name)
 }
 
+/// The catalog tool a profile's `tools[].type` names: the tool's own name (`web_search`) or, as
+/// seed 000's profiles write it, its class name (`WebSearchTool`, `GitHubTool`: the name
+/// without `Tool`, compared without case and underscores). `None` for anything else.
+pub fn profile_tool(kind: &str) -> Option<&'static str> {
+    let all = || NATIVE_TOOL_NAMES.iter().chain(&ORCHESTRATION_TOOL_NAMES);
+    if let Some(name) = all().find(|n| **n == kind) {
+        return Some(name);
+    }
+    let class = kind.strip_suffix("Tool")?;
+    let squash = |s: &str| -> String {
+        s.chars()
+            .filter(|c| *c != '_')
+            .map(|c| c.to_ascii_lowercase())
+            .collect()
+    };
+    let wanted = squash(class);
+    all().find(|n| squash(n) == wanted).copied()
+}
+
 /// The JSON schema of one patch op of the todo plan (seed 003 §3), shared by `update_todolist`
 /// and the sub-agents' result format.
 pub fn patch_op_schema() -> Value {
@@ -321,6 +340,27 @@ mod tests {
                 "{}",
                 t.name
             );
+        }
+    }
+
+    #[test]
+    fn a_profile_names_a_tool_by_its_name_or_by_seed_000s_class_name() {
+        for (kind, tool) in [
+            ("web_search", Some("web_search")),
+            ("WebSearchTool", Some("web_search")),
+            ("WebFetchTool", Some("web_fetch")),
+            ("FileReadTool", Some("file_read")),
+            ("GitHubTool", Some("github")),
+            ("PowerShellTool", Some("powershell")),
+            ("PythonTool", Some("python")),
+            ("AskUserTool", Some("ask_user")),
+            ("DelegateToAgentTool", Some("delegate_to_agent")),
+            ("WebSearch", None),
+            ("Tool", None),
+            ("ShellTool", None),
+            ("web-search", None),
+        ] {
+            assert_eq!(profile_tool(kind), tool, "{kind}");
         }
     }
 

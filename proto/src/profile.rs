@@ -23,12 +23,15 @@ pub fn system_prompt(profile: &v1::ProfileAgent) -> String {
     prompt
 }
 
-/// The native tools a profile agent is given: its `tools` entries' types, in order.
+/// The native tools a profile agent is given: its `tools` entries' types, in order, each as the
+/// catalog names it (seed 000's class names, `WebSearchTool`, are `web_search`).
 pub fn tools(profile: &v1::ProfileAgent) -> Vec<String> {
     profile
         .tools_config
         .iter()
-        .map(|t| t.r#type.clone())
+        .map(|t| {
+            crate::catalog::profile_tool(&t.r#type).map_or_else(|| t.r#type.clone(), str::to_owned)
+        })
         .collect()
 }
 

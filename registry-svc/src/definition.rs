@@ -252,7 +252,8 @@ pub fn resolve_workspace(root: &std::path::Path, workspace: &str) -> std::path::
 /// A profile's `tools:` entry.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ProfileTool {
-    /// Tool type (a native tool name or a class name).
+    /// Tool type: a catalog tool's name (`web_search`) or seed 000's class name of it
+    /// (`WebSearchTool`); see `catalog::profile_tool`.
     #[serde(rename = "type", default)]
     pub kind: String,
     /// Where the tool lives, informational.
@@ -464,7 +465,14 @@ pub fn validate_profile(profile: &ProfileFile) -> Result<(), ApiError> {
     if !v.is_empty() {
         return Err(ApiError::fields(v));
     }
-    known_tools(profile.tools.iter().map(|t| &t.kind), "tools")
+    known_tools(
+        profile
+            .tools
+            .iter()
+            .map(|t| &t.kind)
+            .filter(|kind| catalog::profile_tool(kind).is_none()),
+        "tools",
+    )
 }
 
 /// The entries of `list` that repeat an earlier one, each named ("listed more than once").

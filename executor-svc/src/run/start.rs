@@ -47,6 +47,9 @@ impl Runner {
                 check_id(field, id)?;
             }
         }
+        // Seed 000: with `agent_id`, a `profile` still gives the run its LLM settings (its
+        // `default_model`), while prompt and tools come from the agent.
+        let llm_profile = agent_id.as_ref().and(profile.clone());
         let target = match (agent_id, profile) {
             (Some(id), _) => Target::Agent(id),
             (None, Some(profile)) => Target::Profile(profile),
@@ -87,7 +90,7 @@ impl Runner {
         let id = session_id.clone().unwrap_or_else(|| {
             taskforce_proto::ids::mint_session_id(self.budgets.instance.as_deref())
         });
-        let model_name = non_empty(request.model);
+        let mut model_name = non_empty(request.model);
         let model_named = model_name.is_some();
         if let Some(model) = &model_name {
             taskforce_proto::ids::check_model(model)
@@ -106,6 +109,14 @@ impl Runner {
             }
             (Err(e), _) => return Err(e),
         };
+        // The profile's model when neither the request nor the agent names one; a profile
+        // that is none is a 404, as when it is run itself.
+        if let Some(profile) = llm_profile {
+            let profile = self.registry.resolve(&Target::Profile(profile)).await?;
+            if model_name.is_none() && agent.model.is_none() {
+                model_name = profile.model.clone();
+            }
+        }
         // Claimed before it is read, so two requests cannot both continue one stored state.
         let claim = self.claim(&id)?;
         let existing = match &session_id {

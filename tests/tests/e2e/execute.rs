@@ -308,20 +308,33 @@ async fn a_profile_runs_on_its_default_model_and_a_requests_model_wins() {
         .expect("stack with executor starts");
     std::fs::write(
         stack.config_dir().join("sleepyprof.yaml"),
+        // Its tool written as seed 000's profiles write them: a class name and its module.
         "profile: sleepyprof\ndescription: Sleeps.\nspecialist: generic\nllm:\n  \
-         default_model: sleepy\ntools:\n  - type: file_read\n    params: {}\n",
+         default_model: sleepy\ntools:\n  - type: FileReadTool\n    \
+         module: taskforce.infrastructure.tools.native.file_tools\n    params: {}\n",
     )
     .expect("writes the profile");
-    taskforce_tests::eventually(
+    let served = taskforce_tests::eventually(
         std::time::Duration::from_secs(10),
         std::time::Duration::from_millis(50),
         || {
             let req = stack.http().get(stack.url("/api/v1/agents/sleepyprof"));
-            async move { (send(req).await.status == 200).then_some(()) }
+            async move { Some(send(req).await).filter(|r| r.status == 200) }
         },
     )
     .await
     .expect("the registry serves the new profile");
+    assert_eq!(
+        served.body["tool_allowlist"],
+        json!(["file_read"]),
+        "{}",
+        served.text
+    );
+    assert_eq!(
+        served.body["tools_config"][0]["type"], "FileReadTool",
+        "as written: {}",
+        served.text
+    );
     for (body, answer) in [
         (
             json!({"mission": "Hi", "profile": "sleepyprof"}),
@@ -331,11 +344,27 @@ async fn a_profile_runs_on_its_default_model_and_a_requests_model_wins() {
             json!({"mission": "Hi", "profile": "sleepyprof", "model": "other"}),
             "the request's model answers",
         ),
+        // Seed 000: with `agent_id`, the profile still gives the LLM settings.
+        (
+            json!({"mission": "Hi", "agent_id": "invoice-extractor", "profile": "sleepyprof"}),
+            "the profile's model answers",
+        ),
+        (
+            json!({"mission": "Hi", "agent_id": "invoice-extractor", "profile": "sleepyprof",
+                   "model": "other"}),
+            "the request's model answers",
+        ),
     ] {
         let r = send(stack.http().post(stack.url("/api/v1/execute")).json(&body)).await;
         assert_eq!(r.status, 200, "{}", r.text);
         assert_eq!(r.body["final_answer"], answer, "{}", r.text);
     }
+    send(stack.http().post(stack.url("/api/v1/execute")).json(
+        &json!({"mission": "Hi", "agent_id": "invoice-extractor", "profile": "no-such-profile"}),
+    ))
+    .await
+    .assert_error(404, "not_found")
+    .assert_names("no-such-profile");
 }
 
 /// Runs a program to its end (60 s at most) and returns its stdout; fails the test otherwise.

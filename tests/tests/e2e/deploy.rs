@@ -730,9 +730,16 @@ fn kustomize_overlays_render_valid_manifests() {
             gateway_container["livenessProbe"]["httpGet"]["path"],
             "/healthz"
         );
+        // Readiness too: /readyz as readiness would take every gateway out at once whenever
+        // the one registry restarts.
         assert_eq!(
             gateway_container["readinessProbe"]["httpGet"]["path"],
-            "/readyz"
+            "/healthz"
+        );
+        // Requests routed to it until its endpoint is gone are still taken.
+        assert_eq!(
+            gateway_container["lifecycle"]["preStop"]["sleep"]["seconds"],
+            5
         );
 
         // Every pod: non-root, RuntimeDefault seccomp; every container (init ones too): no
@@ -800,11 +807,36 @@ fn kustomize_overlays_render_valid_manifests() {
             policies,
             BTreeSet::from([
                 "default-deny-ingress",
+                "executor-egress",
                 "executor-ingress",
                 "gateway-ingress",
                 "registry-ingress"
             ])
         );
+        // Egress: the executors, where agents' tools run, reach public addresses but not the
+        // cloud metadata endpoint, the nodes, nor the cluster's other pods and services.
+        let egress = &named(&docs, "NetworkPolicy", "executor-egress")["spec"];
+        assert_eq!(strings(&egress["policyTypes"]), ["Egress"]);
+        let v4 = egress["egress"]
+            .as_sequence()
+            .expect("rules")
+            .iter()
+            .flat_map(|r| r["to"].as_sequence().cloned().unwrap_or_default())
+            .map(|t| t["ipBlock"].clone())
+            .find(|b| b["cidr"] == "0.0.0.0/0")
+            .expect("public IPv4");
+        let except = strings(&v4["except"]);
+        for private in [
+            "10.0.0.0/8",
+            "169.254.0.0/16",
+            "172.16.0.0/12",
+            "192.168.0.0/16",
+        ] {
+            assert!(
+                except.iter().any(|e| e == private),
+                "{overlay}: executors reach {private}"
+            );
+        }
         let deny = named(&docs, "NetworkPolicy", "default-deny-ingress");
         assert_eq!(
             deny["spec"]["podSelector"],

@@ -83,8 +83,12 @@ pub fn parse_session(token: &str) -> Result<Option<(&str, &str)>, ApiError> {
         .strip_prefix("s:")
         .and_then(|rest| rest.split_once('/'))
         .ok_or_else(bad)?;
-    // RFC 3339, as the executors write it.
-    let time = chrono::DateTime::parse_from_rfc3339(updated_at).is_ok();
+    // RFC 3339, as the executors write it (upper-case `T` and `Z`, as the OpenAPI document's
+    // pattern has it; chrono also takes a space and lower case).
+    let time = updated_at
+        .bytes()
+        .all(|b| b.is_ascii_digit() || b"-:.TZ+".contains(&b))
+        && chrono::DateTime::parse_from_rfc3339(updated_at).is_ok();
     if !time || !crate::ids::is_session_id(id) {
         return Err(bad());
     }
@@ -114,6 +118,8 @@ mod tests {
             "s:2026-13-99T99:99:99Z/a_4b1c",
             "s:9/a_4b1c",
             "s:-/a_4b1c",
+            "s:2026-11-29t12:00:00z/a_4b1c",
+            "s:2026-11-29 12:00:00Z/a_4b1c",
         ] {
             let err = parse_session(bad).err().map(|e| e.message);
             assert!(err.is_some_and(|m| m.contains("page_token")), "{bad}");

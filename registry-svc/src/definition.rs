@@ -397,6 +397,32 @@ pub fn validate(id: &str, def: &CustomAgentFile) -> Result<(), ApiError> {
     }
     if !v.is_empty() {
         let mcp_only = v.iter().all(|(f, _)| f.starts_with("mcp_servers["));
+        // Said with the other problems, so one answer names them all (alone, unknown tools
+        // are the `invalid_tools` answer below).
+        let unknown: Vec<&String> = def
+            .tools
+            .allowlist
+            .iter()
+            .filter(|t| !catalog::is_catalog_tool(t))
+            .collect();
+        if !unknown.is_empty() {
+            const NAMED: usize = 20;
+            let mut names: Vec<String> = unknown
+                .iter()
+                .take(NAMED)
+                .map(|t| format!("{t:?}"))
+                .collect();
+            if unknown.len() > NAMED {
+                names.push(format!("and {} more", unknown.len() - NAMED));
+            }
+            v.push((
+                "tool_allowlist".to_owned(),
+                format!(
+                    "names tools that are not in the catalog (GET /api/v1/tools): {}",
+                    names.join(", ")
+                ),
+            ));
+        }
         let mut e = ApiError::fields(v);
         if mcp_only {
             e.kind = ErrorKind::InvalidMcpConfig;
@@ -686,6 +712,26 @@ mod tests {
             fields,
             ["name", "description", "system_prompt", "tool_allowlist"]
         );
+    }
+
+    #[test]
+    fn unknown_tools_are_named_with_the_other_problems() {
+        let mut d = good();
+        d.description = String::new();
+        d.tools.allowlist = vec!["file_read".into(), "foo_tool".into()];
+        let violations: Vec<(String, String)> = validate("invoice-extractor", &d)
+            .err()
+            .iter()
+            .flat_map(|e| e.field_violations.clone())
+            .collect();
+        assert_eq!(violations.len(), 2, "{violations:?}");
+        assert_eq!(violations[0].0, "description");
+        assert_eq!(violations[1].0, "tool_allowlist");
+        assert!(violations[1].1.contains("\"foo_tool\""), "{violations:?}");
+        // Alone, they are the invalid_tools answer.
+        d.description = "Extracts".into();
+        let alone = validate("invoice-extractor", &d).err();
+        assert_eq!(alone.map(|e| e.kind), Some(ErrorKind::InvalidTools));
     }
 
     #[test]

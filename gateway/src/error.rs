@@ -215,7 +215,7 @@ pub fn auth_rejection(denied: &taskforce_runtime::auth::Denied) -> Response {
 }
 
 /// `status` with the JSON body of `e`.
-fn json_response(status: StatusCode, e: &ApiError) -> Response {
+pub(crate) fn json_response(status: StatusCode, e: &ApiError) -> Response {
     // Serialising a `Value` cannot fail; an empty object is the (unreachable) fallback.
     let body = serde_json::to_vec(&e.to_json()).unwrap_or_else(|_| b"{}".to_vec());
     let mut res = Response::new(Body::from(body));

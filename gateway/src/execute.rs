@@ -45,7 +45,7 @@ pub struct ExecuteBody {
     #[serde(default)]
     pub agent_id: Option<String>,
     /// A profile agent to run when `agent_id` is not set; with `agent_id`, the profile whose
-    /// `llm.default_model` the run uses when neither `model` nor the agent names one.
+    /// `llm.default_model` a new session runs on when neither `model` nor the agent names one.
     #[serde(default)]
     pub profile: Option<String>,
     /// Continue this session instead of starting a new one; with neither `agent_id` nor
@@ -519,8 +519,18 @@ pub async fn delete_session(
     State(state): State<AppState>,
     Path(session_id): Path<String>,
     QueryParams(NoQuery {}): QueryParams<NoQuery>,
+    headers: axum::http::HeaderMap,
     NoBody: NoBody,
 ) -> Result<axum::http::StatusCode, RestError> {
+    // A condition this delete could not keep is refused, not ignored: a session has no version.
+    if headers.contains_key(axum::http::header::IF_MATCH)
+        || headers.contains_key(axum::http::header::IF_NONE_MATCH)
+    {
+        return Err(RestError::new(
+            taskforce_proto::error::ErrorKind::InvalidArgument,
+            "a session has no version to check: delete it without If-Match or If-None-Match",
+        ));
+    }
     let owner = state.executors.owner(&session_id)?;
     let req = state.request(v1::DeleteSessionRequest { session_id });
     owner

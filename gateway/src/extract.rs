@@ -33,6 +33,12 @@ impl FromRequest<AppState> for NoBody {
     type Rejection = RestError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        // An agent's delete takes the version to check, elsewhere: say where.
+        let hint = if req.uri().path().starts_with("/api/v1/agents/") {
+            ": give the version to check as `If-Match` or `?expected_version=`"
+        } else {
+            ""
+        };
         let body = axum::body::Bytes::from_request(req, state)
             .await
             .map_err(|r| RestError::new(ErrorKind::InvalidArgument, r.body_text()))?;
@@ -41,8 +47,7 @@ impl FromRequest<AppState> for NoBody {
         } else {
             Err(RestError::new(
                 ErrorKind::InvalidArgument,
-                "this request takes no body: give the version to check as `If-Match` or \
-                 `?expected_version=`",
+                format!("this request takes no body{hint}"),
             ))
         }
     }

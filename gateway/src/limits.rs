@@ -88,11 +88,27 @@ pub async fn body_in_time(
             next.run(Request::from_parts(parts, Body::from(bytes)))
                 .await
         }
-        Ok(Err(e)) if e.to_string().contains("length limit") => {
-            axum::http::StatusCode::PAYLOAD_TOO_LARGE.into_response()
-        }
-        Ok(Err(_)) => axum::http::StatusCode::BAD_REQUEST.into_response(),
-        Err(_) => axum::http::StatusCode::REQUEST_TIMEOUT.into_response(),
+        Ok(Err(e)) if e.to_string().contains("length limit") => RestError::new(
+            ErrorKind::PayloadTooLarge,
+            format!("request body is larger than the limit of {max} bytes"),
+        )
+        .into_response(),
+        Ok(Err(e)) => RestError::new(
+            ErrorKind::InvalidArgument,
+            format!("the request body could not be read: {e}"),
+        )
+        .into_response(),
+        // The client's lateness (408), not the gateway's (504, `ErrorKind::Timeout`'s status).
+        Err(_) => crate::error::json_response(
+            axum::http::StatusCode::REQUEST_TIMEOUT,
+            &taskforce_proto::error::ApiError::new(
+                ErrorKind::Timeout,
+                format!(
+                    "the request body did not arrive within {}s (the gateway's request timeout)",
+                    timeout.as_secs()
+                ),
+            ),
+        ),
     }
 }
 

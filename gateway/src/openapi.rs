@@ -163,12 +163,11 @@ pub fn render() -> Bytes {
 
 /// An agent id: `taskforce_proto::ids::validate_agent_id`.
 const AGENT_ID: &str = "^[a-z0-9][a-z0-9_-]{2,63}$";
-/// One `If-Match` value `extract::parse_if_match` takes: `*`, or one strong entity tag, quoted
-/// or bare (visible ASCII without `"` and `,`).
 /// A sessions list's `page_token`: `s:<RFC 3339 time>/<session id>` (a time that is no date,
 /// February 30, passes the pattern and is refused by the gateway).
 const SESSION_PAGE_TOKEN: &str = "^(s:[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)([.][0-9]+)?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])/[A-Za-z0-9_-]{1,128})?$";
-
+/// One `If-Match` value `extract::parse_if_match` takes: `*`, or one strong entity tag, quoted
+/// or bare (visible ASCII without `"` and `,`).
 const IF_MATCH: &str = "^[ \\t]*(?!W/)(\\*|\"[!#-+\\--~]+\"|[!#-+\\--~]+)[ \\t]*$";
 /// An agent id, or empty for "not set".
 const AGENT_ID_OR_EMPTY: &str = "^([a-z0-9][a-z0-9_-]{2,63})?$";

@@ -396,33 +396,14 @@ pub fn validate(id: &str, def: &CustomAgentFile) -> Result<(), ApiError> {
         );
     }
     if !v.is_empty() {
-        let mcp_only = v.iter().all(|(f, _)| f.starts_with("mcp_servers["));
         // Said with the other problems, so one answer names them all (alone, unknown tools
         // are the `invalid_tools` answer below).
-        let unknown: Vec<&String> = def
-            .tools
-            .allowlist
-            .iter()
-            .filter(|t| !catalog::is_catalog_tool(t))
-            .collect();
-        if !unknown.is_empty() {
-            const NAMED: usize = 20;
-            let mut names: Vec<String> = unknown
-                .iter()
-                .take(NAMED)
-                .map(|t| format!("{t:?}"))
-                .collect();
-            if unknown.len() > NAMED {
-                names.push(format!("and {} more", unknown.len() - NAMED));
-            }
-            v.push((
-                "tool_allowlist".to_owned(),
-                format!(
-                    "names tools that are not in the catalog (GET /api/v1/tools): {}",
-                    names.join(", ")
-                ),
-            ));
-        }
+        v.extend(unknown_tools_named(
+            "tool_allowlist",
+            &def.tools.allowlist,
+            catalog::is_catalog_tool,
+        ));
+        let mcp_only = v.iter().all(|(f, _)| f.starts_with("mcp_servers["));
         let mut e = ApiError::fields(v);
         if mcp_only {
             e.kind = ErrorKind::InvalidMcpConfig;
@@ -430,6 +411,35 @@ pub fn validate(id: &str, def: &CustomAgentFile) -> Result<(), ApiError> {
         return Err(e);
     }
     known_tools(def.tools.allowlist.iter(), "tool_allowlist")
+}
+
+/// The field problem of `field`'s tools that are not `known`, naming up to 20 of them; for an
+/// answer that has other problems to name too.
+fn unknown_tools_named(
+    field: &str,
+    tools: &[String],
+    known: impl Fn(&str) -> bool,
+) -> Option<(String, String)> {
+    const NAMED: usize = 20;
+    let unknown: Vec<&String> = tools.iter().filter(|t| !known(t)).collect();
+    if unknown.is_empty() {
+        return None;
+    }
+    let mut names: Vec<String> = unknown
+        .iter()
+        .take(NAMED)
+        .map(|t| format!("{t:?}"))
+        .collect();
+    if unknown.len() > NAMED {
+        names.push(format!("and {} more", unknown.len() - NAMED));
+    }
+    Some((
+        field.to_owned(),
+        format!(
+            "names tools that are not in the catalog (GET /api/v1/tools): {}",
+            names.join(", ")
+        ),
+    ))
 }
 
 /// Refuses the `tools` that are no tool of the catalog, naming them and those there are.
@@ -489,6 +499,10 @@ pub fn validate_profile(profile: &ProfileFile) -> Result<(), ApiError> {
         }
     }
     if !v.is_empty() {
+        let kinds: Vec<String> = profile.tools.iter().map(|t| t.kind.clone()).collect();
+        v.extend(unknown_tools_named("tools", &kinds, |k| {
+            catalog::profile_tool(k).is_some()
+        }));
         return Err(ApiError::fields(v));
     }
     known_tools(
@@ -732,6 +746,13 @@ mod tests {
         d.description = "Extracts".into();
         let alone = validate("invoice-extractor", &d).err();
         assert_eq!(alone.map(|e| e.kind), Some(ErrorKind::InvalidTools));
+        // With a bad MCP server, the answer is no MCP config error alone.
+        d.mcp_servers = vec![McpServerConfig {
+            kind: "bogus".into(),
+            ..Default::default()
+        }];
+        let both = validate("invoice-extractor", &d).err();
+        assert_eq!(both.map(|e| e.kind), Some(ErrorKind::InvalidArgument));
     }
 
     #[test]

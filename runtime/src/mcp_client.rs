@@ -179,7 +179,8 @@ fn discovered(tools: Vec<rmcp::model::Tool>, secrets: &[String]) -> Vec<Discover
     tools
 }
 
-/// `value` with every secret in its strings (keys too) masked.
+/// `value` with every secret in its string values masked (not in keys: property names are
+/// identifiers the model calls with, and two that masked alike would merge).
 fn scrub_json(value: Value, secrets: &[String]) -> Value {
     if secrets.is_empty() {
         return value;
@@ -191,7 +192,7 @@ fn scrub_json(value: Value, secrets: &[String]) -> Value {
         }
         Value::Object(map) => Value::Object(
             map.into_iter()
-                .map(|(k, v)| (scrub(&k, secrets), scrub_json(v, secrets)))
+                .map(|(k, v)| (k, scrub_json(v, secrets)))
                 .collect(),
         ),
         other => other,
@@ -358,7 +359,7 @@ mod tests {
         assert_eq!(
             found[0].input_schema,
             serde_json::json!({"type": "object", "properties": {
-                "***": {"type": "string", "default": "x ***"}}})
+                "s3cr3t-value": {"type": "string", "default": "x ***"}}})
         );
         // A server with no secrets keeps what it says.
         let plain = discovered(tools, &[]);

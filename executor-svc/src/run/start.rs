@@ -90,7 +90,7 @@ impl Runner {
         let id = session_id.clone().unwrap_or_else(|| {
             taskforce_proto::ids::mint_session_id(self.budgets.instance.as_deref())
         });
-        let mut model_name = non_empty(request.model);
+        let model_name = non_empty(request.model);
         let model_named = model_name.is_some();
         if let Some(model) = &model_name {
             taskforce_proto::ids::check_model(model)
@@ -109,14 +109,6 @@ impl Runner {
             }
             (Err(e), _) => return Err(e),
         };
-        // The profile's model when neither the request nor the agent names one; a profile
-        // that is none is a 404, as when it is run itself.
-        if let Some(profile) = llm_profile {
-            let profile = self.registry.resolve(&Target::Profile(profile)).await?;
-            if model_name.is_none() && agent.model.is_none() {
-                model_name = profile.model.clone();
-            }
-        }
         // Claimed before it is read, so two requests cannot both continue one stored state.
         let claim = self.claim(&id)?;
         let existing = match &session_id {
@@ -179,13 +171,31 @@ impl Runner {
                 session
             }
         };
+        // A profile given with the agent gives the session its model when neither a request
+        // nor the agent names one (only then looked up: a profile that is none is a 404, as
+        // when it is run itself); kept with the session, as a request's model is, for its
+        // answers and later turns.
+        let mut session = session;
+        let mut from_profile = false;
+        if let Some(profile) = llm_profile
+            && session.model.is_none()
+            && agent.model.is_none()
+        {
+            from_profile = true;
+            session.model = self
+                .registry
+                .resolve(&Target::Profile(profile))
+                .await?
+                .model
+                .clone();
+        }
         // The request's model, else the session's (a continued session keeps the one it was
         // given, as its answers do), else the one the agent's definition names, else the
         // default.
         let model = self.session_model(
             &session,
             &agent,
-            !model_named,
+            !model_named && !from_profile,
             "name a `model` to go on with another",
         )?;
         // Debug only: the "run ended" line carries all of it (and the outcome), one line per run.
@@ -226,24 +236,22 @@ impl Runner {
             return Err(ExecutorError::invalid("answer", "is longer than 256 KiB"));
         }
         // Claimed before it is read: of two answers to one question, one wins.
-        let claim = self.claim(&request.session_id)?;
+        let claim = match self.claim(&request.session_id) {
+            Ok(claim) => claim,
+            // An ended session has no question, whoever holds it for a moment (the sweep that
+            // has just cancelled an unanswered one): say that, not "in use, try again".
+            Err(in_use) => match self.store.get(&request.session_id)? {
+                Some(s) if !matches!(s.status, Status::Paused | Status::Running) => {
+                    return Err(no_question(&s));
+                }
+                _ => return Err(in_use),
+            },
+        };
         let mut session = self.store.get(&request.session_id)?.ok_or_else(|| {
             ExecutorError::NotFound(format!("session `{}` does not exist", request.session_id))
         })?;
         let (Status::Paused, Some(pending)) = (session.status, session.pending.clone()) else {
-            // Its state, and why it ended if it did (a question cancelled, or left unanswered
-            // past `--paused-session-ttl-hours`, says so here).
-            let why = session
-                .error
-                .as_ref()
-                .filter(|_| session.status != Status::Running)
-                .map(|e| format!(": {}", e.message))
-                .unwrap_or_default();
-            return Err(ExecutorError::FailedPrecondition(format!(
-                "session `{}` has no question waiting for an answer (it is {}{why})",
-                session.id,
-                session.status.as_str()
-            )));
+            return Err(no_question(&session));
         };
         if let Some(call_id) = non_empty(request.call_id)
             && call_id != pending.call_id
@@ -636,6 +644,22 @@ fn forget_oldest(messages: &mut Vec<Message>, max: usize) {
         return;
     };
     messages.drain(start..cut);
+}
+
+/// Why `session` takes no answer: its state, and why it ended if it did (a question
+/// cancelled, or left unanswered past `--paused-session-ttl-hours`, says so here).
+fn no_question(session: &Session) -> ExecutorError {
+    let why = session
+        .error
+        .as_ref()
+        .filter(|_| session.status != Status::Running)
+        .map(|e| format!(": {}", e.message))
+        .unwrap_or_default();
+    ExecutorError::FailedPrecondition(format!(
+        "session `{}` has no question waiting for an answer (it is {}{why})",
+        session.id,
+        session.status.as_str()
+    ))
 }
 
 /// A new mission for session `id`, which waits for an answer: the ways to give it one.

@@ -807,35 +807,52 @@ fn kustomize_overlays_render_valid_manifests() {
             policies,
             BTreeSet::from([
                 "default-deny-ingress",
-                "executor-egress",
                 "executor-ingress",
+                "executor-registry-egress",
                 "gateway-ingress",
                 "registry-ingress"
             ])
         );
-        // Egress: the executors, where agents' tools run, reach public addresses but not the
-        // cloud metadata endpoint, the nodes, nor the cluster's other pods and services.
-        let egress = &named(&docs, "NetworkPolicy", "executor-egress")["spec"];
+        // Egress: the executors and the registry, where what agents' authors and models choose
+        // runs, reach public addresses but not the cloud metadata endpoint, the nodes, nor the
+        // cluster's other pods and services.
+        let egress = &named(&docs, "NetworkPolicy", "executor-registry-egress")["spec"];
         assert_eq!(strings(&egress["policyTypes"]), ["Egress"]);
-        let v4 = egress["egress"]
+        assert_eq!(
+            strings(&egress["podSelector"]["matchExpressions"][0]["values"]),
+            ["executor", "registry"]
+        );
+        let blocks: Vec<Value> = egress["egress"]
             .as_sequence()
             .expect("rules")
             .iter()
             .flat_map(|r| r["to"].as_sequence().cloned().unwrap_or_default())
             .map(|t| t["ipBlock"].clone())
-            .find(|b| b["cidr"] == "0.0.0.0/0")
-            .expect("public IPv4");
-        let except = strings(&v4["except"]);
-        for private in [
-            "10.0.0.0/8",
-            "169.254.0.0/16",
-            "172.16.0.0/12",
-            "192.168.0.0/16",
+            .collect();
+        for (all, private) in [
+            (
+                "0.0.0.0/0",
+                &[
+                    "10.0.0.0/8",
+                    "100.64.0.0/10",
+                    "169.254.0.0/16",
+                    "172.16.0.0/12",
+                    "192.168.0.0/16",
+                ][..],
+            ),
+            ("::/0", &["fc00::/7", "fe80::/10"][..]),
         ] {
-            assert!(
-                except.iter().any(|e| e == private),
-                "{overlay}: executors reach {private}"
-            );
+            let block = blocks
+                .iter()
+                .find(|b| b["cidr"] == all)
+                .unwrap_or_else(|| panic!("{overlay}: no rule for {all}"));
+            let except = strings(&block["except"]);
+            for range in private {
+                assert!(
+                    except.iter().any(|e| e == range),
+                    "{overlay}: the executors and the registry reach {range}"
+                );
+            }
         }
         let deny = named(&docs, "NetworkPolicy", "default-deny-ingress");
         assert_eq!(

@@ -335,6 +335,7 @@ async fn a_profile_runs_on_its_default_model_and_a_requests_model_wins() {
         "as written: {}",
         served.text
     );
+    let mut session = String::new();
     for (body, answer) in [
         (
             json!({"mission": "Hi", "profile": "sleepyprof"}),
@@ -358,7 +359,24 @@ async fn a_profile_runs_on_its_default_model_and_a_requests_model_wins() {
         let r = send(stack.http().post(stack.url("/api/v1/execute")).json(&body)).await;
         assert_eq!(r.status, 200, "{}", r.text);
         assert_eq!(r.body["final_answer"], answer, "{}", r.text);
+        session = r.body["session_id"].as_str().unwrap_or_default().to_owned();
     }
+    // A session keeps the model it was given: the profile's does not replace it.
+    let r = send(
+        stack
+            .http()
+            .post(stack.url("/api/v1/execute"))
+            .json(&json!({
+        "mission": "Again", "agent_id": "invoice-extractor", "profile": "sleepyprof",
+        "session_id": session})),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        r.body["final_answer"], "the request's model answers",
+        "{}",
+        r.text
+    );
     send(stack.http().post(stack.url("/api/v1/execute")).json(
         &json!({"mission": "Hi", "agent_id": "invoice-extractor", "profile": "no-such-profile"}),
     ))

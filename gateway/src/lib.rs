@@ -127,6 +127,10 @@ pub fn router(state: AppState, config: &Config) -> Router {
     let auth =
         taskforce_runtime::auth::AuthLayer::new(state.keys.clone(), access, error::auth_rejection);
     let body_limits = (config.request_timeout(), config.max_body_bytes);
+    let body_in_time = limits::BodyInTimeLayer {
+        timeout: config.request_timeout(),
+        max: config.max_body_bytes,
+    };
     let api = Router::new()
         .route("/api/v1/tools", get(tools::list_tools))
         .route(
@@ -161,10 +165,7 @@ pub fn router(state: AppState, config: &Config) -> Router {
         ))
         // Outside the timeout: a body the client is slow to send is its 408, not our 504, and
         // the request's own time starts once its body is here.
-        .route_layer(axum::middleware::from_fn_with_state(
-            body_limits,
-            limits::body_in_time,
-        ));
+        .route_layer(body_in_time);
     // Runs are long-lived: no request timeout (the executor enforces its own run budget).
     let runs = Router::new()
         .route("/api/v1/execute", post(execute::execute))
@@ -179,10 +180,7 @@ pub fn router(state: AppState, config: &Config) -> Router {
             state.clone(),
             limits::per_key,
         ))
-        .route_layer(axum::middleware::from_fn_with_state(
-            body_limits,
-            limits::body_in_time,
-        ));
+        .route_layer(body_in_time);
     let ops = Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))

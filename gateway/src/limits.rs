@@ -67,48 +67,106 @@ impl RunsPerKey {
     }
 }
 
-/// The middleware of every route with a body: the request's body must arrive whole, within
-/// `limits.1` bytes, in `limits.0` (the request timeout). A body sent a byte at a time would
-/// otherwise hold its connection (and a run slot) for good, or, on the routes with a request
-/// timeout, run into it and be answered as the gateway's fault (504). 408 when it is late,
-/// 413 when it is too large. A request with no body (most `GET`s) passes at once.
-pub async fn body_in_time(
-    State(limits): State<(std::time::Duration, usize)>,
-    req: Request,
-    next: Next,
-) -> Response {
-    use http_body::Body as _;
-    if req.body().is_end_stream() {
-        return next.run(req).await;
-    }
-    let (timeout, max) = limits;
-    let (parts, body) = req.into_parts();
-    match tokio::time::timeout(timeout, axum::body::to_bytes(body, max)).await {
-        Ok(Ok(bytes)) => {
-            next.run(Request::from_parts(parts, Body::from(bytes)))
-                .await
+/// The layer of every route with a body: the request's body must arrive whole, within `max`
+/// bytes, in `timeout` (the request timeout). A body sent a byte at a time would otherwise hold
+/// its connection (and a run slot) for good, or, on the routes with a request timeout, run
+/// into it and be answered as the gateway's fault (504). 408 when it is late, 413 when it is
+/// too large. A request with no body (every `GET`) goes straight on: a service of its own, not
+/// an `axum::middleware::from_fn`, so the read path pays for no boxed future (measured: 2 µs
+/// of a 15 µs `GET`).
+#[derive(Debug, Clone, Copy)]
+pub struct BodyInTimeLayer {
+    /// How long the body may take.
+    pub timeout: std::time::Duration,
+    /// Its most bytes.
+    pub max: usize,
+}
+
+impl<S> tower::Layer<S> for BodyInTimeLayer {
+    type Service = BodyInTime<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        BodyInTime {
+            inner,
+            limits: *self,
         }
-        Ok(Err(e)) if e.to_string().contains("length limit") => RestError::new(
-            ErrorKind::PayloadTooLarge,
-            format!("request body is larger than the limit of {max} bytes"),
-        )
-        .into_response(),
-        Ok(Err(e)) => RestError::new(
-            ErrorKind::InvalidArgument,
-            format!("the request body could not be read: {e}"),
-        )
-        .into_response(),
-        // The client's lateness (408), not the gateway's (504, `ErrorKind::Timeout`'s status).
-        Err(_) => crate::error::json_response(
-            axum::http::StatusCode::REQUEST_TIMEOUT,
-            &taskforce_proto::error::ApiError::new(
-                ErrorKind::Timeout,
-                format!(
-                    "the request body did not arrive within {}s (the gateway's request timeout)",
-                    timeout.as_secs()
-                ),
-            ),
-        ),
+    }
+}
+
+/// The service of [`BodyInTimeLayer`].
+#[derive(Debug, Clone)]
+pub struct BodyInTime<S> {
+    inner: S,
+    limits: BodyInTimeLayer,
+}
+
+impl<S> tower::Service<Request> for BodyInTime<S>
+where
+    S: tower::Service<Request, Response = Response, Error = std::convert::Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future = futures::future::Either<
+        S::Future,
+        futures::future::BoxFuture<'static, Result<Response, std::convert::Infallible>>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        use http_body::Body as _;
+        if req.body().is_end_stream() {
+            return futures::future::Either::Left(self.inner.call(req));
+        }
+        // The clone that was made ready goes with this request (tower's rule for a service
+        // called later than `poll_ready`).
+        let ready = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, ready);
+        let BodyInTimeLayer { timeout, max } = self.limits;
+        futures::future::Either::Right(Box::pin(async move {
+            let (parts, body) = req.into_parts();
+            Ok(
+                match tokio::time::timeout(timeout, axum::body::to_bytes(body, max)).await {
+                    Ok(Ok(bytes)) => {
+                        return inner
+                            .call(Request::from_parts(parts, Body::from(bytes)))
+                            .await;
+                    }
+                    Ok(Err(e)) if e.to_string().contains("length limit") => RestError::new(
+                        ErrorKind::PayloadTooLarge,
+                        format!("request body is larger than the limit of {max} bytes"),
+                    )
+                    .into_response(),
+                    Ok(Err(e)) => RestError::new(
+                        ErrorKind::InvalidArgument,
+                        format!("the request body could not be read: {e}"),
+                    )
+                    .into_response(),
+                    // The client's lateness (408), not the gateway's (504, `ErrorKind::Timeout`'s
+                    // status).
+                    Err(_) => crate::error::json_response(
+                        axum::http::StatusCode::REQUEST_TIMEOUT,
+                        &taskforce_proto::error::ApiError::new(
+                            ErrorKind::Timeout,
+                            format!(
+                                "the request body did not arrive within {}s (the gateway's \
+                                 request timeout)",
+                                timeout.as_secs()
+                            ),
+                        ),
+                    ),
+                },
+            )
+        }))
     }
 }
 

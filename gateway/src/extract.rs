@@ -89,13 +89,18 @@ impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for ObjectOnly<T> 
     }
 }
 
+/// The 413 of a body over `limit` bytes (`--max-body-bytes`).
+pub fn too_large(limit: usize) -> RestError {
+    RestError::new(
+        ErrorKind::PayloadTooLarge,
+        format!("request body is larger than the limit of {limit} bytes"),
+    )
+}
+
 /// The REST error for a JSON body axum could not read.
 pub fn json_rejection(r: &JsonRejection, limit: usize) -> RestError {
     if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        return RestError::new(
-            ErrorKind::PayloadTooLarge,
-            format!("request body is larger than the limit of {limit} bytes"),
-        );
+        return too_large(limit);
     }
     let message = match r {
         JsonRejection::MissingJsonContentType(_) => {

@@ -141,11 +141,9 @@ where
                             .call(Request::from_parts(parts, Body::from(bytes)))
                             .await;
                     }
-                    Ok(Err(e)) if e.to_string().contains("length limit") => RestError::new(
-                        ErrorKind::PayloadTooLarge,
-                        format!("request body is larger than the limit of {max} bytes"),
-                    )
-                    .into_response(),
+                    Ok(Err(e)) if e.to_string().contains("length limit") => {
+                        crate::extract::too_large(max).into_response()
+                    }
                     Ok(Err(e)) => RestError::new(
                         ErrorKind::InvalidArgument,
                         format!("the request body could not be read: {e}"),

@@ -395,14 +395,11 @@ pub fn validate(id: &str, def: &CustomAgentFile) -> Result<(), ApiError> {
             format!("must be one of readOnly, default, safeWrite, got {mode:?}"),
         );
     }
+    let unknown = unknown_tools(&def.tools.allowlist, catalog::is_catalog_tool);
     if !v.is_empty() {
         // Said with the other problems, so one answer names them all (alone, unknown tools
         // are the `invalid_tools` answer below).
-        v.extend(unknown_tools_named(
-            "tool_allowlist",
-            &def.tools.allowlist,
-            catalog::is_catalog_tool,
-        ));
+        v.extend(unknown_tools_named("tool_allowlist", &unknown));
         let mcp_only = v.iter().all(|(f, _)| f.starts_with("mcp_servers["));
         let mut e = ApiError::fields(v);
         if mcp_only {
@@ -410,18 +407,21 @@ pub fn validate(id: &str, def: &CustomAgentFile) -> Result<(), ApiError> {
         }
         return Err(e);
     }
-    known_tools(def.tools.allowlist.iter(), "tool_allowlist")
+    known_tools(&unknown, "tool_allowlist")
 }
 
-/// The field problem of `field`'s tools that are not `known`, naming up to 20 of them; for an
-/// answer that has other problems to name too.
-fn unknown_tools_named(
-    field: &str,
-    tools: &[String],
+/// The entries of `tools` that are not `known`.
+fn unknown_tools<'a>(
+    tools: impl IntoIterator<Item = &'a String>,
     known: impl Fn(&str) -> bool,
-) -> Option<(String, String)> {
+) -> Vec<&'a String> {
+    tools.into_iter().filter(|t| !known(t)).collect()
+}
+
+/// The field problem of `field`'s `unknown` tools, naming up to 20 of them; for an answer that
+/// has other problems to name too.
+fn unknown_tools_named(field: &str, unknown: &[&String]) -> Option<(String, String)> {
     const NAMED: usize = 20;
-    let unknown: Vec<&String> = tools.iter().filter(|t| !known(t)).collect();
     if unknown.is_empty() {
         return None;
     }
@@ -442,15 +442,12 @@ fn unknown_tools_named(
     ))
 }
 
-/// Refuses the `tools` that are no tool of the catalog, naming them and those there are.
-fn known_tools<'a>(tools: impl Iterator<Item = &'a String>, field: &str) -> Result<(), ApiError> {
-    let unknown: Vec<String> = tools
-        .filter(|t| !catalog::is_catalog_tool(t))
-        .cloned()
-        .collect();
+/// Refuses `field`'s `unknown` tools, naming them and those there are.
+fn known_tools(unknown: &[&String], field: &str) -> Result<(), ApiError> {
     if unknown.is_empty() {
         return Ok(());
     }
+    let unknown: Vec<String> = unknown.iter().map(|t| (*t).clone()).collect();
     let available: Vec<String> = catalog::NATIVE_TOOL_NAMES
         .iter()
         .chain(&catalog::ORCHESTRATION_TOOL_NAMES)
@@ -498,21 +495,14 @@ pub fn validate_profile(profile: &ProfileFile) -> Result<(), ApiError> {
             v.push((format!("mcp_servers[{i}]"), d));
         }
     }
+    let unknown = unknown_tools(profile.tools.iter().map(|t| &t.kind), |kind| {
+        catalog::profile_tool(kind).is_some()
+    });
     if !v.is_empty() {
-        let kinds: Vec<String> = profile.tools.iter().map(|t| t.kind.clone()).collect();
-        v.extend(unknown_tools_named("tools", &kinds, |k| {
-            catalog::profile_tool(k).is_some()
-        }));
+        v.extend(unknown_tools_named("tools", &unknown));
         return Err(ApiError::fields(v));
     }
-    known_tools(
-        profile
-            .tools
-            .iter()
-            .map(|t| &t.kind)
-            .filter(|kind| catalog::profile_tool(kind).is_none()),
-        "tools",
-    )
+    known_tools(&unknown, "tools")
 }
 
 /// The entries of `list` that repeat an earlier one, each named ("listed more than once").

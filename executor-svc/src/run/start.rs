@@ -115,7 +115,7 @@ impl Runner {
             Some(id) => self.store.get(id)?,
             None => None,
         };
-        let session = match existing {
+        let mut session = match existing {
             Some(mut session) => {
                 if session.agent_id != agent.agent_id {
                     return Err(ExecutorError::FailedPrecondition(format!(
@@ -175,7 +175,6 @@ impl Runner {
         // nor the agent names one (only then looked up: a profile that is none is a 404, as
         // when it is run itself); kept with the session, as a request's model is, for its
         // answers and later turns.
-        let mut session = session;
         let mut from_profile = false;
         if let Some(profile) = llm_profile
             && session.model.is_none()

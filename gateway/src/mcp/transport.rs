@@ -259,7 +259,7 @@ pub fn check(message: &[u8]) -> Result<(), Rejection> {
         message: format!("parse error: {e}"),
         notification: false,
     })?;
-    let Value::Object(message) = message else {
+    let Value::Object(object) = &message else {
         let what = if message.is_array() {
             "a batch; send one JSON-RPC message per request"
         } else {
@@ -273,7 +273,7 @@ pub fn check(message: &[u8]) -> Result<(), Rejection> {
             notification: false,
         });
     };
-    let id = message.get("id").cloned().unwrap_or(Value::Null);
+    let id = object.get("id").cloned().unwrap_or(Value::Null);
     // MCP's ids are strings or integers (rmcp reads no other number: a 1.5 or a 2^64 was its
     // plain-text 415).
     let id_valid = id.is_string() || id.is_i64() || id.is_u64();
@@ -287,17 +287,18 @@ pub fn check(message: &[u8]) -> Result<(), Rejection> {
             notification: false,
         })
     };
-    if message.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return invalid("`jsonrpc` must be \"2.0\"");
     }
-    if message.contains_key("id") && !id_valid {
+    if object.contains_key("id") && !id_valid {
         return invalid("`id` must be a string or an integer");
     }
-    let answer = message.contains_key("result") || message.contains_key("error");
-    let Some(method) = message.get("method") else {
+    let answer = object.contains_key("result") || object.contains_key("error");
+    const UNREADABLE: &str = "not a JSON-RPC message the MCP server can read";
+    let Some(method) = object.get("method") else {
         // A client's answer to a server request.
         if answer {
-            return rmcp_reads(message, invalid);
+            return rmcp_reads(&message, None).or_else(|_| invalid(UNREADABLE));
         }
         return invalid("no `method`");
     };
@@ -307,36 +308,40 @@ pub fn check(message: &[u8]) -> Result<(), Rejection> {
     if answer {
         return invalid("a request or notification has no `result` or `error`");
     }
-    let params = message.get("params");
-    let problem = match (method, params) {
+    let params = object.get("params");
+    // What is wrong with its shape, else (None) what rmcp makes of it.
+    let shape = match (method, params) {
         (_, Some(Value::Object(p)))
             if p.get("_meta")
                 .is_some_and(|m| !m.is_object() && !m.is_null()) =>
         {
-            "`_meta` must be an object".to_owned()
+            Some("`_meta` must be an object")
         }
         ("tools/call", Some(Value::Object(p))) => match (p.get("name"), p.get("arguments")) {
-            (Some(Value::String(_)), None | Some(Value::Object(_) | Value::Null)) => {
-                return rmcp_reads(message, invalid);
-            }
-            (Some(Value::String(_)), Some(_)) => "`arguments` must be an object".to_owned(),
-            _ => "`name` (the tool's name, a string) is missing".to_owned(),
+            (Some(Value::String(_)), None | Some(Value::Object(_) | Value::Null)) => None,
+            (Some(Value::String(_)), Some(_)) => Some("`arguments` must be an object"),
+            _ => Some("`name` (the tool's name, a string) is missing"),
         },
         ("tools/call", _) => {
-            "`params` must be an object with the tool's `name` and its `arguments`".to_owned()
+            Some("`params` must be an object with the tool's `name` and its `arguments`")
         }
-        (_, None | Some(Value::Null | Value::Object(_))) => match params_problem(method, params) {
-            None => return rmcp_reads(message, invalid),
-            Some(problem) => problem,
+        (_, None | Some(Value::Null | Value::Object(_))) => None,
+        (_, Some(_)) => Some("`params` must be an object"),
+    };
+    let problem = match shape {
+        Some(problem) => problem.to_owned(),
+        None => match rmcp_reads(&message, Some((method, params))) {
+            Ok(()) => return Ok(()),
+            Err(None) => return invalid(UNREADABLE),
+            Err(Some(problem)) => problem,
         },
-        (_, Some(_)) => "`params` must be an object".to_owned(),
     };
     Err(Rejection {
         status: http::StatusCode::OK,
         id: answer_id,
         code: INVALID_PARAMS,
         message: format!("invalid params: {problem}"),
-        notification: !message.contains_key("id"),
+        notification: !object.contains_key("id"),
     })
 }
 
@@ -368,17 +373,24 @@ fn params_problem(method: &str, params: Option<&serde_json::Value>) -> Option<St
     }
 }
 
-/// Passes a message rmcp can read; one it cannot (it would answer a plain-text 415, not
-/// JSON-RPC) is an invalid request.
+/// Whether rmcp reads `message` as it means it (one typed read, from the parsed JSON):
+/// `Err(None)` when it cannot read it at all (it would answer a plain-text 415), and
+/// `Err(Some(problem))` for a request of one of MCP's own methods (`request`: its method and
+/// params) whose params do not fit, which rmcp reads as a method of that name it does not know
+/// (it would answer "method not found").
 fn rmcp_reads(
-    message: serde_json::Map<String, serde_json::Value>,
-    invalid: impl Fn(&str) -> Result<(), Rejection>,
-) -> Result<(), Rejection> {
-    match serde_json::from_value::<rmcp::model::ClientJsonRpcMessage>(serde_json::Value::Object(
-        message,
-    )) {
+    message: &serde_json::Value,
+    request: Option<(&str, Option<&serde_json::Value>)>,
+) -> Result<(), Option<String>> {
+    use rmcp::model::{ClientJsonRpcMessage, ClientRequest, JsonRpcMessage};
+    use serde::Deserialize as _;
+    let problem = || request.and_then(|(method, params)| params_problem(method, params));
+    match ClientJsonRpcMessage::deserialize(message) {
+        Ok(JsonRpcMessage::Request(r)) if matches!(r.request, ClientRequest::CustomRequest(_)) => {
+            problem().map_or(Ok(()), |p| Err(Some(p)))
+        }
         Ok(_) => Ok(()),
-        Err(_) => invalid("not a JSON-RPC message the MCP server can read"),
+        Err(_) => Err(problem()),
     }
 }
 

@@ -375,7 +375,9 @@ fn default_level(agent_level: Option<&str>) -> Result<&'static str, String> {
     {
         Some("trace") => Ok("trace"),
         Some("debug") => Ok("debug"),
-        None | Some("" | "info") => Ok("info"),
+        // rmcp says three INFO lines per MCP connection (each `/mcp` request, each server a
+        // run starts): noise at the default level, there with `debug`.
+        None | Some("" | "info") => Ok("info,rmcp=warn"),
         Some("warn" | "warning") => Ok("warn,audit=info"),
         Some("error") => Ok("error,audit=info"),
         Some(_) => Err(format!(
@@ -475,8 +477,8 @@ mod tests {
 
     #[test]
     fn agent_log_level_sets_the_default_level() {
-        assert_eq!(default_level(None), Ok("info"));
-        assert_eq!(default_level(Some("")), Ok("info"));
+        assert_eq!(default_level(None), Ok("info,rmcp=warn"));
+        assert_eq!(default_level(Some("")), Ok("info,rmcp=warn"));
         assert_eq!(default_level(Some("DEBUG")), Ok("debug"));
         assert_eq!(default_level(Some("warning")), Ok("warn,audit=info"));
         assert_eq!(

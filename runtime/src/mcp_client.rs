@@ -18,6 +18,7 @@ use rmcp::{
     },
 };
 use serde_json::Value;
+use tracing::Instrument;
 
 use taskforce_proto::v1;
 
@@ -106,11 +107,17 @@ pub async fn connect(server: &v1::McpServer) -> Result<(McpClient, Option<u32>),
     // Whatever the server prints or echoes, rmcp's own log lines do not show its secrets.
     crate::env::never_log(secrets_of(server));
     let protocol = |e: &dyn std::fmt::Display| ConnectError::Protocol(readable(e));
+    // The connection outlives the request or run that opened it, and rmcp's tasks keep the span
+    // they were started in open as long as they run: started in a run's, they would hold that
+    // run's span (and its trace's root) open, unexported, until the connection closes, and put
+    // the run's trace id on the connection's log lines for its whole life. So the connection
+    // gets a root span of its own (not traced).
+    let own_span = tracing::info_span!(parent: None, "mcp_connection", transport = %server.r#type);
     match server.r#type.as_str() {
         "stdio" => {
             let transport = spawn_stdio(server)?;
             let pid = transport.id();
-            let client = ().serve(transport).await.map_err(|e| protocol(&e))?;
+            let client = ().serve(transport).instrument(own_span).await.map_err(|e| protocol(&e))?;
             Ok((client, pid))
         }
         // `sse` servers are tried with streamable HTTP first, as the MCP specification's
@@ -126,14 +133,18 @@ pub async fn connect(server: &v1::McpServer) -> Result<(McpClient, Option<u32>),
             let mut config = StreamableHttpClientTransportConfig::with_uri(server.url.as_str());
             config.custom_headers = headers;
             let transport = StreamableHttpClientTransport::from_config(config);
-            let client = ().serve(transport).await.map_err(|e| {
-                let hint = if server.r#type == "sse" {
-                    " (only servers that speak streamable HTTP can be used)"
-                } else {
-                    ""
-                };
-                ConnectError::Protocol(format!("{}{hint}", readable(&e)))
-            })?;
+            let client =
+                ().serve(transport)
+                    .instrument(own_span)
+                    .await
+                    .map_err(|e| {
+                        let hint = if server.r#type == "sse" {
+                            " (only servers that speak streamable HTTP can be used)"
+                        } else {
+                            ""
+                        };
+                        ConnectError::Protocol(format!("{}{hint}", readable(&e)))
+                    })?;
             Ok((client, None))
         }
     }
@@ -216,14 +227,15 @@ pub async fn connect_and_list(
     server: &v1::McpServer,
     timeout: Duration,
 ) -> Result<Connected, ConnectError> {
+    let secrets = secrets_of(server);
     let work = async {
         let (client, pid) = connect(server).await?;
-        let tools = list_tools(&client, &secrets_of(server)).await?;
+        let tools = list_tools(&client, &secrets).await?;
         Ok(Connected { client, tools, pid })
     };
     match tokio::time::timeout(timeout, work).await {
         Ok(Err(ConnectError::Protocol(message))) => {
-            Err(ConnectError::Protocol(scrub(&message, &secrets_of(server))))
+            Err(ConnectError::Protocol(scrub(&message, &secrets)))
         }
         Ok(r) => r,
         Err(_) => Err(ConnectError::Timeout(timeout)),

@@ -127,6 +127,7 @@ async fn run_one(
             arguments_json: shown,
         }))
         .await;
+    let tool = tools.get(name);
     let (outcome, audit_outcome) = match requested {
         Requested::Malformed { error, .. } => (
             Err(format!(
@@ -136,9 +137,12 @@ async fn run_one(
             audit::Outcome::Error,
         ),
         Requested::Call(call) => {
+            // A span's name is its kind of work, from a small set: a name the model made up
+            // is `tool unknown` (its `tool` attribute says which), as in the metrics.
+            let known = tool.is_some() || taskforce_proto::catalog::is_catalog_tool(name);
             let span = tracing::info_span!(
                 "tool",
-                otel.name = %format_args!("tool {name}"),
+                otel.name = %format_args!("tool {}", if known { name } else { "unknown" }),
                 tool = name,
                 call_id = call_id,
                 otel.status_description = tracing::field::Empty,
@@ -219,7 +223,6 @@ async fn run_one(
     };
     let subagent = subagent_of(ctx, tools, requested);
     let patch_ops = patch_ops_of(requested, subagent.is_some(), &content);
-    let tool = tools.get(name);
     let input = match requested {
         Requested::Call(c) => audit_input(&c.arguments).unwrap_or(input),
         Requested::Malformed { .. } => input,

@@ -24,7 +24,7 @@ turns:
     delay_ms: 150
     text: "Done."
   - match: "Read the lost notes"
-    tool_calls: [{name: file_read, arguments: {path: lost.txt}}]
+    tool_calls: [{name: file_read, arguments: {path: lost.txt}}, {name: zz_made_up, arguments: {}}]
   - match: "Take your time"
     delay_ms: 30000
     text: "Too late."
@@ -220,6 +220,83 @@ async fn one_run_is_one_trace_across_gateway_executor_and_registry() {
     assert!(probes.is_empty(), "{probes:#?}");
 }
 
+/// A run that starts an MCP server's connection (kept open for later runs) ends its spans when
+/// it ends: the connection's tasks do not hold the run's span open, so the trace arrives whole
+/// while the connection lives on, and the connection's log lines carry no run's trace id.
+#[tokio::test]
+async fn a_run_that_opens_an_mcp_connection_is_exported_when_it_ends() {
+    const MCP_TRACE: &str = "7bf92f3577b34da6a3ce929d0e0e4739";
+    const CLOCK_SCRIPT: &str = r#"
+turns:
+  - tool_calls: [{name: get_current_time, id: t1, arguments: {timezone: UTC}}]
+  - text: "It is {{last_message}}"
+"#;
+    let received = Receiver::start().await.expect("the OTLP receiver starts");
+    let stack = StackOptions::full()
+        .with_executor()
+        .discovery_timeout_ms(30_000)
+        .llm_script(CLOCK_SCRIPT)
+        .env_all("OTEL_EXPORTER_OTLP_ENDPOINT", received.url())
+        .env_all("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .spawn()
+        .await
+        .expect("stack starts");
+    let mut body = agent_json("clocked");
+    body["mcp_servers"] =
+        json!([taskforce_tests::mcp::time_server_json().expect("mcp-server-time is installed")]);
+    body["mcp_tool_allowlist"] = json!(["get_current_time"]);
+    let r = create(&stack, &body).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let text = stack
+        .http()
+        .post(stack.url("/api/v1/execute/stream"))
+        .header("traceparent", format!("00-{MCP_TRACE}-{CLIENT_SPAN}-01"))
+        .json(&json!({"mission": "What time is it?", "agent_id": "clocked"}))
+        .send()
+        .await
+        .expect("answered")
+        .text()
+        .await
+        .expect("the stream ends");
+    let events = parse_sse(&text);
+    assert!(
+        events
+            .iter()
+            .any(|(name, data)| name == "done" && data["status"] == "completed"),
+        "{text}"
+    );
+    // The whole trace arrives while the executor (and the MCP connection) keep running.
+    let spans = trace_when(&received, &stack, MCP_TRACE, |spans| {
+        let has = |prefix: &str| {
+            spans
+                .iter()
+                .any(|g| g.service == "executor-svc" && g.name.starts_with(prefix))
+        };
+        has("gRPC /taskforce.v1.Executor/Execute")
+            && has("run clocked")
+            && has("tool get_current_time")
+    })
+    .await;
+    let run = spans
+        .iter()
+        .find(|g| g.name == "run clocked")
+        .unwrap_or_else(|| panic!("{spans:#?}"));
+    let tool = spans
+        .iter()
+        .find(|g| g.name == "tool get_current_time")
+        .unwrap_or_else(|| panic!("{spans:#?}"));
+    assert_eq!(tool.parent, run.span_id, "{spans:#?}");
+    // Nothing else of the connection's made it into the run's trace.
+    assert!(
+        spans
+            .iter()
+            .all(|g| ["gRPC ", "run ", "llm ", "tool ", "POST "]
+                .iter()
+                .any(|p| g.name.starts_with(p))),
+        "{spans:#?}"
+    );
+}
+
 /// The readiness probe's marker keeps only the probe's own reads out of traces: a client that
 /// sends it on any other method is traced as always.
 #[tokio::test]
@@ -347,12 +424,17 @@ async fn failed_tool_calls_model_calls_and_runs_are_failed_spans() {
                 .iter()
                 .any(|g| g.error.is_some() && g.name.starts_with(prefix))
         };
-        has("tool file_read") && has("llm ") && has("run failing")
+        has("tool file_read") && has("tool unknown") && has("llm ") && has("run failing")
     })
     .await
     .into_iter()
     .filter(|g| g.error.is_some())
     .collect();
+    // A tool name the model made up names no span: span names stay a small set.
+    assert!(
+        !failed.iter().any(|g| g.name.contains("zz_made_up")),
+        "{failed:#?}"
+    );
     let llm = failed.iter().find(|g| g.name.starts_with("llm "));
     assert!(
         llm.is_some_and(|g| g.error.as_deref().is_some_and(|e| e.contains("overloaded"))),

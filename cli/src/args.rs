@@ -90,18 +90,20 @@ impl Connection {
     }
 
     /// The flags that reach the services again as this invocation did, for a command the CLI
-    /// suggests (`answer with: ...`): `--grpc`, and each URL or wait that differs from its
-    /// default and from its environment variable (`env` looks one up; a variable still applies
-    /// when the suggestion is pasted). Never `--token`: it is a secret, and
+    /// suggests (`answer with: ...`): `--grpc`, and each URL or wait that differs from what the
+    /// suggestion would get without it when pasted: its environment variable's value when that
+    /// is set (`env` looks one up), else its default. Never `--token`: it is a secret, and
     /// `TASKFORCE_TOKEN` is the way to keep it out of the shell history.
     pub fn repeat_flags(&self, env: impl Fn(&str) -> Option<String>) -> Vec<String> {
-        // The word to repeat of a value that is neither the default nor its variable's.
+        // The word to repeat of a value other than the one a pasted command would get.
         let url = |value: &str, default: &str, var: &str| {
-            (value != default && env(var).as_deref() != Some(value)).then(|| shell_word(value))
+            let pasted = env(var).unwrap_or_else(|| default.to_owned());
+            (value != pasted).then(|| shell_word(value))
         };
         let secs = |value: Duration, default: Duration, var: &str| {
-            let from_env = env(var).and_then(|v| parse_secs(&v).ok());
-            (value != default && from_env != Some(value)).then(|| value.as_secs_f64().to_string())
+            // A variable that does not parse would fail the pasted command: say the value.
+            let pasted = env(var).map_or(Some(default), |v| parse_secs(&v).ok());
+            (pasted != Some(value)).then(|| value.as_secs_f64().to_string())
         };
         let mut given = if self.grpc {
             vec![
@@ -157,7 +159,9 @@ pub enum Command {
     /// List, show, create, update, validate and delete agent definitions.
     #[command(subcommand)]
     Agents(AgentsCommand),
-    /// The tool catalog: native tools, orchestration tools, tools of global MCP servers.
+    /// The tool catalog: native tools, orchestration tools, and the tools of the registry's
+    /// catalog MCP servers (`configs/catalog/mcp_servers.yaml`; not the executor's global MCP
+    /// servers, which are connected by the executor and named by agents).
     Tools,
     /// Run a mission with an agent (or a profile), streaming what happens.
     Run(RunArgs),
@@ -166,6 +170,7 @@ pub enum Command {
     /// Cancel a session's live run, or the question a paused session waits on.
     Cancel {
         /// The session id.
+        #[arg(value_parser = clap::builder::NonEmptyStringValueParser::new())]
         session: String,
     },
     /// Read sessions.
@@ -188,6 +193,7 @@ pub enum AgentsCommand {
     /// One agent's definition.
     Show {
         /// The agent id.
+        #[arg(value_parser = clap::builder::NonEmptyStringValueParser::new())]
         id: String,
     },
     /// Create a custom agent from a YAML (or JSON) definition: the `configs/custom/*.yaml`
@@ -224,6 +230,7 @@ pub enum AgentsCommand {
     /// Delete a custom agent.
     Delete {
         /// The agent id.
+        #[arg(value_parser = clap::builder::NonEmptyStringValueParser::new())]
         id: String,
         /// Only delete the agent if its stored version is this one.
         #[arg(long, value_name = "VERSION",
@@ -263,12 +270,13 @@ impl Source {
 ))]
 pub struct RunArgs {
     /// The agent to run (custom or profile).
-    #[arg(long, value_name = "ID", conflicts_with = "profile")]
+    #[arg(long, value_name = "ID", conflicts_with = "profile", value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub agent: Option<String>,
     /// A profile agent to run (as the older profile-based CLI did).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub profile: Option<String>,
-    /// A model alias of the executor's `llm_config.yaml`.
+    /// The model: an alias of the executor's `llm_config.yaml`, `@provider[/model]`, or a model
+    /// name of its default provider.
     #[arg(long)]
     pub model: Option<String>,
     /// The policy mode: `readOnly`, `default` or `safeWrite`.
@@ -276,7 +284,7 @@ pub struct RunArgs {
     pub mode: Option<String>,
     /// Continue this session (its conversation) with a new mission, with its own agent (`--agent`
     /// or `--profile` may only name that one).
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub session: Option<String>,
     /// Approve a `safeWrite` call by its confirmation id (`c-...`); repeatable.
     #[arg(long = "confirm", value_name = "ID")]
@@ -289,6 +297,7 @@ pub struct RunArgs {
 #[derive(Debug, Args)]
 pub struct AnswerArgs {
     /// The paused session.
+    #[arg(value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub session: String,
     /// The answer (for an ordinary question).
     #[arg(required_unless_present = "set")]
@@ -315,6 +324,7 @@ pub enum SessionsCommand {
     /// A session: status, mission, question or final answer, error, plan (`--json`: the REST body).
     Show {
         /// The session id.
+        #[arg(value_parser = clap::builder::NonEmptyStringValueParser::new())]
         id: String,
     },
     /// The sessions, the most recently changed first (needs an `admin` key when the services
@@ -324,6 +334,7 @@ pub enum SessionsCommand {
     /// plan and sub-agents' state.
     Delete {
         /// The session id.
+        #[arg(value_parser = clap::builder::NonEmptyStringValueParser::new())]
         id: String,
     },
 }
@@ -339,7 +350,7 @@ pub struct SessionsListArgs {
     #[arg(long)]
     pub status: Option<String>,
     /// At most this many sessions (1 to 1000; default 100).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub limit: Option<u32>,
     /// Where to go on: the `next_page_token` a list printed.
     #[arg(long, value_name = "TOKEN")]
@@ -498,6 +509,27 @@ mod tests {
             _ => None,
         };
         assert!(conn.repeat_flags(env).is_empty());
+        // A flag that overrides its variable is said, also when it names the default: pasted,
+        // the command would get the variable's value.
+        let conn = parse(&[
+            "taskforce",
+            "--gateway",
+            DEFAULT_GATEWAY,
+            "--timeout",
+            "30",
+            "answer",
+            "s",
+            "x",
+        ]);
+        let env = |var: &str| match var {
+            "TASKFORCE_GATEWAY_URL" => Some("http://elsewhere:1".to_owned()),
+            "TASKFORCE_TIMEOUT_SECS" => Some("10".to_owned()),
+            _ => None,
+        };
+        assert_eq!(
+            conn.repeat_flags(env),
+            ["--gateway", DEFAULT_GATEWAY, "--timeout", "30"]
+        );
     }
 
     #[test]

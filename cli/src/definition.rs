@@ -77,6 +77,17 @@ pub fn to_definition(yaml: serde_yaml::Value, stem: Option<&str>) -> Result<Defi
             Some(other) => return Err(format!("`{key}` must be a string, not {other}")),
         }
     }
+    // A profile agent's `agents show --json` output: the service would refuse its `llm`, `tools`
+    // ... as unknown fields of a JSON body the user never wrote; say what the file is instead.
+    if fields.get("source").and_then(Value::as_str) == Some("profile") {
+        return Err(
+            "this is a profile agent's definition (`source: profile`), which `create` and \
+             `update` do not take: profiles are files in the registry's configs/ directory; \
+             for a custom agent, write its `agent_id`, `name`, `description`, `system_prompt` \
+             and `tool_allowlist`"
+                .to_owned(),
+        );
+    }
     for key in MANAGED {
         fields.remove(key);
     }
@@ -222,6 +233,19 @@ updated_at: "2026-11-22T09:00:00Z"
             )
         );
         assert_eq!(body("{\"name\": \"x\"}", None), Ok(json!({"name": "x"})));
+    }
+
+    #[test]
+    fn a_profile_agents_shown_definition_is_refused_saying_what_it_is() {
+        let shown = r#"{"agent_id": "dev", "source": "profile", "llm": {"default_model": "m"}}"#;
+        let err = body(shown, Some("dev")).expect_err("a profile");
+        assert!(err.contains("profile agent's definition"), "{err}");
+        // A custom agent's shown definition is still taken.
+        let custom = r#"{"agent_id": "a-b-c", "source": "custom", "name": "N"}"#;
+        assert_eq!(
+            body(custom, None),
+            Ok(json!({"agent_id": "a-b-c", "name": "N"}))
+        );
     }
 
     #[test]

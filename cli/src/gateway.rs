@@ -36,7 +36,7 @@ impl Gateway {
         idle: Duration,
         authorization: Option<http::HeaderValue>,
     ) -> Result<Self> {
-        let base = parse_http_url(base, "--gateway")?;
+        let base = parse_http_url(base, "--gateway (TASKFORCE_GATEWAY_URL)")?;
         let mut headers = http::HeaderMap::new();
         if let Some(value) = authorization {
             headers.insert(http::header::AUTHORIZATION, value);

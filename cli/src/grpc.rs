@@ -53,7 +53,7 @@ impl Grpc {
         authorization: Option<http::HeaderValue>,
     ) -> Result<Self> {
         Ok(Self {
-            registry: endpoint(registry, "--registry", timeout)?,
+            registry: endpoint(registry, "--registry (TASKFORCE_REGISTRY_URL)", timeout)?,
             executor: endpoint(executor, "--executor (TASKFORCE_EXECUTOR_URL)", timeout).map_err(
                 |e| match e {
                     Error::Usage(message) => message,
@@ -385,9 +385,20 @@ pub fn endpoint(url: &str, flag: &str, timeout: Duration) -> Result<Endpoint> {
             "{flag} {url:?}: expected http://HOST:PORT (or grpc://HOST:PORT)"
         )));
     }
-    Endpoint::from_shared(http)
-        .map(|e| e.connect_timeout(timeout))
-        .map_err(|e| Error::Usage(format!("{flag} {url:?}: {}", chain(&e))))
+    let endpoint = Endpoint::from_shared(http)
+        .map_err(|e| Error::Usage(format!("{flag} {url:?}: {}", chain(&e))))?;
+    // A gRPC call's path is its method: an address with a path or a query is a mistake (a
+    // REST URL given for a gRPC one), not something to drop silently.
+    if endpoint
+        .uri()
+        .path_and_query()
+        .is_some_and(|p| p.as_str() != "/")
+    {
+        return Err(Error::Usage(format!(
+            "{flag} {url:?}: a gRPC address is HOST:PORT, without a path or a query"
+        )));
+    }
+    Ok(endpoint.connect_timeout(timeout))
 }
 
 /// True for the status of a call whose deadline (the request's timeout) ran out: tonic says

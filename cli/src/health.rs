@@ -27,6 +27,12 @@ pub async fn check(target: &str, service: &str, timeout: Duration) -> Result<Str
             .await
             .map_err(|_| timed_out())?
     } else if target.starts_with("http://") || target.starts_with("https://") {
+        if !service.is_empty() {
+            return Err(Error::Usage(format!(
+                "--service {service:?} names a gRPC service; {target:?} is an HTTP target \
+                 (use grpc://HOST:PORT, or leave out --service)"
+            )));
+        }
         tokio::time::timeout(timeout, check_http(target, timeout))
             .await
             .map_err(|_| timed_out())?

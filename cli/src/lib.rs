@@ -54,27 +54,31 @@ pub const EXIT_INTERRUPTED: u8 = 130;
 /// Runs one command; prints its result on stdout and errors on stderr; answers the exit code.
 pub async fn main(cli: Cli) -> u8 {
     let json = cli.json;
+    let streams = matches!(cli.command, Command::Run(_) | Command::Answer(_));
     let result = tokio::select! {
         r = dispatch(cli) => r,
         _ = tokio::signal::ctrl_c() => {
-            let message = "interrupted (Ctrl-C); a run in progress is cancelled with its stream";
-            let session = run::following();
-            if json {
-                // The error body's shape, as every other error with --json (the run's events
-                // on stdout carry its session_id).
-                eprintln!("{}", serde_json::json!({"error": "interrupted", "message": message}));
-            } else if session.is_empty() {
-                eprintln!("\n{message}");
+            let message = if streams {
+                "interrupted (Ctrl-C); the run is cancelled with its stream"
             } else {
-                eprintln!(
-                    "\n{message}\nsession {session}: `taskforce sessions show {session}` shows how it ended"
-                );
-            }
+                "interrupted (Ctrl-C)"
+            };
+            say_stopped("interrupted", message, json);
             return EXIT_INTERRUPTED;
         }
     };
     match result {
         Ok(code) => code,
+        // A run's output closed (`| head`): the stream goes with it, and so does the run.
+        Err(e) if e.is_broken_pipe() && streams => {
+            say_stopped(
+                "output_closed",
+                "the output was closed; the run is cancelled with its stream",
+                json,
+            );
+            EXIT_FAILED
+        }
+        // Anything else whose reader has read enough (`agents list | head`) is done.
         Err(e) if e.is_broken_pipe() => EXIT_OK,
         Err(e) => {
             if json {
@@ -85,6 +89,27 @@ pub async fn main(cli: Cli) -> u8 {
             e.exit_code()
         }
     }
+}
+
+/// Says on stderr why the CLI stopped before a command's end (as the error body with `--json`),
+/// naming the session of a run being followed (closing its stream cancels it). Not
+/// `eprintln!`: stderr may be closed too.
+fn say_stopped(code: &str, message: &str, json: bool) {
+    let session = run::following();
+    let line = if json {
+        let mut body = json!({"error": code, "message": message});
+        if !session.is_empty() {
+            body["session_id"] = Value::String(session);
+        }
+        body.to_string()
+    } else if session.is_empty() {
+        format!("\n{message}")
+    } else {
+        format!(
+            "\n{message}\nsession {session}: `taskforce sessions show {session}` shows how it ended"
+        )
+    };
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 async fn dispatch(cli: Cli) -> Result<u8> {

@@ -45,10 +45,11 @@ impl Outcome {
             return None;
         }
         let (code, message) = self.error.clone().unwrap_or_else(|| {
-            (
-                self.status.to_ascii_uppercase(),
-                format!("the run {}", self.status),
-            )
+            let ended = match self.status.as_str() {
+                "cancelled" => "the run was cancelled".to_owned(),
+                other => format!("the run {other}"),
+            };
+            (self.status.to_ascii_uppercase(), ended)
         });
         Some(if json {
             json!({
@@ -57,11 +58,13 @@ impl Outcome {
                 "session_id": self.session_id,
             })
             .to_string()
-        } else {
+        } else if self.error.is_some() {
             format!(
                 "error: the run {}: {code}: {message} (session {})",
                 self.status, self.session_id
             )
+        } else {
+            format!("error: {message} (session {})", self.session_id)
         })
     }
 
@@ -520,6 +523,20 @@ mod tests {
             serde_json::from_str(&outcome.stderr_line(true).expect("a line")).expect("JSON");
         assert_eq!(body["error"], "llm_error");
         assert_eq!(body["session_id"], "s-1");
+        // A cancel without an error says so once.
+        let cancelled = Outcome {
+            status: "cancelled".into(),
+            error: None,
+            ..outcome.clone()
+        };
+        assert_eq!(
+            cancelled.stderr_line(false).as_deref(),
+            Some("error: the run was cancelled (session s-1)")
+        );
+        let body: Value =
+            serde_json::from_str(&cancelled.stderr_line(true).expect("a line")).expect("JSON");
+        assert_eq!(body["error"], "cancelled");
+        assert_eq!(body["message"], "the run was cancelled");
         let completed = Outcome {
             status: "completed".into(),
             error: None,

@@ -320,7 +320,7 @@ impl Runner {
                 "answers",
                 format!(
                     "unknown answer key `{unknown}`: the question waiting is an ordinary one \
-                     (no items); answer it with `answer`"
+                     (no items); give the answer as the `answer` text, not by key"
                 ),
             ));
         }

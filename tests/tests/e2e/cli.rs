@@ -1388,6 +1388,27 @@ async fn bad_input_is_a_clear_error_on_stderr_with_a_nonzero_exit() {
         &["--gateway", "notaurl", "agents", "list"][..],
         &["--grpc", "--registry", "notaurl", "tools"][..],
         &["run", "--agent", "dev", " "][..],
+        // Empty ids are no ids: refused before any request.
+        &["agents", "show", ""][..],
+        &["agents", "delete", ""][..],
+        &["sessions", "show", ""][..],
+        &["cancel", ""][..],
+        &["answer", "", "yes"][..],
+        &["run", "--agent", "", "Do it"][..],
+        // The page size's range, in both transports.
+        &["sessions", "list", "--limit", "0"][..],
+        &["--grpc", "sessions", "list", "--limit", "1001"][..],
+        // A gRPC address with a path, and a gRPC service asked of an HTTP target.
+        &["health", "grpc://127.0.0.1:1/path"][..],
+        &[
+            "--grpc",
+            "--executor",
+            "http://127.0.0.1:1/api",
+            "sessions",
+            "show",
+            "s",
+        ][..],
+        &["health", "--service", "x", "http://127.0.0.1:1/readyz"][..],
     ] {
         let out = cli(&stack, args).await;
         out.expect_code(64);
@@ -1414,27 +1435,28 @@ async fn bad_input_is_a_clear_error_on_stderr_with_a_nonzero_exit() {
     }
 }
 
-#[tokio::test]
-async fn ctrl_c_cancels_the_run_exits_130_and_names_the_session() {
+/// A python run on `script` with agent `agent_id`, its CLI (`taskforce run`) started with piped
+/// output and read up to the line of its first tool call (the run and its session are under
+/// way): the stack, the CLI and its stdout's line reader.
+async fn cli_run_under_way(
+    script: &str,
+    agent_id: &str,
+) -> (
+    Stack,
+    tokio::process::Child,
+    tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+) {
     use tokio::io::{AsyncBufReadExt, BufReader};
-    const SCRIPT: &str = r#"
-turns:
-  - tool_calls:
-      - name: python
-        id: py
-        arguments: {code: "import time\ntime.sleep(60)"}
-  - text: "never reached in time"
-"#;
     let stack = StackOptions::full()
         .with_executor()
-        .llm_script(SCRIPT)
+        .llm_script(script)
         .spawn()
         .await
         .expect("stack starts");
-    create_agent_with_tools(&stack, "sleeper", &["python"]).await;
+    create_agent_with_tools(&stack, agent_id, &["python"]).await;
     let bin = paths::cli().expect("the taskforce CLI is built");
     let mut child = tokio::process::Command::new(bin)
-        .args(["run", "--agent", "sleeper", "Wait for it"])
+        .args(["run", "--agent", agent_id, "Do it"])
         .env("TASKFORCE_GATEWAY_URL", stack.gateway_url())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -1442,7 +1464,6 @@ turns:
         .kill_on_drop(true)
         .spawn()
         .expect("the CLI starts");
-    // The tool call's line means the run (and its session) is under way.
     let mut stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
     let started = tokio::time::timeout(CLI_TIMEOUT, async {
         while let Ok(Some(line)) = stdout.next_line().await {
@@ -1454,27 +1475,26 @@ turns:
     })
     .await;
     assert_eq!(started, Ok(true), "the run's tool call was shown");
-    let pid = child.id().expect("running").to_string();
-    let sent = tokio::process::Command::new("kill")
-        .args(["-INT", &pid])
-        .status()
-        .await
-        .expect("kill runs");
-    assert!(sent.success());
+    (stack, child, stdout)
+}
+
+/// The CLI's exit code and stderr once it has exited, and the session its stderr names
+/// (`session ID: ...`), checked to have ended cancelled.
+async fn exits_naming_a_cancelled_session(
+    stack: &Stack,
+    child: tokio::process::Child,
+) -> (Option<i32>, String) {
     let out = tokio::time::timeout(CLI_TIMEOUT, child.wait_with_output())
         .await
-        .expect("the CLI exits after Ctrl-C")
+        .expect("the CLI exits")
         .expect("output");
-    assert_eq!(out.status.code(), Some(130));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("interrupted (Ctrl-C)"), "{stderr}");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let session = stderr
         .lines()
         .find_map(|l| l.strip_prefix("session "))
         .and_then(|rest| rest.split_once(':'))
         .map(|(id, _)| id.to_owned())
         .unwrap_or_else(|| panic!("no session line: {stderr}"));
-    // The session the CLI named is the run it cancelled.
     let path = format!("/api/v1/sessions/{session}");
     let ended = taskforce_tests::eventually(CLI_TIMEOUT, Duration::from_millis(50), || async {
         let r = send(stack.http().get(stack.url(&path))).await;
@@ -1482,4 +1502,53 @@ turns:
     })
     .await;
     assert!(ended.is_some(), "session {session} ends cancelled");
+    (out.status.code(), stderr)
+}
+
+#[tokio::test]
+async fn ctrl_c_cancels_the_run_exits_130_and_names_the_session() {
+    const SCRIPT: &str = r#"
+turns:
+  - tool_calls:
+      - name: python
+        id: py
+        arguments: {code: "import time\ntime.sleep(60)"}
+  - text: "never reached in time"
+"#;
+    let (stack, child, _stdout) = cli_run_under_way(SCRIPT, "sleeper").await;
+    let pid = child.id().expect("running").to_string();
+    let sent = tokio::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .await
+        .expect("kill runs");
+    assert!(sent.success());
+    let (code, stderr) = exits_naming_a_cancelled_session(&stack, child).await;
+    assert_eq!(code, Some(130), "{stderr}");
+    assert!(stderr.contains("interrupted (Ctrl-C)"), "{stderr}");
+}
+
+/// A run whose output is closed (`taskforce run ... | head -1`) is cancelled with its stream:
+/// the CLI exits 1 (not 0: the run did not complete), naming the session on stderr.
+#[tokio::test]
+async fn closing_a_runs_output_cancels_it_and_exits_1() {
+    const SCRIPT: &str = r#"
+turns:
+  - tool_calls:
+      - name: python
+        id: py1
+        arguments: {code: "import time\ntime.sleep(1)\nprint('first')"}
+  - tool_calls:
+      - name: python
+        id: py2
+        arguments: {code: "import time\ntime.sleep(60)"}
+  - text: "never reached in time"
+"#;
+    let (stack, child, stdout) = cli_run_under_way(SCRIPT, "piped").await;
+    // Close the pipe as `head -1` would: the CLI's next line (the call's output, a second
+    // later) finds no reader.
+    drop(stdout);
+    let (code, stderr) = exits_naming_a_cancelled_session(&stack, child).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("the output was closed"), "{stderr}");
 }

@@ -297,7 +297,8 @@ async fn answers_that_do_not_fit_the_session_are_refused_over_rest_with_clear_er
     stray.assert_error(400, "invalid_argument");
     // The question shows no items: the refusal says to use `answer`, not a key it never showed.
     assert!(
-        stray.text.contains("answer it with `answer`") && !stray.text.contains("asker.answer"),
+        stray.text.contains("give the answer as the `answer` text")
+            && !stray.text.contains("asker.answer"),
         "{}",
         stray.text
     );

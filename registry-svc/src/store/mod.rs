@@ -98,6 +98,8 @@ pub struct Store {
     /// (a full disk), so the store refuses API writes and the service reports NOT_SERVING until
     /// it is restarted (and rebuilds the cache from the files).
     fault: taskforce_runtime::Fault,
+    /// The lock on the config directory ([`lock_config_dir`]), held as long as the store.
+    _config_lock: Option<fs::File>,
 }
 
 impl Store {
@@ -115,10 +117,13 @@ impl Store {
         let root = fs::canonicalize(root).map_err(|e| RegistryError::io(root, e))?;
         let custom_dir = root.join("custom");
         fs::create_dir_all(&custom_dir).map_err(|e| RegistryError::io(&custom_dir, e))?;
+        // Before anything of the directory is touched: the temp files are another registry's
+        // writes in progress while that one runs.
+        let config_lock = lock_config_dir(&root)?;
         let removed = files::remove_stale_temp_files(&custom_dir, &root.join(files::STAGING))
             .map_err(|e| RegistryError::io(&custom_dir, e))?;
         if removed > 0 {
-            warn!(removed, dir = %custom_dir.display(), "removed temp files left by an interrupted write");
+            warn!(removed, dir = %root.display(), "removed temp files left by an interrupted write (in custom/ and .staging/)");
         }
         let db = open_or_rebuild(data_dir)?;
         let (changes, _) = broadcast::channel(4096);
@@ -140,6 +145,7 @@ impl Store {
             // its watchers saw from the one before.
             revision: AtomicU64::new(now_ms().saturating_mul(1000)),
             fault: taskforce_runtime::Fault::default(),
+            _config_lock: config_lock,
             custom_bytes: taskforce_runtime::store::StoredBytes::default(),
             max_custom_bytes: AtomicU64::new(0),
         };
@@ -275,6 +281,45 @@ impl Store {
     }
 }
 
+/// Locks the config directory for this registry (`.staging/registry.lock`, released when the
+/// process ends, however it ends): a second registry on the same directory, with a data
+/// directory of its own (so sled's lock does not stop it), would write the same files, take
+/// its writes in progress for leftovers and remove them, and cache other versions; it is
+/// refused at start. A directory the registry may not write has nothing to share: no lock.
+fn lock_config_dir(root: &Path) -> Result<Option<fs::File>> {
+    let staging = root.join(files::STAGING);
+    let path = staging.join("registry.lock");
+    let opened = fs::create_dir_all(&staging).and_then(|()| {
+        fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+    });
+    let file = match opened {
+        Ok(file) => file,
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
+            ) =>
+        {
+            return Ok(None);
+        }
+        Err(e) => return Err(RegistryError::io(&path, e)),
+    };
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(fs::TryLockError::WouldBlock) => Err(RegistryError::Config(format!(
+            "--config-dir {}: another registry is using it (it holds {}); stop that one, or \
+             give this registry a config directory of its own",
+            root.display(),
+            path.display()
+        ))),
+        Err(fs::TryLockError::Error(e)) => Err(RegistryError::io(&path, e)),
+    }
+}
+
 /// Opens sled at `dir`; a database that cannot be opened is moved aside and rebuilt (the files
 /// are the source of truth, so nothing is lost). Only a sled database is ever moved: a `dir`
 /// that is a file, or a directory without sled's files, is the operator's and an error.
@@ -303,16 +348,50 @@ fn open_or_rebuild(dir: &Path) -> Result<sled::Db> {
              registry may write (it is made when missing)",
             dir.display()
         ))),
+        // Not a broken cache: one the registry may not write (a read-only volume).
+        Err(sled::Error::Io(io))
+            if matches!(
+                io.kind(),
+                std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
+            ) =>
+        {
+            Err(RegistryError::Config(format!(
+                "--data-dir {}: the registry may not write its cache there ({io}); give it a \
+                 writable directory",
+                dir.display()
+            )))
+        }
         Err(e) => {
-            let aside = dir.with_extension(format!(
-                "broken-{}",
-                chrono::Utc::now().format("%Y%m%dT%H%M%S")
+            let aside = dir.join(format!(
+                "{ASIDE_PREFIX}{}",
+                chrono::Utc::now().format("%Y%m%dT%H%M%S%.3f")
             ));
             warn!(dir = %dir.display(), aside = %aside.display(), error = %e, "cache cannot be opened; moving it aside and rebuilding from YAML");
-            fs::rename(dir, &aside).map_err(|e| RegistryError::io(dir, e))?;
+            move_into(dir, &aside)?;
             Ok(config(dir).open()?)
         }
     }
+}
+
+/// The name of a directory in `--data-dir` holding a cache set aside (see [`move_into`]).
+const ASIDE_PREFIX: &str = "broken-";
+
+/// Moves what `dir` holds (but earlier caches set aside) into `aside`, a new directory in it.
+/// Not `dir` itself: a data directory that is a mount point (a volume of its own, as in
+/// Docker Compose) cannot be renamed, and the file system around it may be read-only.
+fn move_into(dir: &Path, aside: &Path) -> Result<()> {
+    fs::create_dir(aside).map_err(|e| RegistryError::io(aside, e))?;
+    let entries = fs::read_dir(dir).map_err(|e| RegistryError::io(dir, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| RegistryError::io(dir, e))?;
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with(ASIDE_PREFIX) {
+            continue;
+        }
+        fs::rename(entry.path(), aside.join(&name))
+            .map_err(|e| RegistryError::io(&entry.path(), e))?;
+    }
+    Ok(())
 }
 
 /// Whether `dir` is a directory holding a sled database (its `conf` or `db` file).

@@ -632,11 +632,29 @@ fn a_cache_that_cannot_be_opened_is_moved_aside_and_rebuilt_from_the_files() -> 
     let store = reopen(&root, &data)?;
     store.reconcile_all()?;
     assert_eq!(store.get("survivor")?.agent_id, "survivor");
-    let aside = names_in(dir.path())?
-        .iter()
-        .filter(|n| n.starts_with("data.broken-"))
+    // Set aside inside the data directory (which may be a volume's mount point, not to be
+    // renamed), and kept for inspection.
+    let aside: Vec<String> = names_in(&data)?
+        .into_iter()
+        .filter(|n| n.starts_with("broken-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    assert!(names_in(&data.join(&aside[0]))?.contains(&"conf".to_owned()));
+    assert!(
+        !names_in(dir.path())?.iter().any(|n| n.contains("broken")),
+        "nothing is made beside the data directory"
+    );
+    // A second breakage keeps the first one's files apart.
+    drop(store);
+    fs::write(data.join("conf"), b"\xff\xfe not sled").map_err(|e| RegistryError::io(&data, e))?;
+    let store = reopen(&root, &data)?;
+    store.reconcile_all()?;
+    assert_eq!(store.get("survivor")?.agent_id, "survivor");
+    let kept = names_in(&data)?
+        .into_iter()
+        .filter(|n| n.starts_with("broken-"))
         .count();
-    assert_eq!(aside, 1, "the broken cache is kept for inspection");
+    assert_eq!(kept, 2);
     Ok(())
 }
 
@@ -856,19 +874,48 @@ fn a_cache_another_registry_has_open_is_an_error_and_left_in_place() -> Result<(
     let (root, data) = (dir.path().join("configs"), dir.path().join("data"));
     let running = Store::open(&root, &data)?;
     running.create("kept", agent_file(), "2026-11-22T09:00:00Z")?;
-    let Err(RegistryError::Config(message)) = Store::open(&root, &data) else {
+    // Another config directory, so that the cache's own lock is what refuses it.
+    let Err(RegistryError::Config(message)) = Store::open(&dir.path().join("other"), &data) else {
         panic!("a second store on a cache in use must not open");
     };
     assert!(
         message.contains("another process") && message.contains("--data-dir"),
         "{message}"
     );
-    let names = names_in(dir.path())?;
+    let names = names_in(&data)?;
     assert!(
         !names.iter().any(|n| n.contains("broken")),
         "the live cache was moved aside: {names:?}"
     );
     assert_eq!(running.get("kept")?.agent_id, "kept");
+    Ok(())
+}
+
+#[test]
+fn a_config_dir_another_registry_uses_is_an_error_and_its_writes_in_progress_are_left() -> Result<()>
+{
+    let dir = tempfile::tempdir().map_err(|e| RegistryError::io(Path::new("tmp"), e))?;
+    let root = dir.path().join("configs");
+    let running = Store::open(&root, &dir.path().join("data"))?;
+    // A write of the running registry, in progress.
+    let in_progress = root.join(files::STAGING).join(".tmp-in-progress");
+    write(&in_progress, "name: W\n")?;
+    let Err(RegistryError::Config(message)) = Store::open(&root, &dir.path().join("data2")) else {
+        panic!("a second registry on a config directory in use must not start");
+    };
+    assert!(
+        message.contains("--config-dir") && message.contains("another registry"),
+        "{message}"
+    );
+    assert!(
+        in_progress.exists(),
+        "the running registry's write was removed"
+    );
+    // Once the first one has stopped, the directory is free (and its leftovers are removed).
+    drop(running);
+    let next = Store::open(&root, &dir.path().join("data2"))?;
+    assert!(!in_progress.exists());
+    drop(next);
     Ok(())
 }
 

@@ -496,14 +496,39 @@ pub fn server_span(kind: &str, name: &str, headers: &http::HeaderMap) -> Span {
     let inherited = Some(parent.span().span_context().trace_id())
         .filter(|id| *id != opentelemetry::trace::TraceId::INVALID);
     // A continued trace's id is a field from the start; a new trace's is made with the span,
-    // so it is recorded after (a second formatting of the span's fields for the logs).
-    let span = tracing::info_span!(
-        "request",
-        otel.name = %format_args!("{kind} {name}"),
-        otel.kind = "server",
-        trace_id = inherited.map(tracing::field::display),
-        otel.status_description = tracing::field::Empty,
-    );
+    // so it is recorded after (a second formatting of the span's fields for the logs). The
+    // semantic conventions' attributes of the call; its status is recorded with the response
+    // ([`record_status`]).
+    let trace_id = inherited.map(tracing::field::display);
+    let span = if kind == "gRPC" {
+        // `/package.Service/Method`, or `unknown` for a method the server does not have.
+        let (service, method) = name
+            .strip_prefix('/')
+            .and_then(|n| n.split_once('/'))
+            .unwrap_or(("", name));
+        tracing::info_span!(
+            "request",
+            otel.name = %format_args!("{kind} {name}"),
+            otel.kind = "server",
+            trace_id,
+            otel.status_description = tracing::field::Empty,
+            rpc.system = "grpc",
+            rpc.service = service,
+            rpc.method = method,
+            rpc.grpc.status_code = tracing::field::Empty,
+        )
+    } else {
+        tracing::info_span!(
+            "request",
+            otel.name = %format_args!("{kind} {name}"),
+            otel.kind = "server",
+            trace_id,
+            otel.status_description = tracing::field::Empty,
+            http.request.method = kind,
+            http.route = name,
+            http.response.status_code = tracing::field::Empty,
+        )
+    };
     if inherited.is_some() {
         // Fails only when no OpenTelemetry layer is installed, and then nothing is traced.
         let _ = span.set_parent(parent);
@@ -537,8 +562,32 @@ fn server_failure(status: http::StatusCode, headers: &http::HeaderMap) -> Option
 
 /// [`server_failure`] of a gRPC status in `headers` (or trailers).
 fn grpc_failure(headers: &http::HeaderMap) -> Option<String> {
-    let code = headers.get("grpc-status")?.to_str().ok()?;
-    matches!(code, "2" | "4" | "12" | "13" | "14" | "15").then(|| format!("gRPC status {code}"))
+    let code = grpc_status(headers)?;
+    matches!(code, 2 | 4 | 12 | 13 | 14 | 15).then(|| format!("gRPC status {code}"))
+}
+
+/// The gRPC status code in `headers` (or trailers), if they carry one.
+fn grpc_status(headers: &http::HeaderMap) -> Option<u16> {
+    headers.get("grpc-status")?.to_str().ok()?.parse().ok()
+}
+
+/// Records a response's status on its request's span ([`server_span`]): the HTTP status of a
+/// REST request, and the gRPC status of a call when `headers` (or trailers) carry one; a
+/// server's failure also marks the span failed. A field the span does not have is no cost.
+fn record_status(span: &Span, status: Option<http::StatusCode>, headers: &http::HeaderMap) {
+    if let Some(status) = status {
+        span.record("http.response.status_code", status.as_u16());
+    }
+    if let Some(code) = grpc_status(headers) {
+        span.record("rpc.grpc.status_code", code);
+    }
+    let failure = match status {
+        Some(status) => server_failure(status, headers),
+        None => grpc_failure(headers),
+    };
+    if let Some(failure) = failure {
+        fail_span(span, &failure);
+    }
 }
 
 /// Marks a call made by a probe (the gateway's `/readyz` checking that the services take its
@@ -714,12 +763,11 @@ where
             std::task::ready!(this.inner.poll(cx))
         };
         let span = this.span.take().unwrap_or_else(|| SpanEnd(Span::none()));
-        // Without a span (no trace export) there is no status to look for.
+        // Without a span (no trace export) there is no status to record.
         if let Ok(r) = &response
             && !span.0.is_none()
-            && let Some(failure) = server_failure(r.status(), r.headers())
         {
-            fail_span(&span.0, &failure);
+            record_status(&span.0, Some(r.status()), r.headers());
         }
         std::task::Poll::Ready(response.map(|r| r.map(|body| SpanBody { inner: body, span })))
     }
@@ -759,9 +807,9 @@ impl<B: http_body::Body> http_body::Body for SpanBody<B> {
         // A streamed gRPC answer's status comes in its trailers.
         if let Some(Ok(frame)) = &frame
             && !this.span.0.is_none()
-            && let Some(failure) = frame.trailers_ref().and_then(grpc_failure)
+            && let Some(trailers) = frame.trailers_ref()
         {
-            fail_span(&this.span.0, &failure);
+            record_status(&this.span.0, None, trailers);
         }
         std::task::Poll::Ready(frame)
     }

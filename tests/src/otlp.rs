@@ -40,6 +40,8 @@ pub struct Span {
     pub end_unix_nano: u64,
     /// Its status message when its status is ERROR.
     pub error: Option<String>,
+    /// Its attributes, each value as text (`"404"`, `"grpc"`).
+    pub attributes: std::collections::HashMap<String, String>,
 }
 
 /// A running receiver on a loopback port; stops when dropped.
@@ -136,10 +138,7 @@ impl TraceService for Store {
                 .flat_map(|r| &r.attributes)
                 .find(|kv| kv.key == "service.name")
                 .and_then(|kv| kv.value.as_ref()?.value.as_ref())
-                .map(|v| match v {
-                    AnyValue::StringValue(s) => s.clone(),
-                    other => format!("{other:?}"),
-                })
+                .map(text)
                 .unwrap_or_default();
             for span in rs.scope_spans.into_iter().flat_map(|s| s.spans) {
                 got.push(Span {
@@ -155,6 +154,13 @@ impl TraceService for Store {
                         .filter(|s| s.code == ERROR)
                         .map(|s| s.message.clone()),
                     parent: hex::encode(&span.parent_span_id),
+                    attributes: span
+                        .attributes
+                        .iter()
+                        .filter_map(|kv| {
+                            Some((kv.key.clone(), text(kv.value.as_ref()?.value.as_ref()?)))
+                        })
+                        .collect(),
                 });
             }
         }
@@ -162,5 +168,16 @@ impl TraceService for Store {
             all.extend(got);
         }
         Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+/// An attribute's value as text.
+fn text(value: &AnyValue) -> String {
+    match value {
+        AnyValue::StringValue(s) => s.clone(),
+        AnyValue::IntValue(i) => i.to_string(),
+        AnyValue::BoolValue(b) => b.to_string(),
+        AnyValue::DoubleValue(d) => d.to_string(),
+        other => format!("{other:?}"),
     }
 }

@@ -133,6 +133,20 @@ async fn one_run_is_one_trace_across_gateway_executor_and_registry() {
     assert_eq!(rest.parent, CLIENT_SPAN, "{spans:#?}");
     // Hop 1: the executor's Execute span is a child of a gateway span of this request.
     let execute = find("executor-svc", "gRPC /taskforce.v1.Executor/Execute");
+    // Each carries the semantic conventions' attributes of its call, status included (a
+    // streamed call's from its trailers).
+    let attribute = |g: &Got, key: &str| g.attributes.get(key).cloned().unwrap_or_default();
+    for (g, key, value) in [
+        (rest, "http.request.method", "POST"),
+        (rest, "http.route", "/api/v1/execute/stream"),
+        (rest, "http.response.status_code", "200"),
+        (execute, "rpc.system", "grpc"),
+        (execute, "rpc.service", "taskforce.v1.Executor"),
+        (execute, "rpc.method", "Execute"),
+        (execute, "rpc.grpc.status_code", "0"),
+    ] {
+        assert_eq!(attribute(g, key), value, "{key} of {g:#?}");
+    }
     let caller = parent_of(execute).unwrap_or_else(|| panic!("Execute has no parent: {spans:#?}"));
     assert_eq!(caller.service, "gateway", "{spans:#?}");
     // The run, its model call and its tool call descend from the Execute span.
@@ -445,6 +459,59 @@ async fn failed_tool_calls_model_calls_and_runs_are_failed_spans() {
         !failed.iter().any(|g| g.name.starts_with("POST ")),
         "{failed:#?}"
     );
+
+    // A client's mistake is no failure, but its status is on the span: a REST 404 and a gRPC
+    // NOT_FOUND (a trailers-only answer).
+    let missing = "8bf92f3577b34da6a3ce929d0e0e4738";
+    let traceparent = format!("00-{missing}-{CLIENT_SPAN}-01");
+    let r = stack
+        .http()
+        .get(stack.url("/api/v1/agents/no-such-agent"))
+        .header("traceparent", &traceparent)
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(r.status(), 404);
+    let mut request = tonic::Request::new(taskforce_proto::v1::GetAgentRequest {
+        agent_id: "no-such-agent".into(),
+    });
+    request
+        .metadata_mut()
+        .insert("traceparent", traceparent.parse().expect("metadata value"));
+    let status = stack
+        .registry()
+        .get_agent(request)
+        .await
+        .expect_err("no such agent");
+    assert_eq!(status.code(), tonic::Code::NotFound);
+    let spans = trace_when(&received, &stack, missing, |spans| {
+        spans.iter().any(|g| g.name.starts_with("GET "))
+            && spans.iter().any(|g| g.name.ends_with("/GetAgent"))
+    })
+    .await;
+    for (prefix, key, value) in [
+        (
+            "GET /api/v1/agents/{agent_id}",
+            "http.response.status_code",
+            "404",
+        ),
+        (
+            "gRPC /taskforce.v1.AgentRegistry/GetAgent",
+            "rpc.grpc.status_code",
+            "5",
+        ),
+    ] {
+        let g = spans
+            .iter()
+            .find(|g| g.name == prefix)
+            .unwrap_or_else(|| panic!("no {prefix}: {spans:#?}"));
+        assert_eq!(
+            g.attributes.get(key).map(String::as_str),
+            Some(value),
+            "{g:#?}"
+        );
+        assert!(g.error.is_none(), "{g:#?}");
+    }
 }
 
 #[tokio::test]

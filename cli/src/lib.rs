@@ -81,19 +81,23 @@ pub async fn main(cli: Cli) -> u8 {
         // Anything else whose reader has read enough (`agents list | head`) is done.
         Err(e) if e.is_broken_pipe() => EXIT_OK,
         Err(e) => {
-            if json {
-                eprintln!("{}", e.to_json());
+            say(&if json {
+                e.to_json().to_string()
             } else {
-                eprintln!("{}", e.render());
-            }
+                e.render()
+            });
             e.exit_code()
         }
     }
 }
 
+/// Writes `line` on stderr. Not `eprintln!`, which panics when stderr is closed (`2>&1 | head`).
+pub fn say(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
 /// Says on stderr why the CLI stopped before a command's end (as the error body with `--json`),
-/// naming the session of a run being followed (closing its stream cancels it). Not
-/// `eprintln!`: stderr may be closed too.
+/// naming the session of a run being followed (closing its stream cancels it).
 fn say_stopped(code: &str, message: &str, json: bool) {
     let session = run::following();
     let line = if json {
@@ -109,7 +113,7 @@ fn say_stopped(code: &str, message: &str, json: bool) {
             "\n{message}\nsession {session}: `taskforce sessions show {session}` shows how it ended"
         )
     };
-    let _ = writeln!(std::io::stderr(), "{line}");
+    say(&line);
 }
 
 async fn dispatch(cli: Cli) -> Result<u8> {
@@ -252,7 +256,7 @@ fn saved(out: &mut impl Write, done: &str, agent: &Value) -> std::io::Result<()>
         render::text(&agent["version"])
     )?;
     for warning in agent["warnings"].as_array().into_iter().flatten() {
-        eprintln!("warning: {}", render::text(warning));
+        say(&format!("warning: {}", render::text(warning)));
     }
     Ok(())
 }
@@ -313,7 +317,7 @@ async fn follow(
 ) -> Result<u8> {
     let outcome = run::follow(events, out, json, hint).await?;
     if let Some(line) = outcome.stderr_line(json) {
-        eprintln!("{line}");
+        say(&line);
     }
     Ok(outcome.exit_code())
 }

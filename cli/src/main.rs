@@ -20,7 +20,11 @@ fn main() -> ExitCode {
             // With --json, the error body every other error has, for the script reading it.
             if std::env::args_os().skip(1).any(|a| a == "--json") {
                 let message = sentence(&e.render().to_string());
-                eprintln!("{}", taskforce_cli::error::Error::Usage(message).to_json());
+                taskforce_cli::say(
+                    &taskforce_cli::error::Error::Usage(message)
+                        .to_json()
+                        .to_string(),
+                );
             } else {
                 let _ = e.print();
             }
@@ -33,7 +37,7 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            taskforce_cli::say(&format!("error: cannot start the async runtime: {e}"));
             return ExitCode::from(EXIT_FAILED);
         }
     };

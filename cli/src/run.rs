@@ -100,12 +100,11 @@ pub async fn follow(
                 return Err(with_session(e, &printer.session_id));
             }
         };
-        if json {
-            writeln!(out, "{event}")?;
-            out.flush()?;
+        let printed = if json {
+            writeln!(out, "{event}").and_then(|()| out.flush())
         } else {
-            printer.print(out, &event)?;
-        }
+            printer.print(out, &event)
+        };
         if printer.session_id.is_empty()
             && let Some(id) = event["session_id"].as_str()
         {
@@ -129,11 +128,21 @@ pub async fn follow(
                 status: text(&event["status"]),
                 error: run_error,
             };
-            if !json {
-                printer.summary(out, &outcome, &event, answer_hint)?;
-            }
-            return Ok(outcome);
+            let printed = printed.and_then(|()| {
+                if json {
+                    Ok(())
+                } else {
+                    printer.summary(out, &outcome, &event, answer_hint)
+                }
+            });
+            return match printed {
+                // The run has ended: a reader that stopped reading (a closed pipe) does not
+                // change how.
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+                _ => Ok(outcome),
+            };
         }
+        printed?;
     }
     if !json {
         printer.end_line(out)?;
@@ -390,6 +399,41 @@ mod tests {
         let mut out = Vec::new();
         let r = follow(stream, &mut out, json, "taskforce answer").await;
         (r, String::from_utf8(out).expect("UTF-8"))
+    }
+
+    /// Output whose reader has gone: every write is a broken pipe.
+    struct Closed;
+
+    impl Write for Closed {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            Err(std::io::ErrorKind::BrokenPipe.into())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Err(std::io::ErrorKind::BrokenPipe.into())
+        }
+    }
+
+    #[tokio::test]
+    async fn output_closed_before_the_end_is_an_error_but_not_once_the_run_ended() {
+        for json in [true, false] {
+            let ended = vec![ev("done", json!({"status": "completed"}))];
+            let stream: EventStream = Box::pin(stream::iter(ended.into_iter().map(Ok)));
+            let r = follow(stream, &mut Closed, json, "taskforce answer").await;
+            assert!(
+                matches!(&r, Ok(o) if o.exit_code() == 0),
+                "json {json}: {r:?}"
+            );
+            let going = vec![
+                ev("token", json!({"text": "a\n"})),
+                ev("done", json!({"status": "completed"})),
+            ];
+            let stream: EventStream = Box::pin(stream::iter(going.into_iter().map(Ok)));
+            let r = follow(stream, &mut Closed, json, "taskforce answer").await;
+            assert!(
+                matches!(&r, Err(e) if e.is_broken_pipe()),
+                "json {json}: {r:?}"
+            );
+        }
     }
 
     #[tokio::test]

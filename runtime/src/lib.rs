@@ -105,19 +105,28 @@ pub fn run_main<F: std::future::Future>(main: F) -> std::io::Result<F::Output> {
 /// process of a restart) lets go of it shortly after its last handle is dropped, not at once.
 /// A lock still held after that is returned as the error it is.
 pub fn open_waiting_for_lock<T, E: std::fmt::Display>(
-    mut open: impl FnMut() -> Result<T, E>,
+    open: impl FnMut() -> Result<T, E>,
+) -> Result<T, E> {
+    waiting_for_lock(open, lock_held)
+}
+
+/// Tries `lock` again for up to [`EXIT_WAIT`] while `held` says another holder has the lock (a
+/// stopping process lets go of it shortly after, not at once); the last answer otherwise.
+pub fn waiting_for_lock<T, E: std::fmt::Display>(
+    mut lock: impl FnMut() -> Result<T, E>,
+    held: impl Fn(&E) -> bool,
 ) -> Result<T, E> {
     let deadline = std::time::Instant::now() + EXIT_WAIT;
     let mut told = false;
     loop {
-        match open() {
-            Err(e) if lock_held(&e) && std::time::Instant::now() < deadline => {
+        match lock() {
+            Err(e) if held(&e) && std::time::Instant::now() < deadline => {
                 if !std::mem::replace(&mut told, true) {
-                    tracing::info!(error = %e, "waiting for another holder to let go of the store");
+                    tracing::info!(error = %e, "waiting for another holder to let go of its lock");
                 }
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
-            opened => return opened,
+            done => return done,
         }
     }
 }

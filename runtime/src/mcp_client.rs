@@ -104,14 +104,26 @@ pub fn readable(error: &dyn std::fmt::Display) -> String {
 /// with the pid of a stdio server (the leader of its process group). Not bounded by a
 /// timeout: callers wrap it (see [`connect_and_list`]).
 pub async fn connect(server: &v1::McpServer) -> Result<(McpClient, Option<u32>), ConnectError> {
-    // Whatever the server prints or echoes, rmcp's own log lines do not show its secrets.
-    crate::env::never_log(secrets_of(server));
-    let protocol = |e: &dyn std::fmt::Display| ConnectError::Protocol(readable(e));
     // The connection outlives the request or run that opened it, and rmcp's tasks keep the span
     // they were started in open as long as they run: started in a run's, they would hold that
     // run's span (and its trace's root) open, unexported, until the connection closes, and put
-    // the run's trace id on the connection's log lines for its whole life. So the connection
-    // gets a root span of its own (not traced).
+    // the run's trace id on the connection's log lines for its whole life. So it is made on a
+    // task of its own, which runs in no span whatever the log filter; the caller owns the task
+    // (dropped, as when its timeout passes, it is aborted, and a started server with it).
+    let server = server.clone();
+    let task = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
+        connect_here(&server).await
+    }));
+    task.await
+        .map_err(|e| ConnectError::Protocol(format!("connecting stopped: {e}")))?
+}
+
+/// [`connect`] in the current task.
+async fn connect_here(server: &v1::McpServer) -> Result<(McpClient, Option<u32>), ConnectError> {
+    // Whatever the server prints or echoes, rmcp's own log lines do not show its secrets.
+    crate::env::never_log(secrets_of(server));
+    let protocol = |e: &dyn std::fmt::Display| ConnectError::Protocol(readable(e));
+    // The connection's log lines say which transport they are about.
     let own_span = tracing::info_span!(parent: None, "mcp_connection", transport = %server.r#type);
     match server.r#type.as_str() {
         "stdio" => {

@@ -501,11 +501,12 @@ pub fn server_span(kind: &str, name: &str, headers: &http::HeaderMap) -> Span {
     // ([`record_status`]).
     let trace_id = inherited.map(tracing::field::display);
     let span = if kind == "gRPC" {
-        // `/package.Service/Method`, or `unknown` for a method the server does not have.
-        let (service, method) = name
-            .strip_prefix('/')
-            .and_then(|n| n.split_once('/'))
-            .unwrap_or(("", name));
+        // `/package.Service/Method`, or `unknown` for a method the server does not have: no
+        // service then, and the conventions' `_OTHER` method.
+        let (service, method) = match name.strip_prefix('/').and_then(|n| n.split_once('/')) {
+            Some((service, method)) => (Some(service), method),
+            None => (None, "_OTHER"),
+        };
         tracing::info_span!(
             "request",
             otel.name = %format_args!("{kind} {name}"),
@@ -524,8 +525,10 @@ pub fn server_span(kind: &str, name: &str, headers: &http::HeaderMap) -> Span {
             otel.kind = "server",
             trace_id,
             otel.status_description = tracing::field::Empty,
-            http.request.method = kind,
-            http.route = name,
+            // The conventions' spelling of a method outside the standard ones, and no route
+            // for a path that matched none.
+            http.request.method = if kind == "other" { "_OTHER" } else { kind },
+            http.route = (name != "unmatched").then_some(name),
             http.response.status_code = tracing::field::Empty,
         )
     };

@@ -99,7 +99,7 @@ pub struct Store {
     /// it is restarted (and rebuilds the cache from the files).
     fault: taskforce_runtime::Fault,
     /// The lock on the config directory ([`lock_config_dir`]), held as long as the store.
-    _config_lock: Option<fs::File>,
+    _config_lock: fs::File,
 }
 
 impl Store {
@@ -281,42 +281,26 @@ impl Store {
     }
 }
 
-/// Locks the config directory for this registry (`.staging/registry.lock`, released when the
-/// process ends, however it ends): a second registry on the same directory, with a data
-/// directory of its own (so sled's lock does not stop it), would write the same files, take
-/// its writes in progress for leftovers and remove them, and cache other versions; it is
-/// refused at start. A directory the registry may not write has nothing to share: no lock.
-fn lock_config_dir(root: &Path) -> Result<Option<fs::File>> {
-    let staging = root.join(files::STAGING);
-    let path = staging.join("registry.lock");
-    let opened = fs::create_dir_all(&staging).and_then(|()| {
-        fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-    });
-    let file = match opened {
-        Ok(file) => file,
-        Err(e)
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
-            ) =>
-        {
-            return Ok(None);
-        }
-        Err(e) => return Err(RegistryError::io(&path, e)),
-    };
-    match file.try_lock() {
-        Ok(()) => Ok(Some(file)),
+/// Locks the config directory for this registry (an advisory lock on the directory itself,
+/// which needs no write access, leaves no file, and is let go when the process ends, however it
+/// ends): a second registry on the same directory, with a data directory of its own (so sled's
+/// lock does not stop it), would write the same files, take this one's writes in progress for
+/// leftovers and remove them, and cache other versions; it is refused at start, after waiting
+/// up to [`taskforce_runtime::EXIT_WAIT`] for a registry that is stopping (a restart).
+fn lock_config_dir(root: &Path) -> Result<fs::File> {
+    let dir = fs::File::open(root).map_err(|e| RegistryError::io(root, e))?;
+    let locked = taskforce_runtime::waiting_for_lock(
+        || dir.try_lock(),
+        |e| matches!(e, fs::TryLockError::WouldBlock),
+    );
+    match locked {
+        Ok(()) => Ok(dir),
         Err(fs::TryLockError::WouldBlock) => Err(RegistryError::Config(format!(
-            "--config-dir {}: another registry is using it (it holds {}); stop that one, or \
-             give this registry a config directory of its own",
-            root.display(),
-            path.display()
+            "--config-dir {}: another registry is using it (it holds the directory's lock); \
+             stop that one, or give this registry a config directory of its own",
+            root.display()
         ))),
-        Err(fs::TryLockError::Error(e)) => Err(RegistryError::io(&path, e)),
+        Err(fs::TryLockError::Error(e)) => Err(RegistryError::io(root, e)),
     }
 }
 
@@ -348,7 +332,8 @@ fn open_or_rebuild(dir: &Path) -> Result<sled::Db> {
              registry may write (it is made when missing)",
             dir.display()
         ))),
-        // Not a broken cache: one the registry may not write (a read-only volume).
+        // Not a broken cache: one the registry may not write (a read-only volume), or a full
+        // disk; setting it aside would not help, and would pile up copies at each restart.
         Err(sled::Error::Io(io))
             if matches!(
                 io.kind(),
@@ -358,6 +343,18 @@ fn open_or_rebuild(dir: &Path) -> Result<sled::Db> {
             Err(RegistryError::Config(format!(
                 "--data-dir {}: the registry may not write its cache there ({io}); give it a \
                  writable directory",
+                dir.display()
+            )))
+        }
+        Err(sled::Error::Io(io))
+            if matches!(
+                io.kind(),
+                std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+            ) =>
+        {
+            Err(RegistryError::Config(format!(
+                "--data-dir {}: no room for the cache ({io}); free space, then start the \
+                 registry again",
                 dir.display()
             )))
         }
@@ -376,20 +373,22 @@ fn open_or_rebuild(dir: &Path) -> Result<sled::Db> {
 /// The name of a directory in `--data-dir` holding a cache set aside (see [`move_into`]).
 const ASIDE_PREFIX: &str = "broken-";
 
-/// Moves what `dir` holds (but earlier caches set aside) into `aside`, a new directory in it.
-/// Not `dir` itself: a data directory that is a mount point (a volume of its own, as in
-/// Docker Compose) cannot be renamed, and the file system around it may be read-only.
+/// Moves sled's files in `dir` (`conf`, `db`, `blobs/`, `snap.*`) into `aside`, a new directory
+/// in it. Not `dir` itself: a data directory that is a mount point (a volume of its own, as in
+/// Docker Compose) cannot be renamed, and the file system around it may be read-only; and
+/// nothing else of it (a volume's `lost+found`, earlier caches set aside).
 fn move_into(dir: &Path, aside: &Path) -> Result<()> {
     fs::create_dir(aside).map_err(|e| RegistryError::io(aside, e))?;
     let entries = fs::read_dir(dir).map_err(|e| RegistryError::io(dir, e))?;
     for entry in entries {
         let entry = entry.map_err(|e| RegistryError::io(dir, e))?;
         let name = entry.file_name();
-        if name.to_string_lossy().starts_with(ASIDE_PREFIX) {
-            continue;
+        let sleds = matches!(name.to_str(), Some("conf" | "db" | "blobs"))
+            || name.to_string_lossy().starts_with("snap.");
+        if sleds {
+            fs::rename(entry.path(), aside.join(&name))
+                .map_err(|e| RegistryError::io(&entry.path(), e))?;
         }
-        fs::rename(entry.path(), aside.join(&name))
-            .map_err(|e| RegistryError::io(&entry.path(), e))?;
     }
     Ok(())
 }

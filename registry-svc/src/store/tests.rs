@@ -627,11 +627,14 @@ fn a_cache_that_cannot_be_opened_is_moved_aside_and_rebuilt_from_the_files() -> 
     let store = Store::open(&root, &data)?;
     store.create("survivor", agent_file(), "2026-11-22T09:00:00Z")?;
     drop(store);
-    // Garbage where sled keeps its configuration.
+    // Garbage where sled keeps its configuration, beside what a volume's root holds.
     fs::write(data.join("conf"), b"\xff\xfe not sled").map_err(|e| RegistryError::io(&data, e))?;
+    let lost = data.join("lost+found");
+    fs::create_dir(&lost).map_err(|e| RegistryError::io(&lost, e))?;
     let store = reopen(&root, &data)?;
     store.reconcile_all()?;
     assert_eq!(store.get("survivor")?.agent_id, "survivor");
+    assert!(lost.is_dir(), "only sled's files are set aside");
     // Set aside inside the data directory (which may be a volume's mount point, not to be
     // renamed), and kept for inspection.
     let aside: Vec<String> = names_in(&data)?
@@ -898,7 +901,9 @@ fn a_config_dir_another_registry_uses_is_an_error_and_its_writes_in_progress_are
     let root = dir.path().join("configs");
     let running = Store::open(&root, &dir.path().join("data"))?;
     // A write of the running registry, in progress.
-    let in_progress = root.join(files::STAGING).join(".tmp-in-progress");
+    let staging = root.join(files::STAGING);
+    fs::create_dir_all(&staging).map_err(|e| RegistryError::io(&staging, e))?;
+    let in_progress = staging.join(".tmp-in-progress");
     write(&in_progress, "name: W\n")?;
     let Err(RegistryError::Config(message)) = Store::open(&root, &dir.path().join("data2")) else {
         panic!("a second registry on a config directory in use must not start");

@@ -267,20 +267,23 @@ impl<W: std::io::Write> std::io::Write for Masked<W> {
     }
 }
 
-/// A span's fields as a JSON object, as tracing-subscriber's `JsonFields` writes them, but a
-/// field recorded after the span was made (the request span's `trace_id`) is spliced into the
-/// stored object instead of the object being parsed and written again (`JsonFields` does that,
-/// for every such field of every request).
+/// A span's fields as a JSON object, as tracing-subscriber's `JsonFields` writes them, but
+/// without the attributes that are for traces only (`http.*`, `rpc.*`: `otel.name` says the
+/// call in a log line), and a field recorded after the span was made (the request span's
+/// `trace_id`, its status) is spliced into the stored object instead of the object being
+/// parsed and written again (`JsonFields` does that, for every such field of every request).
 #[derive(Debug, Clone, Copy, Default)]
 struct SpanJsonFields;
 
 impl<'w> tracing_subscriber::fmt::FormatFields<'w> for SpanJsonFields {
     fn format_fields<R: tracing_subscriber::field::RecordFields>(
         &self,
-        writer: tracing_subscriber::fmt::format::Writer<'w>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'w>,
         fields: R,
     ) -> std::fmt::Result {
-        tracing_subscriber::fmt::format::JsonFields::new().format_fields(writer, fields)
+        let mut logged = LoggedFields::default();
+        fields.record(&mut logged);
+        write!(writer, "{}", serde_json::Value::Object(logged.0))
     }
 
     fn add_fields(
@@ -288,13 +291,54 @@ impl<'w> tracing_subscriber::fmt::FormatFields<'w> for SpanJsonFields {
         current: &'w mut tracing_subscriber::fmt::FormattedFields<Self>,
         fields: &tracing::span::Record<'_>,
     ) -> std::fmt::Result {
-        let mut more = String::new();
-        tracing_subscriber::fmt::format::JsonFields::new().format_fields(
-            tracing_subscriber::fmt::format::Writer::new(&mut more),
-            fields,
-        )?;
-        splice_json_object(&mut current.fields, &more);
+        let mut logged = LoggedFields::default();
+        fields.record(&mut logged);
+        if !logged.0.is_empty() {
+            splice_json_object(
+                &mut current.fields,
+                &serde_json::Value::Object(logged.0).to_string(),
+            );
+        }
         Ok(())
+    }
+}
+
+/// The fields of a span that its log lines show, as JSON values.
+#[derive(Default)]
+struct LoggedFields(serde_json::Map<String, serde_json::Value>);
+
+impl LoggedFields {
+    fn put(&mut self, field: &tracing::field::Field, value: serde_json::Value) {
+        let name = field.name();
+        if !(name.starts_with("http.") || name.starts_with("rpc.")) {
+            self.0.insert(name.to_owned(), value);
+        }
+    }
+}
+
+impl tracing::field::Visit for LoggedFields {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.put(field, serde_json::Value::String(format!("{value:?}")));
+    }
+
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.put(field, value.into());
+    }
+
+    fn record_i64(&mut self, field: &tracing::field::Field, value: i64) {
+        self.put(field, value.into());
+    }
+
+    fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
+        self.put(field, value.into());
+    }
+
+    fn record_bool(&mut self, field: &tracing::field::Field, value: bool) {
+        self.put(field, value.into());
+    }
+
+    fn record_f64(&mut self, field: &tracing::field::Field, value: f64) {
+        self.put(field, value.into());
     }
 }
 
@@ -1092,9 +1136,14 @@ mod tests {
             let span = tracing::info_span!(
                 "request",
                 otel.name = "GET /x",
-                trace_id = tracing::field::Empty
+                trace_id = tracing::field::Empty,
+                http.route = "/x",
+                http.response.status_code = tracing::field::Empty,
+                agent_count = 3_u64,
+                found = true
             );
             span.record("trace_id", "4bf92f3577b34da6a3ce929d0e0e4736");
+            span.record("http.response.status_code", 200_u16);
             span.in_scope(|| tracing::info!(n = 1, "inside"));
         });
         let text = buffer.text();
@@ -1107,5 +1156,10 @@ mod tests {
             "{line}"
         );
         assert_eq!(line["fields"]["message"], "inside", "{line}");
+        // Values keep their JSON types; the trace-only attributes stay out of the logs.
+        assert_eq!(request["agent_count"], 3, "{line}");
+        assert_eq!(request["found"], true, "{line}");
+        assert!(request.get("http.route").is_none(), "{line}");
+        assert!(request.get("http.response.status_code").is_none(), "{line}");
     }
 }

@@ -270,6 +270,15 @@ fn request_error(e: &reqwest::Error, url: &str, after: Duration) -> Error {
             what: "--timeout",
         }
     } else {
+        // hyper's word for an HTTP/2-only server's answer to HTTP/1 (a gRPC port).
+        let cause = if cause.contains("invalid HTTP version") {
+            format!(
+                "{cause}; is this the gateway's address? The registry and the executor speak \
+                 gRPC only: reach them with --grpc and --registry or --executor"
+            )
+        } else {
+            cause
+        };
         Error::Transport {
             service: SERVICE,
             url: url.to_owned(),

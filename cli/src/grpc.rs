@@ -112,6 +112,16 @@ impl Grpc {
         match tokio::time::timeout(self.timeout, call).await {
             Ok(Ok(resp)) => Ok(resp.into_inner()),
             Ok(Err(status)) if is_deadline(&status) => Err(timed_out()),
+            // An HTTP server's answer read as gRPC (a REST port given for a gRPC one).
+            Ok(Err(status)) if not_grpc(&status) => Err(Error::Transport {
+                service,
+                url: uri_text(endpoint),
+                cause: format!(
+                    "the answer is not gRPC ({}); is this the {service}'s gRPC address, not \
+                     the gateway's REST one?",
+                    status.message()
+                ),
+            }),
             Ok(Err(status)) => Err(Error::from_status(&status)),
             Err(_) => Err(timed_out()),
         }
@@ -406,6 +416,12 @@ pub fn endpoint(url: &str, flag: &str, timeout: Duration) -> Result<Endpoint> {
 pub fn is_deadline(status: &tonic::Status) -> bool {
     status.code() == tonic::Code::Cancelled
         && status.message() == tonic::TimeoutExpired(()).to_string()
+}
+
+/// Whether `status` is tonic's reading of an answer that was no gRPC (the JSON or HTML of an
+/// HTTP server, whose first byte it takes for a compression flag).
+fn not_grpc(status: &tonic::Status) -> bool {
+    status.code() == tonic::Code::Internal && status.message().contains("invalid compression flag")
 }
 
 /// An endpoint's URL as people write it (`http://host:port`, without the root path's `/`).

@@ -1318,6 +1318,25 @@ async fn bad_input_is_a_clear_error_on_stderr_with_a_nonzero_exit() {
         out.stderr
     );
 
+    // The wrong kind of port: a gRPC service given as the gateway, the gateway as a gRPC
+    // service; each error says what was probably meant.
+    let registry_url = format!("http://{}", stack.registry_addr());
+    let out = cli(&stack, &["--gateway", &registry_url, "agents", "list"]).await;
+    out.expect_code(1);
+    assert!(
+        out.stderr.contains("is this the gateway's address?"),
+        "{}",
+        out.stderr
+    );
+    let gateway_url = stack.gateway_url();
+    let out = cli(&stack, &["--grpc", "--registry", &gateway_url, "tools"]).await;
+    out.expect_code(1);
+    assert!(
+        out.stderr.contains("is this the registry's gRPC address"),
+        "{}",
+        out.stderr
+    );
+
     // A service that takes the connection but never answers: a timeout naming it and the
     // flag, over gRPC as through the gateway.
     let silent = tokio::net::TcpListener::bind("127.0.0.1:0")

@@ -219,6 +219,8 @@ pub fn init(service: &'static str) -> Telemetry {
             .with_tracked_inactivity(false)
             .with_threads(false)
             .with_location(false)
+            // The module a span was made in: its name says what it is.
+            .with_target(false)
             // Entering a span (each poll of a run or a stream) would attach its context to the
             // thread: nothing here reads it (`traced` asks the current span), so skip the cost.
             .with_context_activation(false)

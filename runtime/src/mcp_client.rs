@@ -18,7 +18,6 @@ use rmcp::{
     },
 };
 use serde_json::Value;
-use tracing::Instrument;
 
 use taskforce_proto::v1;
 
@@ -123,13 +122,11 @@ async fn connect_here(server: &v1::McpServer) -> Result<(McpClient, Option<u32>)
     // Whatever the server prints or echoes, rmcp's own log lines do not show its secrets.
     crate::env::never_log(secrets_of(server));
     let protocol = |e: &dyn std::fmt::Display| ConnectError::Protocol(readable(e));
-    // The connection's log lines say which transport they are about.
-    let own_span = tracing::info_span!(parent: None, "mcp_connection", transport = %server.r#type);
     match server.r#type.as_str() {
         "stdio" => {
             let transport = spawn_stdio(server)?;
             let pid = transport.id();
-            let client = ().serve(transport).instrument(own_span).await.map_err(|e| protocol(&e))?;
+            let client = ().serve(transport).await.map_err(|e| protocol(&e))?;
             Ok((client, pid))
         }
         // `sse` servers are tried with streamable HTTP first, as the MCP specification's
@@ -145,18 +142,14 @@ async fn connect_here(server: &v1::McpServer) -> Result<(McpClient, Option<u32>)
             let mut config = StreamableHttpClientTransportConfig::with_uri(server.url.as_str());
             config.custom_headers = headers;
             let transport = StreamableHttpClientTransport::from_config(config);
-            let client =
-                ().serve(transport)
-                    .instrument(own_span)
-                    .await
-                    .map_err(|e| {
-                        let hint = if server.r#type == "sse" {
-                            " (only servers that speak streamable HTTP can be used)"
-                        } else {
-                            ""
-                        };
-                        ConnectError::Protocol(format!("{}{hint}", readable(&e)))
-                    })?;
+            let client = ().serve(transport).await.map_err(|e| {
+                let hint = if server.r#type == "sse" {
+                    " (only servers that speak streamable HTTP can be used)"
+                } else {
+                    ""
+                };
+                ConnectError::Protocol(format!("{}{hint}", readable(&e)))
+            })?;
             Ok((client, None))
         }
     }

@@ -602,17 +602,12 @@ pub fn fail_span(span: &Span, description: &str) {
 /// `UNIMPLEMENTED`, `INTERNAL`, `UNAVAILABLE`, `DATA_LOSS`). A client's mistake (4xx,
 /// `NOT_FOUND`, `INVALID_ARGUMENT`, ...) is not the server's error, as the semantic conventions
 /// say.
-fn server_failure(status: http::StatusCode, headers: &http::HeaderMap) -> Option<String> {
-    if status.is_server_error() {
+fn server_failure(status: Option<http::StatusCode>, grpc: Option<u16>) -> Option<String> {
+    if let Some(status) = status.filter(http::StatusCode::is_server_error) {
         return Some(format!("HTTP {}", status.as_u16()));
     }
-    grpc_failure(headers)
-}
-
-/// [`server_failure`] of a gRPC status in `headers` (or trailers).
-fn grpc_failure(headers: &http::HeaderMap) -> Option<String> {
-    let code = grpc_status(headers)?;
-    matches!(code, 2 | 4 | 12 | 13 | 14 | 15).then(|| format!("gRPC status {code}"))
+    grpc.filter(|code| matches!(code, 2 | 4 | 12 | 13 | 14 | 15))
+        .map(|code| format!("gRPC status {code}"))
 }
 
 /// The gRPC status code in `headers` (or trailers), if they carry one.
@@ -621,20 +616,18 @@ fn grpc_status(headers: &http::HeaderMap) -> Option<u16> {
 }
 
 /// Records a response's status on its request's span ([`server_span`]): the HTTP status of a
-/// REST request, and the gRPC status of a call when `headers` (or trailers) carry one; a
-/// server's failure also marks the span failed. A field the span does not have is no cost.
+/// REST request (`status`), and the gRPC status of a call when `headers` (or trailers) carry
+/// one; a server's failure also marks the span failed. A field the span does not have is no
+/// cost.
 fn record_status(span: &Span, status: Option<http::StatusCode>, headers: &http::HeaderMap) {
+    let grpc = grpc_status(headers);
     if let Some(status) = status {
         span.record("http.response.status_code", status.as_u16());
     }
-    if let Some(code) = grpc_status(headers) {
+    if let Some(code) = grpc {
         span.record("rpc.grpc.status_code", code);
     }
-    let failure = match status {
-        Some(status) => server_failure(status, headers),
-        None => grpc_failure(headers),
-    };
-    if let Some(failure) = failure {
+    if let Some(failure) = server_failure(status, grpc) {
         fail_span(span, &failure);
     }
 }
@@ -943,7 +936,9 @@ mod tests {
             h
         };
         let none = http::HeaderMap::new();
-        let failure = super::server_failure;
+        let failure = |status: http::StatusCode, headers: &http::HeaderMap| {
+            super::server_failure(Some(status), super::grpc_status(headers))
+        };
         assert_eq!(
             failure(http::StatusCode::SERVICE_UNAVAILABLE, &none).as_deref(),
             Some("HTTP 503")

@@ -128,6 +128,15 @@ async fn run_one(
         }))
         .await;
     let tool = tools.get(name);
+    // The call's name in its span and in the metrics: a tool the agent has or one of the
+    // catalog's (the executor's own, also when this agent was not offered them); a name the
+    // model made up is `unknown` (the span's `tool` attribute keeps it), so neither span names
+    // nor the metrics' series grow with what a model says.
+    let label = if tool.is_some() || taskforce_proto::catalog::is_catalog_tool(name) {
+        name
+    } else {
+        "unknown"
+    };
     let (outcome, audit_outcome) = match requested {
         Requested::Malformed { error, .. } => (
             Err(format!(
@@ -137,12 +146,9 @@ async fn run_one(
             audit::Outcome::Error,
         ),
         Requested::Call(call) => {
-            // A span's name is its kind of work, from a small set: a name the model made up
-            // is `tool unknown` (its `tool` attribute says which), as in the metrics.
-            let known = tool.is_some() || taskforce_proto::catalog::is_catalog_tool(name);
             let span = tracing::info_span!(
                 "tool",
-                otel.name = %format_args!("tool {}", if known { name } else { "unknown" }),
+                otel.name = %format_args!("tool {label}"),
                 tool = name,
                 call_id = call_id,
                 otel.status_description = tracing::field::Empty,
@@ -241,19 +247,13 @@ async fn run_one(
         output: &content,
         duration,
     });
-    // The executor's own tools are a fixed few: they keep their names, also when this agent
-    // was not offered them (`delegate_to_agent` at the hop limit, `python` outside a
-    // delegation's `allowed_tools`), and past the label cap that many MCP tools or sub-agents
-    // may reach. Other labels only from what this agent really has: a model's made-up names
-    // must not grow the metric's series.
+    // The executor's own tools are a fixed few: they keep their names past the label cap that
+    // many MCP tools or sub-agents may reach (`label` keeps them also when this agent was not
+    // offered them: `delegate_to_agent` at the hop limit, `python` outside a delegation's
+    // `allowed_tools`).
     let own = taskforce_proto::catalog::is_catalog_tool(name)
         || (tool.is_some_and(|t| t.origin() == crate::policy::Origin::Executor)
             && !name.starts_with(AGENT_TOOL_PREFIX));
-    let label = if own || tool.is_some() {
-        name
-    } else {
-        "unknown"
-    };
     crate::metrics::tool_call(label, own, subagent.as_deref(), audit_outcome, duration);
     Finished {
         call_id: call_id.to_owned(),

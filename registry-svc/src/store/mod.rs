@@ -335,27 +335,21 @@ fn open_or_rebuild(dir: &Path) -> Result<sled::Db> {
         // Not a broken cache: one the registry may not write (a read-only volume), or a full
         // disk; setting it aside would not help, and would pile up copies at each restart.
         Err(sled::Error::Io(io))
-            if matches!(
-                io.kind(),
-                std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
-            ) =>
+            if taskforce_runtime::is_disk_full(&io)
+                || matches!(
+                    io.kind(),
+                    std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
+                ) =>
         {
+            let fix = if taskforce_runtime::is_disk_full(&io) {
+                "free space, then start the registry again"
+            } else {
+                "give the registry a directory it may write"
+            };
             Err(RegistryError::Config(format!(
-                "--data-dir {}: the registry may not write its cache there ({io}); give it a \
-                 writable directory",
-                dir.display()
-            )))
-        }
-        Err(sled::Error::Io(io))
-            if matches!(
-                io.kind(),
-                std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
-            ) =>
-        {
-            Err(RegistryError::Config(format!(
-                "--data-dir {}: no room for the cache ({io}); free space, then start the \
-                 registry again",
-                dir.display()
+                "--data-dir {}: cannot write the cache there ({}); {fix}",
+                dir.display(),
+                taskforce_runtime::describe_io(&io)
             )))
         }
         Err(e) => {

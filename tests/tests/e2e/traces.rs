@@ -35,6 +35,28 @@ turns:
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CLIENT_SPAN: &str = "00f067aa0ba902b7";
 
+/// The `traceparent` of a client's span in trace `trace_id` (sampled).
+fn traceparent(trace_id: &str) -> String {
+    format!("00-{trace_id}-{CLIENT_SPAN}-01")
+}
+
+/// POSTs `body` to `path` in trace `trace_id`, as a client continuing its own trace would.
+async fn post_traced(
+    stack: &Stack,
+    path: &str,
+    trace_id: &str,
+    body: &serde_json::Value,
+) -> reqwest::Response {
+    stack
+        .http()
+        .post(stack.url(path))
+        .header("traceparent", traceparent(trace_id))
+        .json(body)
+        .send()
+        .await
+        .expect("answered")
+}
+
 /// The full stack on the script, exporting to `received` every `schedule_delay_ms`, with an
 /// agent `agent_id` that may use `file_read`.
 async fn traced_stack(received: &Receiver, schedule_delay_ms: &str, agent_id: &str) -> Stack {
@@ -92,7 +114,7 @@ async fn one_run_is_one_trace_across_gateway_executor_and_registry() {
     let response = stack
         .http()
         .post(stack.url("/api/v1/execute/stream"))
-        .header("traceparent", format!("00-{TRACE_ID}-{CLIENT_SPAN}-01"))
+        .header("traceparent", traceparent(TRACE_ID))
         // The services' own probe marker means nothing from a REST client: still traced.
         .header("x-taskforce-probe", "1")
         .json(&json!({"mission": "Read the notes", "agent_id": "traced"}))
@@ -267,17 +289,16 @@ turns:
     body["mcp_tool_allowlist"] = json!(["get_current_time"]);
     let r = create(&stack, &body).await;
     assert_eq!(r.status, 201, "{}", r.text);
-    let text = stack
-        .http()
-        .post(stack.url("/api/v1/execute/stream"))
-        .header("traceparent", format!("00-{MCP_TRACE}-{CLIENT_SPAN}-01"))
-        .json(&json!({"mission": "What time is it?", "agent_id": "clocked"}))
-        .send()
-        .await
-        .expect("answered")
-        .text()
-        .await
-        .expect("the stream ends");
+    let text = post_traced(
+        &stack,
+        "/api/v1/execute/stream",
+        MCP_TRACE,
+        &json!({"mission": "What time is it?", "agent_id": "clocked"}),
+    )
+    .await
+    .text()
+    .await
+    .expect("the stream ends");
     let events = parse_sse(&text);
     assert!(
         events
@@ -318,7 +339,7 @@ async fn the_probe_marker_hides_only_the_probes_own_calls() {
     fn marked<T>(message: T) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
         for (key, value) in [
-            ("traceparent", format!("00-{MARKED}-{CLIENT_SPAN}-01")),
+            ("traceparent", traceparent(MARKED)),
             ("x-taskforce-probe", "readyz".to_owned()),
         ] {
             request
@@ -359,7 +380,7 @@ async fn a_request_whose_client_left_ends_its_span_when_it_left() {
     let gave_up = stack
         .http()
         .post(stack.url("/api/v1/execute"))
-        .header("traceparent", format!("00-{LEFT}-{CLIENT_SPAN}-01"))
+        .header("traceparent", traceparent(LEFT))
         .timeout(Duration::from_secs(1))
         .json(&json!({"mission": "Take your time", "agent_id": "patient"}))
         .send()
@@ -392,7 +413,7 @@ async fn an_mcp_tool_call_is_one_trace_with_the_registry_calls_it_makes() {
         .post(stack.url("/mcp"))
         .header("accept", "application/json, text/event-stream")
         .header("MCP-Protocol-Version", "2025-06-18")
-        .header("traceparent", format!("00-{mcp_trace}-{CLIENT_SPAN}-01"))
+        .header("traceparent", traceparent(mcp_trace))
         .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
             "params": {"name": "show_agent", "arguments": {"agent_name": "shown"}}}))
         .send()
@@ -419,14 +440,13 @@ async fn failed_tool_calls_model_calls_and_runs_are_failed_spans() {
     let received = Receiver::start().await.expect("the OTLP receiver starts");
     let stack = traced_stack(&received, "100", "failing").await;
     let failed_trace = "5bf92f3577b34da6a3ce929d0e0e4737";
-    let r = stack
-        .http()
-        .post(stack.url("/api/v1/execute"))
-        .header("traceparent", format!("00-{failed_trace}-{CLIENT_SPAN}-01"))
-        .json(&json!({"mission": "Read the lost notes", "agent_id": "failing"}))
-        .send()
-        .await
-        .expect("answered");
+    let r = post_traced(
+        &stack,
+        "/api/v1/execute",
+        failed_trace,
+        &json!({"mission": "Read the lost notes", "agent_id": "failing"}),
+    )
+    .await;
     let result: serde_json::Value = r.json().await.expect("an ExecuteResult");
     assert_eq!(result["status"], "failed", "{result}");
     let failed: Vec<Got> = trace_when(&received, &stack, failed_trace, |spans| {
@@ -460,11 +480,11 @@ async fn failed_tool_calls_model_calls_and_runs_are_failed_spans() {
     // A client's mistake is no failure, but its status is on the span: a REST 404 and a gRPC
     // NOT_FOUND (a trailers-only answer).
     let missing = "8bf92f3577b34da6a3ce929d0e0e4738";
-    let traceparent = format!("00-{missing}-{CLIENT_SPAN}-01");
+    let parent = traceparent(missing);
     let r = stack
         .http()
         .get(stack.url("/api/v1/agents/no-such-agent"))
-        .header("traceparent", &traceparent)
+        .header("traceparent", &parent)
         .send()
         .await
         .expect("answered");
@@ -474,7 +494,7 @@ async fn failed_tool_calls_model_calls_and_runs_are_failed_spans() {
     });
     request
         .metadata_mut()
-        .insert("traceparent", traceparent.parse().expect("metadata value"));
+        .insert("traceparent", parent.parse().expect("metadata value"));
     let status = stack
         .registry()
         .get_agent(request)
@@ -518,14 +538,13 @@ async fn without_an_endpoint_nothing_is_exported_or_complained_about() {
         .spawn()
         .await
         .expect("stack starts");
-    let r = stack
-        .http()
-        .post(stack.url("/api/v1/execute"))
-        .header("traceparent", format!("00-{TRACE_ID}-{CLIENT_SPAN}-01"))
-        .json(&json!({"mission": "hello", "agent_id": "invoice-extractor"}))
-        .send()
-        .await
-        .expect("answered");
+    let r = post_traced(
+        &stack,
+        "/api/v1/execute",
+        TRACE_ID,
+        &json!({"mission": "hello", "agent_id": "invoice-extractor"}),
+    )
+    .await;
     assert_eq!(r.status(), 200);
     let logs = stack.logs();
     for word in ["OTLP", "opentelemetry", TRACE_ID] {

@@ -24,7 +24,33 @@ use taskforce_proto::v1;
 use crate::env::{ExpandError, MCP_SERVER_ENV, expand_for_mcp_server, minimal_command};
 
 /// A live client session with one MCP server.
-pub type McpClient = RunningService<RoleClient, ()>;
+pub type McpClient = RunningService<RoleClient, Listener>;
+
+/// The client's side of a session: it notes the server's `notifications/tools/list_changed`, so
+/// that its tools are listed again before they are next offered ([`Listener::tools_changed`]).
+#[derive(Debug, Default)]
+pub struct Listener {
+    tools_changed: std::sync::atomic::AtomicBool,
+}
+
+impl Listener {
+    /// Whether the server said its tools changed since the last call (which clears it).
+    pub fn tools_changed(&self) -> bool {
+        self.tools_changed
+            .swap(false, std::sync::atomic::Ordering::AcqRel)
+    }
+}
+
+impl rmcp::ClientHandler for Listener {
+    fn on_tool_list_changed(
+        &self,
+        _context: rmcp::service::NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + rmcp::service::MaybeSendFuture + '_ {
+        self.tools_changed
+            .store(true, std::sync::atomic::Ordering::Release);
+        std::future::ready(())
+    }
+}
 
 /// A tool an MCP server exposes.
 #[derive(Debug, Clone, PartialEq)]
@@ -62,6 +88,25 @@ pub enum ConnectError {
     /// The MCP handshake or `tools/list` failed.
     #[error("{0}")]
     Protocol(String),
+}
+
+impl ConnectError {
+    /// The same error again (one attempt's answer, given to every caller that waited on it).
+    #[must_use]
+    pub fn duplicate(&self) -> Self {
+        match self {
+            Self::Timeout(d) => Self::Timeout(*d),
+            Self::Spawn { command, source } => Self::Spawn {
+                command: command.clone(),
+                source: std::io::Error::new(source.kind(), source.to_string()),
+            },
+            Self::Placeholder { field, source } => Self::Placeholder {
+                field: field.clone(),
+                source: source.clone(),
+            },
+            Self::Protocol(message) => Self::Protocol(message.clone()),
+        }
+    }
 }
 
 /// An `rmcp` error as a user reads it: without the Rust type paths its messages carry
@@ -126,7 +171,10 @@ async fn connect_here(server: &v1::McpServer) -> Result<(McpClient, Option<u32>)
         "stdio" => {
             let transport = spawn_stdio(server)?;
             let pid = transport.id();
-            let client = ().serve(transport).await.map_err(|e| protocol(&e))?;
+            let client = Listener::default()
+                .serve(transport)
+                .await
+                .map_err(|e| protocol(&e))?;
             Ok((client, pid))
         }
         // `sse` servers are tried with streamable HTTP first, as the MCP specification's
@@ -142,7 +190,7 @@ async fn connect_here(server: &v1::McpServer) -> Result<(McpClient, Option<u32>)
             let mut config = StreamableHttpClientTransportConfig::with_uri(server.url.as_str());
             config.custom_headers = headers;
             let transport = StreamableHttpClientTransport::from_config(config);
-            let client = ().serve(transport).await.map_err(|e| {
+            let client = Listener::default().serve(transport).await.map_err(|e| {
                 let hint = if server.r#type == "sse" {
                     " (only servers that speak streamable HTTP can be used)"
                 } else {

@@ -423,16 +423,18 @@ pub(super) async fn select_tools(
     let permitted = |name: &str| allowed.is_none_or(|a| a.iter().any(|n| n == name));
     let mut tools = Tools::new();
     let mut definitions = Vec::new();
+    // False when the name is taken already: the first tool of a name is offered.
     let mut offer = |tool: &Arc<dyn Tool>, tools: &mut Tools| {
         if !permitted(tool.name()) {
-            return;
+            return true;
         }
         if tools.contains_key(tool.name()) {
             warn!(agent_id = %agent.agent_id, tool = %tool.name(), "two tools share this name; the first is offered");
-            return;
+            return false;
         }
         definitions.push(tool.definition().clone());
         tools.insert(tool.name().to_owned(), Arc::clone(tool));
+        true
     };
     // Past the hop limit every delegation is refused: none is offered (a wasted model call).
     let may_delegate =
@@ -455,7 +457,9 @@ pub(super) async fn select_tools(
             continue;
         }
         match runner.tools.get(name) {
-            Some(tool) if tool.available() => offer(tool, &mut tools),
+            Some(tool) if tool.available() => {
+                offer(tool, &mut tools);
+            }
             Some(_) => {
                 tracing::debug!(agent_id = %agent.agent_id, tool = %name, "the tool's program is not installed in this executor; not offered")
             }
@@ -517,7 +521,19 @@ pub(super) async fn select_tools(
         match found {
             Ok(server_tools) => {
                 for tool in &server_tools {
-                    offer(tool, &mut tools);
+                    if !offer(tool, &mut tools) {
+                        let message = format!(
+                            "MCP server `{}` has a tool `{}`, the name of a tool this agent has \
+                             already (native, a sub-agent's or another MCP server's); it is not \
+                             offered in this run (rename it on the server, or take it out of \
+                             mcp_tool_allowlist)",
+                            server.label(),
+                            tool.name()
+                        );
+                        ctx.sink
+                            .emit(events::warning("MCP_TOOL_NAME_TAKEN", message))
+                            .await;
+                    }
                 }
             }
             Err(e) => {

@@ -81,6 +81,9 @@ pub struct Server {
     /// The live connection; `None` before the first use and after a failure. The lock is held
     /// while connecting, so concurrent users share one connection attempt.
     conn: tokio::sync::Mutex<Option<Arc<Connection>>>,
+    /// When the last connection attempt failed, and why: the users that waited on it get its
+    /// answer instead of each trying again (and waiting out the connect timeout again).
+    failed: Mutex<Option<(Instant, ConnectError)>>,
     /// The pool's epoch.
     epoch: Instant,
     /// Milliseconds from the epoch to the last use.
@@ -101,7 +104,8 @@ struct Global {
 #[derive(Debug)]
 struct Connection {
     client: McpClient,
-    tools: Vec<DiscoveredTool>,
+    /// The server's tools as last listed: at connection, and again after it said they changed.
+    tools: Mutex<Arc<Vec<DiscoveredTool>>>,
     /// A stdio server's process group in the ledger while it runs, so that an executor
     /// started after this one was killed (SIGKILL) kills what it left running.
     _ledger: crate::tools::native::ledger::Entry,
@@ -111,7 +115,7 @@ impl From<mcp_client::Connected> for Connection {
     fn from(c: mcp_client::Connected) -> Self {
         Self {
             client: c.client,
-            tools: c.tools,
+            tools: Mutex::new(Arc::new(c.tools)),
             _ledger: crate::tools::native::ledger::record(c.pid),
         }
     }
@@ -158,6 +162,7 @@ impl McpPool {
                 label: label(config),
                 timeouts: self.timeouts,
                 conn: tokio::sync::Mutex::new(None),
+                failed: Mutex::new(None),
                 epoch: self.epoch,
                 last_used: AtomicU64::new(0),
             })
@@ -182,6 +187,7 @@ impl McpPool {
             label: name.to_owned(),
             timeouts: self.timeouts,
             conn: tokio::sync::Mutex::new(None),
+            failed: Mutex::new(None),
             epoch: self.epoch,
             last_used: AtomicU64::new(0),
         })
@@ -267,6 +273,7 @@ impl Server {
                 global.name
             )));
         }
+        let asked = Instant::now();
         let mut slot = self.conn.lock().await;
         if let Some(conn) = slot.as_ref() {
             if conn.alive() {
@@ -275,11 +282,25 @@ impl Server {
             warn!(server = %self.label, "MCP server connection closed; reconnecting");
         }
         *slot = None;
-        let connected = mcp_client::connect_and_list(&self.config, self.timeouts.connect).await?;
-        info!(server = %self.label, tools = connected.tools.len(), "MCP server connected");
-        let conn = Arc::new(Connection::from(connected));
-        *slot = Some(Arc::clone(&conn));
-        Ok(conn)
+        // An attempt that failed while this caller waited for the lock is this caller's answer.
+        if let Some((at, why)) = lock(&self.failed).as_ref()
+            && *at >= asked
+        {
+            return Err(why.duplicate());
+        }
+        match mcp_client::connect_and_list(&self.config, self.timeouts.connect).await {
+            Ok(connected) => {
+                info!(server = %self.label, tools = connected.tools.len(), "MCP server connected");
+                *lock(&self.failed) = None;
+                let conn = Arc::new(Connection::from(connected));
+                *slot = Some(Arc::clone(&conn));
+                Ok(conn)
+            }
+            Err(why) => {
+                *lock(&self.failed) = Some((Instant::now(), why.duplicate()));
+                Err(why)
+            }
+        }
     }
 
     /// `text` (from the server) without the values its configuration took from the
@@ -340,7 +361,11 @@ impl Server {
             ConnectError::Protocol(message) => ConnectError::Protocol(self.scrub(&message)),
             other => other,
         });
-        listed.map(|tools| tools.into_iter().map(|t| t.name).collect())
+        listed.map(|tools| {
+            let names = tools.iter().map(|t| t.name.clone()).collect();
+            *lock(&conn.tools) = Arc::new(tools);
+            names
+        })
     }
 
     /// A global server's health, changed by `f` (its supervisor records each check); `None`
@@ -360,12 +385,67 @@ impl Server {
         self.last_used.store(now, Ordering::Relaxed);
     }
 
+    /// After a call to `conn` got no answer in time: whether the server still answers at all
+    /// (a `tools/list` within [`STILL_ANSWERING_WITHIN`], or the connect timeout when shorter).
+    /// One that does not is forgotten: a stdio server stuck on the call (one that handles a call
+    /// at a time), or an HTTP server that restarted and no longer knows the session, would
+    /// otherwise make every later call wait out the call timeout too.
+    async fn still_answering(&self, conn: &Arc<Connection>) -> bool {
+        let within = STILL_ANSWERING_WITHIN.min(self.timeouts.connect);
+        let secrets = mcp_client::secrets_of(&self.config);
+        let answered = matches!(
+            tokio::time::timeout(within, mcp_client::list_tools(&conn.client, &secrets)).await,
+            Ok(Ok(_))
+        );
+        if !answered {
+            warn!(server = %self.label, "an MCP server stopped answering; closing its connection");
+            self.forget(conn).await;
+        }
+        answered
+    }
+
     /// Forgets `conn` if it is still the current connection (its server died).
     async fn forget(&self, conn: &Arc<Connection>) {
         let mut slot = self.conn.lock().await;
         if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
             *slot = None;
         }
+    }
+
+    /// The tools of `conn`, listed again (within the connect timeout) when the server said
+    /// they changed (`notifications/tools/list_changed`); a connection that cannot list them
+    /// is forgotten.
+    async fn listed(
+        &self,
+        conn: &Arc<Connection>,
+    ) -> Result<Arc<Vec<DiscoveredTool>>, ConnectError> {
+        if !conn.client.service().tools_changed() {
+            return Ok(Arc::clone(&lock(&conn.tools)));
+        }
+        let secrets = mcp_client::secrets_of(&self.config);
+        let listed = match tokio::time::timeout(
+            self.timeouts.connect,
+            mcp_client::list_tools(&conn.client, &secrets),
+        )
+        .await
+        {
+            Ok(Ok(tools)) => tools,
+            Ok(Err(e)) => {
+                self.forget(conn).await;
+                return Err(match e {
+                    ConnectError::Protocol(message) => ConnectError::Protocol(self.scrub(&message)),
+                    other => other,
+                });
+            }
+            Err(_) => {
+                self.forget(conn).await;
+                return Err(ConnectError::Timeout(self.timeouts.connect));
+            }
+        };
+        info!(server = %self.label, tools = listed.len(), "MCP server's tools changed; listed again");
+        let listed = Arc::new(listed);
+        *lock(&conn.tools) = Arc::clone(&listed);
+        Ok(listed)
     }
 
     /// The server's tools that `allowed` admits (`None`: all of them), as tools a run can call;
@@ -375,8 +455,8 @@ impl Server {
         allowed: Option<&[String]>,
     ) -> Result<Vec<Arc<dyn Tool>>, ConnectError> {
         let conn = self.connection().await?;
-        Ok(conn
-            .tools
+        let listed = self.listed(&conn).await?;
+        Ok(listed
             .iter()
             .filter(|t| allowed.is_none_or(|names| names.iter().any(|n| n == &t.name)))
             .map(|t| {
@@ -451,10 +531,27 @@ impl Tool for McpTool {
             };
             server.touch();
             match result {
-                Err(_) => Err(ToolError::Timeout {
-                    tool,
-                    after: timeout,
-                }),
+                Err(_) => {
+                    let checked = tokio::select! {
+                        answering = server.still_answering(&conn) => answering,
+                        () = ctx.cancel.cancelled() => return Err(ToolError::Cancelled { tool }),
+                    };
+                    if checked {
+                        Err(ToolError::Timeout {
+                            tool,
+                            after: timeout,
+                        })
+                    } else {
+                        Err(ToolError::ServerUnavailable {
+                            tool,
+                            server: server.label.clone(),
+                            reason: format!(
+                                "no answer to the call within {timeout:?}, nor to a check after \
+                                 it; its connection is closed"
+                            ),
+                        })
+                    }
+                }
                 // What the server returns of its configured credentials (a failed call's error
                 // quoting them, a tool that prints its environment) is masked before the model,
                 // the events or the store see it.
@@ -489,6 +586,10 @@ impl Tool for McpTool {
         })
     }
 }
+
+/// How long a server whose call timed out gets to answer a `tools/list` before its connection
+/// is closed ([`Server::still_answering`]).
+const STILL_ANSWERING_WITHIN: Duration = Duration::from_secs(5);
 
 /// Why a global server is down when its process went away between checks.
 pub(crate) const CONNECTION_CLOSED: &str = "the server's connection closed (the process exited?)";
@@ -564,12 +665,23 @@ fn config_key(c: &v1::McpServer) -> String {
     .to_string()
 }
 
+/// A stdio server's command line (so two servers of one program differ), or a server's URL;
+/// as configured, placeholders not expanded. A long command line is cut at 160 characters.
 fn label(c: &v1::McpServer) -> String {
-    if c.r#type == "stdio" {
-        format!("stdio:{}", c.command)
-    } else {
-        c.url.clone()
+    const MOST: usize = 160;
+    if c.r#type != "stdio" {
+        return c.url.clone();
     }
+    let mut label = format!("stdio:{}", c.command);
+    for arg in &c.args {
+        label.push(' ');
+        label.push_str(arg);
+    }
+    if let Some((cut, _)) = label.char_indices().nth(MOST) {
+        label.truncate(cut);
+        label.push('…');
+    }
+    label
 }
 
 #[cfg(test)]
@@ -591,6 +703,20 @@ mod tests {
         let mut c = a.clone();
         c.args.push("--other".into());
         assert!(!Arc::ptr_eq(&pool.server(&a), &pool.server(&c)));
+    }
+
+    #[test]
+    fn a_stdio_server_is_named_by_its_command_line() {
+        let mut c = v1::McpServer {
+            r#type: "stdio".into(),
+            command: "uvx".into(),
+            args: vec!["mcp-server-time".into(), "--token=${TOKEN}".into()],
+            ..Default::default()
+        };
+        assert_eq!(label(&c), "stdio:uvx mcp-server-time --token=${TOKEN}");
+        c.args = vec!["é".repeat(200)];
+        let long = label(&c);
+        assert!(long.ends_with('…') && long.chars().count() == 161, "{long}");
     }
 
     #[test]

@@ -7,10 +7,12 @@
 //! - `sandbox`: what confines `python` and `git` (writes, resource limits, environment).
 //! - `web`: `web_search` and `web_fetch` against a local axum server.
 //! - `github`: `github` against a local server that checks the token.
+//! - `mcp`: MCP tools against a stdio server that misbehaves on request.
 
 mod files;
 mod git;
 mod github;
+mod mcp;
 mod process;
 mod sandbox;
 mod web;

@@ -266,3 +266,40 @@ async fn what_an_mcp_tool_returns_of_its_servers_secret_is_masked() {
         .unwrap_or_else(|| panic!("get-env ran: {all}"));
     assert!(output.contains(r#""TF_E2E_GREETING": "***""#), "{output}");
 }
+
+/// Two MCP servers with a tool of the same name: the first server's is offered, and the run
+/// says why the second's is not (a `warning` event naming the tool), instead of the model
+/// silently never reaching it.
+#[tokio::test]
+async fn a_tool_name_two_mcp_servers_share_is_said_in_the_run() {
+    let stack = StackOptions::full()
+        .with_executor()
+        .discovery_timeout_ms(30_000)
+        .llm_script("turns:\n  - text: done\n")
+        .spawn()
+        .await
+        .expect("stack with executor starts");
+    let first = mcp::time_server_json().expect("mcp-server-time is installed");
+    // The same program under another configuration: a second server, the same tools.
+    let mut second = first.clone();
+    second["args"] = json!(["--local-timezone", "Asia/Tokyo"]);
+    let mut body = agent_json("two-clocks");
+    body["mcp_servers"] = json!([first, second]);
+    body["mcp_tool_allowlist"] = json!(["get_current_time"]);
+    let r = create(&stack, &body).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let events = run_to_end(&stack, "two-clocks", "What time is it?").await;
+    let warnings: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|(n, e)| n == "warning" && e["code"] == "MCP_TOOL_NAME_TAKEN")
+        .map(|(_, e)| e)
+        .collect();
+    assert_eq!(warnings.len(), 1, "{events:?}\n{}", stack.logs());
+    let message = warnings[0]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("`get_current_time`") && message.contains("Asia/Tokyo"),
+        "{message}"
+    );
+    let (_, done) = &events[events.len() - 1];
+    assert_eq!(done["status"], "completed", "{events:?}");
+}

@@ -79,15 +79,18 @@ impl From<tonic::Status> for RestError {
 }
 
 /// Whether `status` is the connection breaking under a call rather than an answer: no
-/// Taskforce service said it (a reset, a service that died or stopped mid-call, or a
-/// connection that closed before the call went out on it: hyper's "operation was canceled:
-/// connection closed", which tonic reads as `Cancelled`).
+/// Taskforce service said it (a reset, a service that died or stopped mid-call, a connection
+/// that closed before the call went out on it: hyper's "operation was canceled: connection
+/// closed", which tonic reads as `Cancelled`; or a service that stopped answering, found by the
+/// HTTP/2 keep-alive: `Unavailable` "keep-alive timed out", with calls on their way unanswered).
 pub(crate) fn lost_connection(status: &tonic::Status) -> bool {
     !taskforce_proto::error::from_taskforce(status)
         && !taskforce_proto::error::is_client_deadline(status)
         && (matches!(status.code(), tonic::Code::Unknown | tonic::Code::Cancelled)
             || (status.code() == tonic::Code::Internal
-                && status.message().starts_with("h2 protocol error")))
+                && status.message().starts_with("h2 protocol error"))
+            || (status.code() == tonic::Code::Unavailable
+                && status.message().contains("keep-alive timed out")))
 }
 
 impl RestError {
@@ -508,6 +511,23 @@ mod tests {
         // been applied, not a lost connection.
         let deadline = tonic::Status::cancelled(tonic::TimeoutExpired(()).to_string());
         assert!(!lost_connection(&deadline));
+        // A registry that stopped answering (a stopped process), found by the keep-alive while
+        // a write was on its way: it may have applied it.
+        let hung = tonic::Status::unavailable("http2 error: keep-alive timed out");
+        assert!(
+            RestError::from_write(hung)
+                .0
+                .message
+                .contains("may have applied")
+        );
+        // One that could not be reached at all did not.
+        let refused = tonic::Status::unavailable("tcp connect error: Connection refused");
+        assert!(
+            !RestError::from_write(refused)
+                .0
+                .message
+                .contains("may have")
+        );
         let write = RestError::from_write(deadline);
         assert_eq!(write.0.kind, ErrorKind::Timeout);
         assert!(write.0.message.contains("may have applied"), "{write:?}");

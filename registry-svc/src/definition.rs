@@ -309,7 +309,13 @@ pub fn validate(id: &str, def: &CustomAgentFile) -> Result<(), ApiError> {
     } else if let Err(e) = ids::validate_agent_id(id) {
         bad("agent_id", e.to_string());
     } else if def.agent_id.as_deref().is_some_and(|a| a != id) {
-        bad("agent_id", format!("must equal the file name {id:?}"));
+        bad(
+            "agent_id",
+            format!(
+                "must equal the file name {id:?} (a file copied from another agent's keeps its \
+                 agent_id: change it to {id:?}, or remove the line)"
+            ),
+        );
     }
     check_len(&mut bad, "name", &def.name, MAX_NAME);
     check_len(&mut bad, "description", &def.description, MAX_DESCRIPTION);

@@ -272,6 +272,32 @@ pub fn misnamed_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
     files_where(dir, is_misnamed, false)
 }
 
+/// The definition files (`*.yaml`, `*.yml`) in the subdirectories directly in `dir` (neither
+/// hidden), sorted: agent files moved where they are not read.
+pub fn nested_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let rd = match fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(e),
+    };
+    for entry in rd {
+        let entry = entry?;
+        let hidden = entry
+            .file_name()
+            .to_str()
+            .is_none_or(|n| n.starts_with('.'));
+        if hidden || !entry.file_type()?.is_dir() {
+            continue;
+        }
+        let sub = entry.path();
+        out.extend(files_where(&sub, is_definition_file, false)?);
+        out.extend(files_where(&sub, is_misnamed, false)?);
+    }
+    out.sort();
+    Ok(out)
+}
+
 /// Whether `path` names a definition under the wrong extension (`*.yml`, not hidden).
 pub fn is_misnamed(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "yml")

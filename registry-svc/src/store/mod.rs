@@ -82,6 +82,11 @@ pub struct Store {
     /// read (see [`reconcile::Stamp`]), which only reconciles read and change.
     write_lock: Mutex<reconcile::Stamps>,
     diagnostics: Mutex<BTreeMap<String, String>>,
+    /// The times (created, updated) a custom agent was served with before its file turned
+    /// invalid (a broken save, a slow write seen half-way), by id: when the file is fixed, its
+    /// `updated_at` moves on from these and its `created_at` stays, as after any hand edit.
+    /// Memory only; gone with the file.
+    times_before_invalid: Mutex<std::collections::HashMap<String, (String, String)>>,
     /// Which custom agent is served with which workspace id; changed only under the write lock.
     workspaces: Mutex<workspaces::Workspaces>,
     /// How long after its last change a file is too fresh to be stamped.
@@ -138,6 +143,7 @@ impl Store {
             custom_dir,
             write_lock: Mutex::default(),
             diagnostics: Mutex::new(BTreeMap::new()),
+            times_before_invalid: Mutex::default(),
             workspaces: Mutex::default(),
             racy: reconcile::RACY,
             changes,

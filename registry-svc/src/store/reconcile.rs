@@ -118,6 +118,13 @@ impl Store {
             for path in files::misnamed_files(dir).map_err(|e| RegistryError::io(dir, e))? {
                 self.remember_diagnostic(&path, misnamed(&path));
             }
+            // Nor is one in a subdirectory of `custom/` (moved there to keep it, or by mistake).
+            if source == AgentSource::Custom {
+                self.forget_nested_diagnostics(dir);
+                for path in files::nested_files(dir).map_err(|e| RegistryError::io(dir, e))? {
+                    self.remember_diagnostic(&path, nested(dir, &path));
+                }
+            }
             stamps.retain(|path, _| {
                 path.parent() != Some(dir) || files::stem(path).is_some_and(|id| seen.contains(id))
             });
@@ -235,6 +242,7 @@ impl Store {
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 self.forget_diagnostic(path);
+                self.forget_times_before_invalid(&id);
                 if self.uncache(source, &id)? {
                     stats.removed += 1;
                     self.notify(ChangeKind::Deleted, &id, source, None);
@@ -281,7 +289,7 @@ impl Store {
             Some(v1::agent::Kind::Custom(c)) => {
                 (Some(c.workspace_id), Some((c.created_at, c.updated_at)))
             }
-            _ => (None, None),
+            _ => (None, self.times_before_invalid(source, &id)),
         };
         match load(source, &id, version, &bytes) {
             Ok(mut agent) => {
@@ -299,6 +307,7 @@ impl Store {
                 }
                 self.cache(source, &id, &agent)?;
                 self.forget_diagnostic(path);
+                self.forget_times_before_invalid(&id);
                 stats.updated += 1;
                 self.notify_upserted(&self.with_runtime(agent));
             }
@@ -339,11 +348,37 @@ impl Store {
         warn!(path = %path.display(), error = %reason, "skipping invalid definition");
         stats.invalid += 1;
         self.remember_diagnostic(path, reason);
+        if source != AgentSource::Profile
+            && let Some(v1::agent::Kind::Custom(c)) = self
+                .tree(source)
+                .get(id.as_bytes())?
+                .and_then(|c| v1::Agent::decode(c.as_ref()).ok())
+                .and_then(|a| a.kind)
+            && let Ok(mut before) = self.times_before_invalid.lock()
+        {
+            before.insert(id.to_owned(), (c.created_at, c.updated_at));
+        }
         if self.uncache(source, id)? {
             stats.removed += 1;
             self.notify(ChangeKind::Deleted, id, source, None);
         }
         Ok(())
+    }
+
+    /// The times a custom agent was served with before its file turned invalid, if it was
+    /// ([`Store::skip_invalid`] keeps them until the file is valid again or gone).
+    fn times_before_invalid(&self, source: AgentSource, id: &str) -> Option<(String, String)> {
+        if source == AgentSource::Profile {
+            return None;
+        }
+        self.times_before_invalid.lock().ok()?.get(id).cloned()
+    }
+
+    /// Forgets the times [`Store::skip_invalid`] kept for `id`.
+    fn forget_times_before_invalid(&self, id: &str) {
+        if let Ok(mut before) = self.times_before_invalid.lock() {
+            before.remove(id);
+        }
     }
 
     pub(super) fn rel(&self, path: &Path) -> String {
@@ -373,6 +408,15 @@ impl Store {
     }
 
     /// Drops diagnostics of files in `dir` that are gone.
+    /// Drops the diagnostics of files in the subdirectories of `dir` (each full pass says them
+    /// again while they are there).
+    fn forget_nested_diagnostics(&self, dir: &Path) {
+        let prefix = format!("{}/", self.rel(dir));
+        if let Ok(mut d) = self.diagnostics.lock() {
+            d.retain(|rel, _| !(rel.starts_with(&prefix) && rel[prefix.len()..].contains('/')));
+        }
+    }
+
     pub(super) fn retain_diagnostics(&self, dir: &Path, present: &HashSet<String>) {
         let prefix = self.rel(dir);
         if let Ok(mut d) = self.diagnostics.lock() {
@@ -407,6 +451,26 @@ fn other_kind(source: AgentSource) -> AgentSource {
 }
 
 /// Why a `.yml` file is not read.
+/// Why a file in a subdirectory of `custom/` is not read.
+fn nested(custom: &Path, path: &Path) -> String {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    format!(
+        "not read: agent files are read only directly in `{}/`, not in its subdirectories; \
+         move it to `{}/{name}` to serve it",
+        custom
+            .file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default(),
+        custom
+            .file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default(),
+    )
+}
+
 fn misnamed(path: &Path) -> String {
     let stem = files::stem(path).unwrap_or_default();
     format!(

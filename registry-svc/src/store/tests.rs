@@ -241,6 +241,52 @@ fn a_hand_edit_moves_updated_at_and_keeps_created_at() -> Result<()> {
     Ok(())
 }
 
+/// A hand edit that passes through an invalid file (a typo saved, then fixed; a slow write
+/// seen half-way) moves `updated_at` on from what was served before it, and keeps `created_at`,
+/// as any other hand edit: the agent's times do not restart from the fixed file's.
+#[test]
+fn a_file_broken_then_fixed_keeps_its_served_times() -> Result<()> {
+    let (_dir, mut store) = store_with_dev_profile()?;
+    store.racy = Duration::ZERO;
+    let times = |store: &Store| -> Result<(String, String)> {
+        let Some(v1::agent::Kind::Custom(c)) = store.get("fixed")?.kind else {
+            panic!("fixed is a custom agent");
+        };
+        Ok((c.created_at, c.updated_at))
+    };
+    // A hand-written file without created_at, edited once (updated_at is the file's time).
+    let path = store.custom_dir().join("fixed.yaml");
+    write(&path, HAND)?;
+    store.reconcile_path(&path)?;
+    std::thread::sleep(Duration::from_millis(1100));
+    let stale = "updated_at: '2026-01-01T00:00:00Z'\n";
+    write(
+        &path,
+        &format!("{}{stale}", HAND.replace("Made by hand", "v2")),
+    )?;
+    store.reconcile_path(&path)?;
+    let (created, updated) = times(&store)?;
+    // Broken twice, then fixed, still with the old updated_at.
+    for broken in ["description: [v3\n", "name: [\n"] {
+        std::thread::sleep(Duration::from_millis(1100));
+        write(&path, broken)?;
+        store.reconcile_path(&path)?;
+        assert!(store.get("fixed").is_err(), "an invalid file is not served");
+    }
+    write(
+        &path,
+        &format!("{}{stale}", HAND.replace("Made by hand", "v3")),
+    )?;
+    store.reconcile_path(&path)?;
+    let (created_after, updated_after) = times(&store)?;
+    assert_eq!(created_after, created, "created_at stays");
+    assert!(
+        updated_after > updated,
+        "{updated_after} is not after {updated}"
+    );
+    Ok(())
+}
+
 #[test]
 fn busy_holds_for_its_lease_and_survives_a_reopen() -> Result<()> {
     let dir = tempfile::tempdir().map_err(|e| RegistryError::io(Path::new("tmp"), e))?;
@@ -720,6 +766,31 @@ fn a_yml_file_is_not_read_and_the_diagnostics_say_so_until_it_is_gone() -> Resul
         store.diagnostics().is_empty(),
         "only the definitions' directories"
     );
+    Ok(())
+}
+
+/// An agent file moved into a subdirectory of `custom/` is not read (as before), and the
+/// diagnostics say where it should be, until it is gone from there.
+#[test]
+fn a_file_in_a_subdirectory_of_custom_is_named_in_the_diagnostics() -> Result<()> {
+    let (_dir, store) = store_with_dev_profile()?;
+    let sub = store.custom_dir().join("keep");
+    fs::create_dir_all(&sub).map_err(|e| RegistryError::io(&sub, e))?;
+    let path = sub.join("moved.yaml");
+    write(&path, HAND)?;
+    store.reconcile_all()?;
+    assert!(store.get("moved").is_err(), "not read");
+    let said = store.diagnostics();
+    assert!(
+        said.iter().any(|(p, why)| p == "custom/keep/moved.yaml"
+            && why.contains("move it to `custom/moved.yaml`")),
+        "{said:?}"
+    );
+    let back = store.custom_dir().join("moved.yaml");
+    fs::rename(&path, &back).map_err(|e| RegistryError::io(&back, e))?;
+    store.reconcile_all()?;
+    assert!(store.get("moved").is_ok(), "served from custom/");
+    assert!(store.diagnostics().is_empty(), "{:?}", store.diagnostics());
     Ok(())
 }
 

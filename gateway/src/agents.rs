@@ -53,7 +53,7 @@ pub struct DeleteQuery {
     expected_version: Option<String>,
 }
 
-/// The response for one registry agent: `status`, its JSON, `ETag: "<version>"`, and with
+/// The response for one registry agent: `status`, its JSON, its `ETag` ([`crate::read_model::etag`]), and with
 /// `location` a `Location` header. An agent without a definition is a registry bug (500).
 fn agent_response(
     status: StatusCode,
@@ -64,7 +64,13 @@ fn agent_response(
         error!(agent_id = %agent.agent_id, "registry returned an agent without a definition");
         return Err(RestError::internal());
     }
-    let etag = HeaderValue::from_str(&format!("\"{}\"", agent.version)).ok();
+    let busy = agent.status == i32::from(v1::AgentStatus::Busy);
+    let etag = HeaderValue::from_str(&crate::read_model::etag(
+        &agent.version,
+        busy,
+        &agent.last_task,
+    ))
+    .ok();
     let location = location
         .then(|| HeaderValue::from_str(&format!("/api/v1/agents/{}", agent.agent_id)).ok())
         .flatten();
@@ -104,8 +110,8 @@ fn listing_response(listing: crate::read_model::Listing) -> Response {
         .into_response()
 }
 
-/// A 200 with JSON rendered by the read model, and the agent's version as the `ETag`.
-fn json_response(json: Vec<u8>, version: Option<&str>) -> Response {
+/// A 200 with JSON rendered by the read model, and its `ETag` if it has one.
+fn json_response(json: Vec<u8>, etag: Option<&str>) -> Response {
     let mut res = (
         [(
             header::CONTENT_TYPE,
@@ -114,7 +120,7 @@ fn json_response(json: Vec<u8>, version: Option<&str>) -> Response {
         json,
     )
         .into_response();
-    if let Some(v) = version.and_then(|v| HeaderValue::from_str(&format!("\"{v}\"")).ok()) {
+    if let Some(v) = etag.and_then(|v| HeaderValue::from_str(v).ok()) {
         res.headers_mut().insert(header::ETAG, v);
     }
     res
@@ -202,10 +208,10 @@ pub async fn list_agents(
 #[utoipa::path(get, path = "/api/v1/agents/{agent_id}", tag = "agents",
     params(
         ("agent_id" = String, Path, description = "`[a-z0-9][a-z0-9-_]{2,63}`"),
-        ("If-None-Match" = Option<String>, Header, description = "ETags (`\"<version>\"`, weak or strong, comma separated) or `*`: a 304 when one names the agent's current version")),
+        ("If-None-Match" = Option<String>, Header, description = "ETags (weak or strong, comma separated) or `*`: a 304 when one names the agent's current ETag")),
     responses(
         (status = 200, description = "The agent", body = AgentJson,
-            headers(("ETag" = String, description = "\"<version>\""))),
+            headers(("ETag" = String, description = "`\"<version>\"`, or `\"<version>-<hash of status and last_task>\"` once the agent has run"))),
         (status = 304, description = "Not modified: `If-None-Match` names the agent's current ETag (no body)"),
         (status = 400, description = "Invalid agent_id, or the agent's definition file is invalid (the message names the file and the problem)", body = ErrorBody),
         (status = 404, description = "`not_found`", body = ErrorBody),
@@ -221,7 +227,7 @@ pub async fn get_agent(
     // An agent the copy does not hold is asked of the registry: it knows whether a definition
     // file for it exists but is invalid (a 400 naming the problem) or there is none (404).
     let response = if let Lookup::Found(Some(agent)) = state.agents.get(&id) {
-        json_response(agent.json, Some(&agent.version))
+        json_response(agent.json, Some(&agent.etag))
     } else {
         let req = v1::GetAgentRequest { agent_id: id };
         let agent = state

@@ -241,7 +241,19 @@ pub fn parse_if_match(value: &str) -> Result<Option<String>, RestError> {
     if unquoted.is_empty() {
         return Err(bad("is empty"));
     }
-    Ok(Some(unquoted.to_owned()))
+    // A `GET`'s tag of an agent that has run carries its runtime facts after the version
+    // (`crate::read_model::etag`); a write's precondition is the version alone.
+    let version = match unquoted.split_once('-') {
+        Some((version, facts))
+            if !version.is_empty()
+                && facts.len() == 16
+                && facts.bytes().all(|b| b.is_ascii_hexdigit()) =>
+        {
+            version
+        }
+        _ => unquoted,
+    };
+    Ok(Some(version.to_owned()))
 }
 
 /// The expected version of a write: from `If-Match`, or else from the body or query (`other`);

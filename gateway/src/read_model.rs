@@ -57,8 +57,23 @@ pub enum Lookup<T> {
 pub struct AgentBody {
     /// Its JSON.
     pub json: Vec<u8>,
-    /// Its version (the `ETag`).
-    pub version: String,
+    /// Its `ETag` ([`etag`]).
+    pub etag: String,
+}
+
+/// The `ETag` of an agent's JSON: `"<version>"` while its runtime facts are as a new agent's
+/// (idle, no `last_task`), else `"<version>-<16 hex digits>"`, the hash of the facts as served,
+/// so that a `GET` naming an earlier tag in `If-None-Match` gets the new status, not a 304. A
+/// write's `If-Match` compares the version only ([`crate::extract::parse_if_match`]): a run
+/// that changed the status in between does not make an update conflict.
+pub fn etag(version: &str, busy: bool, last_task: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    if !busy && last_task.is_empty() {
+        return format!("\"{version}\"");
+    }
+    let mut hasher = std::hash::DefaultHasher::new();
+    (busy, last_task).hash(&mut hasher);
+    format!("\"{version}-{:016x}\"", hasher.finish())
 }
 
 /// A cloneable handle on the copy.
@@ -95,6 +110,8 @@ struct Agents {
 struct Entry {
     json: Listed,
     version: String,
+    /// `last_task` as the registry gave it (for the `ETag`).
+    last_task: String,
 }
 
 impl Entry {
@@ -122,6 +139,7 @@ impl Entry {
                 last_task: last_task_json(&last_task),
             },
             version,
+            last_task,
         })
     }
 
@@ -129,6 +147,7 @@ impl Entry {
     fn set_facts(&mut self, agent: &v1::Agent) {
         self.json.busy_until_ms = agent.busy_until_ms;
         self.json.last_task = last_task_json(&agent.last_task);
+        self.last_task.clone_from(&agent.last_task);
     }
 
     /// Appends the agent's JSON, with its status as of `now_ms`.
@@ -367,11 +386,16 @@ impl ReadModel {
             return Lookup::NotSynced;
         };
         Lookup::Found(agents.get(id).map(|entry| {
+            let now = now_ms();
             let mut json = Vec::with_capacity(entry.json.len());
-            entry.write(now_ms(), &mut json);
+            entry.write(now, &mut json);
             AgentBody {
                 json,
-                version: entry.version.clone(),
+                etag: etag(
+                    &entry.version,
+                    entry.json.busy_until_ms > now,
+                    &entry.last_task,
+                ),
             }
         }))
     }

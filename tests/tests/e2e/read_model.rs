@@ -167,6 +167,7 @@ async fn changes_made_elsewhere_reach_the_gateway() {
         |r| r.body["description"] == "Typed.",
     )
     .await;
+    let idle_tag = etag(&get(&stack, "by-hand").await);
     // What an executor reports.
     let mut report = async |status: v1::AgentStatus, task: &str, lease_seconds| {
         registry
@@ -189,6 +190,41 @@ async fn changes_made_elsewhere_reach_the_gateway() {
     )
     .await;
     assert_eq!(busy.body["last_task"], "tidy the inbox");
+    // The body changed, so its tag did: a client asking with the earlier one gets the new
+    // status, not a 304; the new tag is a 304.
+    let busy_tag = etag(&busy);
+    assert_ne!(busy_tag, idle_tag);
+    assert!(
+        busy_tag.starts_with(&idle_tag[..idle_tag.len() - 1]),
+        "{busy_tag} {idle_tag}"
+    );
+    let conditional = |tag: String| {
+        send(
+            stack
+                .http()
+                .get(stack.url("/api/v1/agents/by-hand"))
+                .header("If-None-Match", tag),
+        )
+    };
+    let fresh = conditional(idle_tag.clone()).await;
+    assert_eq!(fresh.status, StatusCode::OK, "{}", fresh.text);
+    assert_eq!(fresh.body["status"], "busy");
+    assert_eq!(
+        conditional(busy_tag.clone()).await.status,
+        StatusCode::NOT_MODIFIED
+    );
+    // A write's If-Match compares the version: the GET's tag of the busy agent will do.
+    let mut replaced = agent_json("by-hand");
+    replaced["description"] = "Typed again.".into();
+    let put = send(
+        stack
+            .http()
+            .put(stack.url("/api/v1/agents/by-hand"))
+            .header("If-Match", busy_tag)
+            .json(&replaced),
+    )
+    .await;
+    assert_eq!(put.status, StatusCode::OK, "{}", put.text);
     report(v1::AgentStatus::Idle, "", 0).await;
     until(
         EDIT_VISIBLE_WITHIN,

@@ -235,7 +235,7 @@ pub async fn run(
         }
         counts.tool_calls += u32::try_from(requested.len()).unwrap_or(u32::MAX);
         let results = calls::run_all(ctx, tools, &orchestra, &requested).await;
-        let asks = absorb(ctx, results, convo.messages());
+        let asks = absorb(ctx, results, convo.messages()).await;
         if !asks.is_empty() {
             return paused_unless_cancelled(ctx, answers::pending(asks));
         }
@@ -280,6 +280,15 @@ async fn apply_answers(
     } = split;
     let messages = convo.messages();
     for (call_id, name, content) in results {
+        // The question's call ends with its answer (a top frame's plain answer says so when
+        // the run resumes; these come by key, and in sub-agents).
+        ctx.sink
+            .emit(events::answered(
+                call_id.clone(),
+                name.clone(),
+                content.clone(),
+            ))
+            .await;
         messages.push(Message::Tool {
             call_id,
             name,
@@ -295,14 +304,14 @@ async fn apply_answers(
         counts.tool_calls += u32::try_from(resumes.len()).unwrap_or(u32::MAX);
         let requested: Vec<Requested> = resumes.into_iter().map(Requested::Call).collect();
         let results = calls::run_all(ctx, tools, orchestra, &requested).await;
-        still.extend(absorb(ctx, results, messages));
+        still.extend(absorb(ctx, results, messages).await);
     }
     (!still.is_empty()).then(|| answers::pending(still))
 }
 
 /// Puts a round's results into the conversation and returns the questions it raised: the
 /// first own `ask_user` (its result comes with the answer), and every sub-agent's.
-fn absorb(ctx: &RunCtx, results: Vec<Finished>, messages: &mut Vec<Message>) -> Vec<Ask> {
+async fn absorb(ctx: &RunCtx, results: Vec<Finished>, messages: &mut Vec<Message>) -> Vec<Ask> {
     let mut asks = Vec::new();
     let mut asked = false;
     for done in results {
@@ -332,10 +341,18 @@ fn absorb(ctx: &RunCtx, results: Vec<Finished>, messages: &mut Vec<Message>) -> 
                 });
                 continue;
             }
-            Kind::Question { .. } => (
-                "only one question can wait for the user at a time; ask again later".to_owned(),
-                true,
-            ),
+            Kind::Question { .. } => {
+                let refused = "only one question can wait for the user at a time; ask again later";
+                // Its `tool_start` went out: the stream says how the call ended.
+                ctx.sink
+                    .emit(events::tool_error(
+                        &done.call_id,
+                        &done.tool,
+                        refused.to_owned(),
+                    ))
+                    .await;
+                (refused.to_owned(), true)
+            }
             Kind::NeedInput(more) => {
                 asks.extend(more);
                 (done.content, done.is_error)

@@ -220,6 +220,17 @@ pub fn warning(code: &str, message: String) -> Event {
     })
 }
 
+/// The `ToolEnd` of a question the user answered: its output is the answer.
+pub fn answered(call_id: String, tool: String, answer: String) -> Event {
+    Event::ToolEnd(v1::ToolEnd {
+        call_id,
+        tool,
+        output: answer,
+        is_error: false,
+        duration_ms: 0,
+    })
+}
+
 /// A `ToolError` event.
 pub fn tool_error(call_id: &str, tool: &str, message: String) -> Event {
     Event::ToolError(v1::ToolError {

@@ -296,6 +296,7 @@ impl Runner {
             }
             let split = answers::split(&pending, &answers)
                 .map_err(|e| ExecutorError::invalid("answers", e))?;
+            self.check_askers(&agent, &pending, &split).await?;
             info!(session_id = %session.id, agent_id = %agent.agent_id, resumes = split.calls.len(), "run resuming with answers for sub-agents");
             // Kept (and stored with the running session) until the resumed sub-agents' results
             // are: a run stopped before then goes back to this question.
@@ -697,6 +698,55 @@ fn check_session_id(id: &str) -> Result<(), ExecutorError> {
             "session_id",
             "must be 1-128 characters of letters, digits, `-` and `_`",
         ))
+    }
+}
+
+impl Runner {
+    /// Before answers resume sub-agents: each asking sub-agent must still be defined and still
+    /// a sub-agent of the agent above it (from `agent`, the session's, down its `agent_path`).
+    /// One that is not would fail its resumed call and lose the answer, with the run going on
+    /// without it; refused instead, the question keeps waiting (restore the agent, or cancel).
+    async fn check_askers(
+        &self,
+        agent: &crate::agent::AgentDef,
+        pending: &crate::session::Pending,
+        split: &answers::Split,
+    ) -> Result<(), ExecutorError> {
+        let resumed = |ask: &&crate::session::Ask| {
+            ask.token.as_ref().is_some_and(|token| {
+                split
+                    .calls
+                    .iter()
+                    .any(|c| c.arguments["resume_token"].as_str() == Some(token))
+            })
+        };
+        for ask in pending.asks.iter().filter(resumed) {
+            let mut parent_id = agent.agent_id.clone();
+            let mut subagents = agent.subagents.clone();
+            for id in &ask.agent_path {
+                let refused = |why: String| {
+                    ExecutorError::FailedPrecondition(format!(
+                        "the answer to `{}` is for `{id}`, which {why}; the question keeps \
+                         waiting: restore it, or cancel the session to end its question",
+                        ask.key
+                    ))
+                };
+                if crate::tools::orchestration::find_subagent(&subagents, id).is_none() {
+                    return Err(refused(format!(
+                        "is no longer a sub-agent of `{parent_id}`"
+                    )));
+                }
+                let def = match self.registry.resolve(&Target::Agent(id.clone())).await {
+                    Err(ExecutorError::NotFound(why)) => {
+                        return Err(refused(format!("cannot be loaded ({why})")));
+                    }
+                    other => other?,
+                };
+                parent_id.clone_from(id);
+                subagents.clone_from(&def.subagents);
+            }
+        }
+        Ok(())
     }
 }
 

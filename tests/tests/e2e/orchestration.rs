@@ -716,6 +716,88 @@ async fn cancelling_a_paused_orchestration_fails_the_task_its_sub_agent_was_on()
     );
 }
 
+/// An answer for a sub-agent that was deleted (or taken out of its orchestrator's `subagents`)
+/// while its question waited is refused, naming it, and the question keeps waiting: resumed, it
+/// would fail and the orchestrator would go on without the user's answer.
+#[tokio::test]
+async fn an_answer_for_a_sub_agent_that_is_gone_is_refused_and_the_question_waits() {
+    let dir = tempfile::TempDir::new().expect("tmp");
+    let stack = stack(dir.path(), &[("lead", LEAD), ("mid", ASKING_LEAF)]).await;
+    agent(&stack, "mid", &["ask_user"], &[], "mid").await;
+    agent(&stack, "lead", &["file_read"], &["mid"], "lead").await;
+    let first = run_to_end(&stack, "lead", "Release it").await;
+    assert_eq!(first[first.len() - 1].1["status"], "paused", "{first:?}");
+    let session = session_of(&first);
+    let answer_path = format!("/api/v1/sessions/{session}/answer");
+    let answered = || {
+        send(
+            stack
+                .http()
+                .post(stack.url(&answer_path))
+                .json(&json!({"answers": {"mid.version": "3.11"}})),
+        )
+    };
+
+    // Taken out of the orchestrator's sub-agents.
+    let mut lead = agent_json("lead");
+    lead["tool_allowlist"] = json!(["file_read"]);
+    lead["model"] = json!("lead");
+    let put = send(
+        stack
+            .http()
+            .put(stack.url("/api/v1/agents/lead"))
+            .json(&lead),
+    )
+    .await;
+    assert_eq!(put.status, 200, "{}", put.text);
+    let refused = answered().await;
+    assert_eq!(refused.status, 409, "{}", refused.text);
+    assert!(
+        refused.text.contains("`mid`") && refused.text.contains("no longer a sub-agent of `lead`"),
+        "{}",
+        refused.text
+    );
+    // Deleted.
+    lead["subagents"] = json!(["mid"]);
+    let put = send(
+        stack
+            .http()
+            .put(stack.url("/api/v1/agents/lead"))
+            .json(&lead),
+    )
+    .await;
+    assert_eq!(put.status, 200, "{}", put.text);
+    let gone = send(stack.http().delete(stack.url("/api/v1/agents/mid"))).await;
+    assert_eq!(gone.status, 204, "{}", gone.text);
+    let refused = answered().await;
+    assert_eq!(refused.status, 409, "{}", refused.text);
+    assert!(
+        refused.text.contains("cannot be loaded"),
+        "{}",
+        refused.text
+    );
+    let waiting = get_session(&stack, &session).await;
+    assert_eq!(waiting.status(), v1::RunStatus::Paused, "{waiting:?}");
+
+    // Back again: the same answer resumes it.
+    agent(&stack, "mid", &["ask_user"], &[], "mid").await;
+    let resumed = answer(&stack, &session, json!({"mid.version": "3.11"}))
+        .await
+        .rest(RUN_TIMEOUT)
+        .await;
+    let (_, done) = &resumed[resumed.len() - 1];
+    assert_eq!(done["status"], "completed", "{resumed:?}");
+    // The sub-agent's `ask_user` call, started in the first stream, ends in this one with the
+    // answer (a client's spinner for it stops).
+    let ended = named(&resumed, "tool_end");
+    assert!(
+        ended
+            .iter()
+            .any(|e| e["tool"] == "ask_user" && e["output"] == "3.11"),
+        "{resumed:?}"
+    );
+}
+
 /// The example the README walks through: `configs/examples/orchestration`, served as shipped.
 #[tokio::test]
 async fn the_shipped_orchestration_example_runs_as_the_readme_shows() {

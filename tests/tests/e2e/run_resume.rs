@@ -408,3 +408,50 @@ async fn ten_simultaneous_answers_to_one_question_continue_the_run_once_and_the_
         v1::RunStatus::Completed
     );
 }
+
+/// A turn that asks two questions: the first waits, and the second's call, whose `tool_start`
+/// went out, ends as a `tool_error` on the stream (the model reads the same), so every started
+/// call is ended.
+#[tokio::test]
+async fn a_second_question_in_one_turn_ends_as_a_tool_error_on_the_stream() {
+    let stack = StackOptions::full()
+        .with_executor()
+        .llm_script(
+            r#"
+turns:
+  - tool_calls:
+      - {name: ask_user, id: q1, arguments: {question: "First?"}}
+      - {name: ask_user, id: q2, arguments: {question: "Second?"}}
+  - text: "done"
+"#,
+        )
+        .spawn()
+        .await
+        .expect("stack with executor starts");
+    create_agent_with_tools(&stack, AGENT, &["ask_user"]).await;
+    let events = SseReader::open(
+        &stack,
+        "/api/v1/execute/stream",
+        &json!({"mission": "Ask twice", "agent_id": AGENT}),
+    )
+    .await
+    .rest(RUN_TIMEOUT)
+    .await;
+    let started: Vec<&str> = events
+        .iter()
+        .filter(|(n, _)| n == "tool_start")
+        .filter_map(|(_, e)| e["call_id"].as_str())
+        .collect();
+    assert_eq!(started, ["q1", "q2"], "{events:?}");
+    let refused = events
+        .iter()
+        .find(|(n, e)| n == "tool_error" && e["call_id"] == "q2")
+        .unwrap_or_else(|| panic!("q2 has no end: {events:?}"));
+    assert!(
+        refused.1["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("only one question")),
+        "{refused:?}"
+    );
+    assert_eq!(events[events.len() - 1].1["status"], "paused", "{events:?}");
+}

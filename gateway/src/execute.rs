@@ -39,7 +39,7 @@ use crate::{
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"mission": "Extract the totals of invoice 42", "agent_id": "invoice-extractor"}))]
 pub struct ExecuteBody {
-    /// What the agent should do. Must not be empty.
+    /// What the agent should do. Must not be empty; at most 256 KiB (of UTF-8).
     pub mission: String,
     /// A registry agent (custom or profile) to run; wins over `profile`. Unknown → 404.
     #[serde(default)]
@@ -77,7 +77,8 @@ pub struct ExecuteBody {
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"answers": {"coder.python_version": "3.12", "devops.ci": {"provider": "github"}}}))]
 pub struct AnswerBody {
-    /// The user's answer to the pending question.
+    /// The user's answer to the pending question (`answer` and `answers` together at most
+    /// 256 KiB).
     #[serde(default)]
     pub answer: String,
     /// Answers by question key, for a question with `items`. Strings are passed as they are;

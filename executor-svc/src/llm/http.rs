@@ -192,7 +192,26 @@ impl Endpoint {
             let delay = match retry_after {
                 Some(wait) if wait > settings.max_retry_after => {
                     warn!(provider = %self.provider, wait = ?wait, "server asks to wait longer than allowed, giving up");
-                    return Err(error);
+                    // Said in the error: the attempts left were not made, and why.
+                    return Err(match error {
+                        LlmError::Status {
+                            provider,
+                            status,
+                            message,
+                            attempts,
+                        } => LlmError::Status {
+                            provider,
+                            status,
+                            message: format!(
+                                "{message} (not retried: the server asked to wait {}s, more than \
+                                 the provider's max_retry_after_secs of {}s)",
+                                wait.as_secs(),
+                                settings.max_retry_after.as_secs()
+                            ),
+                            attempts,
+                        },
+                        other => other,
+                    });
                 }
                 Some(wait) => wait,
                 None => backoff(settings, attempt),

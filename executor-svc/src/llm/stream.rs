@@ -331,6 +331,30 @@ mod tests {
         }
     }
 
+    /// An OpenAI-compatible stream that ends (`[DONE]`) without any choice is a failed call,
+    /// not an empty answer; one whose answer only lacks a finish reason is taken.
+    #[test]
+    fn a_done_without_any_answer_is_an_error() {
+        for body in [
+            &b"data: [DONE]\n\n"[..],
+            b"data: {\"choices\":[]}\n\ndata: [DONE]\n\n",
+            b"data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\ndata: [DONE]\n\n",
+        ] {
+            let out = crate::llm::openai::decode_body(&[body]);
+            assert!(
+                matches!(out.last(), Some(Err(LlmError::Stream { message, .. })) if message.contains("without an answer")),
+                "{out:?}"
+            );
+        }
+        let lenient = crate::llm::openai::decode_body(&[
+            b"data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\ndata: [DONE]\n\n",
+        ]);
+        assert!(
+            matches!(lenient.last(), Some(Ok(LlmEvent::Done { .. }))),
+            "{lenient:?}"
+        );
+    }
+
     /// Records each event as a text delta `event|data`, and the end of the body as `eof`.
     struct Record;
 

@@ -82,6 +82,11 @@ async fn retry_after_ms_is_preferred_and_a_too_long_wait_fails_at_once() {
         ),
         "{err:?}"
     );
+    assert!(
+        err.to_string()
+            .contains("not retried: the server asked to wait 3600s"),
+        "{err}"
+    );
     assert!(started.elapsed() < Duration::from_secs(2));
 }
 

@@ -86,6 +86,8 @@ pub(super) struct ChunkDecoder {
     usage: Option<Usage>,
     /// The model streamed a refusal: the turn ends as one, whatever the finish reason says.
     refused: bool,
+    /// Whether any choice came: text, a refusal, a tool call or a finish reason.
+    answered: bool,
 }
 
 type Out = VecDeque<Result<LlmEvent, LlmError>>;
@@ -165,6 +167,17 @@ impl Decode for ChunkDecoder {
     fn event(&mut self, event: SseEvent, out: &mut Out) -> Result<Progress, LlmError> {
         let data = event.data.trim();
         if data == "[DONE]" {
+            // Lenient about a missing finish reason after an answer (some compatible servers
+            // leave it out), not about no answer at all: that is a failed call, not an empty
+            // answer to give the user.
+            if !self.answered {
+                return Err(LlmError::Stream {
+                    provider: self.provider.clone(),
+                    message: "the stream ended ([DONE]) without an answer: no text, no tool \
+                              call, no finish_reason"
+                        .to_owned(),
+                });
+            }
             self.finish(out);
             return Ok(Progress::Complete);
         }
@@ -192,7 +205,11 @@ impl Decode for ChunkDecoder {
         }
         // One choice is asked for (no `n`); others are ignored.
         if let Some(choice) = chunk.choices.and_then(|c| c.into_iter().next()) {
+            self.answered |= choice.finish_reason.is_some();
             if let Some(delta) = choice.delta {
+                self.answered |= delta.content.as_ref().is_some_and(|t| !t.is_empty())
+                    || delta.refusal.as_ref().is_some_and(|t| !t.is_empty())
+                    || delta.tool_calls.as_ref().is_some_and(|c| !c.is_empty());
                 if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
                     out.push_back(Ok(LlmEvent::TextDelta(text)));
                 }

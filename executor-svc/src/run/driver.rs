@@ -335,6 +335,11 @@ impl Run {
                         "the client stopped reading the run's events (none taken for 30 s), so \
                          the run was stopped; continue the session to go on",
                     ),
+                    None if self.sink.client_left() => RunError::new(
+                        "CLIENT_GONE",
+                        "the client disconnected before the run ended (or its gateway stopped), \
+                         so the run was stopped; continue the session to go on",
+                    ),
                     None => RunError::new("CANCELLED", "the run was cancelled"),
                 };
                 let stopping =

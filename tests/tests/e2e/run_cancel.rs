@@ -121,6 +121,12 @@ async fn an_sse_client_that_disconnects_cancels_the_run_and_kills_its_python() {
 
     assert_gone(&stack, pid).await;
     let stored = assert_status(&stack, &session, v1::RunStatus::Cancelled).await;
+    // Why, told apart from a cancel someone asked for.
+    assert_eq!(
+        stored.error.as_ref().map(|e| e.code.as_str()),
+        Some("CLIENT_GONE"),
+        "{stored:?}"
+    );
     let tool = stored
         .messages
         .iter()

@@ -147,7 +147,7 @@ pub fn readable(error: &dyn std::fmt::Display) -> String {
 /// Starts (stdio) or connects to (streamable HTTP) `server` and completes the MCP handshake;
 /// with the pid of a stdio server (the leader of its process group). Not bounded by a
 /// timeout: callers wrap it (see [`connect_and_list`]).
-pub async fn connect(server: &v1::McpServer) -> Result<(McpClient, Option<u32>), ConnectError> {
+pub async fn connect(server: &v1::McpServer) -> Result<Started, ConnectError> {
     // The connection outlives the request or run that opened it, and rmcp's tasks keep the span
     // they were started in open as long as they run: started in a run's, they would hold that
     // run's span (and its trace's root) open, unexported, until the connection closes, and put
@@ -163,19 +163,27 @@ pub async fn connect(server: &v1::McpServer) -> Result<(McpClient, Option<u32>),
 }
 
 /// [`connect`] in the current task.
-async fn connect_here(server: &v1::McpServer) -> Result<(McpClient, Option<u32>), ConnectError> {
+async fn connect_here(server: &v1::McpServer) -> Result<Started, ConnectError> {
     // Whatever the server prints or echoes, rmcp's own log lines do not show its secrets.
     crate::env::never_log(secrets_of(server));
     let protocol = |e: &dyn std::fmt::Display| ConnectError::Protocol(readable(e));
     match server.r#type.as_str() {
         "stdio" => {
-            let transport = spawn_stdio(server)?;
+            let (transport, stderr) = spawn_stdio(server)?;
             let pid = transport.id();
-            let client = Listener::default()
-                .serve(transport)
-                .await
-                .map_err(|e| protocol(&e))?;
-            Ok((client, pid))
+            match Listener::default().serve(transport).await {
+                Ok(client) => Ok(Started {
+                    client,
+                    pid,
+                    stderr: Some(stderr),
+                }),
+                // Why a server did not start is mostly on its stderr (a missing module, a bad
+                // flag, a missing key): its last lines go with the error.
+                Err(e) => Err(ConnectError::Protocol(match stderr.last_words().await {
+                    Some(said) => format!("{}; its stderr ended with: {said}", readable(&e)),
+                    None => readable(&e),
+                })),
+            }
         }
         // `sse` servers are tried with streamable HTTP first, as the MCP specification's
         // backwards-compatibility section says; rmcp has no client for the legacy transport.
@@ -198,7 +206,11 @@ async fn connect_here(server: &v1::McpServer) -> Result<(McpClient, Option<u32>)
                 };
                 ConnectError::Protocol(format!("{}{hint}", readable(&e)))
             })?;
-            Ok((client, None))
+            Ok(Started {
+                client,
+                pid: None,
+                stderr: None,
+            })
         }
     }
 }
@@ -272,6 +284,19 @@ pub struct Connected {
     pub tools: Vec<DiscoveredTool>,
     /// A stdio server's pid, the leader of its process group (killed with the client).
     pub pid: Option<u32>,
+    /// A stdio server's stderr, read as long as the connection is kept.
+    pub stderr: Option<ServerStderr>,
+}
+
+/// A server started or connected by [`connect`].
+#[derive(Debug)]
+pub struct Started {
+    /// The live client.
+    pub client: McpClient,
+    /// A stdio server's pid, the leader of its process group (killed with the client).
+    pub pid: Option<u32>,
+    /// A stdio server's stderr, read as long as this is kept.
+    pub stderr: Option<ServerStderr>,
 }
 
 /// Connects to `server` and lists its tools, all within `timeout`. A server that echoes its
@@ -282,9 +307,18 @@ pub async fn connect_and_list(
 ) -> Result<Connected, ConnectError> {
     let secrets = secrets_of(server);
     let work = async {
-        let (client, pid) = connect(server).await?;
+        let Started {
+            client,
+            pid,
+            stderr,
+        } = connect(server).await?;
         let tools = list_tools(&client, &secrets).await?;
-        Ok(Connected { client, tools, pid })
+        Ok(Connected {
+            client,
+            tools,
+            pid,
+            stderr,
+        })
     };
     match tokio::time::timeout(timeout, work).await {
         Ok(Err(ConnectError::Protocol(message))) => {
@@ -316,7 +350,55 @@ pub fn secrets_of(server: &v1::McpServer) -> Vec<String> {
 
 pub use crate::env::scrub;
 
-fn spawn_stdio(server: &v1::McpServer) -> Result<TokioChildProcess, ConnectError> {
+/// What a stdio server writes to its stderr: read (and dropped but for its last bytes) for as
+/// long as this is kept, since a pipe nobody reads would block the server once full. The reading
+/// ends when the server closes its stderr (it exited) or this is dropped.
+#[derive(Debug)]
+pub struct ServerStderr {
+    tail: std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<u8>>>,
+    reader: tokio_util::task::AbortOnDropHandle<()>,
+}
+
+/// How much of a server's stderr [`ServerStderr`] keeps.
+const STDERR_TAIL_BYTES: usize = 600;
+
+impl ServerStderr {
+    fn follow(stderr: Option<tokio::process::ChildStderr>) -> Self {
+        use tokio::io::AsyncReadExt;
+        let tail = std::sync::Arc::new(std::sync::Mutex::new(std::collections::VecDeque::new()));
+        let kept = std::sync::Arc::clone(&tail);
+        let reader = tokio::spawn(async move {
+            let Some(mut stderr) = stderr else { return };
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = stderr.read(&mut buf).await {
+                let Ok(mut tail) = kept.lock() else { return };
+                tail.extend(&buf[..n]);
+                let extra = tail.len().saturating_sub(STDERR_TAIL_BYTES);
+                tail.drain(..extra);
+            }
+        });
+        Self {
+            tail,
+            reader: tokio_util::task::AbortOnDropHandle::new(reader),
+        }
+    }
+
+    /// Its last lines (up to [`STDERR_TAIL_BYTES`], joined with ` | `), once the server has
+    /// closed its stderr (it exited) or after a moment; `None` when it wrote nothing.
+    async fn last_words(self) -> Option<String> {
+        let _ = tokio::time::timeout(Duration::from_millis(300), self.reader).await;
+        let bytes: Vec<u8> = self.tail.lock().ok()?.iter().copied().collect();
+        let text = String::from_utf8_lossy(&bytes);
+        let lines: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        (!lines.is_empty()).then(|| lines.join(" | "))
+    }
+}
+
+fn spawn_stdio(server: &v1::McpServer) -> Result<(TokioChildProcess, ServerStderr), ConnectError> {
     let program = expand(&server.command, || "command".to_owned())?;
     let mut cmd = tokio::process::Command::from(minimal_command(program, &MCP_SERVER_ENV));
     for (i, arg) in server.args.iter().enumerate() {
@@ -327,14 +409,14 @@ fn spawn_stdio(server: &v1::McpServer) -> Result<TokioChildProcess, ConnectError
     }
     let mut wrap = CommandWrap::from(cmd);
     wrap.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
-    let (transport, _) = TokioChildProcess::builder(wrap)
-        .stderr(Stdio::null())
+    let (transport, stderr) = TokioChildProcess::builder(wrap)
+        .stderr(Stdio::piped())
         .spawn()
         .map_err(|source| ConnectError::Spawn {
             command: server.command.clone(),
             source,
         })?;
-    Ok(transport)
+    Ok((transport, ServerStderr::follow(stderr)))
 }
 
 /// Expands the placeholders of one configuration value; `field` names it in the error.

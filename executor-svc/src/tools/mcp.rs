@@ -109,6 +109,8 @@ struct Connection {
     /// A stdio server's process group in the ledger while it runs, so that an executor
     /// started after this one was killed (SIGKILL) kills what it left running.
     _ledger: crate::tools::native::ledger::Entry,
+    /// A stdio server's stderr, read while the connection is kept.
+    _stderr: Option<mcp_client::ServerStderr>,
 }
 
 impl From<mcp_client::Connected> for Connection {
@@ -117,6 +119,7 @@ impl From<mcp_client::Connected> for Connection {
             client: c.client,
             tools: Mutex::new(Arc::new(c.tools)),
             _ledger: crate::tools::native::ledger::record(c.pid),
+            _stderr: c.stderr,
         }
     }
 }

@@ -208,3 +208,36 @@ async fn callers_waiting_on_a_failed_connection_share_its_answer() {
     assert_eq!(started.lines().count(), 2, "a new attempt for a new caller");
     pool.close().await;
 }
+
+/// A server that fails at start says why on its stderr: the error carries its last lines.
+#[tokio::test]
+async fn a_server_that_exits_at_start_is_an_error_with_its_last_words() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = dir.path().join("broken.py");
+    std::fs::write(
+        &script,
+        "import sys\nsys.stderr.write('starting\\nModuleNotFoundError: No module named mcp_thing\\n')\nsys.exit(3)\n",
+    )
+    .expect("write the server");
+    let pool = McpPool::new(McpTimeouts {
+        connect: Duration::from_secs(20),
+        call: Duration::from_secs(1),
+        idle: None,
+    });
+    let server = pool.server(&v1::McpServer {
+        r#type: "stdio".into(),
+        command: "python3".into(),
+        args: vec![script.display().to_string()],
+        ..Default::default()
+    });
+    match server.tools(None).await {
+        Err(ConnectError::Protocol(message)) => assert!(
+            message.contains(
+                "its stderr ended with: starting | ModuleNotFoundError: No module named mcp_thing"
+            ),
+            "{message}"
+        ),
+        other => panic!("a server that exits is an error: {other:?}"),
+    }
+    pool.close().await;
+}

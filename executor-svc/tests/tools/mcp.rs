@@ -57,21 +57,28 @@ for line in sys.stdin:
         handle(msg)
 "#;
 
-fn server(dir: &Path, mode: &str) -> (McpPool, Arc<Server>) {
-    let script = dir.join("server.py");
-    std::fs::write(&script, SERVER).expect("write the server");
+/// A pool (calls time out after 1 s) with the stdio server `python3 script args...`.
+fn python_server(connect: Duration, script: &Path, args: &[&str]) -> (McpPool, Arc<Server>) {
     let pool = McpPool::new(McpTimeouts {
-        connect: Duration::from_secs(20),
+        connect,
         call: Duration::from_secs(1),
         idle: None,
     });
+    let mut argv = vec![script.display().to_string()];
+    argv.extend(args.iter().map(|a| (*a).to_owned()));
     let server = pool.server(&v1::McpServer {
         r#type: "stdio".into(),
         command: "python3".into(),
-        args: vec![script.display().to_string(), mode.into()],
+        args: argv,
         ..Default::default()
     });
     (pool, server)
+}
+
+fn server(dir: &Path, mode: &str) -> (McpPool, Arc<Server>) {
+    let script = dir.join("server.py");
+    std::fs::write(&script, SERVER).expect("write the server");
+    python_server(Duration::from_secs(20), &script, &[mode])
 }
 
 async fn tool(server: &Arc<Server>, name: &str) -> Arc<dyn Tool> {
@@ -178,17 +185,7 @@ async fn callers_waiting_on_a_failed_connection_share_its_answer() {
         ),
     )
     .expect("write the server");
-    let pool = McpPool::new(McpTimeouts {
-        connect: Duration::from_secs(2),
-        call: Duration::from_secs(1),
-        idle: None,
-    });
-    let server = pool.server(&v1::McpServer {
-        r#type: "stdio".into(),
-        command: "python3".into(),
-        args: vec![script.display().to_string()],
-        ..Default::default()
-    });
+    let (pool, server) = python_server(Duration::from_secs(2), &script, &[]);
     let results = futures::future::join_all((0..3).map(|_| server.tools(None))).await;
     for r in &results {
         assert!(
@@ -219,17 +216,7 @@ async fn a_server_that_exits_at_start_is_an_error_with_its_last_words() {
         "import sys\nsys.stderr.write('starting\\nModuleNotFoundError: No module named mcp_thing\\n')\nsys.exit(3)\n",
     )
     .expect("write the server");
-    let pool = McpPool::new(McpTimeouts {
-        connect: Duration::from_secs(20),
-        call: Duration::from_secs(1),
-        idle: None,
-    });
-    let server = pool.server(&v1::McpServer {
-        r#type: "stdio".into(),
-        command: "python3".into(),
-        args: vec![script.display().to_string()],
-        ..Default::default()
-    });
+    let (pool, server) = python_server(Duration::from_secs(20), &script, &[]);
     match server.tools(None).await {
         Err(ConnectError::Protocol(message)) => assert!(
             message.contains(

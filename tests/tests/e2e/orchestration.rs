@@ -738,18 +738,22 @@ async fn an_answer_for_a_sub_agent_that_is_gone_is_refused_and_the_question_wait
         )
     };
 
+    let lead_with = async |subagents: Value| {
+        let mut lead = agent_json("lead");
+        lead["tool_allowlist"] = json!(["file_read"]);
+        lead["model"] = json!("lead");
+        lead["subagents"] = subagents;
+        let put = send(
+            stack
+                .http()
+                .put(stack.url("/api/v1/agents/lead"))
+                .json(&lead),
+        )
+        .await;
+        assert_eq!(put.status, 200, "{}", put.text);
+    };
     // Taken out of the orchestrator's sub-agents.
-    let mut lead = agent_json("lead");
-    lead["tool_allowlist"] = json!(["file_read"]);
-    lead["model"] = json!("lead");
-    let put = send(
-        stack
-            .http()
-            .put(stack.url("/api/v1/agents/lead"))
-            .json(&lead),
-    )
-    .await;
-    assert_eq!(put.status, 200, "{}", put.text);
+    lead_with(json!([])).await;
     let refused = answered().await;
     assert_eq!(refused.status, 409, "{}", refused.text);
     assert!(
@@ -758,15 +762,7 @@ async fn an_answer_for_a_sub_agent_that_is_gone_is_refused_and_the_question_wait
         refused.text
     );
     // Deleted.
-    lead["subagents"] = json!(["mid"]);
-    let put = send(
-        stack
-            .http()
-            .put(stack.url("/api/v1/agents/lead"))
-            .json(&lead),
-    )
-    .await;
-    assert_eq!(put.status, 200, "{}", put.text);
+    lead_with(json!(["mid"])).await;
     let gone = send(stack.http().delete(stack.url("/api/v1/agents/mid"))).await;
     assert_eq!(gone.status, 204, "{}", gone.text);
     let refused = answered().await;

@@ -131,7 +131,7 @@ fn json_response(json: Vec<u8>, etag: Option<&str>) -> Response {
     responses(
         (status = 201, description = "Created; `warnings` when the save could not check something (as `:validate` says)", body = SavedAgentJson, headers(
             ("Location" = String, description = "/api/v1/agents/{agent_id}"),
-            ("ETag" = String, description = "\"<version>\""))),
+            ("ETag" = String, description = "`\"<version>\"` (a new agent has not run)"))),
         (status = 400, description = "Invalid body, id, tools or MCP configuration", body = ErrorBody),
         (status = 409, description = "`already_exists`", body = ErrorBody),
         (status = 413, description = "`payload_too_large`", body = ErrorBody),
@@ -271,10 +271,10 @@ fn not_modified(headers: &HeaderMap, response: Response) -> Response {
 #[utoipa::path(put, path = "/api/v1/agents/{agent_id}", tag = "agents", request_body = AgentRequest,
     params(
         ("agent_id" = String, Path, description = "`[a-z0-9][a-z0-9-_]{2,63}`"),
-        ("If-Match" = Option<String>, Header, description = "`\"<version>\"`: replace only that version")),
+        ("If-Match" = Option<String>, Header, description = "`\"<version>\"` or an `ETag` of the agent: replace only that version (a tag's runtime-facts suffix is not compared)")),
     responses(
         (status = 200, description = "Replaced; `warnings` as for a create", body = SavedAgentJson,
-            headers(("ETag" = String, description = "\"<version>\""))),
+            headers(("ETag" = String, description = "`\"<version>\"`, or `\"<version>-<hash of status and last_task>\"` once the agent has run"))),
         (status = 400, description = "Invalid id, body, tools or MCP configuration", body = ErrorBody),
         (status = 404, description = "`not_found`", body = ErrorBody),
         (status = 409, description = "`version_conflict` (stale version) or `read_only` (profile agent)", body = ErrorBody),
@@ -328,7 +328,7 @@ fn empty_expected_version(what: &str) -> RestError {
 #[utoipa::path(delete, path = "/api/v1/agents/{agent_id}", tag = "agents",
     params(
         ("agent_id" = String, Path, description = "`[a-z0-9][a-z0-9-_]{2,63}`"),
-        ("If-Match" = Option<String>, Header, description = "`\"<version>\"`: delete only that version"),
+        ("If-Match" = Option<String>, Header, description = "`\"<version>\"` or an `ETag` of the agent: delete only that version (a tag's runtime-facts suffix is not compared)"),
         DeleteQuery),
     responses(
         (status = 204, description = "Deleted"),

@@ -241,9 +241,14 @@ pub fn parse_if_match(value: &str) -> Result<Option<String>, RestError> {
     if unquoted.is_empty() {
         return Err(bad("is empty"));
     }
-    // A `GET`'s tag of an agent that has run carries its runtime facts after the version
-    // (`crate::read_model::etag`); a write's precondition is the version alone.
-    let version = match unquoted.split_once('-') {
+    Ok(Some(version_part(unquoted).to_owned()))
+}
+
+/// The version an `ETag`'s value names: a `GET`'s tag of an agent that has run carries its
+/// runtime facts after the version (`crate::read_model::etag`), and a write's precondition is
+/// the version alone.
+fn version_part(tag: &str) -> &str {
+    match tag.rsplit_once('-') {
         Some((version, facts))
             if !version.is_empty()
                 && facts.len() == 16
@@ -251,9 +256,8 @@ pub fn parse_if_match(value: &str) -> Result<Option<String>, RestError> {
         {
             version
         }
-        _ => unquoted,
-    };
-    Ok(Some(version.to_owned()))
+        _ => tag,
+    }
 }
 
 /// The expected version of a write: from `If-Match`, or else from the body or query (`other`);
@@ -288,7 +292,10 @@ pub fn expected_version(headers: &HeaderMap, other: Option<&str>) -> Result<Stri
             ));
         }
     };
-    let other = other.filter(|s| !s.is_empty());
+    // The ETag pasted as it was sent (quoted or not) does too.
+    let other = other
+        .map(|s| version_part(s.trim_matches('"')))
+        .filter(|s| !s.is_empty());
     match (from_header, other) {
         (Some(h), Some(o)) if h != o => Err(RestError(ApiError::field(
             "expected_version",

@@ -248,7 +248,8 @@ pub struct CustomAgentJson {
     pub created_at: String,
     /// RFC 3339, set by the service.
     pub updated_at: String,
-    /// Opaque (16 hex digits); also sent as the `ETag`.
+    /// Opaque (16 hex digits); the `ETag` is made of it (with the runtime facts once the agent
+    /// has run).
     pub version: String,
     // The runtime facts come last: the read model writes them after the stored JSON.
     /// `idle` or `busy` (reported by the executor).
@@ -302,7 +303,7 @@ pub struct ProfileAgentJson {
     pub created_at: String,
     /// When its file was last modified (RFC 3339).
     pub updated_at: String,
-    /// Opaque; also sent as the `ETag`.
+    /// Opaque; the `ETag` is made of it.
     pub version: String,
     // The runtime facts come last (see `CustomAgentJson`).
     /// `idle` or `busy` (reported by the executor).

@@ -67,13 +67,15 @@ pub struct AgentBody {
 /// write's `If-Match` compares the version only ([`crate::extract::parse_if_match`]): a run
 /// that changed the status in between does not make an update conflict.
 pub fn etag(version: &str, busy: bool, last_task: &str) -> String {
-    use std::hash::{Hash, Hasher};
+    use sha2::Digest;
     if !busy && last_task.is_empty() {
         return format!("\"{version}\"");
     }
-    let mut hasher = std::hash::DefaultHasher::new();
-    (busy, last_task).hash(&mut hasher);
-    format!("\"{version}-{:016x}\"", hasher.finish())
+    // The same on every gateway and build: gateways behind one load balancer agree.
+    let mut facts = sha2::Sha256::new();
+    facts.update(if busy { b"busy\0" } else { b"idle\0" });
+    facts.update(last_task.as_bytes());
+    format!("\"{version}-{}\"", hex::encode(&facts.finalize()[..8]))
 }
 
 /// A cloneable handle on the copy.

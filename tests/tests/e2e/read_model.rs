@@ -365,3 +365,50 @@ async fn a_watcher_that_excludes_status_gets_definition_changes_only() {
     }
     assert_eq!(next(&mut definitions).await, Kind::Deleted);
 }
+
+/// Sends `signal` to process `pid` (`kill -STOP`, `kill -CONT`).
+fn signal(pid: u32, signal: &str) {
+    let sent = std::process::Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success(), "kill {signal} {pid}");
+}
+
+/// Continues a stopped process when dropped, whatever the test did.
+struct Continue(u32);
+
+impl Drop for Continue {
+    fn drop(&mut self) {
+        signal(self.0, "-CONT");
+    }
+}
+
+/// A registry that stops answering (a stopped process: the connection stays open) while a
+/// write is on its way: the gateway's HTTP/2 keep-alive gives up on it, and the write's 503
+/// says it may have been applied, so the client reads before retrying.
+#[tokio::test]
+async fn a_write_on_its_way_to_a_registry_that_hangs_may_have_been_applied() {
+    // A request timeout past the keep-alive's 10 s, so that the keep-alive is what gives up.
+    let stack = taskforce_tests::StackOptions::full()
+        .gateway_args(["--request-timeout-secs", "40"])
+        .spawn()
+        .await
+        .expect("stack starts");
+    let created = create(&stack, &agent_json("hung-write")).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    let pid = stack.registry_pid().expect("the registry runs");
+    signal(pid, "-STOP");
+    let _resume = Continue(pid);
+    let mut body = agent_json("hung-write");
+    body["description"] = "Changed while the registry hung.".into();
+    let put = send(
+        stack
+            .http()
+            .put(stack.url("/api/v1/agents/hung-write"))
+            .json(&body),
+    )
+    .await;
+    assert_eq!(put.status, StatusCode::SERVICE_UNAVAILABLE, "{}", put.text);
+    assert!(put.text.contains("may have applied"), "{}", put.text);
+}

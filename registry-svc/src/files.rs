@@ -273,29 +273,28 @@ pub fn misnamed_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
 }
 
 /// The definition files (`*.yaml`, `*.yml`) in the subdirectories directly in `dir` (neither
-/// hidden), sorted: agent files moved where they are not read.
-pub fn nested_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
+/// hidden), sorted: agent files moved where they are not read. A subdirectory that cannot be
+/// read (a volume's `lost+found`) is passed over: it holds nothing this could say.
+pub fn nested_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    let rd = match fs::read_dir(dir) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
-        Err(e) => return Err(e),
+    let Ok(rd) = fs::read_dir(dir) else {
+        return out;
     };
-    for entry in rd {
-        let entry = entry?;
+    for entry in rd.flatten() {
         let hidden = entry
             .file_name()
             .to_str()
             .is_none_or(|n| n.starts_with('.'));
-        if hidden || !entry.file_type()?.is_dir() {
+        if hidden || !entry.file_type().is_ok_and(|t| t.is_dir()) {
             continue;
         }
         let sub = entry.path();
-        out.extend(files_where(&sub, is_definition_file, false)?);
-        out.extend(files_where(&sub, is_misnamed, false)?);
+        for wanted in [is_definition_file as fn(&Path) -> bool, is_misnamed] {
+            out.extend(files_where(&sub, wanted, false).unwrap_or_default());
+        }
     }
     out.sort();
-    Ok(out)
+    out
 }
 
 /// Whether `path` names a definition under the wrong extension (`*.yml`, not hidden).

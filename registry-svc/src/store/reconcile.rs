@@ -121,8 +121,12 @@ impl Store {
             // Nor is one in a subdirectory of `custom/` (moved there to keep it, or by mistake).
             if source == AgentSource::Custom {
                 self.forget_nested_diagnostics(dir);
-                for path in files::nested_files(dir).map_err(|e| RegistryError::io(dir, e))? {
+                for path in files::nested_files(dir) {
                     self.remember_diagnostic(&path, nested(dir, &path));
+                }
+                // The times kept for invalid files that are gone (a missed watcher event).
+                if let Ok(mut kept) = self.times_before_invalid.lock() {
+                    kept.retain(|id, _| seen.contains(id));
                 }
             }
             stamps.retain(|path, _| {
@@ -407,7 +411,6 @@ impl Store {
         }
     }
 
-    /// Drops diagnostics of files in `dir` that are gone.
     /// Drops the diagnostics of files in the subdirectories of `dir` (each full pass says them
     /// again while they are there).
     fn forget_nested_diagnostics(&self, dir: &Path) {
@@ -417,6 +420,7 @@ impl Store {
         }
     }
 
+    /// Drops diagnostics of files in `dir` that are gone.
     pub(super) fn retain_diagnostics(&self, dir: &Path, present: &HashSet<String>) {
         let prefix = self.rel(dir);
         if let Ok(mut d) = self.diagnostics.lock() {
@@ -434,7 +438,6 @@ impl Store {
     }
 }
 
-/// The other kind of definition file (profiles and custom agents share the ids).
 /// Why a custom file is not read: a profile has its id.
 fn taken(id: &str) -> String {
     format!(
@@ -443,6 +446,7 @@ fn taken(id: &str) -> String {
     )
 }
 
+/// The other kind of definition file (profiles and custom agents share the ids).
 fn other_kind(source: AgentSource) -> AgentSource {
     match source {
         AgentSource::Profile => AgentSource::Custom,
@@ -450,27 +454,21 @@ fn other_kind(source: AgentSource) -> AgentSource {
     }
 }
 
-/// Why a `.yml` file is not read.
 /// Why a file in a subdirectory of `custom/` is not read.
 fn nested(custom: &Path, path: &Path) -> String {
-    let name = path
+    let dir = custom
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
+    // A `.yml` file is not read in `custom/` either: it is to be renamed too.
+    let name = format!("{}.{}", files::stem(path).unwrap_or_default(), files::EXT);
     format!(
-        "not read: agent files are read only directly in `{}/`, not in its subdirectories; \
-         move it to `{}/{name}` to serve it",
-        custom
-            .file_name()
-            .map(|n| n.to_string_lossy())
-            .unwrap_or_default(),
-        custom
-            .file_name()
-            .map(|n| n.to_string_lossy())
-            .unwrap_or_default(),
+        "not read: agent files are read only directly in `{dir}/`, not in its subdirectories; \
+         move it to `{dir}/{name}` to serve it"
     )
 }
 
+/// Why a `.yml` file is not read.
 fn misnamed(path: &Path) -> String {
     let stem = files::stem(path).unwrap_or_default();
     format!(

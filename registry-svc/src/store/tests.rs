@@ -259,7 +259,7 @@ fn a_file_broken_then_fixed_keeps_its_served_times() -> Result<()> {
     write(&path, HAND)?;
     store.reconcile_path(&path)?;
     std::thread::sleep(Duration::from_millis(1100));
-    let stale = "updated_at: '2026-01-01T00:00:00Z'\n";
+    let stale = "updated_at: '2000-01-01T00:00:00Z'\n";
     write(
         &path,
         &format!("{}{stale}", HAND.replace("Made by hand", "v2")),
@@ -273,10 +273,14 @@ fn a_file_broken_then_fixed_keeps_its_served_times() -> Result<()> {
         store.reconcile_path(&path)?;
         assert!(store.get("fixed").is_err(), "an invalid file is not served");
     }
+    // Fixed the way editors save (a new file renamed over it: a new creation time).
+    std::thread::sleep(Duration::from_millis(1100));
+    let saved = store.custom_dir().join(".fixed.yaml.swp");
     write(
-        &path,
+        &saved,
         &format!("{}{stale}", HAND.replace("Made by hand", "v3")),
     )?;
+    fs::rename(&saved, &path).map_err(|e| RegistryError::io(&path, e))?;
     store.reconcile_path(&path)?;
     let (created_after, updated_after) = times(&store)?;
     assert_eq!(created_after, created, "created_at stays");

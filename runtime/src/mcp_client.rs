@@ -41,6 +41,26 @@ impl Listener {
     }
 }
 
+/// Marks a client's tools changed again when dropped, unless [`ToolsStale::listed`] said the
+/// new list was taken: a listing cut short (its run cancelled) does not lose the change.
+pub struct ToolsStale<'a>(pub &'a McpClient);
+
+impl ToolsStale<'_> {
+    /// The new list was taken.
+    pub fn listed(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for ToolsStale<'_> {
+    fn drop(&mut self) {
+        self.0
+            .service()
+            .tools_changed
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
 impl rmcp::ClientHandler for Listener {
     fn on_tool_list_changed(
         &self,
@@ -355,8 +375,15 @@ pub use crate::env::scrub;
 /// ends when the server closes its stderr (it exited) or this is dropped.
 #[derive(Debug)]
 pub struct ServerStderr {
-    tail: std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<u8>>>,
+    tail: std::sync::Arc<std::sync::Mutex<Tail>>,
     reader: tokio_util::task::AbortOnDropHandle<()>,
+}
+
+/// The last bytes of a stream, and whether earlier ones were dropped.
+#[derive(Debug, Default)]
+struct Tail {
+    bytes: std::collections::VecDeque<u8>,
+    cut: bool,
 }
 
 /// How much of a server's stderr [`ServerStderr`] keeps.
@@ -365,16 +392,19 @@ const STDERR_TAIL_BYTES: usize = 600;
 impl ServerStderr {
     fn follow(stderr: Option<tokio::process::ChildStderr>) -> Self {
         use tokio::io::AsyncReadExt;
-        let tail = std::sync::Arc::new(std::sync::Mutex::new(std::collections::VecDeque::new()));
+        let tail = std::sync::Arc::new(std::sync::Mutex::new(Tail::default()));
         let kept = std::sync::Arc::clone(&tail);
         let reader = tokio::spawn(async move {
             let Some(mut stderr) = stderr else { return };
             let mut buf = [0u8; 4096];
             while let Ok(n @ 1..) = stderr.read(&mut buf).await {
                 let Ok(mut tail) = kept.lock() else { return };
-                tail.extend(&buf[..n]);
-                let extra = tail.len().saturating_sub(STDERR_TAIL_BYTES);
-                tail.drain(..extra);
+                tail.bytes.extend(&buf[..n]);
+                let extra = tail.bytes.len().saturating_sub(STDERR_TAIL_BYTES);
+                if extra > 0 {
+                    tail.bytes.drain(..extra);
+                    tail.cut = true;
+                }
             }
         });
         Self {
@@ -387,8 +417,18 @@ impl ServerStderr {
     /// closed its stderr (it exited) or after a moment; `None` when it wrote nothing.
     async fn last_words(self) -> Option<String> {
         let _ = tokio::time::timeout(Duration::from_millis(300), self.reader).await;
-        let bytes: Vec<u8> = self.tail.lock().ok()?.iter().copied().collect();
-        let text = String::from_utf8_lossy(&bytes);
+        let (bytes, cut) = {
+            let tail = self.tail.lock().ok()?;
+            (tail.bytes.iter().copied().collect::<Vec<u8>>(), tail.cut)
+        };
+        // A line cut at its start is left out: what it held could be part of a secret that the
+        // masking, which knows whole values, would not recognise.
+        let whole = match (cut, bytes.iter().position(|b| *b == b'\n')) {
+            (false, _) => &bytes[..],
+            (true, Some(end)) => &bytes[end + 1..],
+            (true, None) => &[][..],
+        };
+        let text = String::from_utf8_lossy(whole);
         let lines: Vec<&str> = text
             .lines()
             .map(str::trim)

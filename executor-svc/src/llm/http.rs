@@ -203,10 +203,9 @@ impl Endpoint {
                             provider,
                             status,
                             message: format!(
-                                "{message} (not retried: the server asked to wait {}s, more than \
-                                 the provider's max_retry_after_secs of {}s)",
-                                wait.as_secs(),
-                                settings.max_retry_after.as_secs()
+                                "{message} (not retried: the server asked to wait {wait:?}, more \
+                                 than the provider's max_retry_after_secs of {:?})",
+                                settings.max_retry_after
                             ),
                             attempts,
                         },

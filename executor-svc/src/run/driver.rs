@@ -136,6 +136,9 @@ impl Run {
         let in_flight = crate::metrics::RunInFlight::start();
         let mut counts = Counts::default();
         let mut timed_out = false;
+        // The client left before anything else stopped the run (not after a cancel it asked
+        // for, as a UI's "stop" that then closes the stream).
+        let mut client_left = false;
         let end = {
             let (session, counts) = (&mut self.session, &mut counts);
             let resume = self.resume.take();
@@ -165,6 +168,7 @@ impl Run {
                     }
                     () = sink.closed(), if !client_gone => {
                         client_gone = true;
+                        client_left = !self.cancel.is_cancelled();
                         info!(session_id = %ctx.session_id, "client left; cancelling the run");
                         self.cancel.cancel();
                     }
@@ -197,7 +201,8 @@ impl Run {
             self.session.confirmations_used = std::mem::take(&mut books.used);
         }
         let interrupted = orchestra.take_interrupted();
-        self.finish(end, counts, started, &interrupted).await;
+        self.finish(end, counts, started, &interrupted, client_left)
+            .await;
         drop(in_flight);
     }
 
@@ -208,6 +213,7 @@ impl Run {
         counts: Counts,
         started: Instant,
         interrupted: &[stopped::Interrupted],
+        client_left: bool,
     ) {
         let runner = Arc::clone(&self.runner);
         // The end is decided: a cancel from now on waits for it instead. One answered `true`
@@ -335,7 +341,7 @@ impl Run {
                         "the client stopped reading the run's events (none taken for 30 s), so \
                          the run was stopped; continue the session to go on",
                     ),
-                    None if self.sink.client_left() => RunError::new(
+                    None if client_left => RunError::new(
                         "CLIENT_GONE",
                         "the client disconnected before the run ended (or its gateway stopped), \
                          so the run was stopped; continue the session to go on",

@@ -196,12 +196,6 @@ impl Sink {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Whether the client has dropped its end of the stream (disconnected, or its gateway
-    /// stopped).
-    pub fn client_left(&self) -> bool {
-        self.stream.tx.is_closed()
-    }
-
     /// The `seq` the next event will get.
     pub async fn next_seq(&self) -> u64 {
         self.stream.seq.lock().await.next

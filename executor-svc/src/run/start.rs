@@ -737,8 +737,11 @@ impl Runner {
                     )));
                 }
                 let def = match self.registry.resolve(&Target::Agent(id.clone())).await {
-                    Err(ExecutorError::NotFound(why)) => {
-                        return Err(refused(format!("cannot be loaded ({why})")));
+                    // Deleted, or its file invalid now.
+                    Err(
+                        e @ (ExecutorError::NotFound(_) | ExecutorError::InvalidArgument { .. }),
+                    ) => {
+                        return Err(refused(format!("cannot be loaded ({e})")));
                     }
                     other => other?,
                 };

@@ -258,6 +258,17 @@ impl Server {
         &self.label
     }
 
+    /// How errors the model reads name this server: its program or URL, without the arguments
+    /// (a credential written in them as it is, not as a `${VAR}`, would go to the model's
+    /// provider).
+    fn program(&self) -> String {
+        match &self.global {
+            Some(_) => self.label.clone(),
+            None if self.config.r#type == "stdio" => format!("stdio:{}", self.config.command),
+            None => self.config.url.clone(),
+        }
+    }
+
     /// The live connection, made (again) when there is none or the last one died. A global
     /// server's is its supervisor's: a run never waits on a start-up, it is told the server is
     /// down.
@@ -425,6 +436,8 @@ impl Server {
         if !conn.client.service().tools_changed() {
             return Ok(Arc::clone(&lock(&conn.tools)));
         }
+        // Marked changed again unless the new list is taken (a run cancelled meanwhile).
+        let relisting = mcp_client::ToolsStale(&conn.client);
         let secrets = mcp_client::secrets_of(&self.config);
         let listed = match tokio::time::timeout(
             self.timeouts.connect,
@@ -448,6 +461,7 @@ impl Server {
         info!(server = %self.label, tools = listed.len(), "MCP server's tools changed; listed again");
         let listed = Arc::new(listed);
         *lock(&conn.tools) = Arc::clone(&listed);
+        relisting.listed();
         Ok(listed)
     }
 
@@ -523,11 +537,17 @@ impl Tool for McpTool {
                 .await
                 .map_err(|e| ToolError::ServerUnavailable {
                     tool: tool.clone(),
-                    server: server.label.clone(),
+                    server: server.program(),
                     reason: e.to_string(),
                 })?;
             let params = CallToolRequestParams::new(tool.clone()).with_arguments(arguments);
-            let timeout = server.timeouts.call;
+            // The call and the check after a timeout end within the tool time limit, whose
+            // backstop would otherwise drop the check half-way (leaving a stuck server).
+            let timeout = server
+                .timeouts
+                .call
+                .min(ctx.limits.timeout.saturating_sub(STILL_ANSWERING_WITHIN))
+                .max(Duration::from_secs(1));
             let result = tokio::select! {
                 r = tokio::time::timeout(timeout, conn.client.call_tool(params)) => r,
                 () = ctx.cancel.cancelled() => return Err(ToolError::Cancelled { tool }),
@@ -547,7 +567,7 @@ impl Tool for McpTool {
                     } else {
                         Err(ToolError::ServerUnavailable {
                             tool,
-                            server: server.label.clone(),
+                            server: server.program(),
                             reason: format!(
                                 "no answer to the call within {timeout:?}, nor to a check after \
                                  it; its connection is closed"
@@ -581,7 +601,7 @@ impl Tool for McpTool {
                     }
                     Err(ToolError::ServerUnavailable {
                         tool,
-                        server: server.label.clone(),
+                        server: server.program(),
                         reason: server.scrub(&taskforce_runtime::mcp_client::readable(&e)),
                     })
                 }

@@ -156,14 +156,22 @@ async fn a_server_whose_tools_changed_is_listed_again() {
             ..
         })
     ));
-    // The notification comes before the call's answer, on the same stream.
-    let names: Vec<String> = server
-        .tools(None)
-        .await
-        .expect("listed again")
-        .iter()
-        .map(|t| t.name().to_owned())
-        .collect();
+    // The notification was sent before the call's answer; the client handles it on a task of
+    // its own, so it is waited for (a few seconds at most).
+    let mut names = Vec::new();
+    for _ in 0..100 {
+        names = server
+            .tools(None)
+            .await
+            .expect("listed")
+            .iter()
+            .map(|t| t.name().to_owned())
+            .collect();
+        if names.iter().any(|n| n == "fresh") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(names, ["pid", "change", "fresh"]);
     assert_eq!(pid(&server, dir.path()).await, before, "same connection");
     pool.close().await;
@@ -211,15 +219,16 @@ async fn callers_waiting_on_a_failed_connection_share_its_answer() {
 async fn a_server_that_exits_at_start_is_an_error_with_its_last_words() {
     let dir = tempfile::tempdir().expect("tempdir");
     let script = dir.path().join("broken.py");
+    // A long first line, cut by the tail kept: left out whole, not shown from its middle.
     std::fs::write(
         &script,
-        "import sys\nsys.stderr.write('starting\\nModuleNotFoundError: No module named mcp_thing\\n')\nsys.exit(3)\n",
+        "import sys\nsys.stderr.write('token=' + 'x' * 900 + '\\nstarting\\nModuleNotFoundError: No module named mcp_thing\\n')\nsys.exit(3)\n",
     )
     .expect("write the server");
     let (pool, server) = python_server(Duration::from_secs(20), &script, &[]);
     match server.tools(None).await {
         Err(ConnectError::Protocol(message)) => assert!(
-            message.contains(
+            message.ends_with(
                 "its stderr ended with: starting | ModuleNotFoundError: No module named mcp_thing"
             ),
             "{message}"

@@ -752,8 +752,32 @@ async fn an_answer_for_a_sub_agent_that_is_gone_is_refused_and_the_question_wait
         .await;
         assert_eq!(put.status, 200, "{}", put.text);
     };
-    // Taken out of the orchestrator's sub-agents.
+    // A write answers once the gateway's copy has it; the executor's follows within
+    // milliseconds. Until it has, the answer would go on: each case waits for what a new run
+    // of the executor shows (a run of its own, in another session).
+    let executor_shows = async |agent: &str, shown: fn(&crate::helpers::Reply) -> bool| {
+        let seen =
+            taskforce_tests::eventually(RUN_TIMEOUT, std::time::Duration::from_millis(50), || {
+                let request = stack
+                    .http()
+                    .post(stack.url("/api/v1/execute"))
+                    .json(&json!({"mission": "Probe", "agent_id": agent}));
+                async move { shown(&send(request).await).then_some(()) }
+            })
+            .await;
+        assert!(
+            seen.is_some(),
+            "the executor never saw the change of {agent}"
+        );
+    };
+
+    // Taken out of the orchestrator's sub-agents: a run of `lead` can no longer delegate (its
+    // model's call of `agent_mid` is an unknown tool, and it ends).
     lead_with(json!([])).await;
+    executor_shows("lead", |r| {
+        r.status == 200 && r.body["status"] == "completed"
+    })
+    .await;
     let refused = answered().await;
     assert_eq!(refused.status, 409, "{}", refused.text);
     assert!(
@@ -761,10 +785,11 @@ async fn an_answer_for_a_sub_agent_that_is_gone_is_refused_and_the_question_wait
         "{}",
         refused.text
     );
-    // Deleted.
+    // Deleted: a run of `mid` is a 404.
     lead_with(json!(["mid"])).await;
     let gone = send(stack.http().delete(stack.url("/api/v1/agents/mid"))).await;
     assert_eq!(gone.status, 204, "{}", gone.text);
+    executor_shows("mid", |r| r.status == 404).await;
     let refused = answered().await;
     assert_eq!(refused.status, 409, "{}", refused.text);
     assert!(
@@ -775,22 +800,25 @@ async fn an_answer_for_a_sub_agent_that_is_gone_is_refused_and_the_question_wait
     let waiting = get_session(&stack, &session).await;
     assert_eq!(waiting.status(), v1::RunStatus::Paused, "{waiting:?}");
 
-    // Back again: the same answer resumes it.
+    // Back again: the same answer resumes it (a refused one changes nothing, so it is tried
+    // until the executor has the agent again).
     agent(&stack, "mid", &["ask_user"], &[], "mid").await;
-    let resumed = answer(&stack, &session, json!({"mid.version": "3.11"}))
-        .await
-        .rest(RUN_TIMEOUT)
-        .await;
-    let (_, done) = &resumed[resumed.len() - 1];
-    assert_eq!(done["status"], "completed", "{resumed:?}");
+    let resumed = taskforce_tests::eventually(
+        RUN_TIMEOUT,
+        std::time::Duration::from_millis(50),
+        || async {
+            let r = answered().await;
+            (r.status == 200).then_some(r.text)
+        },
+    )
+    .await
+    .expect("the answer is taken once mid is back");
+    assert!(resumed.contains(r#""status":"completed""#), "{resumed}");
     // The sub-agent's `ask_user` call, started in the first stream, ends in this one with the
     // answer (a client's spinner for it stops).
-    let ended = named(&resumed, "tool_end");
     assert!(
-        ended
-            .iter()
-            .any(|e| e["tool"] == "ask_user" && e["output"] == "3.11"),
-        "{resumed:?}"
+        resumed.contains(r#""type":"tool_end""#) && resumed.contains(r#""output":"3.11""#),
+        "{resumed}"
     );
 }
 

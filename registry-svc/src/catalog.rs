@@ -6,7 +6,7 @@
 //! by the discovery timeout.
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::BTreeMap,
     path::Path,
     sync::{Arc, RwLock},
     time::Duration,
@@ -210,13 +210,16 @@ pub async fn check_agent_mcp(
         .filter(|(_, s)| !s.is_global())
         .collect();
     let results = join_all(reachable.iter().map(|(_, s)| mcp::discover(s, timeout))).await;
-    let mut names = BTreeSet::new();
+    // Each discovered name, with the servers that offer it.
+    let mut offered_by: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     let (mut any_ok, mut deferred) = (false, false);
     for ((i, _), r) in reachable.iter().zip(results) {
         match r {
             Ok(tools) => {
                 any_ok = true;
-                names.extend(tools.into_iter().map(|t| t.name));
+                for tool in tools {
+                    offered_by.entry(tool.name).or_default().push(*i);
+                }
             }
             // Secrets are the executor's: a server whose `${VAR}` the registry cannot expand
             // is checked, like a global one, when the executor runs the agent.
@@ -234,8 +237,27 @@ pub async fn check_agent_mcp(
             }
         }
     }
-    check.discovered = names.iter().cloned().collect();
+    check.discovered = offered_by.keys().cloned().collect();
     let allow = def.mcp_allowlist();
+    // A run offers the first tool of a name (its native tools first, then its servers' in
+    // order): an allowlisted MCP tool that another tool shadows is never reached.
+    for name in allow {
+        if def.tools.allowlist.contains(name) {
+            check.warnings.push(format!(
+                "mcp_tool_allowlist: `{name}` is also in tool_allowlist; a run offers that tool, \
+                 not the MCP server's"
+            ));
+        } else if let Some([first, more @ ..]) = offered_by.get(name).map(Vec::as_slice)
+            && !more.is_empty()
+        {
+            let others: Vec<String> = more.iter().map(|i| format!("mcp_servers[{i}]")).collect();
+            check.warnings.push(format!(
+                "mcp_tool_allowlist: `{name}` is a tool of mcp_servers[{first}] and of {}; a run \
+                 offers mcp_servers[{first}]'s only",
+                others.join(", ")
+            ));
+        }
+    }
     if allow.is_empty() {
         // Saved as asked, but said: a client that reads the allowlist as an optional narrowing
         // (seed 002) would expect the servers' tools, and gets none.
@@ -261,7 +283,7 @@ pub async fn check_agent_mcp(
     }
     let unknown: Vec<String> = allow
         .iter()
-        .filter(|t| !names.contains(*t))
+        .filter(|t| !offered_by.contains_key(*t))
         .cloned()
         .collect();
     if !unknown.is_empty() {

@@ -286,8 +286,15 @@ async fn a_tool_name_two_mcp_servers_share_is_said_in_the_run() {
     let mut body = agent_json("two-clocks");
     body["mcp_servers"] = json!([first, second]);
     body["mcp_tool_allowlist"] = json!(["get_current_time"]);
+    // Said at save too: the second server's tool of that name is never reached.
     let r = create(&stack, &body).await;
     assert_eq!(r.status, 201, "{}", r.text);
+    let saved = r.body["warnings"].to_string();
+    assert!(
+        saved.contains("`get_current_time` is a tool of mcp_servers[0] and of mcp_servers[1]"),
+        "{}",
+        r.text
+    );
     let events = run_to_end(&stack, "two-clocks", "What time is it?").await;
     let warnings: Vec<&serde_json::Value> = events
         .iter()

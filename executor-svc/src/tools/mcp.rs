@@ -258,14 +258,14 @@ impl Server {
         &self.label
     }
 
-    /// How errors the model reads name this server: its program or URL, without the arguments
-    /// (a credential written in them as it is, not as a `${VAR}`, would go to the model's
-    /// provider).
+    /// How errors the model reads name this server: its program, or its URL without user
+    /// info, query or fragment (a credential written in them as it is, not as a `${VAR}`, would
+    /// go to the model's provider).
     fn program(&self) -> String {
         match &self.global {
             Some(_) => self.label.clone(),
             None if self.config.r#type == "stdio" => format!("stdio:{}", self.config.command),
-            None => self.config.url.clone(),
+            None => bare_url(&self.config.url),
         }
     }
 
@@ -688,6 +688,20 @@ fn config_key(c: &v1::McpServer) -> String {
     .to_string()
 }
 
+/// `url` without its user info, query and fragment (`<invalid URL>` when it does not parse).
+fn bare_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut bare) => {
+            let _ = bare.set_username("");
+            let _ = bare.set_password(None);
+            bare.set_query(None);
+            bare.set_fragment(None);
+            bare.to_string()
+        }
+        Err(_) => "<invalid URL>".to_owned(),
+    }
+}
+
 /// A stdio server's command line (so two servers of one program differ), or a server's URL;
 /// as configured, placeholders not expanded. A long command line is cut at 160 characters.
 fn label(c: &v1::McpServer) -> String {
@@ -740,6 +754,15 @@ mod tests {
         c.args = vec!["é".repeat(200)];
         let long = label(&c);
         assert!(long.ends_with('…') && long.chars().count() == 161, "{long}");
+    }
+
+    #[test]
+    fn errors_the_model_reads_name_a_url_without_its_credentials() {
+        assert_eq!(
+            bare_url("https://user:pw@mcp.example.org:8443/mcp?api_key=k#x"),
+            "https://mcp.example.org:8443/mcp"
+        );
+        assert_eq!(bare_url("not a url"), "<invalid URL>");
     }
 
     #[test]

@@ -144,7 +144,7 @@ impl Connection {
 }
 
 /// `s` as one word of a POSIX shell: as it is when that is safe, else in single quotes.
-fn shell_word(s: &str) -> String {
+pub(crate) fn shell_word(s: &str) -> String {
     let safe = |c: char| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c);
     if !s.is_empty() && s.chars().all(safe) {
         s.to_owned()

@@ -332,10 +332,16 @@ impl Printer {
                 }
                 let items = q["items"].as_array().cloned().unwrap_or_default();
                 writeln!(out, "session {session}: paused, waiting for an answer")?;
+                // Naming the question: pasted twice, the second is refused instead of answering
+                // the question the run asks next.
+                let call = match text(&q["call_id"]) {
+                    id if id.is_empty() => String::new(),
+                    id => format!(" --call-id {}", crate::args::shell_word(&id)),
+                };
                 if items.is_empty() {
                     writeln!(
                         out,
-                        "answer with: {answer_hint} {session} \"<your answer>\""
+                        "answer with: {answer_hint} {session}{call} \"<your answer>\""
                     )?;
                 } else {
                     let sets: Vec<String> = items
@@ -344,7 +350,7 @@ impl Printer {
                         .collect();
                     writeln!(
                         out,
-                        "answer with: {answer_hint} {session} {}",
+                        "answer with: {answer_hint} {session}{call} {}",
                         sets.join(" ")
                     )?;
                     writeln!(out, "(a key left out takes its default)")?;
@@ -529,7 +535,7 @@ mod tests {
         assert_eq!(r.map(|o| o.exit_code()).ok(), Some(2));
         assert!(out.contains("? Which currency?\n"), "{out}");
         assert!(
-            out.ends_with("session s-1: paused, waiting for an answer\nanswer with: taskforce answer s-1 \"<your answer>\"\n"),
+            out.ends_with("session s-1: paused, waiting for an answer\nanswer with: taskforce answer s-1 --call-id c1 \"<your answer>\"\n"),
             "{out}"
         );
     }

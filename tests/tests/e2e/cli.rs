@@ -890,7 +890,7 @@ async fn a_run_paused_on_ask_user_exits_2_and_answer_completes_it_in_both_modes(
     );
     assert!(
         out.ends_with(&format!(
-            "answer with: taskforce answer {session} \"<your answer>\"\n"
+            "answer with: taskforce answer {session} --call-id call_ask \"<your answer>\"\n"
         )),
         "{out}"
     );
@@ -1082,7 +1082,7 @@ async fn a_run_paused_on_ask_user_exits_2_and_answer_completes_it_in_both_modes(
         assert_eq!(
             hint,
             format!(
-                "taskforce {} answer {session} \"<your answer>\"",
+                "taskforce {} answer {session} --call-id call_ask \"<your answer>\"",
                 flags.join(" ")
             )
         );

@@ -358,28 +358,35 @@ impl Server {
         let Some(conn) = self.current().await else {
             return Err(ConnectError::Protocol(CONNECTION_CLOSED.to_owned()));
         };
+        let tools = self.relist(&conn, self.timeouts.connect).await?;
+        Ok(tools.iter().map(|t| t.name.clone()).collect())
+    }
+
+    /// Lists `conn`'s tools again within `within` and keeps the list; a connection that cannot
+    /// list them is forgotten (its error without the configuration's secrets). The one path of
+    /// the health check, the check after a timed-out call and a changed tool list.
+    async fn relist(
+        &self,
+        conn: &Arc<Connection>,
+        within: Duration,
+    ) -> Result<Arc<Vec<DiscoveredTool>>, ConnectError> {
         let secrets = mcp_client::secrets_of(&self.config);
-        let listed = match tokio::time::timeout(
-            self.timeouts.connect,
-            mcp_client::list_tools(&conn.client, &secrets),
-        )
-        .await
-        {
-            Ok(r) => r,
-            Err(_) => Err(ConnectError::Timeout(self.timeouts.connect)),
+        let listed = tokio::time::timeout(within, mcp_client::list_tools(&conn.client, &secrets))
+            .await
+            .unwrap_or(Err(ConnectError::Timeout(within)));
+        let listed = match listed {
+            Ok(tools) => tools,
+            Err(e) => {
+                self.forget(conn).await;
+                return Err(match e {
+                    ConnectError::Protocol(message) => ConnectError::Protocol(self.scrub(&message)),
+                    other => other,
+                });
+            }
         };
-        if listed.is_err() {
-            self.forget(&conn).await;
-        }
-        let listed = listed.map_err(|e| match e {
-            ConnectError::Protocol(message) => ConnectError::Protocol(self.scrub(&message)),
-            other => other,
-        });
-        listed.map(|tools| {
-            let names = tools.iter().map(|t| t.name.clone()).collect();
-            *lock(&conn.tools) = Arc::new(tools);
-            names
-        })
+        let listed = Arc::new(listed);
+        *lock(&conn.tools) = Arc::clone(&listed);
+        Ok(listed)
     }
 
     /// A global server's health, changed by `f` (its supervisor records each check); `None`
@@ -406,14 +413,9 @@ impl Server {
     /// otherwise make every later call wait out the call timeout too.
     async fn still_answering(&self, conn: &Arc<Connection>) -> bool {
         let within = STILL_ANSWERING_WITHIN.min(self.timeouts.connect);
-        let secrets = mcp_client::secrets_of(&self.config);
-        let answered = matches!(
-            tokio::time::timeout(within, mcp_client::list_tools(&conn.client, &secrets)).await,
-            Ok(Ok(_))
-        );
+        let answered = self.relist(conn, within).await.is_ok();
         if !answered {
             warn!(server = %self.label, "an MCP server stopped answering; closing its connection");
-            self.forget(conn).await;
         }
         answered
     }
@@ -438,29 +440,8 @@ impl Server {
         }
         // Marked changed again unless the new list is taken (a run cancelled meanwhile).
         let relisting = mcp_client::ToolsStale(&conn.client);
-        let secrets = mcp_client::secrets_of(&self.config);
-        let listed = match tokio::time::timeout(
-            self.timeouts.connect,
-            mcp_client::list_tools(&conn.client, &secrets),
-        )
-        .await
-        {
-            Ok(Ok(tools)) => tools,
-            Ok(Err(e)) => {
-                self.forget(conn).await;
-                return Err(match e {
-                    ConnectError::Protocol(message) => ConnectError::Protocol(self.scrub(&message)),
-                    other => other,
-                });
-            }
-            Err(_) => {
-                self.forget(conn).await;
-                return Err(ConnectError::Timeout(self.timeouts.connect));
-            }
-        };
+        let listed = self.relist(conn, self.timeouts.connect).await?;
         info!(server = %self.label, tools = listed.len(), "MCP server's tools changed; listed again");
-        let listed = Arc::new(listed);
-        *lock(&conn.tools) = Arc::clone(&listed);
         relisting.listed();
         Ok(listed)
     }

@@ -164,10 +164,9 @@ pub fn readable(error: &dyn std::fmt::Display) -> String {
     out
 }
 
-/// Starts (stdio) or connects to (streamable HTTP) `server` and completes the MCP handshake;
-/// with the pid of a stdio server (the leader of its process group). Not bounded by a
-/// timeout: callers wrap it (see [`connect_and_list`]).
-pub async fn connect(server: &v1::McpServer) -> Result<Started, ConnectError> {
+/// Starts (stdio) or connects to (streamable HTTP) `server` and completes the MCP handshake
+/// (its tools not listed yet). Not bounded by a timeout: [`connect_and_list`] wraps it.
+async fn connect(server: &v1::McpServer) -> Result<Connected, ConnectError> {
     // The connection outlives the request or run that opened it, and rmcp's tasks keep the span
     // they were started in open as long as they run: started in a run's, they would hold that
     // run's span (and its trace's root) open, unexported, until the connection closes, and put
@@ -183,7 +182,7 @@ pub async fn connect(server: &v1::McpServer) -> Result<Started, ConnectError> {
 }
 
 /// [`connect`] in the current task.
-async fn connect_here(server: &v1::McpServer) -> Result<Started, ConnectError> {
+async fn connect_here(server: &v1::McpServer) -> Result<Connected, ConnectError> {
     // Whatever the server prints or echoes, rmcp's own log lines do not show its secrets.
     crate::env::never_log(secrets_of(server));
     let protocol = |e: &dyn std::fmt::Display| ConnectError::Protocol(readable(e));
@@ -192,8 +191,9 @@ async fn connect_here(server: &v1::McpServer) -> Result<Started, ConnectError> {
             let (transport, stderr) = spawn_stdio(server)?;
             let pid = transport.id();
             match Listener::default().serve(transport).await {
-                Ok(client) => Ok(Started {
+                Ok(client) => Ok(Connected {
                     client,
+                    tools: Vec::new(),
                     pid,
                     stderr: Some(stderr),
                 }),
@@ -226,8 +226,9 @@ async fn connect_here(server: &v1::McpServer) -> Result<Started, ConnectError> {
                 };
                 ConnectError::Protocol(format!("{}{hint}", readable(&e)))
             })?;
-            Ok(Started {
+            Ok(Connected {
                 client,
+                tools: Vec::new(),
                 pid: None,
                 stderr: None,
             })
@@ -308,17 +309,6 @@ pub struct Connected {
     pub stderr: Option<ServerStderr>,
 }
 
-/// A server started or connected by [`connect`].
-#[derive(Debug)]
-pub struct Started {
-    /// The live client.
-    pub client: McpClient,
-    /// A stdio server's pid, the leader of its process group (killed with the client).
-    pub pid: Option<u32>,
-    /// A stdio server's stderr, read as long as this is kept.
-    pub stderr: Option<ServerStderr>,
-}
-
 /// Connects to `server` and lists its tools, all within `timeout`. A server that echoes its
 /// credentials in an error does not get them shown ([`scrub`]).
 pub async fn connect_and_list(
@@ -327,18 +317,9 @@ pub async fn connect_and_list(
 ) -> Result<Connected, ConnectError> {
     let secrets = secrets_of(server);
     let work = async {
-        let Started {
-            client,
-            pid,
-            stderr,
-        } = connect(server).await?;
-        let tools = list_tools(&client, &secrets).await?;
-        Ok(Connected {
-            client,
-            tools,
-            pid,
-            stderr,
-        })
+        let mut connected = connect(server).await?;
+        connected.tools = list_tools(&connected.client, &secrets).await?;
+        Ok(connected)
     };
     match tokio::time::timeout(timeout, work).await {
         Ok(Err(ConnectError::Protocol(message))) => {

@@ -241,23 +241,9 @@ pub fn parse_if_match(value: &str) -> Result<Option<String>, RestError> {
     if unquoted.is_empty() {
         return Err(bad("is empty"));
     }
-    Ok(Some(version_part(unquoted).to_owned()))
-}
-
-/// The version an `ETag`'s value names: a `GET`'s tag of an agent that has run carries its
-/// runtime facts after the version (`crate::read_model::etag`), and a write's precondition is
-/// the version alone.
-fn version_part(tag: &str) -> &str {
-    match tag.rsplit_once('-') {
-        Some((version, facts))
-            if !version.is_empty()
-                && facts.len() == 16
-                && facts.bytes().all(|b| b.is_ascii_hexdigit()) =>
-        {
-            version
-        }
-        _ => tag,
-    }
+    Ok(Some(
+        crate::read_model::version_of_etag(unquoted).to_owned(),
+    ))
 }
 
 /// The expected version of a write: from `If-Match`, or else from the body or query (`other`);
@@ -294,7 +280,7 @@ pub fn expected_version(headers: &HeaderMap, other: Option<&str>) -> Result<Stri
     };
     // The ETag pasted as it was sent (quoted or not) does too.
     let other = other
-        .map(|s| version_part(s.trim_matches('"')))
+        .map(|s| crate::read_model::version_of_etag(s.trim_matches('"')))
         .filter(|s| !s.is_empty());
     match (from_header, other) {
         (Some(h), Some(o)) if h != o => Err(RestError(ApiError::field(

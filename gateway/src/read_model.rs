@@ -78,6 +78,26 @@ pub fn etag(version: &str, busy: bool, last_task: &str) -> String {
     format!("\"{version}-{}\"", hex::encode(&facts.finalize()[..8]))
 }
 
+/// The `ETag`s of an agent idle and busy.
+fn etags(version: &str, last_task: &str) -> [String; 2] {
+    [false, true].map(|busy| etag(version, busy, last_task))
+}
+
+/// The version an `ETag`'s value (unquoted) names: a tag of [`etag`] carries the runtime facts
+/// after the version, and a write's precondition is the version alone.
+pub fn version_of_etag(tag: &str) -> &str {
+    match tag.rsplit_once('-') {
+        Some((version, facts))
+            if !version.is_empty()
+                && facts.len() == 16
+                && facts.bytes().all(|b| b.is_ascii_hexdigit()) =>
+        {
+            version
+        }
+        _ => tag,
+    }
+}
+
 /// A cloneable handle on the copy.
 #[derive(Debug, Clone, Default)]
 pub struct ReadModel {
@@ -112,8 +132,9 @@ struct Agents {
 struct Entry {
     json: Listed,
     version: String,
-    /// `last_task` as the registry gave it (for the `ETag`).
-    last_task: String,
+    /// Its `ETag` while idle and while busy ([`etag`]): made when the facts change, not at
+    /// each read (whether it is busy depends on the time of the read).
+    etags: [String; 2],
 }
 
 impl Entry {
@@ -140,8 +161,8 @@ impl Entry {
                 busy_until_ms,
                 last_task: last_task_json(&last_task),
             },
+            etags: etags(&version, &last_task),
             version,
-            last_task,
         })
     }
 
@@ -149,7 +170,7 @@ impl Entry {
     fn set_facts(&mut self, agent: &v1::Agent) {
         self.json.busy_until_ms = agent.busy_until_ms;
         self.json.last_task = last_task_json(&agent.last_task);
-        self.last_task.clone_from(&agent.last_task);
+        self.etags = etags(&self.version, &agent.last_task);
     }
 
     /// Appends the agent's JSON, with its status as of `now_ms`.
@@ -393,11 +414,7 @@ impl ReadModel {
             entry.write(now, &mut json);
             AgentBody {
                 json,
-                etag: etag(
-                    &entry.version,
-                    entry.json.busy_until_ms > now,
-                    &entry.last_task,
-                ),
+                etag: entry.etags[usize::from(entry.json.busy_until_ms > now)].clone(),
             }
         }))
     }

@@ -37,7 +37,7 @@ pub(super) struct Run {
     pub(super) sink: Arc<Sink>,
     pub(super) cancel: CancellationToken,
     /// The answer that resumes a paused run, announced as the question's `ToolEnd`.
-    pub(super) answered: Option<v1::ToolEnd>,
+    pub(super) answered: Option<Event>,
     /// Answers to sub-agents' questions, applied before the first model call.
     pub(super) resume: Option<Split>,
     /// Confirmation ids of `safeWrite` calls the user approved with this request.
@@ -130,7 +130,7 @@ impl Run {
         });
         // `launch` stored the session as running before the stream was returned.
         if let Some(answered) = self.answered.take() {
-            sink.emit(Event::ToolEnd(answered)).await;
+            sink.emit(answered).await;
         }
 
         let in_flight = crate::metrics::RunInFlight::start();

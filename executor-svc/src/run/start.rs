@@ -343,13 +343,7 @@ impl Runner {
             is_error: false,
         });
         info!(session_id = %session.id, agent_id = %agent.agent_id, "run resuming with an answer");
-        let answered = v1::ToolEnd {
-            call_id: pending.call_id,
-            tool: pending.tool,
-            output: answer,
-            is_error: false,
-            duration_ms: 0,
-        };
+        let answered = events::answered(pending.call_id, pending.tool, answer);
         let with = Continuation {
             answered: Some(answered),
             confirmations,
@@ -528,7 +522,7 @@ impl Runner {
 #[derive(Debug, Default)]
 struct Continuation {
     /// The answer to a plain question, announced as its `ToolEnd`.
-    answered: Option<v1::ToolEnd>,
+    answered: Option<v1::run_event::Event>,
     /// Answers to sub-agents' questions.
     resume: Option<answers::Split>,
     /// Confirmation ids of `safeWrite` calls.

@@ -193,24 +193,15 @@ impl Endpoint {
                 Some(wait) if wait > settings.max_retry_after => {
                     warn!(provider = %self.provider, wait = ?wait, "server asks to wait longer than allowed, giving up");
                     // Said in the error: the attempts left were not made, and why.
-                    return Err(match error {
-                        LlmError::Status {
-                            provider,
-                            status,
-                            message,
-                            attempts,
-                        } => LlmError::Status {
-                            provider,
-                            status,
-                            message: format!(
-                                "{message} (not retried: the server asked to wait {wait:?}, more \
-                                 than the provider's max_retry_after_secs of {:?})",
-                                settings.max_retry_after
-                            ),
-                            attempts,
-                        },
-                        other => other,
-                    });
+                    let mut error = error;
+                    if let LlmError::Status { message, .. } = &mut error {
+                        message.push_str(&format!(
+                            " (not retried: the server asked to wait {wait:?}, more than the \
+                             provider's max_retry_after_secs of {:?})",
+                            settings.max_retry_after
+                        ));
+                    }
+                    return Err(error);
                 }
                 Some(wait) => wait,
                 None => backoff(settings, attempt),

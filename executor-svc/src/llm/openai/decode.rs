@@ -205,24 +205,24 @@ impl Decode for ChunkDecoder {
         }
         // One choice is asked for (no `n`); others are ignored.
         if let Some(choice) = chunk.choices.and_then(|c| c.into_iter().next()) {
-            self.answered |= choice.finish_reason.is_some();
             if let Some(delta) = choice.delta {
-                self.answered |= delta.content.as_ref().is_some_and(|t| !t.is_empty())
-                    || delta.refusal.as_ref().is_some_and(|t| !t.is_empty())
-                    || delta.tool_calls.as_ref().is_some_and(|c| !c.is_empty());
                 if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
+                    self.answered = true;
                     out.push_back(Ok(LlmEvent::TextDelta(text)));
                 }
                 // The refusal is what the model said: the user reads it, the history keeps it.
                 if let Some(text) = delta.refusal.filter(|t| !t.is_empty()) {
+                    self.answered = true;
                     self.refused = true;
                     out.push_back(Ok(LlmEvent::TextDelta(text)));
                 }
                 for call in delta.tool_calls.into_iter().flatten() {
+                    self.answered = true;
                     self.tool_delta(call);
                 }
             }
             if let Some(reason) = choice.finish_reason {
+                self.answered = true;
                 self.stop = Some(StopReason::from_wire(&reason));
                 // Calls are complete now; usage and [DONE] may still follow.
                 let had_calls = !self.calls.is_empty();

@@ -23,7 +23,7 @@ pub const DEFAULT_MCP_ALLOWED_ORIGINS: &str = "http://localhost:*,http://127.0.0
 #[derive(Debug, Clone, clap::Parser)]
 #[command(
     name = "gateway",
-    about = "Taskforce gateway (REST and MCP front door over the registry's gRPC API)"
+    about = "Taskforce gateway (the REST, SSE and MCP front door over the registry's and the executors' gRPC APIs)"
 )]
 pub struct Config {
     /// Address to serve HTTP on.

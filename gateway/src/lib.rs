@@ -23,6 +23,7 @@
 //! - [`agents`]: `/api/v1/agents` handlers (CRUD and `:validate`).
 //! - [`execute`]: `/api/v1/execute` (to the end, or as SSE) and session read, answer, cancel
 //!   and plan, over the executor's gRPC API.
+//! - [`sessions`]: `GET /api/v1/sessions`, every executor's sessions merged into pages.
 //! - [`chat`]: seed 004's `/ai/agent/stream` and `/ai/stream`.
 //! - `taskforce_runtime::http_server::serve`: HTTP/1 and HTTP/2 on the listener, with a time limit on a request's headers.
 //! - [`sse`]: a run's event stream as Server-Sent Events, in our dialect or seed 004's.

@@ -23,7 +23,7 @@ use crate::{
 #[openapi(
     info(
         title = "Taskforce gateway",
-        description = "REST front door over the Taskforce registry: custom and profile agents, workspace metadata, the tool catalog, runs over the executor (JSON or Server-Sent Events), probes. The MCP server (tools list_agents and show_agent) is at /mcp (streamable HTTP)."
+        description = "REST front door over the Taskforce registry and executors: custom and profile agents, workspace metadata, the tool catalog, runs and their sessions (JSON or Server-Sent Events), the chat endpoints, probes. The MCP server (tools list_agents and show_agent) is at /mcp (streamable HTTP)."
     ),
     paths(
         tools::list_tools,

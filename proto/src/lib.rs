@@ -9,6 +9,7 @@
 //! - [`mcp_config`]: the rules of one MCP server entry.
 //! - [`mode`]: the policy modes of a run (`readOnly`, `default`, `safeWrite`).
 //! - [`page_token`]: the page tokens of agent lists.
+//! - [`profile`]: a profile agent said the way a custom agent says it (prompt, tools).
 //!
 //! No I/O and no business logic live here.
 

@@ -16,6 +16,7 @@
 //! - [`http_server`]: serving an axum router with a header-read timeout (the gateway, `/metrics`).
 //! - [`metrics`]: the process-wide Prometheus registry, `/metrics`, HTTP and gRPC request metrics.
 //! - [`sandbox`]: the command line of `taskforce-sandbox`, the tool and task launcher.
+//! - [`store`]: opening a sled store with the log segment size it was made with.
 //! - this file also: [`read_regular`], reading a file someone else may have made (a workspace's).
 //! - [`telemetry`]: logs and OpenTelemetry traces.
 //! - `mcp_client` (feature `mcp-client`): connecting to an MCP server through `rmcp`, shared by

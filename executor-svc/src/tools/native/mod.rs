@@ -2,6 +2,7 @@
 //! [`taskforce_proto::catalog::native_tools`].
 //!
 //! # Layout
+//! - `args`: the native tools' flags (endpoints, binaries, the GitHub token, the sandbox).
 //! - `workspace`: confining paths to the agent's workspace (no `..`, absolute path or symlink
 //!   escape).
 //! - `files`: `file_read` and `file_write`.

@@ -28,6 +28,8 @@ pub enum Outcome {
     Blocked,
     /// It asked the user a question.
     Question,
+    /// The run was cancelled (or its client left, or its time ran out) during the call.
+    Cancelled,
 }
 
 impl Outcome {
@@ -39,6 +41,7 @@ impl Outcome {
             Self::Error => "error",
             Self::Blocked => "policy_blocked",
             Self::Question => "question",
+            Self::Cancelled => "cancelled",
         }
     }
 }

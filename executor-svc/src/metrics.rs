@@ -3,7 +3,8 @@
 //! Tool calls (seed 003 §8): `idp_tool_execution_seconds` (histogram), `idp_tool_success_total`
 //! and `idp_tool_failure_total`, labelled by `tool` and `subagent` (the sub-agent a delegation
 //! ran, empty for other tools); failures also by `outcome` (`tool_failed`: the tool said it
-//! failed, `error`: the call could not run, `policy_blocked`: the policy refused it); at most
+//! failed, `error`: the call could not run, `policy_blocked`: the policy refused it,
+//! `cancelled`: the run was cancelled, its client left or its time ran out during the call); at most
 //! [`MAX_LABEL_VALUES`] values of each label, later ones counted as `other` (the executor's own
 //! tools always by their names). Global MCP servers: `taskforce_mcp_server_up` (1 up, 0 down) and `taskforce_mcp_server_tools`, labelled
 //! by `server`. Runs: `taskforce_runs_in_flight`, `taskforce_runs_total{status}`; model calls:
@@ -34,26 +35,28 @@ use prometheus_client::{
     },
 };
 
+use taskforce_runtime::metrics::LabelText;
+
 use crate::{audit::Outcome, tools::global::GlobalServers};
 
 /// Labels of a global MCP server.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ServerLabels {
-    server: String,
+    server: LabelText,
 }
 
 /// Labels of a tool call.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ToolLabels {
-    tool: String,
-    subagent: String,
+    tool: LabelText,
+    subagent: LabelText,
 }
 
 /// Labels of a failed tool call: how it failed besides which.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct FailureLabels {
-    tool: String,
-    subagent: String,
+    tool: LabelText,
+    subagent: LabelText,
     outcome: &'static str,
 }
 
@@ -64,12 +67,12 @@ struct StatusLabel {
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ProviderLabel {
-    provider: String,
+    provider: LabelText,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TokenLabels {
-    provider: String,
+    provider: LabelText,
     kind: String,
 }
 
@@ -249,8 +252,8 @@ pub fn tool_call(
     duration: Duration,
 ) {
     let labels = ToolLabels {
-        tool: tool_label(&TOOL_VALUES, tool, own),
-        subagent: bounded(&SUBAGENT_VALUES, subagent.unwrap_or_default()),
+        tool: LabelText(tool_label(&TOOL_VALUES, tool, own)),
+        subagent: LabelText(bounded(&SUBAGENT_VALUES, subagent.unwrap_or_default())),
     };
     let metrics = &*METRICS;
     metrics
@@ -259,7 +262,7 @@ pub fn tool_call(
         .observe(duration.as_secs_f64());
     match outcome {
         Outcome::Ok | Outcome::Question => metrics.success.get_or_create(&labels).inc(),
-        Outcome::ToolFailed | Outcome::Error | Outcome::Blocked => metrics
+        Outcome::ToolFailed | Outcome::Error | Outcome::Blocked | Outcome::Cancelled => metrics
             .failure
             .get_or_create(&FailureLabels {
                 tool: labels.tool,
@@ -300,12 +303,12 @@ pub fn init<'a>(providers: impl IntoIterator<Item = &'a str>) {
     }
     for provider in providers {
         let label = ProviderLabel {
-            provider: provider.to_owned(),
+            provider: provider.into(),
         };
         drop(metrics.llm_errors.get_or_create(&label));
         for kind in ["input", "output"] {
             drop(metrics.llm_tokens.get_or_create(&TokenLabels {
-                provider: provider.to_owned(),
+                provider: provider.into(),
                 kind: kind.to_owned(),
             }));
         }
@@ -328,7 +331,7 @@ pub fn llm_call(provider: &str, duration: Duration, input_tokens: u64, output_to
     metrics
         .llm_seconds
         .get_or_create(&ProviderLabel {
-            provider: provider.to_owned(),
+            provider: provider.into(),
         })
         .observe(duration.as_secs_f64());
     for (kind, n) in [("input", input_tokens), ("output", output_tokens)] {
@@ -336,7 +339,7 @@ pub fn llm_call(provider: &str, duration: Duration, input_tokens: u64, output_to
             metrics
                 .llm_tokens
                 .get_or_create(&TokenLabels {
-                    provider: provider.to_owned(),
+                    provider: provider.into(),
                     kind: kind.to_owned(),
                 })
                 .inc_by(n);
@@ -349,7 +352,7 @@ pub fn llm_error(provider: &str) {
     METRICS
         .llm_errors
         .get_or_create(&ProviderLabel {
-            provider: provider.to_owned(),
+            provider: provider.into(),
         })
         .inc();
 }
@@ -357,7 +360,7 @@ pub fn llm_error(provider: &str) {
 /// Records a global MCP server's state.
 pub fn mcp_server(server: &str, up: bool, tools: usize) {
     let labels = ServerLabels {
-        server: server.to_owned(),
+        server: server.into(),
     };
     let metrics = &*METRICS;
     metrics.server_up.get_or_create(&labels).set(i64::from(up));
@@ -425,5 +428,25 @@ mod tests {
         // The executor's own tools keep their names past the cap; others do not.
         assert_eq!(tool_label(&seen, "file_read", true), "file_read");
         assert_eq!(tool_label(&seen, "file_read", false), OTHER);
+    }
+
+    #[test]
+    fn names_with_quotes_and_line_breaks_stay_inside_their_labels() {
+        // An MCP server's tool, or a global server, may be named anything.
+        let name = "evil\"} 1\nfake_metric{a=\"b\\";
+        tool_call(name, false, None, Outcome::Ok, Duration::from_millis(1));
+        mcp_server(name, true, 1);
+        let text = render();
+        assert!(
+            !text.lines().any(|l| l.starts_with("fake_metric")),
+            "{text}"
+        );
+        let escaped = r#"evil\"} 1\nfake_metric{a=\"b\\"#;
+        for series in [
+            format!(r#"idp_tool_success_total{{tool="{escaped}",subagent=""}} 1"#),
+            format!(r#"taskforce_mcp_server_up{{server="{escaped}"}} 1"#),
+        ] {
+            assert!(text.contains(&series), "{series} in {text}");
+        }
     }
 }

@@ -30,7 +30,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use prometheus_client::{
-    encoding::{EncodeLabelSet, text::encode},
+    encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder, text::encode},
     metrics::{
         counter::Counter,
         family::Family,
@@ -38,6 +38,36 @@ use prometheus_client::{
     },
     registry::{Metric, Registry},
 };
+
+/// A label value that comes from users or configuration (an MCP tool's name, a server's, a
+/// provider's), written with the text format's escapes (`\\`, `\"`, `\n`): prometheus-client
+/// writes label values as they are, so a name holding a quote or a line break would otherwise
+/// end its label early and break (or forge series in) every later scrape.
+#[derive(Debug, Clone, Default, Hash, PartialEq, Eq)]
+pub struct LabelText(pub String);
+
+impl From<&str> for LabelText {
+    fn from(value: &str) -> Self {
+        Self(value.to_owned())
+    }
+}
+
+impl EncodeLabelValue for LabelText {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+        use std::fmt::Write as _;
+        let mut rest = self.0.as_str();
+        while let Some(at) = rest.find(['\\', '"', '\n']) {
+            encoder.write_str(&rest[..at])?;
+            encoder.write_str(match rest.as_bytes()[at] {
+                b'\\' => "\\\\",
+                b'"' => "\\\"",
+                _ => "\\n",
+            })?;
+            rest = &rest[at + 1..];
+        }
+        encoder.write_str(rest)
+    }
+}
 
 /// The process's registry.
 static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(|| Mutex::new(Registry::default()));

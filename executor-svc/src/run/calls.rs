@@ -437,7 +437,12 @@ async fn call_tool(
                     .emit(events::warning("MCP_SERVER_DISCONNECTED", message))
                     .await;
             }
-            (Err(e.to_string()), audit::Outcome::Error)
+            let outcome = if matches!(e, ToolError::Cancelled { .. }) {
+                audit::Outcome::Cancelled
+            } else {
+                audit::Outcome::Error
+            };
+            (Err(e.to_string()), outcome)
         }
     }
 }

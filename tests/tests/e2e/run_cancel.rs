@@ -188,6 +188,13 @@ async fn cancel_over_rest_ends_the_stream_as_cancelled_and_kills_its_python() {
     assert_gone(&stack, pid).await;
     let stored = get_session(&stack, &session).await;
     assert_eq!(stored.status(), v1::RunStatus::Cancelled, "{stored:?}");
+    // The call the cancel ended is audited (and counted) as cancelled, not as a tool's error.
+    let log = std::fs::read_to_string(stack.executor_log()).unwrap_or_default();
+    let audit = log
+        .lines()
+        .find(|l| l.contains("\"tool call\"") && l.contains("\"tool\":\"python\""))
+        .unwrap_or_else(|| panic!("no audit line for the call:\n{log}"));
+    assert!(audit.contains("\"outcome\":\"cancelled\""), "{audit}");
 }
 
 #[tokio::test]

@@ -116,6 +116,15 @@ pub fn unreachable(status: &tonic::Status) -> bool {
         || crate::error::lost_connection(status)
 }
 
+/// Whether an executor refused the gateway's own credentials (its `TASKFORCE_SERVICE_TOKEN`):
+/// the client was let in by the gateway, so the refusal is the executor's keys, not the run's.
+fn refuses_gateway(status: &tonic::Status) -> bool {
+    matches!(
+        status.code(),
+        tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
+    )
+}
+
 /// How long a new run waits for its executor to take it, while another executor could, before
 /// asking whether that executor is alive at all: a hung executor (a stopped process, a stalled
 /// machine) accepts connections but answers nothing, and only HTTP/2 keep-alive (10 s) would
@@ -302,6 +311,14 @@ impl Executors {
                 }
                 // At its most live runs: another may have room (not suspect: it answers).
                 Err(status) if status.code() == tonic::Code::ResourceExhausted && !last => {
+                    continue;
+                }
+                // It refuses the gateway's service token (a key rotated on some executors
+                // first): another may take it, and this one is offered runs last, as a down one.
+                Err(status) if refuses_gateway(status) && !last => {
+                    let until = self.now_ms().saturating_add(ms(SUSPECT_FOR));
+                    self.suspect_until[index].store(until, Ordering::Relaxed);
+                    warn!(executor = replica.name.as_deref().unwrap_or_default(), error = %status.message(), "executor refuses the gateway's service token; the new run goes to the next one");
                     continue;
                 }
                 Err(_) => {}
@@ -584,38 +601,45 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_new_run_moves_on_from_an_executor_whose_connection_breaks() {
-        let (broken, broken_task) = h2_server_at(None).await;
-        let (ok, ok_task) = h2_server_at(Some(0)).await;
-        let e = Executors::parse(&format!("e0={broken},e1={ok}"), None).expect("two");
-        // The broken connection is a gRPC INTERNAL "h2 protocol error", not UNAVAILABLE.
-        let status = e.all()[0]
-            .client
-            .clone()
-            .execute(ExecuteRequest::default())
-            .await
-            .expect_err("reset");
-        assert!(crate::error::lost_connection(&status), "{status:?}");
-        // The next run is e0's turn first: it goes on to e1, and e0 is offered runs last.
-        e.next.store(0, Ordering::Relaxed);
-        let started = e
-            .start_new(ExecuteRequest::default())
-            .await
-            .map_err(|err| format!("{err:?}"))
-            .expect("started");
-        assert_eq!(started.replica.name.as_deref(), Some("e1"));
-        assert!(started.answer.is_ok(), "{:?}", started.answer.err());
-        assert!(
-            started
-                .session_id
-                .as_deref()
-                .is_some_and(|id| ids::session_owner(id) == Some("e1")),
-            "{:?}",
-            started.session_id
-        );
-        assert_eq!(e.start_order(0), [1, 0]);
-        broken_task.abort();
-        ok_task.abort();
+    async fn a_new_run_moves_on_from_an_executor_whose_connection_breaks_or_that_refuses_the_gateway()
+     {
+        // A broken connection (a gRPC INTERNAL "h2 protocol error", not UNAVAILABLE), and an
+        // executor refusing the gateway's token (UNAUTHENTICATED, PERMISSION_DENIED).
+        for first in [None, Some(16), Some(7)] {
+            let (refusing, refusing_task) = h2_server_at(first).await;
+            let (ok, ok_task) = h2_server_at(Some(0)).await;
+            let e = Executors::parse(&format!("e0={refusing},e1={ok}"), None).expect("two");
+            let status = e.all()[0]
+                .client
+                .clone()
+                .execute(ExecuteRequest::default())
+                .await
+                .expect_err("refused");
+            assert!(
+                crate::error::lost_connection(&status) || refuses_gateway(&status),
+                "{status:?}"
+            );
+            // The next run is e0's turn first: it goes on to e1, and e0 is offered runs last.
+            e.next.store(0, Ordering::Relaxed);
+            let started = e
+                .start_new(ExecuteRequest::default())
+                .await
+                .map_err(|err| format!("{err:?}"))
+                .expect("started");
+            assert_eq!(started.replica.name.as_deref(), Some("e1"), "{first:?}");
+            assert!(started.answer.is_ok(), "{:?}", started.answer.err());
+            assert!(
+                started
+                    .session_id
+                    .as_deref()
+                    .is_some_and(|id| ids::session_owner(id) == Some("e1")),
+                "{:?}",
+                started.session_id
+            );
+            assert_eq!(e.start_order(0), [1, 0], "{first:?}");
+            refusing_task.abort();
+            ok_task.abort();
+        }
     }
 
     #[tokio::test]

@@ -115,6 +115,21 @@ impl Runner {
             Some(id) => self.store.get(id)?,
             None => None,
         };
+        // An id minted for another executor starts nothing here: a gateway whose --executor-url
+        // gives this executor's address under another's name would split that executor's
+        // sessions over two (a paused one read as missing here, a second one under its id).
+        if existing.is_none()
+            && let Some(id) = &session_id
+            && let Some(owner) = taskforce_proto::ids::minted_owner(id)
+            && let Some(me) = self.budgets.instance.as_deref()
+            && owner != me
+        {
+            return Err(ExecutorError::FailedPrecondition(format!(
+                "session `{id}` was minted for executor `{owner}`, and this executor is `{me}`: \
+                 the gateway's --executor-url gives this executor's address under the name \
+                 `{owner}` (each NAME must be that executor's --instance)"
+            )));
+        }
         let mut session = match existing {
             Some(mut session) => {
                 if session.agent_id != agent.agent_id {

@@ -246,6 +246,31 @@ async fn runs_spread_over_executors_and_answers_reach_the_owner_also_after_it_re
             "no second session under its id"
         );
     }
+
+    // An executor given an id minted for another (a gateway listing its address under that
+    // one's name) starts nothing under it, and says why.
+    let minted_for_e0 = taskforce_proto::ids::mint_session_id(Some("e0"));
+    let mut e1 = v1::executor_client::ExecutorClient::connect(format!("http://{}", addrs[1]))
+        .await
+        .expect("connects");
+    let refused = e1
+        .execute(v1::ExecuteRequest {
+            mission: "hello".into(),
+            agent_id: Some("traveller".into()),
+            session_id: Some(minted_for_e0.clone()),
+            ..Default::default()
+        })
+        .await
+        .expect_err("refused");
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition, "{refused:?}");
+    assert!(
+        refused.message().contains("`e0`") && refused.message().contains("--instance"),
+        "{refused:?}"
+    );
+    assert_eq!(
+        session_on(addrs[1], &minted_for_e0).await.err(),
+        Some(tonic::Code::NotFound)
+    );
 }
 
 #[tokio::test]

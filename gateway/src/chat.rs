@@ -546,7 +546,7 @@ async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
             Err(e) => return with_thread(failure(&e.0.message), &thread),
         }
     } else {
-        match state.executors.owner(&thread) {
+        match state.executors.locate(&thread).await {
             Ok(owner) => {
                 let first = owner.client.clone().execute(request(&thread, plain)).await;
                 (owner, first)

@@ -91,7 +91,7 @@ pub struct Config {
     /// the provider's configured model; unset: `AI_MODEL_NAME` alone decides.
     #[arg(long, env = "AI_DESTINATION_NAME")]
     pub ai_destination_name: Option<String>,
-    /// Most chat prompts per `threadId` per minute (0: no limit).
+    /// Most chat prompts per `threadId` per minute, counted by this gateway (0: no limit).
     #[arg(long, env = "AGENT_RATE_LIMIT_PER_MINUTE", default_value_t = 0)]
     pub agent_rate_limit_per_minute: u32,
     /// Most runs and streams one API key may have open through this gateway at once (runs,

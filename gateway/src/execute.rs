@@ -468,7 +468,8 @@ pub async fn answer(
     let req = answer_request(session_id, body)?;
     let events = state
         .executors
-        .owner(&req.session_id)?
+        .locate(&req.session_id)
+        .await?
         .call(|mut client| async move { client.answer(req).await })
         .await?;
     Ok(crate::sse::respond(
@@ -494,7 +495,7 @@ pub async fn cancel(
     Path(session_id): Path<String>,
     QueryParams(NoQuery {}): QueryParams<NoQuery>,
 ) -> Result<Json<CancelJson>, RestError> {
-    let owner = state.executors.owner(&session_id)?;
+    let owner = state.executors.locate(&session_id).await?;
     let req = state.request(v1::CancelRequest { session_id });
     let res = owner
         .call(|mut client| async move { client.cancel(req).await })
@@ -532,7 +533,7 @@ pub async fn delete_session(
             "a session has no version to check: delete it without If-Match or If-None-Match",
         ));
     }
-    let owner = state.executors.owner(&session_id)?;
+    let owner = state.executors.locate(&session_id).await?;
     let req = state.request(v1::DeleteSessionRequest { session_id });
     owner
         .call(|mut client| async move { client.delete_session(req).await })
@@ -555,7 +556,7 @@ pub async fn get_session(
     Path(session_id): Path<String>,
     QueryParams(NoQuery {}): QueryParams<NoQuery>,
 ) -> Result<Json<SessionJson>, RestError> {
-    let owner = state.executors.owner(&session_id)?;
+    let owner = state.executors.locate(&session_id).await?;
     let req = state.request(v1::GetSessionRequest { session_id });
     let s = owner
         .call(|mut client| async move { client.get_session(req).await })
@@ -602,7 +603,7 @@ pub async fn get_plan(
     Path(session_id): Path<String>,
     QueryParams(NoQuery {}): QueryParams<NoQuery>,
 ) -> Result<Json<SessionPlanJson>, RestError> {
-    let owner = state.executors.owner(&session_id)?;
+    let owner = state.executors.locate(&session_id).await?;
     let req = state.request(v1::GetPlanRequest {
         session_id: session_id.clone(),
     });

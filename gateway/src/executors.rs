@@ -8,7 +8,8 @@
 //! executor its id names, also after that executor restarted; a minted id naming an executor
 //! the gateway does not list is an error naming it. A session id chosen by a client names no
 //! owner: it goes to the executor that rendezvous hashing of the id picks, the same one every
-//! time as long as the list of names is the same. A new run whose executor cannot take it (down,
+//! time as long as the list of names is the same, or, when that one does not hold it (the list
+//! changed), to the one that does ([`Executors::locate`]). A new run whose executor cannot take it (down,
 //! stopping, hung) goes to the next one instead, so one executor down does not fail or slow
 //! every other new run; a session's calls only ever go to its owner, and when it is down the
 //! error names it.
@@ -231,9 +232,42 @@ impl Executors {
         Ok(&self.replicas)
     }
 
-    /// The executor that owns session `id`.
+    /// The executor that owns session `id` by its id alone (see [`Executors::locate`]).
     pub fn owner(&self, id: &str) -> Result<&Replica, RestError> {
         Ok(&self.replicas[self.owner_index(id)?])
+    }
+
+    /// The executor of session `id`, for a call about it. An id naming its owner, or one
+    /// executor: that one ([`Executors::owner`]), with no call. A client's own id with several
+    /// executors: the one rendezvous hashing picks when it holds the session (or cannot say:
+    /// down); else the first other one that holds it, all asked at once within
+    /// [`ALIVE_TIMEOUT`], since a change in the list of names (an executor added or removed)
+    /// moves about 1/N of such ids and their sessions stay where they were; else the hashed
+    /// one, where a run naming the id starts it. Without the search a moved chat thread would
+    /// go on as a new conversation, its memory on the other executor.
+    pub async fn locate(&self, id: &str) -> Result<&Replica, RestError> {
+        let index = self.owner_index(id)?;
+        let hashed = &self.replicas[index];
+        let named =
+            ids::session_owner(id).is_some_and(|owner| hashed.name.as_deref() == Some(owner));
+        if self.replicas.len() == 1 || named || holds(hashed, id).await != Some(false) {
+            return Ok(hashed);
+        }
+        let others = self
+            .replicas
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != index)
+            .map(|(_, r)| async move { (holds(r, id).await == Some(true)).then_some(r) });
+        let found = futures::future::join_all(others)
+            .await
+            .into_iter()
+            .flatten()
+            .next();
+        if let Some(r) = found {
+            tracing::info!(session_id = %id, executor = r.name.as_deref().unwrap_or_default(), hashed = hashed.name.as_deref().unwrap_or_default(), "session found on another executor than its id hashes to (the list of executors changed)");
+        }
+        Ok(found.unwrap_or(hashed))
     }
 
     /// Starts `request`'s run and returns its event stream. A request naming a session goes to
@@ -244,7 +278,8 @@ impl Executors {
     ) -> Result<tonic::Streaming<RunEvent>, RestError> {
         if let Some(id) = &request.session_id {
             return self
-                .owner(id)?
+                .locate(id)
+                .await?
                 .call(|mut client| async move { client.execute(request).await })
                 .await;
         }
@@ -421,6 +456,20 @@ impl Executors {
             .enumerate()
             .max_by_key(|(_, r)| score(r))
             .map_or(0, |(i, _)| i))
+    }
+}
+
+/// Whether `replica` holds session `id` (its plan, the smallest answer about a session):
+/// `None` when it cannot say (down, slow, refusing).
+async fn holds(replica: &Replica, id: &str) -> Option<bool> {
+    let mut request = tonic::Request::new(taskforce_proto::v1::GetPlanRequest {
+        session_id: id.to_owned(),
+    });
+    request.set_timeout(ALIVE_TIMEOUT);
+    match tokio::time::timeout(ALIVE_TIMEOUT, replica.client.clone().get_plan(request)).await {
+        Ok(Ok(_)) => Some(true),
+        Ok(Err(status)) if status.code() == tonic::Code::NotFound => Some(false),
+        _ => None,
     }
 }
 

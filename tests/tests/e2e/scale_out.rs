@@ -85,6 +85,25 @@ fn final_answer(events: &[(String, Value)]) -> Option<&str> {
         .and_then(|(_, data)| data["text"].as_str())
 }
 
+/// `hello` to `traveller` in session `id`, over gRPC straight to the executor at `addr`.
+async fn hello_on(
+    addr: std::net::SocketAddr,
+    id: &str,
+) -> Result<tonic::Streaming<v1::RunEvent>, tonic::Status> {
+    let mut client = v1::executor_client::ExecutorClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connects");
+    client
+        .execute(v1::ExecuteRequest {
+            mission: "hello".into(),
+            agent_id: Some("traveller".into()),
+            session_id: Some(id.to_owned()),
+            ..Default::default()
+        })
+        .await
+        .map(tonic::Response::into_inner)
+}
+
 /// The executor's own view of a session (gRPC straight to `addr`), or the gRPC code.
 async fn session_on(addr: std::net::SocketAddr, id: &str) -> Result<v1::Session, tonic::Code> {
     let mut client = v1::executor_client::ExecutorClient::connect(format!("http://{addr}"))
@@ -250,19 +269,14 @@ async fn runs_spread_over_executors_and_answers_reach_the_owner_also_after_it_re
     // An executor given an id minted for another (a gateway listing its address under that
     // one's name) starts nothing under it, and says why.
     let minted_for_e0 = taskforce_proto::ids::mint_session_id(Some("e0"));
-    let mut e1 = v1::executor_client::ExecutorClient::connect(format!("http://{}", addrs[1]))
-        .await
-        .expect("connects");
-    let refused = e1
-        .execute(v1::ExecuteRequest {
-            mission: "hello".into(),
-            agent_id: Some("traveller".into()),
-            session_id: Some(minted_for_e0.clone()),
-            ..Default::default()
-        })
+    let refused = hello_on(addrs[1], &minted_for_e0)
         .await
         .expect_err("refused");
-    assert_eq!(refused.code(), tonic::Code::FailedPrecondition, "{refused:?}");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::FailedPrecondition,
+        "{refused:?}"
+    );
     assert!(
         refused.message().contains("`e0`") && refused.message().contains("--instance"),
         "{refused:?}"
@@ -271,6 +285,70 @@ async fn runs_spread_over_executors_and_answers_reach_the_owner_also_after_it_re
         session_on(addrs[1], &minted_for_e0).await.err(),
         Some(tonic::Code::NotFound)
     );
+}
+
+#[tokio::test]
+async fn a_clients_own_id_is_found_on_the_executor_that_holds_it() {
+    let stack = two_executors().await;
+    let addrs = [
+        stack.executor_addr().expect("e0"),
+        stack.executor_addr_of("e1").expect("e1"),
+    ];
+    // Conversations a client named, all held by e0, as when e0 was the only executor: with
+    // two, rendezvous hashing sends about half of these ids to e1 (the same ones every time).
+    for n in 1..=8 {
+        let id = format!("chat-thread-{n}");
+        let mut events = hello_on(addrs[0], &id).await.expect("started on e0");
+        while events.message().await.expect("events").is_some() {}
+        let before = session_on(addrs[0], &id)
+            .await
+            .expect("on e0")
+            .messages
+            .len();
+
+        // Through the gateway, read and continued where it is, whichever executor its id
+        // hashes to: no second conversation under its id on the other.
+        let r = send(
+            stack
+                .http()
+                .get(stack.url(&format!("/api/v1/sessions/{id}"))),
+        )
+        .await;
+        assert_eq!(
+            (r.status.as_u16(), &r.body["messages"]),
+            (200, &json!(before)),
+            "{id}: {}",
+            r.text
+        );
+        let r = execute(&stack, "hello", Some(&id)).await;
+        assert_eq!(r["status"], "completed", "{r}");
+        let after = session_on(addrs[0], &id)
+            .await
+            .expect("on e0")
+            .messages
+            .len();
+        assert!(after > before, "{id} went on on e0: {before} → {after}");
+        assert_eq!(
+            session_on(addrs[1], &id).await.err(),
+            Some(tonic::Code::NotFound),
+            "{id} is not on e1"
+        );
+    }
+    // An id nobody holds is still a 404, and a run naming it starts it (on one executor).
+    let r = send(
+        stack
+            .http()
+            .get(stack.url("/api/v1/sessions/chat-thread-new")),
+    )
+    .await;
+    assert_eq!(r.status, 404, "{}", r.text);
+    let r = execute(&stack, "hello", Some("chat-thread-new")).await;
+    assert_eq!(r["status"], "completed", "{r}");
+    let mut held = 0;
+    for addr in addrs {
+        held += usize::from(session_on(addr, "chat-thread-new").await.is_ok());
+    }
+    assert_eq!(held, 1);
 }
 
 #[tokio::test]

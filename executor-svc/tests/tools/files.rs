@@ -75,6 +75,50 @@ async fn write_then_read_round_trips_creating_directories_and_appending() {
 }
 
 #[tokio::test]
+async fn an_overwrite_replaces_the_file_whole_and_keeps_its_permissions() {
+    use std::{io::Read, os::unix::fs::PermissionsExt};
+    let d = dirs();
+    let c = ctx(&d.ws);
+    let script = d.ws.join("run.sh");
+    std::fs::write(&script, "#!/bin/sh\necho old\n").expect("script");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o750)).expect("chmod");
+    // Opened before the write: a replaced file is a new one, so this reader still reads the
+    // old content whole (a write in place would cut it first; on a full disk, for good).
+    let mut before = std::fs::File::open(&script).expect("open");
+    ok_text(
+        tool("file_write")
+            .call(
+                &c,
+                json!({ "path": "run.sh", "content": "#!/bin/sh\necho new\n" }),
+            )
+            .await,
+    );
+    let mut old = String::new();
+    before.read_to_string(&mut old).expect("read");
+    assert_eq!(old, "#!/bin/sh\necho old\n");
+    assert_eq!(
+        std::fs::read_to_string(&script).expect("new"),
+        "#!/bin/sh\necho new\n"
+    );
+    let mode =
+        |p: &std::path::Path| std::fs::metadata(p).expect("meta").permissions().mode() & 0o7777;
+    assert_eq!(mode(&script), 0o750, "the script stays executable");
+    ok_text(
+        tool("file_write")
+            .call(&c, json!({ "path": "new.txt", "content": "x" }))
+            .await,
+    );
+    assert_eq!(mode(&d.ws.join("new.txt")), 0o644);
+    // Nothing else is left in the workspace.
+    let mut names: Vec<String> = std::fs::read_dir(&d.ws)
+        .expect("list")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["new.txt", "run.sh"]);
+}
+
+#[tokio::test]
 async fn parent_dir_and_absolute_escapes_are_refused_and_nothing_is_written_outside() {
     let d = dirs();
     let c = ctx(&d.ws);

@@ -229,6 +229,93 @@ impl Tool for FileWrite {
     }
 }
 
+fn not_a_file(given: &str) -> ToolOutcome {
+    ToolOutcome::failed(format!(
+        "{given} is not a regular file; file_write writes files"
+    ))
+}
+
+/// Writes `content` as the file `real` (inside `root`) in one step: into a new file in the
+/// same directory, then renamed over it, so a write that fails (a full disk) leaves the old
+/// content whole rather than cut. Everything goes through the directory opened beneath `root`,
+/// so a directory swapped meanwhile (by a program of the agent's) cannot send it elsewhere. The
+/// file keeps its permissions. `Some` outcome when `real` is there and no regular file.
+fn replace(
+    root: &std::path::Path,
+    real: &std::path::Path,
+    given: &str,
+    content: &[u8],
+) -> Result<Option<ToolOutcome>, ToolError> {
+    use nix::{
+        errno::Errno,
+        fcntl::{AtFlags, OFlag, openat, renameat},
+        sys::stat::{Mode, SFlag, fchmod, fstatat},
+        unistd::{UnlinkatFlags, unlinkat},
+    };
+    const TOOL: &str = "file_write";
+    let io = |e: Errno| failed(TOOL, format!("{given}: {}", std::io::Error::from(e)));
+    let (Some(parent), Some(name)) = (real.parent(), real.file_name()) else {
+        return Err(failed(TOOL, format!("{given}: not a file path")));
+    };
+    let dir = workspace::open_beneath(
+        TOOL,
+        root,
+        parent,
+        given,
+        OFlag::O_DIRECTORY | OFlag::O_RDONLY,
+    )?;
+    let mode = match fstatat(&dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(stat) if SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG => {
+            Mode::from_bits_truncate(stat.st_mode & 0o7777)
+        }
+        Ok(_) => return Ok(Some(not_a_file(given))),
+        Err(Errno::ENOENT) => Mode::from_bits_truncate(0o644),
+        Err(e) => return Err(io(e)),
+    };
+    let temp = format!(".tf-write-{}", uuid::Uuid::new_v4().simple());
+    let fd = match openat(
+        &dir,
+        temp.as_str(),
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        mode,
+    ) {
+        Ok(fd) => fd,
+        // A writable file in a directory this process may not add to: written in place.
+        Err(Errno::EACCES | Errno::EPERM) => {
+            let mut file = workspace::open_beneath(
+                TOOL,
+                root,
+                real,
+                given,
+                OFlag::O_WRONLY | OFlag::O_NONBLOCK | OFlag::O_TRUNC,
+            )?;
+            file.write_all(content)
+                .and_then(|()| file.flush())
+                .map_err(|e| failed(TOOL, format!("{given}: {e}")))?;
+            return Ok(None);
+        }
+        Err(e) => return Err(io(e)),
+    };
+    let mut file = std::fs::File::from(fd);
+    let written = fchmod(&file, mode)
+        .map_err(std::io::Error::from)
+        .and_then(|()| file.write_all(content))
+        .and_then(|()| file.flush())
+        .map_err(|e| format!("{e}"))
+        .and_then(|()| {
+            renameat(&dir, temp.as_str(), &dir, name)
+                .map_err(|e| format!("{}", std::io::Error::from(e)))
+        });
+    if let Err(e) = written {
+        let _ = unlinkat(&dir, temp.as_str(), UnlinkatFlags::NoRemoveDir);
+        return Err(failed(
+            TOOL,
+            format!("{given}: {e} (the file is left as it was)"),
+        ));
+    }
+    Ok(None)
+}
+
 /// The whole write, blocking: resolve inside the workspace (creating directories), write.
 fn write(workspace: &Workspace, args: &WriteArgs) -> Result<ToolOutcome, ToolError> {
     const TOOL: &str = "file_write";
@@ -236,35 +323,31 @@ fn write(workspace: &Workspace, args: &WriteArgs) -> Result<ToolOutcome, ToolErr
     let root = workspace::root_blocking(TOOL, workspace)?;
     let candidate = workspace::lexical(TOOL, workspace, &root, given)?;
     let real = workspace::resolve_for_write(TOOL, &root, &candidate, given)?;
-    use nix::fcntl::OFlag;
-    let mode = if args.append {
-        OFlag::O_APPEND
-    } else {
-        OFlag::O_TRUNC
-    };
-    // Non-blocking, and checked through the open file: a named pipe swapped in after
-    // `resolve_for_write` (by a program of the agent's) would otherwise hold this thread, and
-    // the workspace's write turn, until a reader came.
-    let mut file = workspace::open_beneath(
-        TOOL,
-        &root,
-        &real,
-        given,
-        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_NONBLOCK | mode,
-    )?;
-    if !file
-        .metadata()
-        .map_err(|e| failed(TOOL, format!("{given}: {e}")))?
-        .is_file()
-    {
-        return Ok(ToolOutcome::failed(format!(
-            "{given} is not a regular file; file_write writes files"
-        )));
+    if args.append {
+        use nix::fcntl::OFlag;
+        // Non-blocking, and checked through the open file: a named pipe swapped in after
+        // `resolve_for_write` (by a program of the agent's) would otherwise hold this thread,
+        // and the workspace's write turn, until a reader came.
+        let mut file = workspace::open_beneath(
+            TOOL,
+            &root,
+            &real,
+            given,
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_NONBLOCK | OFlag::O_APPEND,
+        )?;
+        if !file
+            .metadata()
+            .map_err(|e| failed(TOOL, format!("{given}: {e}")))?
+            .is_file()
+        {
+            return Ok(not_a_file(given));
+        }
+        file.write_all(args.content.as_bytes())
+            .and_then(|()| file.flush())
+            .map_err(|e| failed(TOOL, format!("{given}: {e}")))?;
+    } else if let Some(refused) = replace(&root, &real, given, args.content.as_bytes())? {
+        return Ok(refused);
     }
-    file.write_all(args.content.as_bytes())
-        .map_err(|e| failed(TOOL, format!("{given}: {e}")))?;
-    file.flush()
-        .map_err(|e| failed(TOOL, format!("{given}: {e}")))?;
     let n = args.content.len();
     debug!(path = given, bytes = n, append = args.append, "file_write");
     let verb = if args.append { "appended" } else { "wrote" };

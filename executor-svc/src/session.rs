@@ -780,6 +780,18 @@ impl SessionStore {
     /// Opens (or creates) the store in `dir` and fails sessions left `RUNNING` by a process that
     /// died. Blocking: call from `spawn_blocking`.
     pub fn open(dir: &Path) -> Result<Self, ExecutorError> {
+        Self::open_in(dir).map_err(|e| match e {
+            // sled says only what failed ("Read-only file system"), not where.
+            ExecutorError::Store(e) => ExecutorError::Config(format!(
+                "session store in {}: {e} (the executor writes its sessions under --data-dir: \
+                 it needs space there and write access)",
+                dir.display()
+            )),
+            other => other,
+        })
+    }
+
+    fn open_in(dir: &Path) -> Result<Self, ExecutorError> {
         std::fs::create_dir_all(dir)
             .map_err(|e| ExecutorError::Config(format!("data dir {}: {e}", dir.display())))?;
         let db = open_or_move_aside(&dir.join("sessions.sled"))?;

@@ -39,15 +39,16 @@ pub enum TokenError {
     Forged,
 }
 
+fn key_error(path: &Path, e: &std::io::Error) -> ExecutorError {
+    ExecutorError::Config(format!("state token key {}: {e}", path.display()))
+}
+
 impl TokenKey {
     /// The key in `dir`, created (32 random bytes, mode 0600) on first use. Blocking.
     pub fn load_or_create(dir: &Path) -> Result<Self, ExecutorError> {
         let path = dir.join(KEY_FILE);
-        let config = |e: std::io::Error| {
-            ExecutorError::Config(format!("state token key {}: {e}", path.display()))
-        };
         match std::fs::read_to_string(&path) {
-            Ok(text) => {
+            Ok(text) if !text.trim().is_empty() => {
                 let bytes = hex::decode(text.trim())
                     .ok()
                     .and_then(|b| <[u8; 32]>::try_from(b).ok());
@@ -59,24 +60,37 @@ impl TokenKey {
                     ))
                 })
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let mut key = [0u8; 32];
-                getrandom::fill(&mut key).map_err(|e| {
-                    ExecutorError::Config(format!("no randomness for the state token key: {e}"))
-                })?;
-                std::fs::create_dir_all(dir).map_err(config)?;
-                let mut options = std::fs::OpenOptions::new();
-                options.write(true).create_new(true);
-                #[cfg(unix)]
-                std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-                let mut file = options.open(&path).map_err(config)?;
-                file.write_all(hex::encode(key).as_bytes())
-                    .map_err(config)?;
-                file.sync_all().map_err(config)?;
-                Ok(Self(key))
-            }
-            Err(e) => Err(config(e)),
+            // Empty: left by a first start that could not write the key (a full disk, before
+            // keys were written whole), so no token was ever signed with it.
+            Ok(_) => Self::create(dir, &path, true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Self::create(dir, &path, false),
+            Err(e) => Err(key_error(&path, &e)),
         }
+    }
+
+    /// A new key written whole to `path` (a temp file, synced, then moved there), or nothing
+    /// written: a start that fails here (a full disk) leaves no half key behind.
+    fn create(dir: &Path, path: &Path, over_empty: bool) -> Result<Self, ExecutorError> {
+        let config = |e: std::io::Error| key_error(path, &e);
+        let mut key = [0u8; 32];
+        getrandom::fill(&mut key).map_err(|e| {
+            ExecutorError::Config(format!("no randomness for the state token key: {e}"))
+        })?;
+        std::fs::create_dir_all(dir).map_err(config)?;
+        // Mode 0600, removed when dropped unless moved.
+        let mut file = tempfile::Builder::new()
+            .prefix(".state_token.key.")
+            .tempfile_in(dir)
+            .map_err(config)?;
+        file.write_all(hex::encode(key).as_bytes())
+            .and_then(|()| file.as_file().sync_all())
+            .map_err(config)?;
+        if over_empty {
+            file.persist(path).map_err(|e| config(e.error))?;
+        } else {
+            file.persist_noclobber(path).map_err(|e| config(e.error))?;
+        }
+        Ok(Self(key))
     }
 
     /// A key from bytes (tests).
@@ -150,5 +164,26 @@ mod tests {
         assert_eq!(a.0, b.0);
         let token = a.sign("s", "f1");
         assert!(b.verify("s", &token).is_ok());
+        let file = dir.path().join(KEY_FILE);
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(&file).expect("key").permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o600);
+        // Nothing but the key is left beside it.
+        assert_eq!(std::fs::read_dir(dir.path()).expect("list").count(), 1);
+    }
+
+    #[test]
+    fn an_empty_key_file_left_by_a_failed_first_start_is_replaced() {
+        let dir = tempfile::TempDir::new().expect("tmp");
+        let file = dir.path().join(KEY_FILE);
+        std::fs::write(&file, "").expect("empty");
+        let a = TokenKey::load_or_create(dir.path()).expect("made anew");
+        let b = TokenKey::load_or_create(dir.path()).expect("load");
+        assert_eq!(a.0, b.0);
+        assert_eq!(std::fs::read_to_string(&file).expect("key").len(), 64);
+        // A key that is there but broken is still refused, not replaced.
+        std::fs::write(&file, "not hex").expect("broken");
+        assert!(TokenKey::load_or_create(dir.path()).is_err());
     }
 }

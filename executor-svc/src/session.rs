@@ -888,8 +888,13 @@ impl SessionStore {
     /// says so (not the last state that reached the disk) for as long as this process runs.
     /// Only runs that were live when the store failed get here: it then takes no new ones.
     pub fn keep_unsaved(&self, session: &Session) {
+        // Changed now, and listed as it is read (the index's status and time are these).
+        let mut session = session.clone();
+        let now = chrono::Utc::now().timestamp_millis();
+        session.updated_at = index::rfc3339(now);
+        session.index_in(&self.index, now);
         if let Ok(mut unsaved) = self.unsaved.lock() {
-            unsaved.insert(session.id.clone(), session.clone());
+            unsaved.insert(session.id.clone(), session);
         }
     }
 
@@ -913,10 +918,15 @@ impl SessionStore {
     /// A failure sets the store's fault (see [`Self::fault`]): for good after an I/O error, until
     /// a flush finishes after one that did not finish in time.
     pub async fn save(&self, session: &mut Session, durable: bool) -> Result<(), ExecutorError> {
-        let saved = self.save_inner(session, durable).await;
-        if let Err(e @ (ExecutorError::StoreStalled(_) | ExecutorError::Store(_))) = &saved {
-            // A flush that did not finish in time (a full disk, whose flush never returns, or a
-            // slow one: a later flush ends the fault), or an I/O error (for good).
+        self.noted(self.save_inner(session, durable).await)
+    }
+
+    /// `result`, its store failure noted as the store's fault: a flush that did not finish in
+    /// time (a full disk, whose flush never returns, or a slow one: a later flush ends the
+    /// fault), or an I/O error (for good). Saves and deletes alike, so readiness says it
+    /// whichever write met the failing disk first.
+    fn noted<T>(&self, result: Result<T, ExecutorError>) -> Result<T, ExecutorError> {
+        if let Err(e @ (ExecutorError::StoreStalled(_) | ExecutorError::Store(_))) = &result {
             let stalled = &self.durability.flusher.stalled;
             match e {
                 ExecutorError::StoreStalled(_) if self.fault.get().is_none() => {
@@ -928,7 +938,7 @@ impl SessionStore {
             self.fault
                 .set(format!("its session store failed to write ({e})"));
         }
-        saved
+        result
     }
 
     async fn save_inner(&self, session: &mut Session, durable: bool) -> Result<(), ExecutorError> {
@@ -985,7 +995,7 @@ impl SessionStore {
                 continue;
             };
             let old = changed_before(&updated_at, cutoff);
-            if old && self.delete_unchanged(&key, &value, &updated_at)? {
+            if old && self.noted(self.delete_unchanged(&key, &value, &updated_at))? {
                 removed += 1;
             }
         }
@@ -1034,6 +1044,10 @@ impl SessionStore {
     /// Deletes session `id` and waits until that is on disk; false when there was none. The
     /// caller holds the session (no run can start on it meanwhile).
     pub async fn delete(&self, id: &str) -> Result<bool, ExecutorError> {
+        self.noted(self.delete_inner(id).await)
+    }
+
+    async fn delete_inner(&self, id: &str) -> Result<bool, ExecutorError> {
         let Some(old) = self.sessions.remove(id.as_bytes())? else {
             return Ok(false);
         };
@@ -1077,9 +1091,19 @@ impl SessionStore {
         };
         let mut sessions = Vec::with_capacity(places.len());
         for (_, id) in &places {
-            // Gone since (expired, trimmed): not listed. Unreadable: said, not listed.
-            let Some(value) = self.sessions.get(id.as_bytes())? else {
-                continue;
+            // A run's end that could not be stored is listed as it is read (`get`).
+            let unsaved = self
+                .unsaved
+                .lock()
+                .ok()
+                .and_then(|u| u.get(&**id).map(serde_json::to_vec));
+            let value = match unsaved {
+                Some(json) => sled::IVec::from(json?),
+                // Gone since (expired, trimmed): not listed. Unreadable: said, not listed.
+                None => match self.sessions.get(id.as_bytes())? {
+                    Some(value) => value,
+                    None => continue,
+                },
             };
             match serde_json::from_slice::<Listed>(&value) {
                 Ok(listed) => sessions.push(listed.into_summary()),
@@ -1148,7 +1172,7 @@ impl SessionStore {
             if count <= keep && bytes <= keep_bytes {
                 break;
             }
-            if self.delete_unchanged(&key, &value, &updated_at)? {
+            if self.noted(self.delete_unchanged(&key, &value, &updated_at))? {
                 removed += 1;
                 count -= 1;
                 bytes = bytes.saturating_sub(stored_len(&key, &value));

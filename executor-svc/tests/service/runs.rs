@@ -5,7 +5,8 @@ use std::{sync::atomic::Ordering, time::Duration};
 use futures::StreamExt;
 
 use taskforce_proto::v1::{
-    AgentStatus, ExecuteRequest, GetSessionRequest, RunStatus, run_event::Event,
+    AgentStatus, DeleteSessionRequest, ExecuteRequest, GetSessionRequest, ListSessionsRequest,
+    RunStatus, run_event::Event,
 };
 use tempfile::TempDir;
 use tonic::Code;
@@ -385,6 +386,24 @@ async fn a_run_whose_end_cannot_be_stored_fails_and_new_runs_are_refused() {
         session.error.as_ref().map(|e| e.code.as_str()),
         Some("STORE_FAILED")
     );
+    // And its listing says the same, also under a status filter.
+    for status in [RunStatus::Unspecified, RunStatus::Failed] {
+        let listed = executor
+            .client
+            .list_sessions(ListSessionsRequest {
+                status: status as i32,
+                ..Default::default()
+            })
+            .await
+            .expect("list")
+            .into_inner();
+        let summary = listed
+            .sessions
+            .iter()
+            .find(|s| s.session_id == events[0].session_id)
+            .unwrap_or_else(|| panic!("listed under {status:?}: {listed:?}"));
+        assert_eq!(summary.status(), RunStatus::Failed, "{summary:?}");
+    }
     // Until a restart, new runs are refused, saying why, and nothing is stored.
     let _ = std::fs::remove_file(&filler);
     let refused = executor
@@ -396,6 +415,62 @@ async fn a_run_whose_end_cannot_be_stored_fails_and_new_runs_are_refused() {
     assert!(refused.message().contains("restart"), "{refused:?}");
     // The stop says its last flush did not finish, and it does not hang on it.
     assert!(executor.stop_with().await.is_err());
+    let _ = std::process::Command::new("umount")
+        .arg("-l")
+        .arg(&disk)
+        .status();
+}
+
+#[tokio::test]
+async fn a_delete_that_cannot_be_stored_stops_new_runs_as_a_failed_save_does() {
+    let dir = TempDir::new().expect("tmp");
+    let disk = dir.path().join("small");
+    if small_disk(&disk).is_none() {
+        eprintln!("note: no tmpfs could be mounted (not root?); the full-disk path is not checked");
+        return;
+    }
+    let registry = FakeRegistry::start().await;
+    let script = "turns:\n  - {text: done}\n";
+    let mut config = setup(&dir, &registry, script, 10);
+    config.data_dir = disk.join("executor");
+    let mut executor = Executor::start(&config).await;
+    let mut ids = Vec::new();
+    for n in 0..20 {
+        let events = collect(executor.stream(&format!("run {n}")).await).await;
+        assert_eq!(done_status(&events), RunStatus::Completed, "run {n}");
+        ids.push(events[0].session_id.clone());
+    }
+    let filler = fill(&disk);
+    // Deletes write too: on a full disk one of them fails, and from then on the executor
+    // says it cannot store sessions (its readiness with it) until it is restarted.
+    let mut failed = None;
+    for id in &ids {
+        let deleted = executor
+            .client
+            .delete_session(DeleteSessionRequest {
+                session_id: id.clone(),
+            })
+            .await;
+        if let Err(status) = deleted {
+            failed = Some(status);
+            break;
+        }
+    }
+    let failed = failed.expect("a delete on a full disk fails");
+    assert_eq!(failed.code(), Code::Unavailable, "{failed:?}");
+    assert!(
+        !executor.serving().await,
+        "health says it cannot store sessions"
+    );
+    let _ = std::fs::remove_file(&filler);
+    let refused = executor
+        .client
+        .execute(mission("again"))
+        .await
+        .expect_err("refused");
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    assert!(refused.message().contains("restart"), "{refused:?}");
+    let _ = executor.stop_with().await;
     let _ = std::process::Command::new("umount")
         .arg("-l")
         .arg(&disk)

@@ -109,6 +109,8 @@ impl Tool for Ask {
 pub struct Executor {
     /// A client connected to it.
     pub client: ExecutorClient<Channel>,
+    /// Where it listens.
+    pub addr: std::net::SocketAddr,
     /// The `probe` tool it offers.
     pub probe: Arc<Probe>,
     shutdown: CancellationToken,
@@ -166,10 +168,28 @@ impl Executor {
             .expect("connect");
         Self {
             client,
+            addr,
             probe,
             shutdown,
             server,
         }
+    }
+
+    /// Whether its gRPC health service says the server is SERVING.
+    pub async fn serving(&self) -> bool {
+        use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus};
+        let channel = Channel::from_shared(format!("http://{}", self.addr))
+            .expect("url")
+            .connect()
+            .await
+            .expect("connect");
+        let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+        let answer = health
+            .check(HealthCheckRequest::default())
+            .await
+            .expect("health")
+            .into_inner();
+        answer.status() == ServingStatus::Serving
     }
 
     /// Starts `text` as a mission of the `helper` agent; its event stream.

@@ -337,6 +337,23 @@ fn small_disk(dir: &std::path::Path) -> Option<()> {
         .then_some(())
 }
 
+/// An executor running `script` with its data on a small tmpfs (`None` where none can be
+/// mounted), the tmpfs's mount point, and what they need kept alive.
+async fn on_small_disk(
+    script: &str,
+) -> Option<(Executor, std::path::PathBuf, TempDir, FakeRegistry)> {
+    let dir = TempDir::new().expect("tmp");
+    let disk = dir.path().join("small");
+    if small_disk(&disk).is_none() {
+        eprintln!("note: no tmpfs could be mounted (not root?); the full-disk path is not checked");
+        return None;
+    }
+    let registry = FakeRegistry::start().await;
+    let mut config = setup(&dir, &registry, script, 10);
+    config.data_dir = disk.join("executor");
+    Some((Executor::start(&config).await, disk, dir, registry))
+}
+
 /// Fills the file system of `dir` with one file; returns it.
 fn fill(dir: &std::path::Path) -> std::path::PathBuf {
     use std::io::Write;
@@ -350,21 +367,14 @@ fn fill(dir: &std::path::Path) -> std::path::PathBuf {
 
 #[tokio::test]
 async fn a_run_whose_end_cannot_be_stored_fails_and_new_runs_are_refused() {
-    let dir = TempDir::new().expect("tmp");
-    let disk = dir.path().join("small");
-    if small_disk(&disk).is_none() {
-        eprintln!("note: no tmpfs could be mounted (not root?); the full-disk path is not checked");
-        return;
-    }
-    let registry = FakeRegistry::start().await;
     // An answer larger than what sled's log has room for once the disk is full.
     let script = format!(
         "turns:\n  - {{text: {}, delay_ms: 1500}}\n",
         "x".repeat(1024 * 1024)
     );
-    let mut config = setup(&dir, &registry, &script, 10);
-    config.data_dir = disk.join("executor");
-    let mut executor = Executor::start(&config).await;
+    let Some((mut executor, disk, _dir, _registry)) = on_small_disk(&script).await else {
+        return;
+    };
     let mut stream = executor.stream("go").await;
     // The run is stored and under way; then the disk fills up before it ends.
     let first = stream.next().await.expect("an event").expect("ok");
@@ -423,17 +433,11 @@ async fn a_run_whose_end_cannot_be_stored_fails_and_new_runs_are_refused() {
 
 #[tokio::test]
 async fn a_delete_that_cannot_be_stored_stops_new_runs_as_a_failed_save_does() {
-    let dir = TempDir::new().expect("tmp");
-    let disk = dir.path().join("small");
-    if small_disk(&disk).is_none() {
-        eprintln!("note: no tmpfs could be mounted (not root?); the full-disk path is not checked");
+    let Some((mut executor, disk, _dir, _registry)) =
+        on_small_disk("turns:\n  - {text: done}\n").await
+    else {
         return;
-    }
-    let registry = FakeRegistry::start().await;
-    let script = "turns:\n  - {text: done}\n";
-    let mut config = setup(&dir, &registry, script, 10);
-    config.data_dir = disk.join("executor");
-    let mut executor = Executor::start(&config).await;
+    };
     let mut ids = Vec::new();
     for n in 0..20 {
         let events = collect(executor.stream(&format!("run {n}")).await).await;

@@ -61,6 +61,24 @@ impl From<RegistryError> for Status {
                 )
                 .to_status()
             }
+            // A read-only volume, or a config directory the registry's user may not write.
+            RegistryError::Io { ref source, .. }
+                if matches!(
+                    source.kind(),
+                    std::io::ErrorKind::ReadOnlyFilesystem | std::io::ErrorKind::PermissionDenied
+                ) =>
+            {
+                tracing::error!(error = %e, "a write failed: the config directory is not writable");
+                ApiError::new(
+                    ErrorKind::Unavailable,
+                    format!(
+                        "the registry cannot write its config directory ({source}); nothing was \
+                         changed. Make it writable by the registry (or edit the files where \
+                         they are kept, as in git)"
+                    ),
+                )
+                .to_status()
+            }
             RegistryError::Cache(sled::Error::Io(ref source)) => {
                 tracing::error!(error = %e, "the cache failed");
                 ApiError::new(

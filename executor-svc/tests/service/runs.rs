@@ -325,32 +325,43 @@ async fn many_concurrent_runs_all_complete_promptly() {
     executor.stop().await;
 }
 
-/// Mounts a small tmpfs at `dir` (`None` where that is not possible: not root, no `mount`).
-fn small_disk(dir: &std::path::Path) -> Option<()> {
-    std::fs::create_dir_all(dir).ok()?;
-    std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
-        .arg(dir)
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-        .then_some(())
+/// A small tmpfs (`None` where none can be mounted: not root, no `mount`), unmounted when
+/// dropped, also by a test that fails.
+struct SmallDisk(std::path::PathBuf);
+
+impl SmallDisk {
+    fn mount(dir: &std::path::Path) -> Option<Self> {
+        std::fs::create_dir_all(dir).ok()?;
+        std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
+            .arg(dir)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+            .then(|| Self(dir.to_path_buf()))
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
 }
 
 /// An executor running `script` with its data on a small tmpfs (`None` where none can be
-/// mounted), the tmpfs's mount point, and what they need kept alive.
-async fn on_small_disk(
-    script: &str,
-) -> Option<(Executor, std::path::PathBuf, TempDir, FakeRegistry)> {
+/// mounted), the tmpfs, and what they need kept alive.
+async fn on_small_disk(script: &str) -> Option<(Executor, SmallDisk, TempDir, FakeRegistry)> {
     let dir = TempDir::new().expect("tmp");
-    let disk = dir.path().join("small");
-    if small_disk(&disk).is_none() {
+    let Some(disk) = SmallDisk::mount(&dir.path().join("small")) else {
         eprintln!("note: no tmpfs could be mounted (not root?); the full-disk path is not checked");
         return None;
-    }
+    };
     let registry = FakeRegistry::start().await;
     let mut config = setup(&dir, &registry, script, 10);
-    config.data_dir = disk.join("executor");
+    config.data_dir = disk.0.join("executor");
     Some((Executor::start(&config).await, disk, dir, registry))
 }
 
@@ -382,7 +393,7 @@ async fn a_run_whose_end_cannot_be_stored_fails_and_new_runs_are_refused() {
         matches!(first.event, Some(Event::RunStarted(_))),
         "{first:?}"
     );
-    let filler = fill(&disk);
+    let filler = fill(&disk.0);
     let events = collect(stream).await;
     assert_eq!(done_status(&events), RunStatus::Failed, "{events:?}");
     let failed = events
@@ -425,10 +436,6 @@ async fn a_run_whose_end_cannot_be_stored_fails_and_new_runs_are_refused() {
     assert!(refused.message().contains("restart"), "{refused:?}");
     // The stop says its last flush did not finish, and it does not hang on it.
     assert!(executor.stop_with().await.is_err());
-    let _ = std::process::Command::new("umount")
-        .arg("-l")
-        .arg(&disk)
-        .status();
 }
 
 #[tokio::test]
@@ -444,7 +451,7 @@ async fn a_delete_that_cannot_be_stored_stops_new_runs_as_a_failed_save_does() {
         assert_eq!(done_status(&events), RunStatus::Completed, "run {n}");
         ids.push(events[0].session_id.clone());
     }
-    let filler = fill(&disk);
+    let filler = fill(&disk.0);
     // Deletes write too: on a full disk one of them fails, and from then on the executor
     // says it cannot store sessions (its readiness with it) until it is restarted.
     let mut failed = None;
@@ -475,8 +482,4 @@ async fn a_delete_that_cannot_be_stored_stops_new_runs_as_a_failed_save_does() {
     assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
     assert!(refused.message().contains("restart"), "{refused:?}");
     let _ = executor.stop_with().await;
-    let _ = std::process::Command::new("umount")
-        .arg("-l")
-        .arg(&disk)
-        .status();
 }

@@ -1195,6 +1195,54 @@ fn a_cache_that_fills_its_disk_changes_no_file_and_refuses_writes_until_a_restar
 }
 
 #[test]
+fn a_read_only_config_directory_refuses_writes_saying_so_and_changes_nothing() -> Result<()> {
+    let dir = tempfile::tempdir().map_err(|e| RegistryError::io(Path::new("tmp"), e))?;
+    let Some(disk) = Tmpfs::mount(&dir.path().join("configs"), "1m") else {
+        eprintln!("note: no tmpfs could be mounted (not root?); the read-only path is not checked");
+        return Ok(());
+    };
+    let root = disk.0.clone();
+    let store = Store::open(&root, &dir.path().join("data"))?;
+    store.reconcile_all()?;
+    let now = "2026-11-27T00:00:00Z";
+    let kept = store.create("kept", agent_file(), now)?;
+    let file = root.join("custom").join("kept.yaml");
+    let before = fs::read_to_string(&file).map_err(|e| RegistryError::io(&file, e))?;
+    let remounted = std::process::Command::new("mount")
+        .args(["-o", "remount,ro"])
+        .arg(&root)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(remounted, "remount read-only");
+    let refusals = [
+        store.create("new-one", agent_file(), now).map(drop),
+        store
+            .update("kept", agent_file(), &kept.version, now)
+            .map(drop),
+        store.delete("kept", &kept.version).map(drop),
+    ];
+    for refused in refusals {
+        let status = tonic::Status::from(refused.expect_err("refused"));
+        assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+        assert!(
+            status
+                .message()
+                .contains("cannot write its config directory")
+                && status.message().contains("nothing was changed"),
+            "{status:?}"
+        );
+    }
+    assert_eq!(
+        fs::read_to_string(&file).map_err(|e| RegistryError::io(&file, e))?,
+        before
+    );
+    assert!(!root.join("custom").join("new-one.yaml").exists());
+    drop(store);
+    drop(disk);
+    Ok(())
+}
+
+#[test]
 fn a_profile_with_an_unknown_tool_or_a_control_character_is_skipped_and_named() -> Result<()> {
     let (_dir, store) = store_with_dev_profile()?;
     let odd = store.root().join("odd.yaml");

@@ -25,7 +25,7 @@
 use std::{
     fmt,
     net::SocketAddr,
-    path::PathBuf,
+    path::{Path, PathBuf},
     sync::Arc,
     task::{Context, Poll},
 };
@@ -99,11 +99,49 @@ impl Principal {
     }
 }
 
+/// `path` for an error message, unless it may be a key given where a path belongs (no `/` and
+/// no `.` in it): an error message is printed whole, unmasked.
+fn shown_path(path: &Path) -> String {
+    let text = path.to_string_lossy();
+    if text.contains(['/', '.']) {
+        text.into_owned()
+    } else {
+        "(not shown: with no `/` or `.` in it, it may be a key rather than a path)".to_owned()
+    }
+}
+
+/// A YAML error `message` about `input` with every quoted value taken from `input` that could
+/// be a key (as long as one) left out: serde_yaml quotes the scalar it did not expect, and a
+/// keys document's scalars are keys. A shorter one (a misspelt field, a scope) stays.
+fn without_values(message: &str, input: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(open) = rest.find(['"', '`']) {
+        let quote = rest.as_bytes()[open] as char;
+        out.push_str(&rest[..=open]);
+        let after = &rest[open + 1..];
+        let Some(close) = after.find(quote) else {
+            rest = after;
+            continue;
+        };
+        let quoted = &after[..close];
+        if quoted.chars().count() < MIN_TOKEN_CHARS || !input.contains(quoted) {
+            out.push_str(quoted);
+        } else {
+            out.push_str("<value not shown>");
+        }
+        out.push(quote);
+        rest = &after[close + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Why the keys could not be loaded, or the service must not start.
 #[derive(Debug, thiserror::Error)]
 pub enum AuthError {
     /// The keys file could not be read.
-    #[error("reading the API keys file {path}: {source}")]
+    #[error("reading the API keys file {}: {source}", shown_path(path))]
     Read {
         /// The file.
         path: PathBuf,
@@ -178,8 +216,13 @@ impl Keys {
             origin: origin.to_owned(),
             reason,
         };
-        let file: KeysFile =
-            serde_yaml::from_str(yaml).map_err(|e| invalid(format!("not a keys document: {e}")))?;
+        let file: KeysFile = serde_yaml::from_str(yaml).map_err(|e| {
+            invalid(format!(
+                "not a keys document (`keys:`, a list of `name`, `token` or `sha256`, and \
+                 `scopes`): {}",
+                without_values(&e.to_string(), yaml)
+            ))
+        })?;
         if file.keys.is_empty() {
             return Err(invalid("`keys` is empty".into()));
         }
@@ -349,7 +392,14 @@ impl AuthArgs {
             );
         }
         let keys = match (&self.api_keys_file, &self.api_keys) {
-            (Some(path), _) => {
+            (Some(path), inline) => {
+                if inline.is_some() {
+                    warn!(
+                        service,
+                        "TASKFORCE_API_KEYS (--api-keys) is set and not used: the keys file \
+                         (--api-keys-file) wins; unset one of them"
+                    );
+                }
                 let text = std::fs::read_to_string(path).map_err(|source| AuthError::Read {
                     path: path.clone(),
                     source,
@@ -756,6 +806,50 @@ keys:
                 .keys("test", &[loopback])
                 .is_ok_and(|k| k.is_none())
         );
+    }
+
+    #[test]
+    fn a_key_given_where_the_document_or_its_path_belongs_is_not_repeated_in_the_error() {
+        let key = "supersecret-token-1234567890abcdef";
+        for doc in [
+            key.to_owned(),
+            format!("keys: [{key}]"),
+            format!("keys: [{{name: ci, token: another-token-0123456789, scopes: [{key}]}}]"),
+            format!("keys: [{{name: ci, {key}: x, scopes: [read]}}]"),
+        ] {
+            let e = Keys::parse(&doc, "TASKFORCE_API_KEYS")
+                .expect_err("not keys")
+                .to_string();
+            assert!(!e.contains("supersecret"), "{e}");
+            assert!(e.contains("TASKFORCE_API_KEYS: not a keys document"), "{e}");
+        }
+        // A short name is no key: a misspelt field is named.
+        let e = Keys::parse(
+            "keys: [{name: ci, tokne: another-token-0123456789, scopes: [read]}]",
+            "test",
+        )
+        .expect_err("unknown field")
+        .to_string();
+        assert!(e.contains("`tokne`"), "{e}");
+        let read = AuthArgs {
+            api_keys_file: Some(key.into()),
+            ..AuthArgs::default()
+        }
+        .keys("test", &[([127, 0, 0, 1], 8080).into()])
+        .expect_err("no such file")
+        .to_string();
+        assert!(
+            !read.contains("supersecret") && read.contains("No such file"),
+            "{read}"
+        );
+        let read = AuthArgs {
+            api_keys_file: Some("/no/such/keys.yaml".into()),
+            ..AuthArgs::default()
+        }
+        .keys("test", &[([127, 0, 0, 1], 8080).into()])
+        .expect_err("no such file")
+        .to_string();
+        assert!(read.contains("/no/such/keys.yaml"), "{read}");
     }
 
     #[test]

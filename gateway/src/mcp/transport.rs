@@ -77,13 +77,10 @@ pub fn cors() -> tower_http::cors::CorsLayer {
         .allow_origin(tower_http::cors::AllowOrigin::mirror_request())
         // The server is stateless: POST only (rmcp answers GET and DELETE with 405).
         .allow_methods([Method::POST])
-        .allow_headers([
-            header::CONTENT_TYPE,
-            header::ACCEPT,
-            header::AUTHORIZATION,
-            header::HeaderName::from_static("mcp-protocol-version"),
-            header::HeaderName::from_static("mcp-session-id"),
-        ])
+        // Whatever a client asks to send: protocol revisions add headers (2026-07-28's
+        // `Mcp-Method`, `Mcp-Name` and `Mcp-Param-*`), and the `Origin` and key checks of the
+        // request itself decide.
+        .allow_headers(tower_http::cors::AllowHeaders::mirror_request())
         .expose_headers([header::HeaderName::from_static("mcp-protocol-version")])
         .max_age(std::time::Duration::from_secs(600))
 }
@@ -227,12 +224,44 @@ pub async fn check_message(
             ))
             .await
         }
-        Err(rejection) => axum::response::IntoResponse::into_response((
-            rejection.status,
-            axum::Json(rejection.answer()),
-        )),
+        Err(rejection) => {
+            // rmcp's own checks of the request (`Origin`, `Host`, `Accept`, the protocol
+            // version) come first, as for a message it reads: asked with a `ping` of the same
+            // headers, which changes nothing. A page of a refused origin gets its 403, not an
+            // answer that tells it a gateway is there.
+            let mut probe = axum::extract::Request::new(axum::body::Body::from(PROBE));
+            *probe.method_mut() = parts.method.clone();
+            *probe.uri_mut() = parts.uri.clone();
+            *probe.version_mut() = parts.version;
+            let headers = probe.headers_mut();
+            *headers = parts.headers.clone();
+            headers.remove(http::header::CONTENT_LENGTH);
+            // Headers that name the message (2026-07-28's) name the probe's.
+            let named: Vec<_> = headers
+                .keys()
+                .filter(|h| h.as_str() == "mcp-name" || h.as_str().starts_with("mcp-param-"))
+                .cloned()
+                .collect();
+            for header in named {
+                headers.remove(header);
+            }
+            if headers.contains_key("mcp-method") {
+                headers.insert("mcp-method", http::HeaderValue::from_static("ping"));
+            }
+            let refused = next.run(probe).await;
+            if refused.status().is_client_error() {
+                return refused;
+            }
+            axum::response::IntoResponse::into_response((
+                rejection.status,
+                axum::Json(rejection.answer()),
+            ))
+        }
     }
 }
+
+/// The message that asks rmcp whether it would take a request's headers ([`check_message`]).
+const PROBE: &str = r#"{"jsonrpc":"2.0","id":0,"method":"ping"}"#;
 
 /// What is wrong with `message` as one JSON-RPC 2.0 message for the MCP server, on `/mcp` (a
 /// request body) and on stdio (a line):
@@ -336,12 +365,19 @@ pub fn check(message: &[u8]) -> Result<(), Rejection> {
             Err(Some(problem)) => problem,
         },
     };
+    let notification = !object.contains_key("id");
     Err(Rejection {
-        status: http::StatusCode::OK,
+        // A request's error is its answer (200); a notification has none, so the POST that
+        // carried one it cannot take fails (MCP's transport: an HTTP error status).
+        status: if notification {
+            http::StatusCode::BAD_REQUEST
+        } else {
+            http::StatusCode::OK
+        },
         id: answer_id,
         code: INVALID_PARAMS,
         message: format!("invalid params: {problem}"),
-        notification: !object.contains_key("id"),
+        notification,
     })
 }
 

@@ -276,13 +276,19 @@ async fn http_transport_enforces_origin_host_and_protocol_rules() {
         ok.header("access-control-allow-origin").as_deref(),
         Some("http://localhost:5173")
     );
-    let preflight =
-        crate::helpers::mcp_preflight(&stack, "content-type, mcp-protocol-version").await;
+    // Also the headers of later protocol revisions (2026-07-28's `Mcp-Method`, `Mcp-Name`).
+    let preflight = crate::helpers::mcp_preflight(
+        &stack,
+        "content-type, mcp-protocol-version, mcp-method, mcp-name",
+    )
+    .await;
     assert_eq!(preflight.status, 200, "{}", preflight.text);
     let allowed = preflight
         .header("access-control-allow-headers")
         .unwrap_or_default();
-    assert!(allowed.contains("mcp-protocol-version"), "{allowed}");
+    for header in ["mcp-protocol-version", "mcp-method", "mcp-name"] {
+        assert!(allowed.contains(header), "{header} in {allowed}");
+    }
     assert!(
         ok.header("access-control-expose-headers")
             .is_some_and(|h| h.contains("mcp-protocol-version")),
@@ -484,4 +490,22 @@ async fn malformed_messages_get_json_rpc_errors() {
     )
     .await;
     assert_eq!(plain.status, 415, "{}", plain.text);
+    // A notification it cannot take has no answer to carry the error: the POST fails.
+    let note = raw_text_post(
+        &stack,
+        &[version],
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized","params":[]}"#,
+    )
+    .await;
+    assert_eq!(note.status, 400, "{}", note.text);
+    // The request's own checks come first: a refused origin gets its 403 whatever the body.
+    for body in [
+        "{not json",
+        r#"{"jsonrpc":"2.0","id":4,"method":"tools/call"}"#,
+    ] {
+        let refused =
+            raw_text_post(&stack, &[version, ("Origin", "http://evil.example")], body).await;
+        assert_eq!(refused.status, 403, "{body}: {}", refused.text);
+        assert_eq!(refused.body["error"], "permission_denied", "{body}");
+    }
 }

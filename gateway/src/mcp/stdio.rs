@@ -71,8 +71,13 @@ pub async fn serve_stdio(config: Config, shutdown: CancellationToken) -> Result<
             .await
             .map(|reason| info!(reason = ?reason, "mcp stdio session ended"))
             .map_err(|e| GatewayError::Mcp(e.to_string())),
-        // A signal before the client initialised is an ordinary stop.
+        // A signal before the client initialised is an ordinary stop, and so is a client that
+        // closed stdin without initialising (it gave up, or only asked `server/discover`).
         Err(_) if shutdown.is_cancelled() => Ok(()),
+        Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => {
+            info!("stdin closed before the client initialised; the mcp stdio session ended");
+            Ok(())
+        }
         Err(e) => Err(GatewayError::Mcp(e.to_string())),
     };
     // rmcp has dropped the transport and with it every sender: the writer ends once the lines

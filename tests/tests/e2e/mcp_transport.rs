@@ -176,6 +176,10 @@ async fn stdio_mode_keeps_stdout_for_the_protocol() {
         "{listed}"
     );
     assert!(!logs.is_empty(), "logs go to stderr");
+    // A client that closes stdin without initialising (it gave up) ends it as cleanly.
+    let (rest, status, logs) = StdioGateway::start(&stack).close().await;
+    assert!(status.success(), "{status}: {logs}");
+    assert_eq!(rest, Vec::<String>::new());
 }
 
 /// A message that is not a valid JSON-RPC request gets the same answer over stdio as over

@@ -249,6 +249,8 @@ impl GlobalServers {
             .servers
             .iter()
             .map(|(name, entry)| {
+                // Down (0) until its first connection: an alert on it fires while it starts.
+                crate::metrics::mcp_server(name, false, 0);
                 let supervised = Supervised {
                     name: name.clone(),
                     server: pool.pinned(name, &entry.config(), entry.strict_read_only),
@@ -481,6 +483,12 @@ mod tests {
         };
         let pool = McpPool::new(super::super::mcp::McpTimeouts::default());
         let global = Arc::new(GlobalServers::new(&settings, &pool));
+        // Down in the metrics from the start, before its first attempt.
+        assert!(
+            crate::metrics::render().contains("taskforce_mcp_server_up{server=\"broken\"} 0"),
+            "{}",
+            crate::metrics::render()
+        );
         let stop = CancellationToken::new();
         let task = tokio::spawn(Arc::clone(&global).supervise(stop.clone()));
         let mut health = global.health();

@@ -303,7 +303,7 @@ async fn host_guard(
     if host.trim().is_empty() || host_allowed(host, &allowed) {
         return next.run(request).await;
     }
-    RestError::new(
+    let mut refusal = RestError::new(
         ErrorKind::PermissionDenied,
         format!(
             "`Host: {host}` is not a name this gateway answers without API keys (it listens on \
@@ -312,7 +312,9 @@ async fn host_guard(
             allowed.join(", ")
         ),
     )
-    .into_response()
+    .into_response();
+    taskforce_runtime::auth::close_unread(&request, &mut refusal);
+    refusal
 }
 
 /// Whether `host` (a `Host` value) is one of `allowed`, each a name with or without a port

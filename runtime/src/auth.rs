@@ -657,6 +657,23 @@ impl<S, B> Layer<S> for AuthLayer<B> {
     }
 }
 
+/// Marks `refusal`, answered before `req`'s body was read, `Connection: close` when `req` is
+/// an HTTP/1 request with a body: hyper then closes the connection, and a client that keeps
+/// connections would otherwise send its next request into it.
+pub fn close_unread<B, R>(req: &Request<B>, refusal: &mut Response<R>) {
+    let headers = req.headers();
+    let unread = req.version() < http::Version::HTTP_2
+        && (headers.contains_key(http::header::TRANSFER_ENCODING)
+            || headers
+                .get(http::header::CONTENT_LENGTH)
+                .is_some_and(|n| n.as_bytes() != b"0"));
+    if unread {
+        refusal
+            .headers_mut()
+            .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+    }
+}
+
 /// The service of [`AuthLayer`].
 pub struct Auth<S, B> {
     inner: S,
@@ -698,7 +715,9 @@ where
             }
             Err(denied) => {
                 tracing::debug!(path = %req.uri().path(), reason = %denied.message(), "call refused");
-                Either::Left(ready(Ok((self.layer.reject)(&denied))))
+                let mut refusal = (self.layer.reject)(&denied);
+                close_unread(&req, &mut refusal);
+                Either::Left(ready(Ok(refusal)))
             }
         }
     }

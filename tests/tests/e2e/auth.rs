@@ -84,6 +84,18 @@ async fn rest_needs_a_key_with_the_routes_scope_and_public_routes_stay_open() {
         "{:?}",
         r.header("www-authenticate")
     );
+    assert_eq!(r.header("connection"), None, "no body left unread");
+    // Refused before its body was read, an HTTP/1 request's connection closes: said so, so a
+    // client keeping connections does not send its next request into it.
+    let r = send(
+        stack
+            .http()
+            .post(stack.url("/api/v1/agents"))
+            .json(&serde_json::json!({"agent_id": "refused"})),
+    )
+    .await;
+    r.assert_error(401, "unauthenticated");
+    assert_eq!(r.header("connection").as_deref(), Some("close"));
 
     // Health, readiness, metrics and the OpenAPI document need nothing.
     for path in ["/healthz", "/readyz", "/openapi.json", "/metrics"] {

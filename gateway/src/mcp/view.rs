@@ -18,6 +18,12 @@ use crate::{
     model::status_name,
 };
 
+/// The schema of a count: a non-negative integer, without the `"format": "uint"` schemars
+/// gives `usize` (no JSON Schema format; clients that validate warn about it).
+fn count_schema(_: &mut rmcp::schemars::SchemaGenerator) -> rmcp::schemars::Schema {
+    rmcp::schemars::json_schema!({"type": "integer", "minimum": 0})
+}
+
 /// The status names `status_filter` accepts, as `status` spells them.
 pub const STATUS_NAMES: [&str; 2] = ["idle", "busy"];
 
@@ -77,6 +83,7 @@ pub struct AgentDetail {
     /// RFC 3339; the file's time for a profile, or a hand-written file without a valid one.
     pub updated_at: String,
     /// Number of metadata fields.
+    #[schemars(schema_with = "count_schema")]
     pub metadata_count: usize,
     /// Every field with its value, error and schema.
     pub metadata: MetadataMap,
@@ -89,6 +96,7 @@ pub struct ListAgentsOutput {
     /// Profile agents first, then custom agents, each ordered by name.
     pub agents: Vec<AgentSummary>,
     /// Number of agents returned (after the filters).
+    #[schemars(schema_with = "count_schema")]
     pub total_count: usize,
 }
 
@@ -111,6 +119,7 @@ pub struct AgentSummary {
     /// RFC 3339; the file's time for a profile, or a hand-written file without a valid one.
     pub created_at: String,
     /// Number of metadata fields (all of them, not only those shown here).
+    #[schemars(schema_with = "count_schema")]
     pub metadata_count: usize,
     /// Values only, of the fields marked `include_in_list`.
     pub metadata: BTreeMap<String, Value>,

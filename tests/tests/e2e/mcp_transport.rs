@@ -305,6 +305,8 @@ async fn http_transport_enforces_origin_host_and_protocol_rules() {
         "{}",
         ok.text
     );
+    // Counts are plain non-negative integers: no format JSON Schema does not know.
+    assert!(!ok.text.contains("\"uint"), "{}", ok.text);
     // The input schemas say the limits the server enforces.
     let schema = |tool: &str| {
         ok.body["result"]["tools"]

@@ -580,8 +580,17 @@ pub(super) fn served_created_at(
         .unwrap_or_else(|| files::times(path).0)
 }
 
+/// Whether `t` is an RFC 3339 time as clients read one: `T` and `Z` in upper case, as the
+/// registry writes them, no leap second, a year from 1. chrono also takes a lower-case `t` or
+/// `z`, a space, `:60` and year 0, which Python's and JavaScript's parsers refuse.
 fn is_rfc3339(t: &str) -> bool {
-    chrono::DateTime::parse_from_rfc3339(t).is_ok()
+    use chrono::Datelike as _;
+    chrono::DateTime::parse_from_rfc3339(t).is_ok_and(|time| {
+        t.as_bytes().get(10) == Some(&b'T')
+            && !t.contains('z')
+            && time.timestamp_subsec_nanos() < 1_000_000_000
+            && time.year() >= 1
+    })
 }
 
 fn is_not_profile(path: &Path) -> bool {

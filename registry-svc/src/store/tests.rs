@@ -148,8 +148,20 @@ fn hand_written_times_that_are_missing_or_not_rfc3339_are_served_as_the_files_ti
     fs::write(custom.join("timeless.yaml"), body).map_err(|e| RegistryError::io(&custom, e))?;
     let odd = format!("{body}created_at: yesterday\nupdated_at: '2026-11-20T08:00:00Z'\n");
     fs::write(custom.join("odd.yaml"), &odd).map_err(|e| RegistryError::io(&custom, e))?;
+    // Times chrono reads but clients do not (Python's `fromisoformat`, JavaScript's `Date`).
+    let unreadable = [
+        "2026-11-22t09:00:00z",
+        "2026-11-22 09:00:00Z",
+        "2026-11-22T09:00:60Z",
+        "0000-01-01T00:00:00Z",
+    ];
+    for (n, time) in unreadable.iter().enumerate() {
+        let text = format!("{body}created_at: '{time}'\nupdated_at: '{time}'\n");
+        fs::write(custom.join(format!("unreadable-{n}.yaml")), text)
+            .map_err(|e| RegistryError::io(&custom, e))?;
+    }
     let store = Store::open(&root, &dir.path().join("data"))?;
-    assert_eq!(store.reconcile_all()?.updated, 2);
+    assert_eq!(store.reconcile_all()?.updated, 2 + unreadable.len());
     let times = |id: &str| -> Result<(String, String)> {
         let Some(v1::agent::Kind::Custom(c)) = store.get(id)?.kind else {
             panic!("{id} is a custom agent");
@@ -159,6 +171,11 @@ fn hand_written_times_that_are_missing_or_not_rfc3339_are_served_as_the_files_ti
     let (file_created, file_modified) = files::times(&custom.join("timeless.yaml"));
     assert!(file_created.ends_with('Z'), "{file_created}");
     assert_eq!(times("timeless")?, (file_created, file_modified));
+    for (n, time) in unreadable.iter().enumerate() {
+        let id = format!("unreadable-{n}");
+        let (file_created, file_modified) = files::times(&custom.join(format!("{id}.yaml")));
+        assert_eq!(times(&id)?, (file_created, file_modified), "{time}");
+    }
     let (created, updated) = times("odd")?;
     assert_eq!(updated, "2026-11-20T08:00:00Z", "a valid time is kept");
     assert!(

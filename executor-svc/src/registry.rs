@@ -232,6 +232,8 @@ impl Registry {
     /// and clears the cache whenever the stream is lost.
     pub async fn watch(self, shutdown: CancellationToken) {
         let mut backoff = Duration::from_millis(250);
+        // Said once per streak of refusals: a setting to fix, found at start, not at a run.
+        let mut refusal_said = false;
         loop {
             let mut client = self.inner.client.clone();
             let call = tokio::time::timeout(
@@ -247,6 +249,7 @@ impl Registry {
             };
             match stream {
                 Ok(Ok(response)) => {
+                    refusal_said = false;
                     let mut stream = response.into_inner();
                     self.inner.watching.store(true, Ordering::Release);
                     backoff = Duration::from_millis(250);
@@ -269,6 +272,16 @@ impl Registry {
                         }
                     }
                     info!(url = %self.inner.url, "lost the registry watch stream; reconnecting");
+                }
+                Ok(Err(status))
+                    if matches!(
+                        status.code(),
+                        Code::Unauthenticated | Code::PermissionDenied
+                    ) =>
+                {
+                    if !std::mem::replace(&mut refusal_said, true) {
+                        tracing::error!(registry = %self.inner.url, error = %status.message(), "the registry refuses this executor's service token: runs will fail until TASKFORCE_SERVICE_TOKEN holds a registry key with the `read` and `execute` scopes (or `admin`)");
+                    }
                 }
                 Ok(Err(status)) => debug!(error = %status.message(), "registry watch refused"),
                 Err(_) => debug!("registry watch did not connect in time"),

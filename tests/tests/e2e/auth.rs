@@ -728,6 +728,21 @@ async fn an_executor_whose_token_the_registry_refuses_says_so() {
         "{refused:?}"
     );
     assert!(!refused.message().contains(WRITER), "{refused:?}");
+    // And its log says it once, from the start (its watch of the registry was refused), not
+    // at every retry.
+    let said = "runs will fail until TASKFORCE_SERVICE_TOKEN";
+    let log = || std::fs::read_to_string(stack.executor_log()).unwrap_or_default();
+    let seen = taskforce_tests::eventually(
+        std::time::Duration::from_secs(10),
+        std::time::Duration::from_millis(100),
+        || async { log().contains(said).then_some(()) },
+    )
+    .await;
+    assert!(seen.is_some(), "{}", log());
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let log = log();
+    assert_eq!(log.matches(said).count(), 1, "{log}");
+    assert!(!log.contains(WRITER));
 }
 
 /// A gateway whose service token is a read-only key serves reads and says at start that

@@ -225,10 +225,10 @@ pub async fn check_message(
             .await
         }
         Err(rejection) => {
-            // rmcp's own checks of the request (`Origin`, `Host`, `Accept`, the protocol
-            // version) come first, as for a message it reads: asked with a `ping` of the same
-            // headers, which changes nothing. A page of a refused origin gets its 403, not an
-            // answer that tells it a gateway is there.
+            // rmcp's refusals of the request's `Origin` and `Host` come first, as for a message
+            // it reads: asked with a `ping` of the same headers, which changes nothing. A page
+            // of a refused origin gets its 403, not an answer that tells it a gateway is there.
+            // (Only those: a protocol revision may want more of a request than a ping has.)
             let mut probe = axum::extract::Request::new(axum::body::Body::from(PROBE));
             *probe.method_mut() = parts.method.clone();
             *probe.uri_mut() = parts.uri.clone();
@@ -249,7 +249,7 @@ pub async fn check_message(
                 headers.insert("mcp-method", http::HeaderValue::from_static("ping"));
             }
             let refused = next.run(probe).await;
-            if refused.status().is_client_error() {
+            if refused.status() == http::StatusCode::FORBIDDEN {
                 return refused;
             }
             axum::response::IntoResponse::into_response((

@@ -504,6 +504,27 @@ async fn malformed_messages_get_json_rpc_errors() {
     )
     .await;
     assert_eq!(note.status, 400, "{}", note.text);
+    // Under a revision that wants more of every request (2026-07-28), a malformed message
+    // still gets its own JSON-RPC error.
+    let later = raw_text_post(
+        &stack,
+        &[
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", "tools/call"),
+        ],
+        "{not json",
+    )
+    .await;
+    assert_eq!(
+        (
+            later.status.as_u16(),
+            &later.body["error"]["code"],
+            &later.body["id"]
+        ),
+        (400, &json!(-32700), &Value::Null),
+        "{}",
+        later.text
+    );
     // The request's own checks come first: a refused origin gets its 403 whatever the body.
     for body in [
         "{not json",

@@ -888,13 +888,20 @@ impl SessionStore {
     /// says so (not the last state that reached the disk) for as long as this process runs.
     /// Only runs that were live when the store failed get here: it then takes no new ones.
     pub fn keep_unsaved(&self, session: &Session) {
-        // Changed now, and listed as it is read (the index's status and time are these).
-        let mut session = session.clone();
-        let now = chrono::Utc::now().timestamp_millis();
-        session.updated_at = index::rfc3339(now);
-        session.index_in(&self.index, now);
         if let Ok(mut unsaved) = self.unsaved.lock() {
-            unsaved.insert(session.id.clone(), session);
+            unsaved.insert(session.id.clone(), session.clone());
+        }
+        // Listed as it is read, in its place (a delete takes it out as the stored one).
+        self.index
+            .set_status(&session.id, session.status.to_proto());
+    }
+
+    /// Forgets how an unstored run of `id` ended: the session was stored again, or deleted.
+    fn forget_unsaved(&self, id: &str) {
+        if let Ok(mut unsaved) = self.unsaved.lock()
+            && !unsaved.is_empty()
+        {
+            unsaved.remove(id);
         }
     }
 
@@ -958,6 +965,7 @@ impl SessionStore {
         if durable {
             self.make_durable(&session.id).await?;
         }
+        self.forget_unsaved(&session.id);
         Ok(())
     }
 
@@ -1048,6 +1056,7 @@ impl SessionStore {
     }
 
     async fn delete_inner(&self, id: &str) -> Result<bool, ExecutorError> {
+        self.forget_unsaved(id);
         let Some(old) = self.sessions.remove(id.as_bytes())? else {
             return Ok(false);
         };
@@ -1090,14 +1099,17 @@ impl SessionStore {
             _ => String::new(),
         };
         let mut sessions = Vec::with_capacity(places.len());
+        // Runs' ends that could not be stored (none, but after a failing disk), listed as they
+        // are read (`get`).
+        let unsaved = self
+            .unsaved
+            .lock()
+            .ok()
+            .filter(|u| !u.is_empty())
+            .map(|u| u.clone())
+            .unwrap_or_default();
         for (_, id) in &places {
-            // A run's end that could not be stored is listed as it is read (`get`).
-            let unsaved = self
-                .unsaved
-                .lock()
-                .ok()
-                .and_then(|u| u.get(&**id).map(serde_json::to_vec));
-            let value = match unsaved {
+            let value = match unsaved.get(&**id).map(serde_json::to_vec) {
                 Some(json) => sled::IVec::from(json?),
                 // Gone since (expired, trimmed): not listed. Unreadable: said, not listed.
                 None => match self.sessions.get(id.as_bytes())? {

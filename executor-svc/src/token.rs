@@ -90,6 +90,10 @@ impl TokenKey {
         } else {
             file.persist_noclobber(path).map_err(|e| config(e.error))?;
         }
+        // The name too: a key lost in a power cut would void every stored token.
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(config)?;
         Ok(Self(key))
     }
 

@@ -181,7 +181,11 @@ pub async fn per_key(State(state): State<AppState>, req: Request, next: Next) ->
     let permit = match state.runs_per_key.try_acquire(&key) {
         Ok(Some(permit)) => permit,
         Ok(None) => return next.run(req).await,
-        Err(refused) => return refused.into_response(),
+        Err(refused) => {
+            let mut refusal = refused.into_response();
+            taskforce_runtime::auth::close_unread(&req, &mut refusal);
+            return refusal;
+        }
     };
     next.run(req).await.map(|body| {
         Body::from_stream(body.into_data_stream().map(move |chunk| {

@@ -68,12 +68,12 @@ impl From<RegistryError> for Status {
                     std::io::ErrorKind::ReadOnlyFilesystem | std::io::ErrorKind::PermissionDenied
                 ) =>
             {
-                tracing::error!(error = %e, "a write failed: the config directory is not writable");
+                tracing::error!(error = %e, "the config directory refused the registry");
                 ApiError::new(
                     ErrorKind::Unavailable,
                     format!(
-                        "the registry cannot write its config directory ({source}); nothing was \
-                         changed. Make it writable by the registry (or edit the files where \
+                        "the registry may not use its config directory ({source}); nothing was \
+                         changed. Let the registry read and write it (or edit the files where \
                          they are kept, as in git)"
                     ),
                 )

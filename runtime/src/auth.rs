@@ -99,14 +99,18 @@ impl Principal {
     }
 }
 
-/// `path` for an error message, unless it may be a key given where a path belongs (no `/` and
-/// no `.` in it): an error message is printed whole, unmasked.
+/// `path` for an error message when it names a YAML file (`.yaml`, `.yml`), else not: it may be
+/// a key given where a path belongs (a base64 key holds `/`, a JWT `.`), and an error message
+/// is printed whole, unmasked.
 fn shown_path(path: &Path) -> String {
-    let text = path.to_string_lossy();
-    if text.contains(['/', '.']) {
-        text.into_owned()
+    let yaml = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("yaml") || e.eq_ignore_ascii_case("yml"));
+    if yaml {
+        path.to_string_lossy().into_owned()
     } else {
-        "(not shown: with no `/` or `.` in it, it may be a key rather than a path)".to_owned()
+        "(not shown: a name not ending in .yaml or .yml may be a key rather than a path)".to_owned()
     }
 }
 
@@ -850,17 +854,23 @@ keys:
         .expect_err("unknown field")
         .to_string();
         assert!(e.contains("`tokne`"), "{e}");
-        let read = AuthArgs {
-            api_keys_file: Some(key.into()),
-            ..AuthArgs::default()
+        for key in [
+            key,
+            "ab/cd+ef/0123456789ghij",
+            "eyJhbGciOi.eyJzdWIiOi.c2lnbmF0dXJl",
+        ] {
+            let read = AuthArgs {
+                api_keys_file: Some(key.into()),
+                ..AuthArgs::default()
+            }
+            .keys("test", &[([127, 0, 0, 1], 8080).into()])
+            .expect_err("no such file")
+            .to_string();
+            assert!(
+                !read.contains(key) && read.contains("No such file"),
+                "{read}"
+            );
         }
-        .keys("test", &[([127, 0, 0, 1], 8080).into()])
-        .expect_err("no such file")
-        .to_string();
-        assert!(
-            !read.contains("supersecret") && read.contains("No such file"),
-            "{read}"
-        );
         let read = AuthArgs {
             api_keys_file: Some("/no/such/keys.yaml".into()),
             ..AuthArgs::default()

@@ -82,6 +82,14 @@ impl SessionIndex {
         inner.by_id.insert(key, entry);
     }
 
+    /// Sets the status session `id` is listed with, keeping its place (a run's end that could
+    /// not be stored: listed as it reads, and removed as the stored session is).
+    pub fn set_status(&self, id: &str, status: v1::RunStatus) {
+        if let Some(entry) = self.lock().by_id.get_mut(id) {
+            entry.status = status;
+        }
+    }
+
     /// Takes session `id` out, if the index holds it as of `updated_ms` (a save after the
     /// deletion put a later change in, which stays).
     pub fn remove(&self, id: &str, updated_ms: i64) {

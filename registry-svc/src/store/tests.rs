@@ -1244,7 +1244,7 @@ fn a_read_only_config_directory_refuses_writes_saying_so_and_changes_nothing() -
         assert!(
             status
                 .message()
-                .contains("cannot write its config directory")
+                .contains("may not use its config directory")
                 && status.message().contains("nothing was changed"),
             "{status:?}"
         );

@@ -238,8 +238,10 @@ fn not_a_file(given: &str) -> ToolOutcome {
 /// Writes `content` as the file `real` (inside `root`) in one step: into a new file in the
 /// same directory, then renamed over it, so a write that fails (a full disk) leaves the old
 /// content whole rather than cut. Everything goes through the directory opened beneath `root`,
-/// so a directory swapped meanwhile (by a program of the agent's) cannot send it elsewhere. The
-/// file keeps its permissions. `Some` outcome when `real` is there and no regular file.
+/// so a directory swapped meanwhile (by a program of the agent's) cannot send it elsewhere. An
+/// existing file keeps its permissions (set-id bits aside), a new one gets 0644 less the umask.
+/// A file this process may not write is refused as before, and one in a directory it may not
+/// add to is written in place. `Some` outcome when `real` is there and no regular file.
 fn replace(
     root: &std::path::Path,
     real: &std::path::Path,
@@ -250,7 +252,7 @@ fn replace(
         errno::Errno,
         fcntl::{AtFlags, OFlag, openat, renameat},
         sys::stat::{Mode, SFlag, fchmod, fstatat},
-        unistd::{UnlinkatFlags, unlinkat},
+        unistd::{AccessFlags, UnlinkatFlags, faccessat, unlinkat},
     };
     const TOOL: &str = "file_write";
     let io = |e: Errno| failed(TOOL, format!("{given}: {}", std::io::Error::from(e)));
@@ -264,12 +266,13 @@ fn replace(
         given,
         OFlag::O_DIRECTORY | OFlag::O_RDONLY,
     )?;
-    let mode = match fstatat(&dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+    let kept = match fstatat(&dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
         Ok(stat) if SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG => {
-            Mode::from_bits_truncate(stat.st_mode & 0o7777)
+            faccessat(&dir, name, AccessFlags::W_OK, AtFlags::AT_SYMLINK_NOFOLLOW).map_err(io)?;
+            Some(Mode::from_bits_truncate(stat.st_mode & 0o777))
         }
         Ok(_) => return Ok(Some(not_a_file(given))),
-        Err(Errno::ENOENT) => Mode::from_bits_truncate(0o644),
+        Err(Errno::ENOENT) => None,
         Err(e) => return Err(io(e)),
     };
     let temp = format!(".tf-write-{}", uuid::Uuid::new_v4().simple());
@@ -277,27 +280,18 @@ fn replace(
         &dir,
         temp.as_str(),
         OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        mode,
+        Mode::from_bits_truncate(0o644),
     ) {
         Ok(fd) => fd,
         // A writable file in a directory this process may not add to: written in place.
         Err(Errno::EACCES | Errno::EPERM) => {
-            let mut file = workspace::open_beneath(
-                TOOL,
-                root,
-                real,
-                given,
-                OFlag::O_WRONLY | OFlag::O_NONBLOCK | OFlag::O_TRUNC,
-            )?;
-            file.write_all(content)
-                .and_then(|()| file.flush())
-                .map_err(|e| failed(TOOL, format!("{given}: {e}")))?;
-            return Ok(None);
+            return write_in_place(root, real, given, content, OFlag::O_TRUNC);
         }
         Err(e) => return Err(io(e)),
     };
     let mut file = std::fs::File::from(fd);
-    let written = fchmod(&file, mode)
+    let written = kept
+        .map_or(Ok(()), |mode| fchmod(&file, mode))
         .map_err(std::io::Error::from)
         .and_then(|()| file.write_all(content))
         .and_then(|()| file.flush())
@@ -316,6 +310,40 @@ fn replace(
     Ok(None)
 }
 
+/// Writes `content` into the file `real` (inside `root`) as it is opened with `mode`
+/// (`O_APPEND`, or `O_TRUNC`), creating it when missing. Non-blocking, and checked through the
+/// open file: a named pipe swapped in after `resolve_for_write` (by a program of the agent's)
+/// would otherwise hold this thread, and the workspace's write turn, until a reader came.
+/// `Some` outcome when it is no regular file.
+fn write_in_place(
+    root: &std::path::Path,
+    real: &std::path::Path,
+    given: &str,
+    content: &[u8],
+    mode: nix::fcntl::OFlag,
+) -> Result<Option<ToolOutcome>, ToolError> {
+    use nix::fcntl::OFlag;
+    const TOOL: &str = "file_write";
+    let mut file = workspace::open_beneath(
+        TOOL,
+        root,
+        real,
+        given,
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_NONBLOCK | mode,
+    )?;
+    if !file
+        .metadata()
+        .map_err(|e| failed(TOOL, format!("{given}: {e}")))?
+        .is_file()
+    {
+        return Ok(Some(not_a_file(given)));
+    }
+    file.write_all(content)
+        .and_then(|()| file.flush())
+        .map_err(|e| failed(TOOL, format!("{given}: {e}")))?;
+    Ok(None)
+}
+
 /// The whole write, blocking: resolve inside the workspace (creating directories), write.
 fn write(workspace: &Workspace, args: &WriteArgs) -> Result<ToolOutcome, ToolError> {
     const TOOL: &str = "file_write";
@@ -323,29 +351,18 @@ fn write(workspace: &Workspace, args: &WriteArgs) -> Result<ToolOutcome, ToolErr
     let root = workspace::root_blocking(TOOL, workspace)?;
     let candidate = workspace::lexical(TOOL, workspace, &root, given)?;
     let real = workspace::resolve_for_write(TOOL, &root, &candidate, given)?;
-    if args.append {
-        use nix::fcntl::OFlag;
-        // Non-blocking, and checked through the open file: a named pipe swapped in after
-        // `resolve_for_write` (by a program of the agent's) would otherwise hold this thread,
-        // and the workspace's write turn, until a reader came.
-        let mut file = workspace::open_beneath(
-            TOOL,
+    let refused = if args.append {
+        write_in_place(
             &root,
             &real,
             given,
-            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_NONBLOCK | OFlag::O_APPEND,
-        )?;
-        if !file
-            .metadata()
-            .map_err(|e| failed(TOOL, format!("{given}: {e}")))?
-            .is_file()
-        {
-            return Ok(not_a_file(given));
-        }
-        file.write_all(args.content.as_bytes())
-            .and_then(|()| file.flush())
-            .map_err(|e| failed(TOOL, format!("{given}: {e}")))?;
-    } else if let Some(refused) = replace(&root, &real, given, args.content.as_bytes())? {
+            args.content.as_bytes(),
+            nix::fcntl::OFlag::O_APPEND,
+        )?
+    } else {
+        replace(&root, &real, given, args.content.as_bytes())?
+    };
+    if let Some(refused) = refused {
         return Ok(refused);
     }
     let n = args.content.len();

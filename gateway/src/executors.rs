@@ -138,6 +138,10 @@ const START_TIMEOUT: Duration = Duration::from_secs(5);
 /// that does not is passed over.
 const ALIVE_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Most client-chosen session ids [`Executors::locate`] remembers on another executor than
+/// they hash to (past it, it forgets them all and finds each again on its next call).
+const MOVED_KEPT: usize = 4096;
+
 /// How long an executor that could not take a new run is asked only after the others.
 const SUSPECT_FOR: Duration = Duration::from_secs(30);
 
@@ -154,6 +158,9 @@ pub struct Started<'a> {
 #[derive(Clone)]
 pub struct Executors {
     replicas: Arc<[Replica]>,
+    /// Client-chosen session ids found on another executor than they hash to (see
+    /// [`Executors::locate`]), so their later calls ask no one; at most [`MOVED_KEPT`].
+    moved: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
     next: Arc<AtomicUsize>,
     /// Per replica, until when (ms after `epoch`) new runs try it last: it could not take one.
     suspect_until: Arc<[AtomicU64]>,
@@ -212,6 +219,7 @@ impl Executors {
             });
         }
         Ok(Self {
+            moved: Arc::default(),
             suspect_until: replicas.iter().map(|_| AtomicU64::new(0)).collect(),
             replicas: replicas.into(),
             next: Arc::new(AtomicUsize::new(0)),
@@ -241,33 +249,56 @@ impl Executors {
     /// executor: that one ([`Executors::owner`]), with no call. A client's own id with several
     /// executors: the one rendezvous hashing picks when it holds the session (or cannot say:
     /// down); else the first other one that holds it, all asked at once within
-    /// [`ALIVE_TIMEOUT`], since a change in the list of names (an executor added or removed)
-    /// moves about 1/N of such ids and their sessions stay where they were; else the hashed
-    /// one, where a run naming the id starts it. Without the search a moved chat thread would
+    /// [`ALIVE_TIMEOUT`] (but those that could not take a run lately), since a change in the
+    /// list of names (an executor added or removed) moves about 1/N of such ids and their
+    /// sessions stay where they were, and remembered, so its later calls ask no one; else the
+    /// hashed one, where a run naming the id starts it. Without the search a moved chat thread would
     /// go on as a new conversation, its memory on the other executor.
     pub async fn locate(&self, id: &str) -> Result<&Replica, RestError> {
         let index = self.owner_index(id)?;
         let hashed = &self.replicas[index];
         let named =
             ids::session_owner(id).is_some_and(|owner| hashed.name.as_deref() == Some(owner));
-        if self.replicas.len() == 1 || named || holds(hashed, id).await != Some(false) {
+        if self.replicas.len() == 1 || named {
             return Ok(hashed);
         }
+        let moved = |found: Option<usize>| {
+            let mut moved = self.moved.lock().ok()?;
+            match found {
+                Some(i) => {
+                    if moved.len() >= MOVED_KEPT {
+                        moved.clear();
+                    }
+                    moved.insert(id.to_owned(), i)
+                }
+                None => moved.get(id).copied(),
+            }
+        };
+        if let Some(i) = moved(None) {
+            return Ok(&self.replicas[i]);
+        }
+        if holds(hashed, id).await != Some(false) {
+            return Ok(hashed);
+        }
+        // Those that could not take a run lately are not waited on.
+        let now = self.now_ms();
         let others = self
             .replicas
             .iter()
             .enumerate()
-            .filter(|&(i, _)| i != index)
-            .map(|(_, r)| async move { (holds(r, id).await == Some(true)).then_some(r) });
+            .filter(|&(i, _)| i != index && self.suspect_until[i].load(Ordering::Relaxed) <= now)
+            .map(|(i, r)| async move { (holds(r, id).await == Some(true)).then_some(i) });
         let found = futures::future::join_all(others)
             .await
             .into_iter()
             .flatten()
             .next();
-        if let Some(r) = found {
-            tracing::info!(session_id = %id, executor = r.name.as_deref().unwrap_or_default(), hashed = hashed.name.as_deref().unwrap_or_default(), "session found on another executor than its id hashes to (the list of executors changed)");
-        }
-        Ok(found.unwrap_or(hashed))
+        let Some(i) = found else {
+            return Ok(hashed);
+        };
+        tracing::info!(session_id = %id, executor = self.replicas[i].name.as_deref().unwrap_or_default(), hashed = hashed.name.as_deref().unwrap_or_default(), "session found on another executor than its id hashes to (the list of executors changed)");
+        moved(Some(i));
+        Ok(&self.replicas[i])
     }
 
     /// Starts `request`'s run and returns its event stream. A request naming a session goes to

@@ -225,29 +225,17 @@ pub async fn check_message(
             .await
         }
         Err(rejection) => {
-            // rmcp's refusals of the request's `Origin` and `Host` come first, as for a message
-            // it reads: asked with a `ping` of the same headers, which changes nothing. A page
-            // of a refused origin gets its 403, not an answer that tells it a gateway is there.
-            // (Only those: a protocol revision may want more of a request than a ping has.)
+            // rmcp's refusals of the request's `Host` and `Origin` (its first check, before it
+            // reads anything else) come first, as for a message it reads: asked with a `ping`
+            // of the same headers, which changes nothing. A page of a refused origin gets its
+            // 403, not an answer that tells it a gateway is there. (Only those: a protocol
+            // revision may want more of a request than a ping has.)
             let mut probe = axum::extract::Request::new(axum::body::Body::from(PROBE));
             *probe.method_mut() = parts.method.clone();
             *probe.uri_mut() = parts.uri.clone();
             *probe.version_mut() = parts.version;
-            let headers = probe.headers_mut();
-            *headers = parts.headers.clone();
-            headers.remove(http::header::CONTENT_LENGTH);
-            // Headers that name the message (2026-07-28's) name the probe's.
-            let named: Vec<_> = headers
-                .keys()
-                .filter(|h| h.as_str() == "mcp-name" || h.as_str().starts_with("mcp-param-"))
-                .cloned()
-                .collect();
-            for header in named {
-                headers.remove(header);
-            }
-            if headers.contains_key("mcp-method") {
-                headers.insert("mcp-method", http::HeaderValue::from_static("ping"));
-            }
+            *probe.headers_mut() = parts.headers.clone();
+            probe.headers_mut().remove(http::header::CONTENT_LENGTH);
             let refused = next.run(probe).await;
             if refused.status() == http::StatusCode::FORBIDDEN {
                 return refused;

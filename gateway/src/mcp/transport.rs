@@ -147,6 +147,17 @@ pub struct Rejection {
 }
 
 impl Rejection {
+    /// A message that is no request (`what`), with no id to answer: HTTP 400.
+    fn invalid_request(what: &str) -> Self {
+        Self {
+            status: http::StatusCode::BAD_REQUEST,
+            id: serde_json::Value::Null,
+            code: INVALID_REQUEST,
+            message: format!("invalid request: {what}"),
+            notification: false,
+        }
+    }
+
     /// A message over `limit` bytes (`--max-body-bytes`): invalid request, HTTP 413.
     pub fn too_large(limit: usize) -> Self {
         Self {
@@ -269,6 +280,7 @@ const PROBE: &str = r#"{"jsonrpc":"2.0","id":0,"method":"ping"}"#;
 pub fn check(message: &[u8]) -> Result<(), Rejection> {
     use serde_json::Value;
     let bad = http::StatusCode::BAD_REQUEST;
+    let message_bytes = message;
     let message: Value = serde_json::from_slice(message).map_err(|e| Rejection {
         status: bad,
         id: Value::Null,
@@ -276,19 +288,20 @@ pub fn check(message: &[u8]) -> Result<(), Rejection> {
         message: format!("parse error: {e}"),
         notification: false,
     })?;
+    // The last of two equal keys is what `Value` keeps; rmcp's typed read refuses the message
+    // (a 415 over HTTP, an answer without `id` over stdio): said here, naming the key.
+    if let Some(key) = duplicate_key(message_bytes) {
+        return Err(Rejection::invalid_request(&format!(
+            "the key `{key}` appears twice in one object"
+        )));
+    }
     let Value::Object(object) = &message else {
         let what = if message.is_array() {
             "a batch; send one JSON-RPC message per request"
         } else {
             "not a JSON-RPC message (a JSON object)"
         };
-        return Err(Rejection {
-            status: bad,
-            id: Value::Null,
-            code: INVALID_REQUEST,
-            message: format!("invalid request: {what}"),
-            notification: false,
-        });
+        return Err(Rejection::invalid_request(what));
     };
     let id = object.get("id").cloned().unwrap_or(Value::Null);
     // MCP's ids are strings or integers (rmcp reads no other number: a 1.5 or a 2^64 was its
@@ -366,6 +379,63 @@ pub fn check(message: &[u8]) -> Result<(), Rejection> {
         code: INVALID_PARAMS,
         message: format!("invalid params: {problem}"),
         notification,
+    })
+}
+
+/// The first key that appears twice in one object of `json` (valid JSON), if any.
+fn duplicate_key(json: &[u8]) -> Option<String> {
+    use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
+    /// Walks a JSON value; fails with the key that one of its objects repeats.
+    struct Unique;
+    impl<'de> serde::Deserialize<'de> for Unique {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_any(Unique)
+        }
+    }
+    impl<'de> Visitor<'de> for Unique {
+        type Value = Unique;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("JSON")
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<Unique, E> {
+            Ok(Unique)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Unique, E> {
+            Ok(Unique)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Unique, E> {
+            Ok(Unique)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Unique, E> {
+            Ok(Unique)
+        }
+        fn visit_str<E>(self, _: &str) -> Result<Unique, E> {
+            Ok(Unique)
+        }
+        fn visit_unit<E>(self) -> Result<Unique, E> {
+            Ok(Unique)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Unique, A::Error> {
+            while seq.next_element::<Unique>()?.is_some() {}
+            Ok(Unique)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Unique, A::Error> {
+            let mut keys = std::collections::HashSet::new();
+            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                if !keys.insert(key.clone()) {
+                    return Err(serde::de::Error::custom(key));
+                }
+                map.next_value::<Unique>()?;
+            }
+            Ok(Unique)
+        }
+    }
+    serde_json::from_slice::<Unique>(json).err().map(|e| {
+        e.to_string()
+            .split(" at line")
+            .next()
+            .unwrap_or_default()
+            .to_owned()
     })
 }
 

@@ -409,7 +409,21 @@ async fn http_transport_enforces_origin_host_and_protocol_rules() {
 async fn malformed_messages_get_json_rpc_errors() {
     let stack = metadata_stack().spawn().await.expect("stack starts");
     let version = ("MCP-Protocol-Version", "2025-06-18");
-    let cases: [(&str, u16, Value, i64, &str); 9] = [
+    let cases: [(&str, u16, Value, i64, &str); 11] = [
+        (
+            r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}"#,
+            400,
+            Value::Null,
+            -32600,
+            "`id` appears twice",
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"show_agent","name":"list_agents","arguments":{}}}"#,
+            400,
+            Value::Null,
+            -32600,
+            "`name` appears twice",
+        ),
         ("{not json", 400, Value::Null, -32700, "parse error"),
         ("", 400, Value::Null, -32700, "parse error"),
         (

@@ -262,19 +262,8 @@ impl Executors {
         if self.replicas.len() == 1 || named {
             return Ok(hashed);
         }
-        let moved = |found: Option<usize>| {
-            let mut moved = self.moved.lock().ok()?;
-            match found {
-                Some(i) => {
-                    if moved.len() >= MOVED_KEPT {
-                        moved.clear();
-                    }
-                    moved.insert(id.to_owned(), i)
-                }
-                None => moved.get(id).copied(),
-            }
-        };
-        if let Some(i) = moved(None) {
+        let remembered = self.moved.lock().ok().and_then(|m| m.get(id).copied());
+        if let Some(i) = remembered {
             return Ok(&self.replicas[i]);
         }
         if holds(hashed, id).await != Some(false) {
@@ -297,7 +286,12 @@ impl Executors {
             return Ok(hashed);
         };
         tracing::info!(session_id = %id, executor = self.replicas[i].name.as_deref().unwrap_or_default(), hashed = hashed.name.as_deref().unwrap_or_default(), "session found on another executor than its id hashes to (the list of executors changed)");
-        moved(Some(i));
+        if let Ok(mut moved) = self.moved.lock() {
+            if moved.len() >= MOVED_KEPT {
+                moved.clear();
+            }
+            moved.insert(id.to_owned(), i);
+        }
         Ok(&self.replicas[i])
     }
 

@@ -365,6 +365,17 @@ async fn on_small_disk(script: &str) -> Option<(Executor, SmallDisk, TempDir, Fa
     Some((Executor::start(&config).await, disk, dir, registry))
 }
 
+/// Checks that `executor`, its store failed, refuses a new run, saying it needs a restart.
+async fn refuses_new_runs_until_restarted(executor: &mut Executor) {
+    let refused = executor
+        .client
+        .execute(mission("again"))
+        .await
+        .expect_err("refused");
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    assert!(refused.message().contains("restart"), "{refused:?}");
+}
+
 /// Fills the file system of `dir` with one file; returns it.
 fn fill(dir: &std::path::Path) -> std::path::PathBuf {
     use std::io::Write;
@@ -427,13 +438,7 @@ async fn a_run_whose_end_cannot_be_stored_fails_and_new_runs_are_refused() {
     }
     // Until a restart, new runs are refused, saying why, and nothing is stored.
     let _ = std::fs::remove_file(&filler);
-    let refused = executor
-        .client
-        .execute(mission("again"))
-        .await
-        .expect_err("refused");
-    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
-    assert!(refused.message().contains("restart"), "{refused:?}");
+    refuses_new_runs_until_restarted(&mut executor).await;
     // The stop says its last flush did not finish, and it does not hang on it.
     assert!(executor.stop_with().await.is_err());
 }
@@ -474,12 +479,6 @@ async fn a_delete_that_cannot_be_stored_stops_new_runs_as_a_failed_save_does() {
         "health says it cannot store sessions"
     );
     let _ = std::fs::remove_file(&filler);
-    let refused = executor
-        .client
-        .execute(mission("again"))
-        .await
-        .expect_err("refused");
-    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
-    assert!(refused.message().contains("restart"), "{refused:?}");
+    refuses_new_runs_until_restarted(&mut executor).await;
     let _ = executor.stop_with().await;
 }

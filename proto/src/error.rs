@@ -205,7 +205,7 @@ impl ErrorKind {
     /// The kind for a status without Taskforce details (e.g. from a proxy or tonic itself).
     pub fn from_code(code: Code) -> Self {
         match code {
-            Code::InvalidArgument | Code::OutOfRange => Self::InvalidArgument,
+            Code::InvalidArgument => Self::InvalidArgument,
             Code::NotFound => Self::NotFound,
             Code::AlreadyExists => Self::AlreadyExists,
             Code::Aborted => Self::VersionConflict,
@@ -216,7 +216,12 @@ impl ErrorKind {
             Code::Unimplemented => Self::MethodNotAllowed,
             Code::Unauthenticated => Self::Unauthenticated,
             Code::PermissionDenied => Self::PermissionDenied,
-            Code::Ok | Code::Unknown | Code::Internal | Code::DataLoss => Self::Internal,
+            // tonic's own report of a message over a size limit (the services refuse bad input
+            // as `InvalidArgument` with details): the answer was too large to read, no fault
+            // of the caller's.
+            Code::Ok | Code::Unknown | Code::Internal | Code::DataLoss | Code::OutOfRange => {
+                Self::Internal
+            }
         }
     }
 }

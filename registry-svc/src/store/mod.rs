@@ -51,6 +51,10 @@ use facts::{RuntimeFacts, load_facts};
 pub const DEFAULT_PAGE: usize = 100;
 /// Largest page size of `list`.
 pub const MAX_PAGE: usize = 1000;
+/// Most bytes of agents in one page of `list`: large agents make a page shorter than its size
+/// (a client follows `next_page_token` either way), so a page always fits the clients' 64 MiB
+/// decoding limit, also when the custom agents' quota is larger than that.
+pub const MAX_PAGE_BYTES: usize = 16 * 1024 * 1024;
 
 /// What a full reconcile did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

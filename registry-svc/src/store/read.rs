@@ -9,7 +9,7 @@ use taskforce_proto::{
     v1::{self, AgentSource},
 };
 
-use super::{DEFAULT_PAGE, MAX_PAGE, Store};
+use super::{DEFAULT_PAGE, MAX_PAGE, MAX_PAGE_BYTES, Store};
 use crate::{definition, error::Result, files};
 
 impl Store {
@@ -63,6 +63,7 @@ impl Store {
             AgentSource::Custom => &[AgentSource::Custom],
         };
         let mut out = Vec::with_capacity(page_size.min(256));
+        let mut bytes = 0;
         let mut started = start_source.is_none();
         for &src in order {
             let lower = if start_source == Some(src) {
@@ -78,7 +79,8 @@ impl Store {
                 .range::<Vec<u8>, _>((lower, Bound::Unbounded))
             {
                 let (key, value) = item?;
-                if out.len() == page_size {
+                bytes += value.len();
+                if out.len() == page_size || (!out.is_empty() && bytes > MAX_PAGE_BYTES) {
                     // There is more; the token points after the last agent of this page.
                     let token = match out.last() {
                         Some(last) => page_token::make(self.last_source(&out, src), &last.agent_id),

@@ -593,6 +593,33 @@ fn writes_check_versions_and_sources_and_change_nothing_when_refused() -> Result
 }
 
 #[test]
+fn a_page_of_large_agents_stops_at_its_byte_cap() -> Result<()> {
+    let (_dir, store) = store_with_dev_profile()?;
+    // 70 agents of ~250 KiB each (the prompt's cap is 256 KiB): ~17.5 MiB, over one page's cap.
+    let mut def = agent_file();
+    def.prompt.system_prompt = "p".repeat(250 * 1024);
+    for i in 0..70 {
+        store.create(&format!("big-{i:02}"), def.clone(), "2026-11-22T09:00:00Z")?;
+    }
+    let (mut token, mut seen, mut pages) = (String::new(), Vec::new(), 0);
+    loop {
+        let (page, next) = store.list(MAX_PAGE, &token, AgentSource::Custom)?;
+        pages += 1;
+        let bytes: usize = page.iter().map(prost::Message::encoded_len).sum();
+        assert!(bytes <= MAX_PAGE_BYTES, "a page of {bytes} bytes");
+        seen.extend(page.into_iter().map(|a| a.agent_id));
+        if next.is_empty() {
+            break;
+        }
+        token = next;
+    }
+    assert_eq!(pages, 2);
+    let expected: Vec<String> = (0..70).map(|i| format!("big-{i:02}")).collect();
+    assert_eq!(seen, expected);
+    Ok(())
+}
+
+#[test]
 fn pages_walk_profiles_then_custom_agents_once_each() -> Result<()> {
     let (_dir, store) = store_with_dev_profile()?;
     for id in ["cc-3", "cc-1", "cc-2"] {

@@ -8,13 +8,25 @@
 //! future (a [`JoinSet`]): dropping it closes them all. hyper-util first reads enough to tell
 //! HTTP/1 from HTTP/2, with no timer of its own: a connection gets [`HEADER_READ_TIMEOUT`] for
 //! that too, so one that sends nothing (or part of the HTTP/2 preface) is closed as well.
+//! An HTTP/2 connection answers hyper's pings while it sends nothing: one with no request open
+//! for [`IDLE_TIMEOUT`] is closed (a GOAWAY, then the socket after [`CLOSING_GRACE`]).
 
-use std::time::Duration;
+use std::{
+    convert::Infallible,
+    pin::Pin,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+    },
+    task::{Context, Poll},
+    time::{Duration, Instant},
+};
 
-use axum::Router;
+use axum::{Router, body::Body, response::Response};
+use http::Request;
 use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
-    server::{conn::auto, graceful::GracefulShutdown},
+    server::conn::auto,
     service::TowerToHyperService,
 };
 use tokio::{
@@ -28,6 +40,14 @@ use tracing::warn;
 /// past either the connection is closed. Bodies and responses are not limited by it (streams run for
 /// minutes).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a connection may stay open with no request in flight (HTTP/1 keep-alive
+/// connections are closed sooner, by [`HEADER_READ_TIMEOUT`] for their next request).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a connection closed for being idle may take to go once told (an HTTP/2 client
+/// that does not answer the GOAWAY's ping is cut off then).
+pub const CLOSING_GRACE: Duration = Duration::from_secs(10);
 
 /// What an HTTP/2 connection starts with (RFC 9113 §3.4).
 const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -46,13 +66,23 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 /// connections finish (HTTP/1 after their current response, HTTP/2 with a GOAWAY); returns once
 /// they have. The caller bounds that wait by dropping this future.
 pub async fn serve(listener: TcpListener, app: Router, shutdown: CancellationToken) {
+    serve_within(listener, app, shutdown, IDLE_TIMEOUT, CLOSING_GRACE).await;
+}
+
+/// [`serve`], closing connections idle for `idle`, cut off `grace` after.
+async fn serve_within(
+    listener: TcpListener,
+    app: Router,
+    shutdown: CancellationToken,
+    idle: Duration,
+    grace: Duration,
+) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT);
     builder.http2().timer(TokioTimer::new());
-    let graceful = GracefulShutdown::new();
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
@@ -69,9 +99,12 @@ pub async fn serve(listener: TcpListener, app: Router, shutdown: CancellationTok
                 };
                 // Small JSON answers must not wait for Nagle's algorithm.
                 let _ = tcp.set_nodelay(true);
-                let service = TowerToHyperService::new(app.clone());
-                let (builder, watcher, stop) =
-                    (builder.clone(), graceful.watcher(), shutdown.clone());
+                let activity = Arc::new(Activity::new());
+                let service = TowerToHyperService::new(Counted {
+                    app: app.clone(),
+                    activity: Arc::clone(&activity),
+                });
+                let (builder, stop) = (builder.clone(), shutdown.clone());
                 connections.spawn(async move {
                     let known = tokio::select! {
                         () = stop.cancelled() => false,
@@ -85,15 +118,141 @@ pub async fn serve(listener: TcpListener, app: Router, shutdown: CancellationTok
                     let connection = builder
                         .serve_connection_with_upgrades(TokioIo::new(tcp), service)
                         .into_owned();
-                    // A connection's end (a client gone, a reset) is the client's business.
-                    let _ = watcher.watch(connection).await;
+                    let mut connection = std::pin::pin!(connection);
+                    loop {
+                        let wait = activity.idle_left(idle).unwrap_or(idle);
+                        tokio::select! {
+                            // A connection's end (a client gone, a reset) is the client's
+                            // business.
+                            _ = connection.as_mut() => return,
+                            () = stop.cancelled() => {
+                                // The caller bounds a stop's wait.
+                                connection.as_mut().graceful_shutdown();
+                                let _ = connection.await;
+                                return;
+                            }
+                            () = tokio::time::sleep(wait) => {
+                                if activity.idle_left(idle) == Some(Duration::ZERO) {
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    connection.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(grace, connection).await;
                 });
             }
         }
     }
     drop(listener);
-    graceful.shutdown().await;
     while connections.join_next().await.is_some() {}
+}
+
+/// The requests in flight on one connection, and when the last one ended.
+struct Activity {
+    opened: Instant,
+    open: AtomicUsize,
+    /// When the last request ended, in milliseconds after `opened`.
+    last_ms: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Self {
+            opened: Instant::now(),
+            open: AtomicUsize::new(0),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+
+    /// How long the connection may stay idle from now: `None` while a request is in flight,
+    /// zero once it has been idle for `idle`.
+    fn idle_left(&self, idle: Duration) -> Option<Duration> {
+        if self.open.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        let last = Duration::from_millis(self.last_ms.load(Ordering::Acquire));
+        Some(idle.saturating_sub(self.opened.elapsed().saturating_sub(last)))
+    }
+}
+
+/// A request in flight, until its response's body is done (or dropped).
+struct InFlight(Arc<Activity>);
+
+impl InFlight {
+    fn new(activity: &Arc<Activity>) -> Self {
+        activity.open.fetch_add(1, Ordering::AcqRel);
+        Self(Arc::clone(activity))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let now = u64::try_from(self.0.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.0.last_ms.store(now, Ordering::Release);
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// `app`, counting its requests in flight on one connection into `activity`.
+#[derive(Clone)]
+struct Counted {
+    app: Router,
+    activity: Arc<Activity>,
+}
+
+impl<B> tower::Service<Request<B>> for Counted
+where
+    B: http_body::Body<Data = axum::body::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let in_flight = InFlight::new(&self.activity);
+        let answer = tower::Service::call(&mut self.app, request);
+        Box::pin(async move {
+            let response = answer.await?;
+            Ok(response.map(|body| {
+                Body::new(Tracked {
+                    body,
+                    _in_flight: in_flight,
+                })
+            }))
+        })
+    }
+}
+
+/// A response body holding its request's [`InFlight`] until it is done.
+struct Tracked {
+    body: Body,
+    _in_flight: InFlight,
+}
+
+impl http_body::Body for Tracked {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 /// Waits until `tcp` has sent what hyper-util reads to tell HTTP/1 from HTTP/2 (the
@@ -120,6 +279,51 @@ async fn protocol_known(tcp: &TcpStream) -> std::io::Result<bool> {
 mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn an_idle_connection_is_closed_and_a_long_response_is_not() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let slow = || async {
+            Body::from_stream(futures::stream::once(async {
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                Ok::<_, Infallible>("slow")
+            }))
+        };
+        let app = Router::new().route("/slow", axum::routing::get(slow));
+        let shutdown = CancellationToken::new();
+        let (idle, grace) = (Duration::from_millis(300), Duration::from_millis(300));
+        let server = tokio::spawn(serve_within(listener, app, shutdown.clone(), idle, grace));
+
+        // An HTTP/2 client that says nothing after its SETTINGS (it would answer hyper's
+        // keep-alive pings) is closed, after the idle time and the grace its GOAWAY gets.
+        let mut h2 = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        h2.write_all(PREFACE).await.expect("write");
+        h2.write_all(&[0, 0, 0, 0x4, 0, 0, 0, 0, 0])
+            .await
+            .expect("write");
+        let mut seen = Vec::new();
+        let closed = tokio::time::timeout(Duration::from_secs(5), h2.read_to_end(&mut seen)).await;
+        assert!(closed.is_ok(), "the idle HTTP/2 connection is still open");
+
+        // A response that takes longer than the idle time is not cut.
+        let mut long = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        long.write_all(b"GET /slow HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .await
+            .expect("write");
+        let mut answer = String::new();
+        tokio::time::timeout(Duration::from_secs(5), long.read_to_string(&mut answer))
+            .await
+            .expect("answered in time")
+            .expect("read");
+        assert!(answer.contains("slow"), "{answer}");
+
+        shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(5), server)
+            .await
+            .expect("stops")
+            .expect("joined");
+    }
 
     #[tokio::test]
     async fn a_client_that_never_finishes_its_headers_is_cut_off() {

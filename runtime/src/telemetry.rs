@@ -16,7 +16,7 @@ use std::time::Duration;
 use opentelemetry::{
     propagation::TextMapCompositePropagator, trace::TraceContextExt, trace::TracerProvider,
 };
-use opentelemetry_http::{HeaderExtractor, HeaderInjector};
+use opentelemetry_http::HeaderInjector;
 use opentelemetry_sdk::{
     Resource,
     propagation::TraceContextPropagator,
@@ -538,7 +538,7 @@ pub fn server_span(kind: &str, name: &str, headers: &http::HeaderMap) -> Span {
         return Span::none();
     }
     let parent =
-        opentelemetry::global::get_text_map_propagator(|p| p.extract(&HeaderExtractor(headers)));
+        opentelemetry::global::get_text_map_propagator(|p| p.extract(&CallerHeaders::new(headers)));
     let inherited = Some(parent.span().span_context().trace_id())
         .filter(|id| *id != opentelemetry::trace::TraceId::INVALID);
     // A continued trace's id is a field from the start; a new trace's is made with the span,
@@ -588,6 +588,69 @@ pub fn server_span(kind: &str, name: &str, headers: &http::HeaderMap) -> Span {
         }
     }
     span
+}
+
+/// The most of a caller's `tracestate` that is passed on. The W3C Trace Context asks for at
+/// least 512 characters to be propagated; a caller's 16 KiB one, passed on whole, took every call
+/// to the registry and the executors past their header limit (431: the gateway answered 503).
+const MAX_TRACESTATE: usize = 512;
+
+/// Its members longer than this go first when a `tracestate` is cut (W3C Trace Context §3.3.1.5).
+const LONG_TRACESTATE_MEMBER: usize = 128;
+
+/// A request's headers as the trace context is read from them, its `tracestate` cut to
+/// [`MAX_TRACESTATE`].
+struct CallerHeaders<'a> {
+    headers: &'a http::HeaderMap,
+    /// The cut `tracestate`, when it had to be.
+    tracestate: Option<String>,
+}
+
+impl<'a> CallerHeaders<'a> {
+    fn new(headers: &'a http::HeaderMap) -> Self {
+        let tracestate = headers
+            .get("tracestate")
+            .and_then(|v| v.to_str().ok())
+            .filter(|t| t.len() > MAX_TRACESTATE)
+            .map(cut_tracestate);
+        Self {
+            headers,
+            tracestate,
+        }
+    }
+}
+
+impl opentelemetry::propagation::Extractor for CallerHeaders<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        match &self.tracestate {
+            Some(cut) if key.eq_ignore_ascii_case("tracestate") => Some(cut),
+            _ => self.headers.get(key).and_then(|v| v.to_str().ok()),
+        }
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.headers.keys().map(http::HeaderName::as_str).collect()
+    }
+}
+
+/// `tracestate` cut to [`MAX_TRACESTATE`] as the W3C Trace Context says: whole members only,
+/// the long ones dropped first, then from the end.
+fn cut_tracestate(tracestate: &str) -> String {
+    let mut members: Vec<&str> = tracestate
+        .split(',')
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+        .collect();
+    let length = |members: &[&str]| {
+        members.iter().map(|m| m.len()).sum::<usize>() + members.len().saturating_sub(1)
+    };
+    if length(&members) > MAX_TRACESTATE {
+        members.retain(|m| m.len() <= LONG_TRACESTATE_MEMBER);
+    }
+    while length(&members) > MAX_TRACESTATE {
+        members.pop();
+    }
+    members.join(",")
 }
 
 /// Marks `span` failed in its trace: OpenTelemetry status ERROR with `description`. The span
@@ -867,7 +930,28 @@ impl<B: http_body::Body> http_body::Body for SpanBody<B> {
 
 #[cfg(test)]
 mod tests {
-    use super::splice_json_object;
+    use super::{MAX_TRACESTATE, cut_tracestate, splice_json_object};
+
+    #[test]
+    fn a_long_tracestate_is_cut_to_whole_members_the_long_ones_first() {
+        let short = "a=1,b=2";
+        assert_eq!(cut_tracestate(short), short);
+        // 31 members of ~510 characters (16 KiB): none short enough to keep.
+        let huge: Vec<String> = (0..31)
+            .map(|i| format!("k{i:03}{}={}", "a".repeat(250), "v".repeat(256)))
+            .collect();
+        assert_eq!(cut_tracestate(&huge.join(",")), "");
+        // A long member goes first, then members from the end.
+        let mixed: Vec<String> = std::iter::once(format!("long={}", "x".repeat(200)))
+            .chain((0..40).map(|i| format!("v{i:02}={}", "y".repeat(10))))
+            .collect();
+        let cut = cut_tracestate(&mixed.join(", "));
+        assert!(cut.len() <= MAX_TRACESTATE, "{}", cut.len());
+        assert!(cut.starts_with("v00="), "{cut}");
+        let kept = cut.split(',').count();
+        assert_eq!(kept, MAX_TRACESTATE / 15, "{cut}");
+        assert_eq!(cut.split(',').next_back(), Some(format!("v{:02}={}", kept - 1, "y".repeat(10)).as_str()));
+    }
 
     /// With trace export, the subscriber still tells `log` and `tracing` how verbose it is at
     /// most: a per-layer filter without a level hint makes it "any level", and every `log`

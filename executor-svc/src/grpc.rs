@@ -1,6 +1,11 @@
 //! The `taskforce.v1.Executor` gRPC service: a thin layer over [`Runner`].
 
-use std::sync::Arc;
+use std::{
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+    time::Duration,
+};
 
 use taskforce_proto::v1::{
     AnswerRequest, CancelRequest, CancelResponse, DeleteSessionRequest, DeleteSessionResponse,
@@ -31,20 +36,21 @@ impl ExecutorService {
 
 #[tonic::async_trait]
 impl Executor for ExecutorService {
-    type ExecuteStream = ReceiverStream<StreamItem>;
-    type AnswerStream = ReceiverStream<StreamItem>;
+    type ExecuteStream = WithinDeadline;
+    type AnswerStream = WithinDeadline;
 
     #[instrument(level = "debug", skip_all, fields(agent_id = request.get_ref().agent_id.as_deref().unwrap_or(""), profile = request.get_ref().profile.as_deref().unwrap_or("")))]
     async fn execute(
         &self,
         request: Request<ExecuteRequest>,
     ) -> Result<Response<Self::ExecuteStream>, Status> {
+        let deadline = deadline_of(&request);
         let stream = self
             .runner
             .execute(request.into_inner())
             .await
             .map_err(|e| e.to_status())?;
-        Ok(Response::new(stream))
+        Ok(Response::new(WithinDeadline::new(stream, deadline)))
     }
 
     #[instrument(level = "debug", skip_all, fields(session_id = %request.get_ref().session_id))]
@@ -52,12 +58,13 @@ impl Executor for ExecutorService {
         &self,
         request: Request<AnswerRequest>,
     ) -> Result<Response<Self::AnswerStream>, Status> {
+        let deadline = deadline_of(&request);
         let stream = self
             .runner
             .answer(request.into_inner())
             .await
             .map_err(|e| e.to_status())?;
-        Ok(Response::new(stream))
+        Ok(Response::new(WithinDeadline::new(stream, deadline)))
     }
 
     #[instrument(level = "debug", skip_all, fields(session_id = %request.get_ref().session_id))]
@@ -138,5 +145,89 @@ impl Executor for ExecutorService {
                 Err(ExecutorError::NotFound(format!("session `{id}` does not exist")).to_status())
             }
         }
+    }
+}
+
+/// The deadline a client gave its call (`grpc-timeout`: up to 8 digits and a unit), if any.
+/// tonic's own deadline covers a call until its answer starts, which for a run is its stream.
+fn deadline_of<T>(request: &Request<T>) -> Option<Duration> {
+    let value = request.metadata().get("grpc-timeout")?.to_str().ok()?;
+    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.saturating_mul(3600)),
+        "M" => Duration::from_secs(n.saturating_mul(60)),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+/// A run's events until the call's deadline, if it has one: then the call ends with
+/// `DEADLINE_EXCEEDED`, and the run, its stream gone, is cancelled as when its client leaves.
+pub struct WithinDeadline {
+    events: ReceiverStream<StreamItem>,
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// The deadline passed: the stream has ended.
+    ended: bool,
+}
+
+impl WithinDeadline {
+    fn new(events: ReceiverStream<StreamItem>, deadline: Option<Duration>) -> Self {
+        Self {
+            events,
+            deadline: deadline.map(|d| Box::pin(tokio::time::sleep(d))),
+            ended: false,
+        }
+    }
+}
+
+impl tokio_stream::Stream for WithinDeadline {
+    type Item = StreamItem;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<StreamItem>> {
+        let this = self.get_mut();
+        if this.ended {
+            return Poll::Ready(None);
+        }
+        if let Some(deadline) = &mut this.deadline
+            && deadline.as_mut().poll(cx).is_ready()
+        {
+            this.ended = true;
+            this.events.close();
+            return Poll::Ready(Some(Err(Status::deadline_exceeded(
+                "the call's deadline (grpc-timeout) passed; the run is cancelled",
+            ))));
+        }
+        Pin::new(&mut this.events).poll_next(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeouts_are_read_as_the_protocol_writes_them() {
+        let with = |value: &str| {
+            let mut request = Request::new(());
+            request
+                .metadata_mut()
+                .insert("grpc-timeout", value.parse().expect("ascii"));
+            deadline_of(&request)
+        };
+        assert_eq!(with("2S"), Some(Duration::from_secs(2)));
+        assert_eq!(with("300m"), Some(Duration::from_millis(300)));
+        assert_eq!(with("1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(with("99999999n"), Some(Duration::from_nanos(99_999_999)));
+        for bad in ["", "S", "123456789S", "2s", "-1S", "1.5S", "2 S"] {
+            assert_eq!(with(bad), None, "{bad:?}");
+        }
+        assert_eq!(deadline_of(&Request::new(())), None);
     }
 }

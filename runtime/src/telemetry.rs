@@ -950,7 +950,10 @@ mod tests {
         assert!(cut.starts_with("v00="), "{cut}");
         let kept = cut.split(',').count();
         assert_eq!(kept, MAX_TRACESTATE / 15, "{cut}");
-        assert_eq!(cut.split(',').next_back(), Some(format!("v{:02}={}", kept - 1, "y".repeat(10)).as_str()));
+        assert_eq!(
+            cut.split(',').next_back(),
+            Some(format!("v{:02}={}", kept - 1, "y".repeat(10)).as_str())
+        );
     }
 
     /// With trace export, the subscriber still tells `log` and `tracing` how verbose it is at

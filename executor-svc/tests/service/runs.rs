@@ -285,6 +285,41 @@ async fn a_client_that_drops_the_stream_cancels_the_run() {
     executor.stop().await;
 }
 
+#[tokio::test]
+async fn a_call_past_its_deadline_ends_and_cancels_the_run() {
+    let dir = TempDir::new().expect("tmp");
+    let registry = FakeRegistry::start().await;
+    let script = "turns:\n  - tool_calls:\n      - {name: probe, arguments: {wait: true}}\n";
+    let mut executor = Executor::start(&setup(&dir, &registry, script, 10)).await;
+    // A client that gives its call a deadline and keeps reading (the server, not the client,
+    // is to end the call when it passes).
+    let mut request = tonic::Request::new(mission("wait forever"));
+    request.set_timeout(Duration::from_millis(500));
+    let mut stream = executor
+        .client
+        .execute(request)
+        .await
+        .expect("execute")
+        .into_inner();
+    let ended = loop {
+        match tokio::time::timeout(WAIT, stream.message())
+            .await
+            .expect("the call ends in time")
+        {
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("the stream ended without an error"),
+            Err(status) => break status,
+        }
+    };
+    assert_eq!(ended.code(), tonic::Code::DeadlineExceeded, "{ended:?}");
+    let since = tokio::time::Instant::now();
+    while !executor.probe.saw_cancel.load(Ordering::SeqCst) {
+        assert!(since.elapsed() < WAIT, "the tool saw no cancellation");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    executor.stop().await;
+}
+
 /// Every run start is made durable (session and `seq` reservation flushed) before its first
 /// event; hundreds of runs at once must share flushes, not pile them up. Concurrent sled
 /// `flush_async` calls once deadlocked the store here, and every later run then waited out the

@@ -312,13 +312,12 @@ impl ApiError {
         }
     }
 
-    /// Encodes as a gRPC status with `ErrorInfo` and `BadRequest` details, within
-    /// [`TRAILER_TEXT`] bytes of each part: a status travels in HTTP/2 trailers, which peers cap
-    /// (16 KiB is common), and one past the cap breaks the whole connection, every other call
-    /// on it included. A list cut short says so in the message.
-    pub fn to_status(&self) -> Status {
+    /// This error within [`TRAILER_TEXT`] bytes of each part (its message, each of its extra
+    /// fields, its field violations), as every client is sent it, over gRPC and REST alike. A
+    /// list cut short says so in the message.
+    pub fn bounded(&self) -> Self {
         let mut message = self.message.clone();
-        let metadata: HashMap<String, String> = self
+        let extra = self
             .extra
             .iter()
             .map(|(k, v)| match v {
@@ -328,30 +327,67 @@ impl ApiError {
                         message
                             .push_str(&format!(" ({k} lists the first {kept} of {})", items.len()));
                     }
-                    (k.clone(), Value::Array(items[..kept].to_vec()).to_string())
+                    (k.clone(), Value::Array(items[..kept].to_vec()))
                 }
-                other => (k.clone(), cut(&other.to_string(), TRAILER_TEXT)),
+                Value::String(text) => (k.clone(), Value::String(cut(text, TRAILER_TEXT))),
+                other => {
+                    let text = other.to_string();
+                    if text.len() <= TRAILER_TEXT {
+                        (k.clone(), other.clone())
+                    } else {
+                        (k.clone(), Value::String(cut(&text, TRAILER_TEXT)))
+                    }
+                }
             })
             .collect();
-        let mut details = ErrorDetails::with_error_info(self.kind.reason(), DOMAIN, metadata);
-        if !self.field_violations.is_empty() {
-            let kept = leading_within(
-                self.field_violations.iter().map(|(f, d)| format!("{f}{d}")),
-                TRAILER_TEXT,
-            );
+        let kept = leading_within(
+            self.field_violations.iter().map(|(f, d)| format!("{f}{d}")),
+            TRAILER_TEXT,
+        );
+        let field_violations = match self.field_violations.first() {
+            // One violation too long alone is kept, cut: it names the field at fault.
+            Some((field, description)) if kept == 0 => vec![(
+                cut(field, TRAILER_TEXT / 2),
+                cut(description, TRAILER_TEXT / 2),
+            )],
+            _ => self.field_violations[..kept].to_vec(),
+        };
+        Self {
+            kind: self.kind,
+            message: cut(&message, TRAILER_TEXT),
+            field_violations,
+            extra,
+        }
+    }
+
+    /// Encodes as a gRPC status with `ErrorInfo` and `BadRequest` details, [`bounded`]: a
+    /// status travels in HTTP/2 trailers, which peers cap (16 KiB is common), and one past the
+    /// cap breaks the whole connection, every other call on it included.
+    ///
+    /// [`bounded`]: ApiError::bounded
+    pub fn to_status(&self) -> Status {
+        let Self {
+            kind,
+            message,
+            field_violations,
+            extra,
+        } = self.bounded();
+        let metadata: HashMap<String, String> =
+            extra.into_iter().map(|(k, v)| (k, v.to_string())).collect();
+        let mut details = ErrorDetails::with_error_info(kind.reason(), DOMAIN, metadata);
+        if !field_violations.is_empty() {
             details.set_bad_request(
-                self.field_violations[..kept]
-                    .iter()
-                    .map(|(f, d)| tonic_types::FieldViolation::new(f.clone(), d.clone()))
+                field_violations
+                    .into_iter()
+                    .map(|(f, d)| tonic_types::FieldViolation::new(f, d))
                     .collect::<Vec<_>>(),
             );
         }
-        let message = cut(&message, TRAILER_TEXT);
-        if self.kind == ErrorKind::ResourceExhausted {
+        if kind == ErrorKind::ResourceExhausted {
             // gRPC's `retry-after`: a live run usually ends within a second or two.
             details.set_retry_info(Some(std::time::Duration::from_secs(1)));
         }
-        Status::with_error_details(self.kind.grpc_code(), message, details)
+        Status::with_error_details(kind.grpc_code(), message, details)
     }
 
     /// Decodes a gRPC status produced by [`ApiError::to_status`] (or any other status).
@@ -398,18 +434,23 @@ impl ApiError {
         }
     }
 
-    /// The JSON error body: `{"error", "message", ...extra, "details"?}`.
+    /// The JSON error body: `{"error", "message", ...extra, "details"?}`, [`bounded`] (a body
+    /// echoing a client's 1 MB field name four times was 4 MB).
+    ///
+    /// [`bounded`]: ApiError::bounded
     pub fn to_json(&self) -> Value {
+        let bounded = self.bounded();
+        let this = &bounded;
         let mut body = serde_json::Map::new();
-        body.insert("error".into(), json!(self.kind.body_code()));
-        body.insert("message".into(), json!(self.message));
-        for (k, v) in &self.extra {
+        body.insert("error".into(), json!(this.kind.body_code()));
+        body.insert("message".into(), json!(this.message));
+        for (k, v) in &this.extra {
             body.insert(k.clone(), v.clone());
         }
-        if !self.field_violations.is_empty() {
+        if !this.field_violations.is_empty() {
             body.insert(
                 "details".into(),
-                self.field_violations
+                this.field_violations
                     .iter()
                     .map(|(f, d)| json!({ "field": f, "description": d }))
                     .collect(),
@@ -464,6 +505,39 @@ mod tests {
         // A message alone is cut at a character, and marked.
         let long = ApiError::new(ErrorKind::InvalidArgument, "é".repeat(5000)).to_status();
         assert!(long.message().len() <= TRAILER_TEXT && long.message().ends_with('…'));
+    }
+
+    #[test]
+    fn a_json_body_is_bounded_as_a_status_is() {
+        // A client's 900 KB unknown field, named in the message and in the one violation.
+        let field = "a".repeat(900_000);
+        let mut error = ApiError::new(
+            ErrorKind::InvalidArgument,
+            format!("invalid request body: unknown field `{field}`, expected one of `name`"),
+        );
+        error
+            .field_violations
+            .push((field.clone(), format!("unknown field `{field}`")));
+        error.extra.push(("hint".into(), json!(field)));
+        let body = error.to_json();
+        assert!(
+            body.to_string().len() < 4 * TRAILER_TEXT,
+            "{}",
+            body.to_string().len()
+        );
+        let message = body["message"].as_str().unwrap_or_default();
+        assert!(message.starts_with("invalid request body: unknown field `aaa"));
+        assert!(message.ends_with('…'));
+        // The field at fault is still named, cut.
+        assert_eq!(body["details"].as_array().map(Vec::len), Some(1));
+        assert!(
+            body["details"][0]["field"]
+                .as_str()
+                .is_some_and(|f| f.starts_with("aaa"))
+        );
+        // Small errors are untouched.
+        let small = ApiError::field("name", "must not be empty");
+        assert_eq!(small.bounded(), small);
     }
 
     #[test]

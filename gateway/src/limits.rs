@@ -93,6 +93,35 @@ impl<S> tower::Layer<S> for BodyInTimeLayer {
     }
 }
 
+/// The answer to a request whose body is refused before a byte of it is read: one that says
+/// it is larger than `max` (413 at once, not after `max` bytes, and before an `Expect:
+/// 100-continue` client sends it), or one in a content coding (`Content-Encoding: gzip`) the
+/// gateway does not decode (415; it was read as plain JSON).
+fn refused_unread(req: &Request, max: usize) -> Option<Response> {
+    use http_body::Body as _;
+    if req.body().size_hint().lower() > u64::try_from(max).unwrap_or(u64::MAX) {
+        return Some(crate::extract::too_large(max).into_response());
+    }
+    let coding = req.headers().get(axum::http::header::CONTENT_ENCODING)?;
+    if coding
+        .to_str()
+        .is_ok_and(|c| c.trim().is_empty() || c.trim().eq_ignore_ascii_case("identity"))
+    {
+        return None;
+    }
+    Some(crate::error::json_response(
+        axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        &taskforce_proto::error::ApiError::new(
+            ErrorKind::InvalidArgument,
+            format!(
+                "request bodies are taken without a content coding; Content-Encoding {:?} is not \
+                 supported: send the JSON as it is",
+                String::from_utf8_lossy(coding.as_bytes())
+            ),
+        ),
+    ))
+}
+
 /// The service of [`BodyInTimeLayer`].
 #[derive(Debug, Clone)]
 pub struct BodyInTime<S> {
@@ -126,6 +155,9 @@ where
         use http_body::Body as _;
         if req.body().is_end_stream() {
             return futures::future::Either::Left(self.inner.call(req));
+        }
+        if let Some(refused) = refused_unread(&req, self.limits.max) {
+            return futures::future::Either::Right(Box::pin(futures::future::ready(Ok(refused))));
         }
         // The clone that was made ready goes with this request (tower's rule for a service
         // called later than `poll_ready`).

@@ -72,6 +72,75 @@ async fn oversized_bodies_are_413_json() {
     assert_error(&r, StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large");
 }
 
+/// A body that says it is `len` bytes long and never sends one (a client waiting for its
+/// `100 Continue`).
+struct Announced(u64);
+
+impl http_body::Body for Announced {
+    type Data = axum::body::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::task::Poll::Pending
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.0)
+    }
+}
+
+#[tokio::test]
+async fn a_body_announced_too_large_or_encoded_is_refused_unread() {
+    use tower::ServiceExt;
+    let fake = FakeRegistry::new(0, 10);
+    let app = fake_app(&fake).await;
+    // Refused at once (the request timeout would answer 408 after it, had the body been
+    // awaited).
+    let request = axum::http::Request::post("/api/v1/agents")
+        .header("content-type", "application/json")
+        .body(axum::body::Body::new(Announced(5_000_000)))
+        .expect("request");
+    let answer = tokio::time::timeout(
+        std::time::Duration::from_secs(2),
+        app.clone().oneshot(request),
+    )
+    .await
+    .expect("answered at once")
+    .expect("infallible");
+    assert_eq!(answer.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    // A content coding the gateway does not decode.
+    for coding in ["gzip", "br, gzip"] {
+        let r = call(
+            &app,
+            Method::POST,
+            "/api/v1/agents",
+            &[JSON, ("content-encoding", coding)],
+            Some(r#"{"agent_id": "abc"}"#),
+        )
+        .await;
+        assert_error(&r, StatusCode::UNSUPPORTED_MEDIA_TYPE, "invalid_argument");
+        assert!(
+            r.body["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(coding))
+        );
+    }
+    assert!(fake.calls().is_empty(), "{:?}", fake.calls());
+    // `identity` is no coding: the body is read.
+    let r = call(
+        &app,
+        Method::POST,
+        "/api/v1/agents",
+        &[JSON, ("content-encoding", "identity")],
+        Some(r#"{"agent_id": "abc"}"#),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+}
+
 #[tokio::test]
 async fn unknown_routes_and_methods_are_json() {
     let app = app(Config::with_registry(dead_url().await));

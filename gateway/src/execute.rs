@@ -11,11 +11,7 @@
 
 use std::collections::HashMap;
 
-use axum::{
-    Json,
-    extract::{Path, State},
-    response::Response,
-};
+use axum::{Json, extract::State, response::Response};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -30,7 +26,7 @@ use crate::{
     error::ErrorBody,
     error::RestError,
     events::{PlanJson, QuestionItemJson, plan_json, question_items},
-    extract::{JsonBody, NoBody, NoQuery, QueryParams},
+    extract::{JsonBody, NoBody, NoQuery, QueryParams, SessionId},
     state::AppState,
 };
 
@@ -461,7 +457,7 @@ pub async fn execute_stream(
 #[instrument(level = "debug", skip_all, fields(session_id = %session_id))]
 pub async fn answer(
     State(state): State<AppState>,
-    Path(session_id): Path<String>,
+    SessionId(session_id): SessionId,
     QueryParams(NoQuery {}): QueryParams<NoQuery>,
     JsonBody(body): JsonBody<AnswerBody>,
 ) -> Result<Response, RestError> {
@@ -492,7 +488,7 @@ pub async fn answer(
 #[instrument(level = "debug", skip_all, fields(session_id = %session_id))]
 pub async fn cancel(
     State(state): State<AppState>,
-    Path(session_id): Path<String>,
+    SessionId(session_id): SessionId,
     QueryParams(NoQuery {}): QueryParams<NoQuery>,
 ) -> Result<Json<CancelJson>, RestError> {
     let owner = state.executors.locate(&session_id).await?;
@@ -519,7 +515,7 @@ pub async fn cancel(
 #[instrument(level = "debug", skip_all, fields(session_id = %session_id))]
 pub async fn delete_session(
     State(state): State<AppState>,
-    Path(session_id): Path<String>,
+    SessionId(session_id): SessionId,
     QueryParams(NoQuery {}): QueryParams<NoQuery>,
     headers: axum::http::HeaderMap,
     NoBody: NoBody,
@@ -553,7 +549,7 @@ pub async fn delete_session(
 #[instrument(level = "debug", skip_all, fields(session_id = %session_id))]
 pub async fn get_session(
     State(state): State<AppState>,
-    Path(session_id): Path<String>,
+    SessionId(session_id): SessionId,
     QueryParams(NoQuery {}): QueryParams<NoQuery>,
 ) -> Result<Json<SessionJson>, RestError> {
     let owner = state.executors.locate(&session_id).await?;
@@ -600,7 +596,7 @@ pub fn session_json(s: v1::Session) -> SessionJson {
 #[instrument(level = "debug", skip_all, fields(session_id = %session_id))]
 pub async fn get_plan(
     State(state): State<AppState>,
-    Path(session_id): Path<String>,
+    SessionId(session_id): SessionId,
     QueryParams(NoQuery {}): QueryParams<NoQuery>,
 ) -> Result<Json<SessionPlanJson>, RestError> {
     let owner = state.executors.locate(&session_id).await?;

@@ -191,17 +191,40 @@ impl<S: Send + Sync> FromRequestParts<S> for AgentId {
     type Rejection = RestError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let Path(id) = Path::<String>::from_request_parts(parts, state)
-            .await
-            .map_err(|r| {
-                RestError::new(
-                    ErrorKind::InvalidArgument,
-                    format!("invalid agent_id: {}", r.body_text()),
-                )
-            })?;
+        let id = path_segment(parts, state, "agent_id").await?;
         check_agent_id(&id)?;
         Ok(Self(id))
     }
+}
+
+/// The `{session_id}` path segment, percent-decoded (the executor checks it).
+#[derive(Debug, Clone)]
+pub struct SessionId(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for SessionId {
+    type Rejection = RestError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        path_segment(parts, state, "session_id").await.map(Self)
+    }
+}
+
+/// A route's one path segment, percent-decoded; a 400 naming it and the problem when it is not
+/// text (`%ff`).
+async fn path_segment<S: Send + Sync>(
+    parts: &mut Parts,
+    state: &S,
+    name: &str,
+) -> Result<String, RestError> {
+    let Path(segment) = Path::<String>::from_request_parts(parts, state)
+        .await
+        .map_err(|r| {
+            RestError::new(
+                ErrorKind::InvalidArgument,
+                format!("invalid {name}: {}", r.body_text()),
+            )
+        })?;
+    Ok(segment)
 }
 
 /// Checks a path id against the id rule; the error names the rule.

@@ -142,6 +142,35 @@ async fn a_body_announced_too_large_or_encoded_is_refused_unread() {
 }
 
 #[tokio::test]
+async fn a_session_id_that_is_not_text_is_a_400_naming_it() {
+    let app = app(Config::with_registry(dead_url().await));
+    for (method, path) in [
+        (Method::GET, "/api/v1/sessions/%ff"),
+        (Method::DELETE, "/api/v1/sessions/%ff"),
+        (Method::GET, "/api/v1/sessions/%ff/plan"),
+        (Method::POST, "/api/v1/sessions/%ff/cancel"),
+        (Method::POST, "/api/v1/sessions/%ff/answer"),
+    ] {
+        let r = call(
+            &app,
+            method.clone(),
+            path,
+            &[JSON],
+            Some(r#"{"answer": "a"}"#),
+        )
+        .await;
+        assert_error(&r, StatusCode::BAD_REQUEST, "invalid_argument");
+        assert!(
+            r.body["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("invalid session_id: ") && m.contains("UTF-8")),
+            "{method} {path}: {:?}",
+            r.body
+        );
+    }
+}
+
+#[tokio::test]
 async fn unknown_routes_and_methods_are_json() {
     let app = app(Config::with_registry(dead_url().await));
     assert_error(

@@ -212,7 +212,7 @@ impl Store {
         // Stamped before reading: a write after this point changes the stamp again, so the
         // next pass reads the file again.
         let stamp = Stamp::of(path, self.racy);
-        if stamp.is_some() && stamp == stamps.get(path).copied() {
+        if stamp.is_some() && stamp == stamps.get(path).copied() && !self.freed(source, path)? {
             stats.unchanged += 1;
             return Ok(());
         }
@@ -250,9 +250,10 @@ impl Store {
                 if self.uncache(source, &id)? {
                     stats.removed += 1;
                     self.notify(ChangeKind::Deleted, &id, source, None);
-                    self.reread_other(source, &id, stats)?;
                 }
-                return Ok(());
+                // Also when it was not served (an invalid profile): a custom file refused
+                // for it is served again.
+                return self.reread_other(source, &id, stats);
             }
             // One file that cannot be read (permissions, a link, a pipe) is that file's
             // problem, said in the diagnostics; the others are served.
@@ -262,20 +263,12 @@ impl Store {
             }
         };
         // One id, one agent, decided by the files alone (so a rebuilt cache serves what the
-        // running one did): a profile keeps its id, and a custom file taking it (a hand-written
-        // `custom/dev.yaml` beside `configs/dev.yaml`) is not read, as the API refuses it.
-        match source {
-            AgentSource::Profile => {
-                if self.custom.contains_key(id.as_bytes())? {
-                    let custom = self.custom_dir.join(format!("{id}.{}", files::EXT));
-                    self.skip_invalid(AgentSource::Custom, &id, &custom, taken(&id), stats)?;
-                }
-            }
-            AgentSource::Custom | AgentSource::Unspecified => {
-                if self.profile_holds(&id)? {
-                    return self.skip_invalid(source, &id, path, taken(&id), stats);
-                }
-            }
+        // running one did): a valid profile keeps its id, and a custom file taking it (a
+        // hand-written `custom/dev.yaml` beside `configs/dev.yaml`) is not read, as the API
+        // refuses it. An invalid profile (an empty file, a custom agent's file copied to the
+        // config directory) takes no id from a valid custom agent.
+        if source != AgentSource::Profile && self.profile.contains_key(id.as_bytes())? {
+            return self.skip_invalid(source, &id, path, taken(&id), stats);
         }
         let version = files::version_of(&bytes);
         let cached = tree
@@ -308,6 +301,9 @@ impl Store {
                 }
                 if source != AgentSource::Profile {
                     self.settle_workspace(&id, &mut agent, workspace_before.as_deref())?;
+                } else if self.custom.contains_key(id.as_bytes())? {
+                    let custom = self.custom_dir.join(format!("{id}.{}", files::EXT));
+                    self.skip_invalid(AgentSource::Custom, &id, &custom, taken(&id), stats)?;
                 }
                 self.cache(source, &id, &agent)?;
                 self.forget_diagnostic(path);
@@ -315,9 +311,28 @@ impl Store {
                 stats.updated += 1;
                 self.notify_upserted(&self.with_runtime(agent));
             }
-            Err(reason) => return self.skip_invalid(source, &id, path, reason, stats),
+            Err(reason) => {
+                self.skip_invalid(source, &id, path, reason, stats)?;
+                // A profile that turned invalid holds its id no more.
+                return self.reread_other(source, &id, stats);
+            }
         }
         Ok(())
+    }
+
+    /// Whether `path` is a custom file refused for a profile that is not served any more (gone
+    /// or invalid while no event said so): read again even though it did not change.
+    fn freed(&self, source: AgentSource, path: &Path) -> Result<bool> {
+        if source == AgentSource::Profile {
+            return Ok(false);
+        }
+        let Some(id) = files::stem(path) else {
+            return Ok(false);
+        };
+        Ok(self
+            .diagnostic(path)
+            .is_some_and(|(_, why)| why == taken(id))
+            && !self.profile.contains_key(id.as_bytes())?)
     }
 
     /// After `source`'s agent `id` went away: the other kind's file of that id, refused while
@@ -334,7 +349,12 @@ impl Store {
             AgentSource::Profile => self.root.join(name),
             AgentSource::Custom | AgentSource::Unspecified => self.custom_dir.join(name),
         };
-        if self.diagnostic(&path).is_some() {
+        // Only a custom file refused for the profile (never a profile: no loop between the
+        // two, and an invalid file is not parsed again for nothing).
+        if self
+            .diagnostic(&path)
+            .is_some_and(|(_, why)| why == taken(id))
+        {
             self.read_file(other, &path, stats)?;
         }
         Ok(())

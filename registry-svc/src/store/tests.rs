@@ -972,6 +972,50 @@ fn a_custom_file_may_not_take_a_profiles_id() -> Result<()> {
 }
 
 #[test]
+fn an_invalid_profile_file_takes_no_id_from_a_custom_agent() -> Result<()> {
+    let (_dir, store) = store_with_dev_profile()?;
+    store.create("keeper", agent_file(), "2026-11-22T09:00:00Z")?;
+    let is_custom = |store: &Store| {
+        matches!(
+            store.get("keeper").map(|a| a.kind),
+            Ok(Some(v1::agent::Kind::Custom(_)))
+        )
+    };
+    let stray = store.root().join("keeper.yaml");
+    // An empty file, then a custom agent's file copied beside the profiles (invalid as a
+    // profile): the custom agent keeps being served, and the stray file is named.
+    for text in [
+        "",
+        "agent_id: keeper\nname: K\ntools: {allowlist: [file_read]}\n",
+    ] {
+        write(&stray, text)?;
+        store.reconcile_path(&stray)?;
+        assert!(is_custom(&store), "{:?}", store.diagnostics());
+        assert!(
+            store.diagnostics().iter().any(|(p, _)| p == "keeper.yaml"),
+            "{:?}",
+            store.diagnostics()
+        );
+    }
+    // A valid profile takes the id; turned invalid again, it gives it back.
+    write(&stray, "description: Keeper\n")?;
+    store.reconcile_path(&stray)?;
+    assert!(!is_custom(&store));
+    write(&stray, "")?;
+    store.reconcile_path(&stray)?;
+    assert!(is_custom(&store), "{:?}", store.diagnostics());
+    // Valid, then gone: the custom agent is back, and nothing is said of either file.
+    write(&stray, "description: Keeper\n")?;
+    store.reconcile_path(&stray)?;
+    assert!(!is_custom(&store));
+    fs::remove_file(&stray).map_err(|e| RegistryError::io(&stray, e))?;
+    store.reconcile_path(&stray)?;
+    assert!(is_custom(&store), "{:?}", store.diagnostics());
+    assert!(store.diagnostics().is_empty(), "{:?}", store.diagnostics());
+    Ok(())
+}
+
+#[test]
 fn a_byte_order_mark_is_read_past_and_an_empty_file_says_so() -> Result<()> {
     let (_dir, store) = store_with_dev_profile()?;
     write(

@@ -7,18 +7,21 @@ use std::collections::BTreeMap;
 
 use crate::v1;
 
-/// Reads a map of strings (an entry's `env` or `headers`, an LLM provider's `headers` or
-/// `query`) whose keys are unique, or null for none: serde's maps keep the last of a repeated
-/// key without a word, in JSON and YAML alike.
-pub fn unique_map<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> Result<BTreeMap<String, String>, D::Error> {
-    struct Visitor;
-    impl<'de> serde::de::Visitor<'de> for Visitor {
-        type Value = BTreeMap<String, String>;
+/// Reads a map whose keys are unique (an entry's `env` or `headers`, an LLM provider's
+/// `headers` or `query`, the LLM configuration's `models` and `providers`, the MCP servers of
+/// a servers file), or null for none: serde's maps keep the last of a repeated key without a
+/// word, in JSON and YAML alike.
+pub fn unique_map<'de, D, V>(d: D) -> Result<BTreeMap<String, V>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    V: serde::Deserialize<'de>,
+{
+    struct Visitor<V>(std::marker::PhantomData<V>);
+    impl<'de, V: serde::Deserialize<'de>> serde::de::Visitor<'de> for Visitor<V> {
+        type Value = BTreeMap<String, V>;
 
         fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("a map of strings")
+            f.write_str("a map")
         }
 
         fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
@@ -38,16 +41,17 @@ pub fn unique_map<'de, D: serde::Deserializer<'de>>(
             mut a: A,
         ) -> Result<Self::Value, A::Error> {
             let mut out = BTreeMap::new();
-            while let Some((k, v)) = a.next_entry::<String, String>()? {
+            while let Some(k) = a.next_key::<String>()? {
                 if out.contains_key(&k) {
                     return Err(serde::de::Error::custom(format!("duplicate key `{k}`")));
                 }
+                let v = a.next_value::<V>()?;
                 out.insert(k, v);
             }
             Ok(out)
         }
     }
-    d.deserialize_option(Visitor)
+    d.deserialize_option(Visitor(std::marker::PhantomData))
 }
 
 /// Checks one entry; the error says what is wrong, naming the field.

@@ -33,7 +33,7 @@ use crate::{
 #[serde(deny_unknown_fields)]
 pub struct GlobalMcpFile {
     /// Servers by id (the id becomes `mcp_server_id`).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "taskforce_proto::mcp_config::unique_map")]
     pub mcp_servers: BTreeMap<String, McpServerConfig>,
 }
 

@@ -55,15 +55,43 @@ static RESERVED: OnceLock<BTreeSet<String>> = OnceLock::new();
 /// server's `${VAR}` reads them. Call once at start-up with the file's text; later calls change
 /// nothing.
 ///
-/// A text that is not YAML still reserves its `${VAR}`s, and the parse error is returned.
+/// A text that is not YAML (a key given twice) still reserves its `${VAR}`s and what is written
+/// after each `api_key_env` in it, and the parse error is returned: a broken file must not turn
+/// the reservation off.
 pub fn reserve_secrets_of_llm_config(text: &str) -> Result<(), serde_yaml::Error> {
     let mut names: BTreeSet<String> = placeholders(text).map(str::to_owned).collect();
     let parsed = serde_yaml::from_str::<serde_yaml::Value>(text);
-    if let Ok(config) = &parsed {
-        key_variables(config, &mut names);
+    match &parsed {
+        Ok(config) => key_variables(config, &mut names),
+        Err(_) => written_key_variables(text, &mut names),
     }
     let _ = RESERVED.set(names);
     parsed.map(drop)
+}
+
+/// What is written after each `api_key_env` key of `text` (block or flow style, quoted or
+/// not), read from the text alone. Reserving a name too many (from a comment) is harmless.
+fn written_key_variables(text: &str, names: &mut BTreeSet<String>) {
+    const KEY: &str = "api_key_env";
+    let mut rest = text;
+    while let Some(at) = rest.find(KEY) {
+        rest = &rest[at + KEY.len()..];
+        let Some(value) = rest
+            .trim_start_matches(['"', '\''])
+            .trim_start()
+            .strip_prefix(':')
+        else {
+            continue;
+        };
+        let value = value.trim_start_matches([' ', '\t']);
+        let end = value
+            .find([',', '}', '#', '\n', '\r'])
+            .unwrap_or(value.len());
+        let name = value[..end].trim().trim_matches(['"', '\'']).trim();
+        if !name.is_empty() {
+            names.insert(name.to_owned());
+        }
+    }
 }
 
 /// The values of every `api_key_env` key in `value`, at any depth.
@@ -274,6 +302,23 @@ mod tests {
             "EMPTY" => Some(String::new()),
             _ => None,
         }
+    }
+
+    #[test]
+    fn key_variables_are_read_from_a_file_that_is_not_yaml() {
+        // A key given twice: not a YAML mapping serde takes, but the executor's own reading
+        // may differ, and the names must be reserved either way.
+        let text = "models:\n  main: {provider: corp, model: m}\n  main: {provider: corp, model: m}\n\
+                    providers:\n  corp: {type: openai, api_key_env: CORP_KEY, base_url: x}\n  \
+                    other:\n    type: anthropic\n    api_key_env: \"OTHER_KEY\"  # comment\n  \
+                    third: {\"api_key_env\": 'THIRD_KEY'}\n";
+        assert!(serde_yaml::from_str::<serde_yaml::Value>(text).is_err());
+        let mut names = BTreeSet::new();
+        written_key_variables(text, &mut names);
+        assert_eq!(
+            names.into_iter().collect::<Vec<_>>(),
+            ["CORP_KEY", "OTHER_KEY", "THIRD_KEY"]
+        );
     }
 
     #[test]

@@ -28,10 +28,10 @@ pub struct LlmConfig {
     #[serde(default = "yes")]
     pub fallback_to_scripted: bool,
     /// Model aliases (`main`, `fast`, ...) → provider and the provider's model name.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "taskforce_proto::mcp_config::unique_map")]
     pub models: BTreeMap<String, ModelConfig>,
     /// Providers by name.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "taskforce_proto::mcp_config::unique_map")]
     pub providers: BTreeMap<String, ProviderConfig>,
 }
 

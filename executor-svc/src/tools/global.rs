@@ -79,7 +79,7 @@ fn stdio() -> String {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct GlobalFile {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "taskforce_proto::mcp_config::unique_map")]
     mcp_servers: BTreeMap<String, ServerEntry>,
 }
 

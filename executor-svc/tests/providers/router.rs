@@ -183,6 +183,17 @@ fn scripts_load_relative_to_the_config_and_from_the_environment() {
 }
 
 #[test]
+fn a_model_or_provider_given_twice_is_refused_not_the_last_one_kept() {
+    for text in [
+        "models:\n  main: {provider: scripted, model: a}\n  main: {provider: scripted, model: b}\n",
+        "providers:\n  s: {type: scripted}\n  s: {type: scripted}\n",
+    ] {
+        let err = LlmConfig::from_yaml(text).expect_err("a duplicate is refused");
+        assert!(err.to_string().contains("duplicate key"), "{err}");
+    }
+}
+
+#[test]
 fn a_temperature_the_provider_refuses_is_a_start_up_error() {
     let config = |provider: &str, t: f64| {
         LlmConfig::from_yaml(&format!(

@@ -584,6 +584,14 @@ impl Registry {
         };
         match tokio::time::timeout(self.inner.timeout, client.report_agent_status(request)).await {
             Ok(Ok(_)) => true,
+            // An agent deleted while it ran (or right after): nothing to report, nothing wrong.
+            Ok(Err(e))
+                if e.code() == tonic::Code::NotFound
+                    && taskforce_proto::error::from_taskforce(&e) =>
+            {
+                tracing::debug!(agent_id, ?status, "status not reported: the agent is gone");
+                true
+            }
             Ok(Err(e)) => {
                 warn!(agent_id, ?status, error = %e.message(), "status report failed");
                 // The registry's own answers say they are (a refusal, an unknown agent); any

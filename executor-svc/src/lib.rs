@@ -90,7 +90,7 @@ impl Parts {
     pub fn from_config(config: &Config) -> Result<Self, ExecutorError> {
         // The providers' keys are never an MCP server's to read (`${VAR}` of an agent's server).
         // A file that is not YAML fails just below, naming the problem.
-        if let Ok(text) = std::fs::read_to_string(&config.llm_config) {
+        if let Ok(text) = taskforce_runtime::read_config(&config.llm_config) {
             let _ = taskforce_runtime::env::reserve_secrets_of_llm_config(&text);
         }
         let router = Arc::new(LlmRouter::from_file(&config.llm_config)?);

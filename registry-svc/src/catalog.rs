@@ -41,9 +41,10 @@ impl GlobalMcpFile {
     /// Reads the file; a missing file means no global servers.
     pub fn load(path: &Path) -> Result<Self, RegistryError> {
         let bad = |e: String| RegistryError::Config(format!("{}: {e}", path.display()));
-        match std::fs::read(path) {
-            Ok(bytes) => {
-                let f: Self = crate::files::yaml(&bytes).map_err(|e| bad(e.to_string()))?;
+        match taskforce_runtime::read_config(path) {
+            Ok(text) => {
+                let f: Self =
+                    crate::files::yaml(text.as_bytes()).map_err(|e| bad(e.to_string()))?;
                 for (id, s) in &f.mcp_servers {
                     if s.is_global() {
                         return Err(bad(format!(

@@ -98,7 +98,7 @@ pub async fn run(
             config.config_dir.join("llm_config.yaml").display()
         );
     }
-    let problem = match std::fs::read_to_string(&llm_config) {
+    let problem = match taskforce_runtime::read_config(&llm_config) {
         Ok(text) => taskforce_runtime::env::reserve_secrets_of_llm_config(&text)
             .err()
             .map(|e| format!("is not YAML ({e}); only its ${{VAR}}s are refused in MCP servers")),

@@ -220,7 +220,7 @@ impl Keys {
             origin: origin.to_owned(),
             reason,
         };
-        let file: KeysFile = serde_yaml::from_str(yaml).map_err(|e| {
+        let file: KeysFile = crate::yaml::yaml(yaml.as_bytes()).map_err(|e| {
             invalid(format!(
                 "not a keys document (`keys:`, a list of `name`, `token` or `sha256`, and \
                  `scopes`): {}",
@@ -404,7 +404,7 @@ impl AuthArgs {
                          (--api-keys-file) wins; unset one of them"
                     );
                 }
-                let text = std::fs::read_to_string(path).map_err(|source| AuthError::Read {
+                let text = crate::read_config(path).map_err(|source| AuthError::Read {
                     path: path.clone(),
                     source,
                 })?;

@@ -17,8 +17,10 @@
 //! - [`metrics`]: the process-wide Prometheus registry, `/metrics`, HTTP and gRPC request metrics.
 //! - [`sandbox`]: the command line of `taskforce-sandbox`, the tool and task launcher.
 //! - [`store`]: opening a sled store with the log segment size it was made with.
-//! - this file also: [`read_regular`], reading a file someone else may have made (a workspace's).
+//! - this file also: [`read_regular`], reading a file someone else may have made (a workspace's),
+//!   and [`read_config`], a configuration file.
 //! - [`telemetry`]: logs and OpenTelemetry traces.
+//! - [`yaml`]: YAML with the guards every file a user writes gets.
 //! - `mcp_client` (feature `mcp-client`): connecting to an MCP server through `rmcp`, shared by
 //!   the registry (discovery) and the executor (tool calls).
 
@@ -34,6 +36,7 @@ pub mod metrics;
 pub mod sandbox;
 pub mod store;
 pub mod telemetry;
+pub mod yaml;
 
 use std::{net::SocketAddr, path::Path};
 
@@ -79,6 +82,25 @@ pub fn read_regular(path: &Path, max: u64, follow_links: bool) -> std::io::Resul
     let mut bytes = Vec::new();
     file.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
     Ok(bytes)
+}
+
+/// The most bytes of a configuration file (the LLM configuration, a servers file, an API keys
+/// file, a scripted provider's script): far more than any needs.
+pub const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
+
+/// The text of the configuration file at `path`: a regular file (links followed: a Kubernetes
+/// ConfigMap's files are links), UTF-8, of at most [`MAX_CONFIG_BYTES`]. A named pipe or a
+/// device (`/dev/zero`) is refused at once, not waited on or read without end.
+pub fn read_config(path: &Path) -> std::io::Result<String> {
+    let bytes = read_regular(path, MAX_CONFIG_BYTES, true)?;
+    if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > MAX_CONFIG_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {MAX_CONFIG_BYTES} bytes, the most a configuration file may have"),
+        ));
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"))
 }
 
 /// How long a service's exit waits for blocking work still running (a store's flush that a
@@ -439,6 +461,27 @@ mod tests {
         let not_followed = read_regular(&link, 64, false).expect_err("a link is refused");
         assert_eq!(not_followed.raw_os_error(), Some(nix::libc::ELOOP));
         assert!(read_regular(dir.path(), 64, true).is_err(), "a directory");
+    }
+
+    /// A configuration file is text of a bounded size, through links (a ConfigMap's); a device
+    /// such as `/dev/zero` is not read without end, nor a pipe waited on.
+    #[test]
+    fn a_configuration_file_is_bounded_text() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let file = dir.path().join("llm_config.yaml");
+        std::fs::write(&file, "models: {}\n").expect("file");
+        let link = dir.path().join("link.yaml");
+        std::os::unix::fs::symlink(&file, &link).expect("link");
+        assert_eq!(read_config(&link).ok().as_deref(), Some("models: {}\n"));
+        let refused = read_config(Path::new("/dev/zero")).expect_err("a device");
+        assert!(refused.to_string().contains("a device"), "{refused}");
+        let big = dir.path().join("big.yaml");
+        let size = usize::try_from(MAX_CONFIG_BYTES).expect("fits") + 1;
+        std::fs::write(&big, vec![b'#'; size]).expect("big");
+        let refused = read_config(&big).expect_err("too large");
+        assert!(refused.to_string().contains("larger than"), "{refused}");
+        std::fs::write(&big, b"\xff\xfe").expect("bytes");
+        assert!(read_config(&big).is_err(), "not UTF-8");
     }
 
     #[test]

@@ -239,12 +239,13 @@ impl ProviderConfig {
 impl LlmConfig {
     /// Parses YAML text.
     pub fn from_yaml(text: &str) -> Result<Self, LlmError> {
-        serde_yaml::from_str(text).map_err(|e| LlmError::Config(format!("llm config: {e}")))
+        taskforce_runtime::yaml::yaml(text.as_bytes())
+            .map_err(|e| LlmError::Config(format!("llm config: {e}")))
     }
 
     /// Reads a file; a missing file gives [`LlmConfig::default`] (scripted only).
     pub fn load(path: &Path) -> Result<Self, LlmError> {
-        match std::fs::read_to_string(path) {
+        match taskforce_runtime::read_config(path) {
             Ok(text) => Self::from_yaml(&text)
                 .map_err(|e| LlmError::Config(format!("{}: {e}", path.display()))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),

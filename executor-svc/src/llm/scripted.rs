@@ -87,8 +87,8 @@ pub struct ScriptedCall {
 impl Script {
     /// Parses and checks a script.
     pub fn from_yaml(text: &str) -> Result<Self, LlmError> {
-        let script: Self =
-            serde_yaml::from_str(text).map_err(|e| LlmError::Config(format!("script: {e}")))?;
+        let script: Self = taskforce_runtime::yaml::yaml(text.as_bytes())
+            .map_err(|e| LlmError::Config(format!("script: {e}")))?;
         for (n, turn) in script.turns.iter().enumerate() {
             if turn.text.is_none() && turn.tool_calls.is_empty() && turn.error.is_none() {
                 return Err(LlmError::Config(format!(
@@ -106,7 +106,7 @@ impl Script {
 
     /// Reads a script file.
     pub fn from_file(path: &Path) -> Result<Self, LlmError> {
-        let text = std::fs::read_to_string(path)
+        let text = taskforce_runtime::read_config(path)
             .map_err(|e| LlmError::Config(format!("cannot read script {}: {e}", path.display())))?;
         Self::from_yaml(&text).map_err(|e| LlmError::Config(format!("{}: {e}", path.display())))
     }

@@ -115,10 +115,9 @@ impl GlobalSettings {
         if !on("AGENT_ENABLE")? {
             return Ok(settings);
         }
-        let file: GlobalFile = match std::fs::read(path) {
-            Ok(bytes) => {
-                serde_yaml::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?
-            }
+        let file: GlobalFile = match taskforce_runtime::read_config(path) {
+            Ok(text) => taskforce_runtime::yaml::yaml(text.as_bytes())
+                .map_err(|e| format!("{}: {e}", path.display()))?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => GlobalFile::default(),
             Err(e) => return Err(format!("{}: {e}", path.display())),
         };

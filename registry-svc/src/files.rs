@@ -253,9 +253,14 @@ pub fn nested_files(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// Whether `path` names a definition under the wrong extension (`*.yml`, not hidden).
+/// Whether `path` names a definition under the wrong extension (`*.yml`, `*.YAML`, ..., not
+/// hidden).
 pub fn is_misnamed(path: &Path) -> bool {
-    path.extension().is_some_and(|e| e == "yml")
+    // `.yml`, and `.YAML`, `.Yml`, ... (saved so on Windows or macOS, whose file systems do
+    // not tell the cases apart).
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e != EXT && (e.eq_ignore_ascii_case(EXT) || e.eq_ignore_ascii_case("yml")))
         && path
             .file_name()
             .and_then(|n| n.to_str())

@@ -793,6 +793,21 @@ fn a_yml_file_is_not_read_and_the_diagnostics_say_so_until_it_is_gone() -> Resul
     fs::remove_file(&path).map_err(|e| RegistryError::io(&path, e))?;
     store.reconcile_all()?;
     assert!(store.diagnostics().is_empty(), "{:?}", store.diagnostics());
+    // Nor is one whose extension has capitals, which says so too.
+    for name in ["upper.YAML", "mixed.Yml"] {
+        let odd = store.custom_dir().join(name);
+        write(&odd, "name: Odd\n")?;
+        store.reconcile_all()?;
+        let said = store.diagnostics();
+        assert!(
+            said.iter()
+                .any(|(p, why)| p.ends_with(name) && why.contains("rename it")),
+            "{said:?}"
+        );
+        fs::remove_file(&odd).map_err(|e| RegistryError::io(&odd, e))?;
+    }
+    store.reconcile_all()?;
+    assert!(store.diagnostics().is_empty(), "{:?}", store.diagnostics());
 
     // The watcher's path, one file at a time, says the same at once.
     write(&path, "name: Hand\n")?;

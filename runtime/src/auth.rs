@@ -116,8 +116,9 @@ fn shown_path(path: &Path) -> String {
 
 /// A YAML error `message` about `input` with every quoted value taken from `input` that could
 /// be a key (as long as one) left out: serde_yaml quotes the scalar it did not expect, and a
-/// keys document's scalars are keys. A shorter one (a misspelt field, a scope) stays.
-fn without_values(message: &str, input: &str) -> String {
+/// keys document's scalars are keys (and a key may be pasted in the wrong field of any
+/// configuration). A shorter one (a misspelt field, a scope) stays.
+pub fn without_values(message: &str, input: &str) -> String {
     let mut out = String::with_capacity(message.len());
     let mut rest = message;
     while let Some(open) = rest.find(['"', '`']) {

@@ -177,7 +177,12 @@ pub struct HttpSettings {
 impl ProviderConfig {
     /// Parses one provider entry from YAML (handy in tests and tools).
     pub fn from_yaml(text: &str) -> Result<Self, LlmError> {
-        serde_yaml::from_str(text).map_err(|e| LlmError::Config(format!("provider entry: {e}")))
+        taskforce_runtime::yaml::yaml(text.as_bytes()).map_err(|e| {
+            LlmError::Config(format!(
+                "provider entry: {}",
+                taskforce_runtime::auth::without_values(&e.to_string(), text)
+            ))
+        })
     }
 
     /// The timeouts and retry policy, validated.
@@ -211,6 +216,19 @@ impl ProviderConfig {
         let Some(var) = &self.api_key_env else {
             return Ok(None);
         };
+        // A key pasted where its variable's name goes is said without being shown.
+        let name_like = var
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !name_like {
+            return Err(LlmError::Config(
+                "api_key_env is not the name of an environment variable (a key pasted in its \
+                 place? name the variable that holds the key); its value is not shown"
+                    .to_owned(),
+            ));
+        }
         match env.get(var) {
             Some(key) if !key.trim().is_empty() => Ok(Some(SecretString::from(key.trim()))),
             _ => Err(LlmError::Config(format!(
@@ -239,8 +257,13 @@ impl ProviderConfig {
 impl LlmConfig {
     /// Parses YAML text.
     pub fn from_yaml(text: &str) -> Result<Self, LlmError> {
-        taskforce_runtime::yaml::yaml(text.as_bytes())
-            .map_err(|e| LlmError::Config(format!("llm config: {e}")))
+        // A value that could be a key (a key pasted in the wrong field) is not repeated.
+        taskforce_runtime::yaml::yaml(text.as_bytes()).map_err(|e| {
+            LlmError::Config(format!(
+                "llm config: {}",
+                taskforce_runtime::auth::without_values(&e.to_string(), text)
+            ))
+        })
     }
 
     /// Reads a file; a missing file gives [`LlmConfig::default`] (scripted only).

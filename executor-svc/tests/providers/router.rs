@@ -183,6 +183,31 @@ fn scripts_load_relative_to_the_config_and_from_the_environment() {
 }
 
 #[test]
+fn a_key_pasted_in_the_wrong_field_is_not_repeated() {
+    let key = "sk-proj-AbCdEf1234567890SECRET";
+    let err = LlmConfig::from_yaml(&format!(
+        "providers: {{o: {{type: openai, max_attempts: {key}}}}}"
+    ))
+    .expect_err("not a number");
+    assert!(err.to_string().contains("max_attempts"), "{err}");
+    assert!(!err.to_string().contains(key), "{err}");
+    let config = LlmConfig::from_yaml(&format!(
+        "default_model: main\nfallback_to_scripted: false\nmodels: {{main: {{provider: o, model: m}}}}\n\
+         providers: {{o: {{type: openai, api_key_env: {key}}}}}"
+    ))
+    .expect("config");
+    let router = LlmRouter::new(&config, Path::new("."), &Env::from_pairs::<&str, &str>([]))
+        .expect("router");
+    let err = router.resolve(None).expect_err("no key");
+    assert!(
+        err.to_string()
+            .contains("not the name of an environment variable"),
+        "{err}"
+    );
+    assert!(!err.to_string().contains(key), "{err}");
+}
+
+#[test]
 fn a_model_or_provider_given_twice_is_refused_not_the_last_one_kept() {
     for text in [
         "models:\n  main: {provider: scripted, model: a}\n  main: {provider: scripted, model: b}\n",

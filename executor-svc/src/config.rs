@@ -57,7 +57,7 @@ pub struct Config {
     pub tool_max_output_bytes: usize,
     /// How long the registry keeps an agent BUSY without a renewal, in seconds (renewed at half).
     #[arg(long, env = "TASKFORCE_BUSY_LEASE_SECS", default_value_t = 120,
-          value_parser = clap::value_parser!(u32).range(2..))]
+          value_parser = clap::value_parser!(u32).range(2..=86_400))]
     pub busy_lease_secs: u32,
     /// Time limit of starting an MCP server (or connecting to it), its handshake and tool list,
     /// in milliseconds.

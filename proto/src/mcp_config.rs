@@ -127,9 +127,16 @@ pub fn validate(s: &v1::McpServer) -> Result<(), String> {
             if !s.command.is_empty() || !s.args.is_empty() || !s.env.is_empty() {
                 return Err(format!("type {} takes no command, args or env", s.r#type));
             }
+            let mut names = std::collections::BTreeSet::new();
             for (name, value) in &s.headers {
                 if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
                     return Err(format!("headers: {name:?} is not an HTTP header name"));
+                }
+                // Header names are the same in any case: `X-A` and `x-a` would both be sent.
+                if !names.insert(name.to_ascii_lowercase()) {
+                    return Err(format!(
+                        "headers: {name} is given twice (header names are the same in any case)"
+                    ));
                 }
                 if http::HeaderValue::from_str(value).is_err() {
                     return Err(format!(
@@ -218,6 +225,14 @@ mod tests {
         );
         refused(http("http://h/", "", "v"), "not an HTTP header name");
         refused(http("http://h/", "x-a", "s3cret\n"), "the value of x-a");
+        let mut twice = v1::McpServer {
+            r#type: "http".into(),
+            url: "http://h/".into(),
+            ..Default::default()
+        };
+        twice.headers.insert("X-A".into(), "s3cret".into());
+        twice.headers.insert("x-a".into(), "s3cret".into());
+        refused(super::validate(&twice), "x-a is given twice");
     }
 
     #[derive(serde::Deserialize)]

@@ -150,6 +150,9 @@ impl RegistryService {
 
 /// How long BUSY holds when the reporter names no lease.
 const DEFAULT_LEASE_SECS: u64 = 300;
+/// The longest lease a report may ask for: a day (a lease of years held an agent BUSY for
+/// good once its reporter was gone).
+const MAX_LEASE_SECS: u32 = 86_400;
 /// Longest `last_task` kept.
 const MAX_LAST_TASK: usize = 2000;
 
@@ -476,6 +479,16 @@ impl AgentRegistry for RegistryService {
         }
         if !r.reporter.is_empty() {
             check_reporter(&r.reporter, "must be empty or an executor's instance name")?;
+        }
+        if r.lease_seconds > MAX_LEASE_SECS {
+            return Err(ApiError::field(
+                "lease_seconds",
+                format!(
+                    "must be at most {MAX_LEASE_SECS} (a day), got {}",
+                    r.lease_seconds
+                ),
+            )
+            .to_status());
         }
         let lease = std::time::Duration::from_secs(match r.lease_seconds {
             0 => DEFAULT_LEASE_SECS,

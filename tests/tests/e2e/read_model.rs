@@ -333,6 +333,18 @@ async fn a_watcher_that_excludes_status_gets_definition_changes_only() {
         .expect_err("a reporter that is no instance name");
     assert_eq!(bad.code(), tonic::Code::InvalidArgument, "{bad:?}");
     assert!(bad.message().contains("reporter"), "{bad:?}");
+    // A lease of years would hold the agent BUSY for good once its reporter was gone.
+    let bad = registry
+        .report_agent_status(v1::ReportAgentStatusRequest {
+            agent_id: "watched".into(),
+            status: v1::AgentStatus::Busy.into(),
+            lease_seconds: u32::MAX,
+            ..Default::default()
+        })
+        .await
+        .expect_err("a lease of years");
+    assert_eq!(bad.code(), tonic::Code::InvalidArgument, "{bad:?}");
+    assert!(bad.message().contains("lease_seconds"), "{bad:?}");
     // Unnamed executors share one hold: none of them may end it for all.
     for reporter in ["", "Executor One"] {
         let bad = registry

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use axum::{Json, extract::State, response::Response};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use taskforce_proto::{
     error::ApiError,
     v1::{self, run_event::Event as Ev},
@@ -79,10 +79,11 @@ pub struct AnswerBody {
     pub answer: String,
     /// Answers by question key, for a question with `items`. Strings are passed as they are;
     /// `null` (like an empty string) is no answer: the question's default, else it is asked
-    /// again; any other JSON value is passed as its compact JSON text.
-    #[serde(default)]
+    /// again; any other JSON value is passed as its compact JSON text. A key given twice is
+    /// refused.
+    #[serde(default, deserialize_with = "taskforce_proto::mcp_config::unique_map")]
     #[schema(value_type = Option<HashMap<String, Value>>)]
-    pub answers: Option<Map<String, Value>>,
+    pub answers: std::collections::BTreeMap<String, Value>,
     /// When set, must be the pending question's call id.
     #[serde(default)]
     pub call_id: Option<String>,
@@ -102,7 +103,6 @@ pub struct AnswerBody {
 fn answer_request(session_id: String, body: AnswerBody) -> Result<v1::AnswerRequest, RestError> {
     let answers: HashMap<String, String> = body
         .answers
-        .unwrap_or_default()
         .into_iter()
         .map(|(key, value)| {
             let text = match value {

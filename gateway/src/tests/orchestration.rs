@@ -177,6 +177,16 @@ async fn answers_by_key_pass_strings_as_they_are_and_other_values_as_json() {
     }
     let r = answer(r#"{"answers": ["EUR"]}"#).await;
     assert_error(&r, StatusCode::BAD_REQUEST, "invalid_argument");
+    // A key given twice is refused, not the last one kept.
+    let r = answer(r#"{"answers": {"currency": "EUR", "currency": "USD"}}"#).await;
+    assert_error(&r, StatusCode::BAD_REQUEST, "invalid_argument");
+    assert!(
+        r.body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("duplicate key `currency`")),
+        "{:?}",
+        r.body
+    );
 }
 
 #[tokio::test]

@@ -293,6 +293,30 @@ pub struct ProfileFile {
     /// LLM settings.
     #[serde(default)]
     pub llm: ProfileLlm,
+    /// The other top-level keys (sections of a profile the registry does not read), by name.
+    #[serde(flatten)]
+    pub other: std::collections::BTreeMap<String, serde::de::IgnoredAny>,
+}
+
+impl ProfileFile {
+    /// Why this is no profile, when it has none of a profile's keys but others (an LLM
+    /// configuration or a compose file saved beside the profiles would be served as an agent).
+    pub fn not_a_profile(&self) -> Option<String> {
+        let has_none = self.description.is_empty()
+            && self.specialist.is_empty()
+            && self.tools.is_empty()
+            && self.mcp_servers.is_empty()
+            && self.llm == ProfileLlm::default();
+        (has_none && !self.other.is_empty()).then(|| {
+            let keys: Vec<&str> = self.other.keys().map(String::as_str).take(8).collect();
+            format!(
+                "not a profile: none of its keys ({}) is one of a profile's (description, \
+                 specialist, tools, mcp_servers, llm); if it is another kind of file, move it \
+                 out of the config directory",
+                keys.join(", ")
+            )
+        })
+    }
 }
 
 /// Checks every rule that needs no I/O; all violations are reported together. Whether the

@@ -504,6 +504,9 @@ fn load(source: AgentSource, id: &str, version: String, bytes: &[u8]) -> Result<
     match source {
         AgentSource::Profile => {
             let f: ProfileFile = files::yaml(bytes).map_err(|e| format!("invalid YAML: {e}"))?;
+            if let Some(why) = f.not_a_profile() {
+                return Err(why);
+            }
             definition::validate_profile(&f)
                 .map_err(|e| format!("invalid profile: {}", with_named_entries(&e)))?;
             Ok(convert::profile_to_proto(id, version, &f))

@@ -1031,6 +1031,36 @@ fn an_invalid_profile_file_takes_no_id_from_a_custom_agent() -> Result<()> {
 }
 
 #[test]
+fn another_kind_of_yaml_beside_the_profiles_is_not_served_as_one() -> Result<()> {
+    let (_dir, store) = store_with_dev_profile()?;
+    // A copy of the LLM configuration and a compose file, saved in the config directory.
+    let llm = store.root().join("llm-prod.yaml");
+    write(
+        &llm,
+        "default_model: main\nmodels: {main: {provider: scripted, model: s}}\n",
+    )?;
+    let compose = store.root().join("docker-compose.yaml");
+    write(&compose, "services: {app: {image: x}}\n")?;
+    store.reconcile_all()?;
+    assert!(store.get("llm-prod").is_err());
+    assert!(store.get("docker-compose").is_err());
+    let said = store.diagnostics();
+    for (file, keys) in [
+        ("llm-prod.yaml", "default_model, models"),
+        ("docker-compose.yaml", "services"),
+    ] {
+        assert!(
+            said.iter().any(|(p, why)| p == file
+                && why.contains(&format!("not a profile: none of its keys ({keys})"))),
+            "{said:?}"
+        );
+    }
+    // A profile with sections the registry does not read beside its own is served.
+    assert!(store.get("dev").is_ok());
+    Ok(())
+}
+
+#[test]
 fn a_byte_order_mark_is_read_past_and_an_empty_file_says_so() -> Result<()> {
     let (_dir, store) = store_with_dev_profile()?;
     write(

@@ -116,13 +116,18 @@ impl GlobalSettings {
             return Ok(settings);
         }
         let file: GlobalFile = match taskforce_runtime::read_config(path) {
-            Ok(text) => taskforce_runtime::yaml::yaml(text.as_bytes()).map_err(|e| {
-                format!(
-                    "{}: {}",
-                    path.display(),
-                    taskforce_runtime::auth::without_values(&e.to_string(), &text)
-                )
-            })?,
+            Ok(text) => match taskforce_runtime::yaml::yaml(text.as_bytes()) {
+                Ok(file) => file,
+                // An emptied file: no servers, as before the guarded reader.
+                Err(taskforce_runtime::yaml::YamlError::Empty) => GlobalFile::default(),
+                Err(e) => {
+                    return Err(format!(
+                        "{}: {}",
+                        path.display(),
+                        taskforce_runtime::auth::without_values(&e.to_string(), &text)
+                    ));
+                }
+            },
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => GlobalFile::default(),
             Err(e) => return Err(format!("{}: {e}", path.display())),
         };

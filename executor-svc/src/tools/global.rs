@@ -479,6 +479,17 @@ mod tests {
         .expect("write");
         let err = GlobalSettings::load(&path, env(&[])).expect_err("refused");
         assert!(err.contains("`web`") && err.contains("url"), "{err}");
+        // A server named twice is refused, not the last one kept; an emptied file is none.
+        std::fs::write(
+            &path,
+            "mcp_servers:\n  a: {command: uvx}\n  a: {type: http, url: http://h/}\n",
+        )
+        .expect("write");
+        let err = GlobalSettings::load(&path, env(&[])).expect_err("refused");
+        assert!(err.contains("duplicate key `a`"), "{err}");
+        std::fs::write(&path, "\n").expect("write");
+        let s = GlobalSettings::load(&path, env(&[])).expect("loads");
+        assert_eq!(s.servers.keys().collect::<Vec<_>>(), ["m365"]);
     }
 
     #[tokio::test]

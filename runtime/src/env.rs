@@ -220,6 +220,41 @@ pub fn mask_logged(line: &str) -> Option<String> {
     Some(scrub(line, &found))
 }
 
+/// `text` with what the URLs in it may carry as credentials left out: a user and password
+/// (`https://user:key@host/`) and a query (`?token=...`), each replaced by `…`. For error
+/// texts that quote a URL (a configuration's, or the one a request failed on).
+pub fn without_url_credentials(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let (before, from) = rest.split_at(at + 3);
+        out.push_str(before);
+        // The URL ends at what cannot be in one unquoted.
+        let end = from
+            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | ')' | '>' | '`'))
+            .unwrap_or(from.len());
+        let (url, after) = from.split_at(end);
+        let (url, query) = match url.find(['?', '#']) {
+            Some(q) => (&url[..q], true),
+            None => (url, false),
+        };
+        let authority_end = url.find('/').unwrap_or(url.len());
+        match url[..authority_end].rfind('@') {
+            Some(at) => {
+                out.push('…');
+                out.push_str(&url[at..]);
+            }
+            None => out.push_str(url),
+        }
+        if query {
+            out.push_str("?…");
+        }
+        rest = after;
+    }
+    out.push_str(rest);
+    out
+}
+
 /// `text` with each of `secrets` (as [`placeholder_values`] gives them) replaced by `***`.
 pub fn scrub(text: &str, secrets: &[impl AsRef<str>]) -> String {
     secrets.iter().fold(text.to_owned(), |out, secret| {
@@ -302,6 +337,25 @@ mod tests {
             "EMPTY" => Some(String::new()),
             _ => None,
         }
+    }
+
+    #[test]
+    fn credentials_in_urls_are_left_out_of_texts() {
+        assert_eq!(
+            without_url_credentials(
+                "base_url gives \"https://user:sk-SECRET@exa mple.com/v1\": invalid domain"
+            ),
+            "base_url gives \"https://…@exa mple.com/v1\": invalid domain"
+        );
+        assert_eq!(
+            without_url_credentials(
+                "error sending request for url (http://127.0.0.1:9/mcp?token=SECRET&a=b): refused"
+            ),
+            "error sending request for url (http://127.0.0.1:9/mcp?…): refused"
+        );
+        let plain = "connecting to http://registry:50051 failed; see https://example.com/a/b";
+        assert_eq!(without_url_credentials(plain), plain);
+        assert_eq!(without_url_credentials("no url here"), "no url here");
     }
 
     #[test]

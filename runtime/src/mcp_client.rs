@@ -133,7 +133,8 @@ impl ConnectError {
 /// (`Transport [rmcp::transport::worker::WorkerTransport<…>] error: …`), which say nothing to a
 /// user and show the service's internals.
 pub fn readable(error: &dyn std::fmt::Display) -> String {
-    let text = error.to_string();
+    // A server's URL in the error (reqwest's "for url (...)") without its credentials.
+    let text = crate::env::without_url_credentials(&error.to_string());
     let mut out = String::with_capacity(text.len());
     let mut rest = text.as_str();
     while let Some(open) = rest.find('[') {

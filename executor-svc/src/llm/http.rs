@@ -310,8 +310,11 @@ pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
 
 /// Parses a provider URL built from `base_url`.
 pub(crate) fn parse_url(provider: &str, url: &str) -> Result<Url, LlmError> {
-    Url::parse(url)
-        .map_err(|e| LlmError::Config(format!("provider {provider}: base_url gives {url:?}: {e}")))
+    Url::parse(url).map_err(|e| {
+        LlmError::Config(taskforce_runtime::env::without_url_credentials(&format!(
+            "provider {provider}: base_url gives {url:?}: {e}"
+        )))
+    })
 }
 
 #[cfg(test)]

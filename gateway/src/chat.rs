@@ -467,8 +467,12 @@ async fn opening(
 
 /// A whole answer that is only an error text and the end.
 fn failure(message: &str) -> Response {
-    let frames = vec![text_frame(&format!("⚠️ {message}")), end_frame()];
-    sse_response(stream::iter(frames), false)
+    sse_response(stream::iter(failure_frames(message)), false)
+}
+
+/// The frames of a whole answer that is only an error text and the end.
+fn failure_frames(message: &str) -> Vec<Event> {
+    vec![text_frame(&format!("⚠️ {message}")), end_frame()]
 }
 
 fn with_thread(mut response: Response, thread: &str) -> Response {
@@ -579,23 +583,38 @@ async fn run(state: &AppState, body: ChatBody, plain: bool) -> Response {
     };
     let response = match started {
         Ok(events) if plain => respond(events.into_inner(), Chat::plain(), state.shutdown.clone()),
-        Ok(events) => match opening(events.into_inner(), &thread, &state.shutdown).await {
-            Opening::Answering(first, rest, chat) => {
-                let rest = frames(*rest, chat, state.shutdown.clone());
-                sse_response(stream::iter(first).chain(rest), false)
-            }
-            Opening::Stopped => failure(STOPPING),
-            // The agent failed before it said anything: the plain LLM answers (seed 004 §3.4).
-            Opening::FailedEarly(reason) => {
-                warn!(thread_id = %thread, reason = %reason, "the chat agent failed before answering; falling back to the plain LLM");
-                match executor.execute(request(&thread, true)).await {
-                    Ok(events) => {
-                        respond(events.into_inner(), Chat::plain(), state.shutdown.clone())
+        // The answer's headers (and `x-thread-id`) go at once; its body waits for what the
+        // agent shows first (a proxy in between sees an answer, not a silent connection).
+        Ok(events) => {
+            let (stop, fallback, at, replica) = (
+                state.shutdown.clone(),
+                request(&thread, true),
+                thread.clone(),
+                owner.clone(),
+            );
+            let body = stream::once(async move {
+                match opening(events.into_inner(), &at, &stop).await {
+                    Opening::Answering(first, rest, chat) => stream::iter(first)
+                        .chain(frames(*rest, chat, stop))
+                        .boxed(),
+                    Opening::Stopped => stream::iter(failure_frames(STOPPING)).boxed(),
+                    // The agent failed before it said anything: the plain LLM answers (seed
+                    // 004 §3.4).
+                    Opening::FailedEarly(reason) => {
+                        warn!(thread_id = %at, reason = %reason, "the chat agent failed before answering; falling back to the plain LLM");
+                        match executor.execute(fallback).await {
+                            Ok(events) => frames(events.into_inner(), Chat::plain(), stop).boxed(),
+                            Err(status) => {
+                                stream::iter(failure_frames(&replica.error(status).0.message))
+                                    .boxed()
+                            }
+                        }
                     }
-                    Err(status) => failure(&owner.error(status).0.message),
                 }
-            }
-        },
+            })
+            .flatten();
+            sse_response(body, false)
+        }
         Err(status) => failure(&owner.error(status).0.message),
     };
     info!(thread_id = %thread, plain, "chat run streaming");

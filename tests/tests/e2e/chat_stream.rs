@@ -30,6 +30,9 @@ turns:
     tool_calls: [{name: ask_user, arguments: {question: "Where to?"}}]
   - match: "Lisbon"
     text: "Booked."
+  - match: "think long"
+    text: "Thought."
+    delay_ms: 60000
   - match: "the long job"
     tool_calls:
       - name: python
@@ -103,6 +106,31 @@ pub(crate) async fn post(
 }
 
 pub(crate) const END: &str = "event: end\ndata: [DONE]\n\n";
+
+#[tokio::test]
+async fn the_answer_starts_before_the_agent_says_anything() {
+    let stack = stack().await;
+    // The model's first word is a minute away: the answer's headers (and its thread id) are
+    // not held back until then, where a proxy in between would cut a silent connection.
+    let response = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        stack
+            .http()
+            .post(stack.url("/ai/agent/stream"))
+            .json(&json!({"prompt": "think long"}))
+            .send(),
+    )
+    .await
+    .expect("the answer starts before the model speaks")
+    .expect("answered");
+    assert_eq!(response.status().as_u16(), 200);
+    assert!(
+        response
+            .headers()
+            .get("x-thread-id")
+            .is_some_and(|t| !t.is_empty())
+    );
+}
 
 #[tokio::test]
 async fn the_agent_stream_speaks_the_seed_framing_byte_for_byte_and_read_only_blocks_writes() {

@@ -8,10 +8,12 @@ pub enum IdError {
     #[error("agent_id must be 3 to 64 characters long, got {0}")]
     Length(usize),
     /// The first character is not a lowercase letter or digit.
-    #[error("agent_id must start with a lowercase letter or digit")]
-    Start,
+    #[error("agent_id must start with a lowercase ASCII letter (a-z) or digit, found {0:?}")]
+    Start(char),
     /// A character outside `[a-z0-9-_]`.
-    #[error("agent_id may only contain lowercase letters, digits, '-' and '_', found {0:?}")]
+    #[error(
+        "agent_id may only contain lowercase ASCII letters (a-z), digits, '-' and '_', found {0:?}"
+    )]
     Char(char),
 }
 
@@ -27,11 +29,10 @@ pub fn validate_agent_id(id: &str) -> Result<(), IdError> {
         return Err(IdError::Length(len));
     }
     let mut chars = id.chars();
-    if !chars
-        .next()
-        .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-    {
-        return Err(IdError::Start);
+    match chars.next() {
+        Some(c) if c.is_ascii_lowercase() || c.is_ascii_digit() => {}
+        Some(c) => return Err(IdError::Start(c)),
+        None => return Err(IdError::Length(0)),
     }
     match chars.find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-' || *c == '_'))
     {
@@ -221,11 +222,12 @@ mod tests {
         assert_eq!(validate_agent_id("ab"), Err(IdError::Length(2)));
         assert_eq!(validate_agent_id(&"a".repeat(65)), Err(IdError::Length(65)));
         assert_eq!(validate_agent_id("AB"), Err(IdError::Length(2)));
-        assert_eq!(validate_agent_id("ABC"), Err(IdError::Start));
-        assert_eq!(validate_agent_id(".hidden"), Err(IdError::Start));
-        assert_eq!(validate_agent_id("../x"), Err(IdError::Start));
+        assert_eq!(validate_agent_id("ABC"), Err(IdError::Start('A')));
+        assert_eq!(validate_agent_id(".hidden"), Err(IdError::Start('.')));
+        assert_eq!(validate_agent_id("../x"), Err(IdError::Start('.')));
         assert_eq!(validate_agent_id("a/b"), Err(IdError::Char('/')));
-        assert_eq!(validate_agent_id("-abc"), Err(IdError::Start));
+        assert_eq!(validate_agent_id("-abc"), Err(IdError::Start('-')));
+        assert_eq!(validate_agent_id("ünïcode"), Err(IdError::Start('ü')));
         assert_eq!(validate_agent_id("abc.yaml"), Err(IdError::Char('.')));
     }
 }

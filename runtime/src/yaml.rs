@@ -18,6 +18,10 @@ pub enum YamlError {
     /// Flow collections nested past [`MAX_FLOW_DEPTH`], refused before parsing.
     #[error("`[` and `{{` nested more than {MAX_FLOW_DEPTH} levels deep")]
     TooDeep,
+    /// A line indented with a tab, which YAML does not allow (the parser's own words, "found
+    /// character that cannot start any token", do not say so).
+    #[error("line {0} is indented with a tab: YAML indents with spaces")]
+    Tab(usize),
     /// What the parser said.
     #[error(transparent)]
     Parse(#[from] serde_yaml::Error),
@@ -46,7 +50,19 @@ pub fn yaml<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, YamlError
             _ => {}
         }
     }
-    Ok(serde_yaml::from_slice(bytes)?)
+    serde_yaml::from_slice(bytes).map_err(|e| {
+        let tab = e.location().filter(|at| {
+            bytes
+                .split(|b| *b == b'\n')
+                .nth(at.line().saturating_sub(1))
+                .and_then(|line| line.get(at.column().saturating_sub(1)))
+                == Some(&b'\t')
+        });
+        match tab {
+            Some(at) => YamlError::Tab(at.line()),
+            None => YamlError::Parse(e),
+        }
+    })
 }
 
 #[cfg(test)]
@@ -68,6 +84,12 @@ mod tests {
             "]".repeat(MAX_FLOW_DEPTH)
         );
         assert!(yaml::<serde_yaml::Value>(deepest.as_bytes()).is_ok());
+        let tabbed =
+            yaml::<serde_yaml::Value>(b"name: a\ntools:\n\t- file_read\n").expect_err("a tab");
+        assert_eq!(
+            tabbed.to_string(),
+            "line 3 is indented with a tab: YAML indents with spaces"
+        );
         let fine = "a: [[1, 2], {b: [3]}]\nprompt: \"a ] stray bracket and a ]\"\n";
         let v: serde_yaml::Value = yaml(fine.as_bytes()).expect("parses");
         assert_eq!(v["a"][1]["b"][0], serde_yaml::Value::from(3));

@@ -150,6 +150,9 @@ fn line_pieces(mut chunk: Bytes) -> Vec<Result<Bytes, BodyError>> {
 /// Reads one response body event by event, through the protocol decoder.
 struct Reader<D> {
     provider: String,
+    /// The endpoint read from, whose secrets are taken out of every error (a provider may echo
+    /// its key in an error chunk, or in a line that is not JSON).
+    endpoint: Option<Arc<Endpoint>>,
     events: SseStream<ByteStreamBody<Chunks, Bytes>>,
     decoder: D,
     pending: VecDeque<Result<LlmEvent, LlmError>>,
@@ -161,6 +164,7 @@ impl<D: Decode> Reader<D> {
     fn new(provider: String, chunks: Chunks, max: usize, decoder: D) -> Self {
         Self {
             provider,
+            endpoint: None,
             events: sse_events(chunks, max),
             decoder,
             pending: VecDeque::new(),
@@ -189,10 +193,11 @@ impl<D: Decode> Reader<D> {
         let provider = endpoint.provider.clone();
         let mut reader = Self::new(
             provider,
-            response_chunks(endpoint, response),
+            response_chunks(Arc::clone(&endpoint), response),
             MAX_BODY,
             decoder,
         );
+        reader.endpoint = Some(endpoint);
         if let Some(message) = refused {
             reader.fail(LlmError::Stream {
                 provider: reader.provider.clone(),
@@ -211,7 +216,7 @@ impl<D: Decode> Reader<D> {
     async fn next(&mut self) -> Option<Result<LlmEvent, LlmError>> {
         loop {
             if let Some(item) = self.pending.pop_front() {
-                return Some(item);
+                return Some(item.map_err(|e| self.scrubbed(e)));
             }
             if self.finished {
                 return None;
@@ -227,6 +232,29 @@ impl<D: Decode> Reader<D> {
             if let Err(e) = step {
                 self.fail(e);
             }
+        }
+    }
+
+    /// `error` without the endpoint's secrets in the text the server gave it.
+    fn scrubbed(&self, error: LlmError) -> LlmError {
+        let Some(endpoint) = &self.endpoint else {
+            return error;
+        };
+        match error {
+            LlmError::Stream { provider, message } => LlmError::Stream {
+                provider,
+                message: endpoint.scrub(&message),
+            },
+            LlmError::Provider {
+                provider,
+                kind,
+                message,
+            } => LlmError::Provider {
+                provider,
+                kind: endpoint.scrub(&kind),
+                message: endpoint.scrub(&message),
+            },
+            other => other,
         }
     }
 

@@ -230,6 +230,30 @@ async fn malformed_tool_call_json_is_reported_and_the_stream_goes_on() {
 }
 
 #[tokio::test]
+async fn a_key_a_provider_echoes_inside_its_stream_is_not_repeated() {
+    // An error chunk, and a line that is not JSON, each quoting the key.
+    let error_chunk = data(
+        &json!({"error": {"message": format!("upstream rejected key {KEY}"), "type": "server_error"}}),
+    );
+    let garbage = format!("data: {{not json, auth was Bearer {KEY}\n\n");
+    let server = FakeServer::start(vec![
+        Reply::sse(vec![error_chunk]),
+        Reply::sse(vec![garbage]),
+    ])
+    .await;
+    for _ in 0..2 {
+        let events = drain(provider(&server, "").stream(&request())).await;
+        let err = events
+            .iter()
+            .find_map(|e| e.as_ref().err())
+            .expect("the stream fails");
+        let text = err.to_string();
+        assert!(!text.contains(KEY), "{text}");
+        assert!(text.contains("***"), "{text}");
+    }
+}
+
+#[tokio::test]
 async fn azure_addressing_uses_deployment_api_version_and_api_key_header() {
     let server = FakeServer::start(vec![text_reply(&["hi"])]).await;
     let extra = "azure: {deployment: gpt4o-prod, api_version: 2024-10-21}\nheaders: {x-trace: abc}";

@@ -34,7 +34,8 @@ pub use openai::OpenAiProvider;
 pub use router::{LlmRouter, ResolvedModel};
 pub use scripted::{Script, ScriptedProvider};
 pub use types::{
-    LlmEvent, LlmRequest, LlmResponse, Message, StopReason, ToolCall, ToolDefinition, Usage,
+    LlmEvent, LlmRequest, LlmResponse, MAX_CALL_TOKENS, Message, StopReason, ToolCall,
+    ToolDefinition, Usage,
 };
 
 /// The events of one model call. An `Err` ends it, except [`LlmError::MalformedToolCall`].

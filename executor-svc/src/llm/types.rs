@@ -131,6 +131,29 @@ pub struct Usage {
     pub output_tokens: u64,
 }
 
+/// The most tokens one model call is counted for: a provider's absurd count (`u64::MAX`) would
+/// otherwise overflow a run's totals and wrap the token counters.
+pub const MAX_CALL_TOKENS: u64 = 1_000_000_000;
+
+/// Reads a provider's token count leniently: any JSON number (`12.0`, as some compatible
+/// proxies send, is 12), capped at [`MAX_CALL_TOKENS`]; a negative one or anything else is no
+/// count. The usage is a report, not the answer: it never fails a stream.
+pub(crate) fn token_count<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let value = Option::<serde_json::Value>::deserialize(d)?;
+    Ok(value
+        .as_ref()
+        .and_then(serde_json::Value::as_number)
+        .and_then(|n| {
+            let count = n.as_u64().or_else(|| {
+                n.as_f64().filter(|f| f.is_finite() && *f >= 0.0).map(|f| {
+                    // Rounded and capped below, where the cast cannot overflow.
+                    f.min(MAX_CALL_TOKENS as f64).round() as u64
+                })
+            })?;
+            Some(count.min(MAX_CALL_TOKENS))
+        }))
+}
+
 /// Why the model stopped.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -184,8 +184,8 @@ pub async fn run(
                 }
                 Some(Ok(LlmEvent::ToolCall(call))) => requested.push(Requested::Call(call)),
                 Some(Ok(LlmEvent::Usage(usage))) => {
-                    counts.input_tokens += usage.input_tokens;
-                    counts.output_tokens += usage.output_tokens;
+                    counts.input_tokens = counts.input_tokens.saturating_add(usage.input_tokens);
+                    counts.output_tokens = counts.output_tokens.saturating_add(usage.output_tokens);
                     usage_seen = (usage.input_tokens, usage.output_tokens);
                 }
                 Some(Ok(LlmEvent::Done { stop_reason })) => {

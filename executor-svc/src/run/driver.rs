@@ -153,6 +153,19 @@ impl Run {
                 };
                 agent_loop::run(&ctx, &tools, &definitions, session, counts, resume).await
             };
+            // A bug that panics in a run ends that run as failed, stored and released, not with
+            // its session left `running` (and refusing every later call) until a restart.
+            let run = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(run));
+            let run = futures::FutureExt::map(run, |ended| {
+                ended.unwrap_or_else(|_| {
+                    tracing::error!("the run panicked; it is ended as failed");
+                    LoopEnd::Failed {
+                        code: "INTERNAL",
+                        message: "the run failed on an internal error; see the executor log"
+                            .to_owned(),
+                    }
+                })
+            });
             tokio::pin!(run);
             let budget = tokio::time::sleep(runner.budgets.max_duration);
             tokio::pin!(budget);
@@ -187,8 +200,8 @@ impl Run {
         };
         // Sub-agents' model calls and tokens count as the run's.
         let sub = orchestra.usage();
-        counts.input_tokens += sub.input_tokens;
-        counts.output_tokens += sub.output_tokens;
+        counts.input_tokens = counts.input_tokens.saturating_add(sub.input_tokens);
+        counts.output_tokens = counts.output_tokens.saturating_add(sub.output_tokens);
         counts.steps += sub.steps;
         counts.tool_calls += sub.tool_calls;
         self.session.orchestration = orchestra.snapshot();

@@ -301,8 +301,8 @@ impl Orchestra {
             .usage
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        usage.input_tokens += counts.input_tokens;
-        usage.output_tokens += counts.output_tokens;
+        usage.input_tokens = usage.input_tokens.saturating_add(counts.input_tokens);
+        usage.output_tokens = usage.output_tokens.saturating_add(counts.output_tokens);
         usage.steps += counts.steps;
         usage.tool_calls += counts.tool_calls;
     }

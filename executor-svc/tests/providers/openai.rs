@@ -230,6 +230,40 @@ async fn malformed_tool_call_json_is_reported_and_the_stream_goes_on() {
 }
 
 #[tokio::test]
+async fn an_odd_usage_report_is_read_leniently_and_never_fails_the_answer() {
+    let reply = |usage: &str| {
+        Reply::sse(vec![
+            chunk(json!({ "content": "hi" }), None),
+            chunk(json!({}), Some("stop")),
+            format!("data: {{\"id\": \"c1\", \"choices\": [], \"usage\": {usage}}}\n\n"),
+            done(),
+        ])
+    };
+    let server = FakeServer::start(vec![
+        reply(
+            r#"{"prompt_tokens": 18446744073709551615, "completion_tokens": 18446744073709551615}"#,
+        ),
+        reply(r#"{"prompt_tokens": 12.0, "completion_tokens": -1}"#),
+    ])
+    .await;
+    for expected in [
+        Usage {
+            input_tokens: executor_svc::llm::MAX_CALL_TOKENS,
+            output_tokens: executor_svc::llm::MAX_CALL_TOKENS,
+        },
+        Usage {
+            input_tokens: 12,
+            output_tokens: 0,
+        },
+    ] {
+        let events = drain(provider(&server, "").stream(&request())).await;
+        let events: Vec<LlmEvent> = events.into_iter().map(|e| e.expect("event")).collect();
+        assert!(events.contains(&LlmEvent::Usage(expected)), "{events:?}");
+        assert!(matches!(events.last(), Some(LlmEvent::Done { .. })));
+    }
+}
+
+#[tokio::test]
 async fn a_key_a_provider_echoes_inside_its_stream_is_not_repeated() {
     // An error chunk, and a line that is not JSON, each quoting the key.
     let error_chunk = data(

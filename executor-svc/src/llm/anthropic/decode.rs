@@ -53,9 +53,9 @@ struct StartMessage {
 
 #[derive(Deserialize)]
 struct WireUsage {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::llm::types::token_count")]
     input_tokens: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::llm::types::token_count")]
     output_tokens: Option<u64>,
 }
 

@@ -62,9 +62,9 @@ struct FunctionDelta {
 
 #[derive(Deserialize)]
 struct WireUsage {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::llm::types::token_count")]
     prompt_tokens: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::llm::types::token_count")]
     completion_tokens: Option<u64>,
 }
 

@@ -578,7 +578,7 @@ impl Registry {
         let request = ReportAgentStatusRequest {
             agent_id: agent_id.to_owned(),
             status: status as i32,
-            last_task: task.to_owned(),
+            last_task: last_task(task),
             lease_seconds: self.inner.lease_secs,
             reporter: self.inner.reporter.clone(),
         };
@@ -606,9 +606,36 @@ impl Registry {
     }
 }
 
+/// A run's mission as the registry keeps it as the agent's `last_task`: cut to
+/// [`taskforce_proto::MAX_LAST_TASK`] characters, marked with `…` (a longer one made the
+/// registry refuse the whole report, and the agent looked idle while it ran).
+fn last_task(mission: &str) -> String {
+    let max = taskforce_proto::MAX_LAST_TASK;
+    match mission.char_indices().nth(max) {
+        None => mission.to_owned(),
+        Some(_) => {
+            let end = mission
+                .char_indices()
+                .nth(max - 1)
+                .map_or(mission.len(), |(i, _)| i);
+            format!("{}…", &mission[..end])
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_mission_is_cut_to_the_registrys_last_task() {
+        assert_eq!(last_task("short"), "short");
+        let exact = "é".repeat(taskforce_proto::MAX_LAST_TASK);
+        assert_eq!(last_task(&exact), exact);
+        let cut = last_task(&"é".repeat(taskforce_proto::MAX_LAST_TASK + 1));
+        assert_eq!(cut.chars().count(), taskforce_proto::MAX_LAST_TASK);
+        assert!(cut.ends_with("é…"), "{cut}");
+    }
 
     #[tokio::test]
     async fn busy_is_reported_on_transitions_and_when_the_report_gets_old() {

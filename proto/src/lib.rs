@@ -31,6 +31,10 @@ pub mod v1 {
 /// The longest mission (a chat's prompt) and answer a run takes, in bytes.
 pub const MAX_MISSION_BYTES: usize = 256 * 1024;
 
+/// The longest `last_task` the registry keeps, in characters: a status report's task is the
+/// run's mission cut to it.
+pub const MAX_LAST_TASK: usize = 2000;
+
 /// Encoded `FileDescriptorSet` of every Taskforce proto (and its imports), for server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/taskforce_descriptor.bin"));

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use taskforce_proto::{
+    MAX_LAST_TASK,
     error::{ApiError, ErrorKind},
     v1::{self, agent_registry_server::AgentRegistry},
 };
@@ -153,8 +154,6 @@ const DEFAULT_LEASE_SECS: u64 = 300;
 /// The longest lease a report may ask for: a day (a lease of years held an agent BUSY for
 /// good once its reporter was gone).
 const MAX_LEASE_SECS: u32 = 86_400;
-/// Longest `last_task` kept.
-const MAX_LAST_TASK: usize = 2000;
 
 fn spec_of(spec: Option<v1::AgentSpec>) -> Result<v1::AgentSpec, Status> {
     spec.ok_or_else(|| ApiError::field("spec", "is required").to_status())

@@ -201,7 +201,10 @@ pub fn init(service: &'static str) -> Telemetry {
             .fmt_fields(SpanJsonFields)
             .boxed()
     } else {
-        fmt.boxed()
+        // Field values as text, their line breaks and control characters escaped: a value
+        // carrying remote text (a provider's error message) would otherwise forge log lines
+        // and send escape sequences to the operator's terminal. (JSON escapes them anyway.)
+        fmt.fmt_fields(TextFields).boxed()
     };
     let (provider, problem) = match exporter_configured().then(|| provider(service)) {
         Some(Ok(p)) => (Some(p), None),
@@ -266,6 +269,75 @@ impl<W: std::io::Write> std::io::Write for Masked<W> {
 
     fn flush(&mut self) -> std::io::Result<()> {
         self.0.flush()
+    }
+}
+
+/// Fields as tracing-subscriber's default text format writes them (`message` bare, then
+/// `name=value`, space-separated), with the control characters of every value escaped (`\n`,
+/// `\r`, `\u{1b}`): one event is one line, whatever its values hold.
+#[derive(Debug, Clone, Copy, Default)]
+struct TextFields;
+
+impl<'w> tracing_subscriber::fmt::FormatFields<'w> for TextFields {
+    fn format_fields<R: tracing_subscriber::field::RecordFields>(
+        &self,
+        mut writer: tracing_subscriber::fmt::format::Writer<'w>,
+        fields: R,
+    ) -> std::fmt::Result {
+        let mut visitor = TextVisitor {
+            writer: &mut writer,
+            first: true,
+            result: Ok(()),
+        };
+        fields.record(&mut visitor);
+        visitor.result
+    }
+}
+
+struct TextVisitor<'a, 'w> {
+    writer: &'a mut tracing_subscriber::fmt::format::Writer<'w>,
+    first: bool,
+    result: std::fmt::Result,
+}
+
+impl TextVisitor<'_, '_> {
+    fn write(&mut self, field: &tracing::field::Field, value: &str) {
+        // As the default format: the `log` crate's own fields are not shown.
+        if self.result.is_err() || field.name().starts_with("log.") {
+            return;
+        }
+        use std::fmt::Write;
+        let mut line = String::with_capacity(value.len() + field.name().len() + 2);
+        if !self.first {
+            line.push(' ');
+        }
+        self.first = false;
+        if field.name() != "message" {
+            line.push_str(field.name().trim_start_matches("r#"));
+            line.push('=');
+        }
+        for c in value.chars() {
+            if c.is_control() {
+                let _ = write!(line, "{}", c.escape_default());
+            } else {
+                line.push(c);
+            }
+        }
+        self.result = self.writer.write_str(&line);
+    }
+}
+
+impl tracing::field::Visit for TextVisitor<'_, '_> {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "message" {
+            self.write(field, value);
+        } else {
+            self.write(field, &format!("{value:?}"));
+        }
+    }
+
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.write(field, &format!("{value:?}"));
     }
 }
 
@@ -931,6 +1003,44 @@ impl<B: http_body::Body> http_body::Body for SpanBody<B> {
 #[cfg(test)]
 mod tests {
     use super::{MAX_TRACESTATE, cut_tracestate, splice_json_object};
+
+    #[test]
+    fn a_text_log_line_stays_one_line_whatever_its_values_hold() {
+        use std::sync::{Arc, Mutex};
+        #[derive(Clone, Default)]
+        struct Buffer(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Buffer {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0
+                    .lock()
+                    .map_err(|_| std::io::ErrorKind::Other)?
+                    .extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .fmt_fields(super::TextFields)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let remote = "boom\n2026-11-30T05:00:00Z  INFO gateway: FORGED\r\n\u{1b}[2JRED";
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::warn!(error = %remote, kind = "x\ny", "run failed");
+        });
+        let text = String::from_utf8(buffer.0.lock().map(|b| b.clone()).unwrap_or_default())
+            .unwrap_or_default();
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(
+            text.contains(r#"run failed error=boom\n2026-11-30T05:00:00Z  INFO gateway: FORGED\r\n\u{1b}[2JRED kind="x\ny""#),
+            "{text}"
+        );
+        assert!(!text.contains('\u{1b}'), "{text}");
+    }
 
     #[test]
     fn a_long_tracestate_is_cut_to_whole_members_the_long_ones_first() {

@@ -220,6 +220,7 @@ pub async fn run(
         };
         drop(stream);
         drop(llm_span);
+        calls::unique_call_ids(&mut requested);
         convo.messages().push(Message::Assistant {
             content: text.clone(),
             tool_calls: requested.iter().map(as_tool_call).collect(),

@@ -47,6 +47,33 @@ impl Requested {
             Self::Malformed { id, name, .. } => (id, name),
         }
     }
+
+    fn id_mut(&mut self) -> &mut String {
+        match self {
+            Self::Call(c) => &mut c.id,
+            Self::Malformed { id, .. } => id,
+        }
+    }
+}
+
+/// Gives each call of one model turn an id of its own: a provider that sent one id twice (two
+/// parallel calls) made two results nobody could tell apart, and a conversation the real APIs
+/// refuse ("tool_use ids must be unique") in every later turn of the session. A repeat becomes
+/// `<id>-2` (`-3`, ...).
+pub fn unique_call_ids(requested: &mut [Requested]) {
+    let mut seen = std::collections::HashSet::with_capacity(requested.len());
+    for call in requested.iter_mut() {
+        if seen.insert(call.ids().0.to_owned()) {
+            continue;
+        }
+        let base = call.ids().0.to_owned();
+        let fresh = (2..)
+            .map(|n| format!("{base}-{n}"))
+            .find(|candidate| !seen.contains(candidate))
+            .unwrap_or_default();
+        seen.insert(fresh.clone());
+        *call.id_mut() = fresh;
+    }
 }
 
 /// How one call ended.
@@ -506,7 +533,36 @@ fn cap(mut content: String, max: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::cap;
+    #[test]
+    fn a_call_id_given_twice_in_one_turn_is_made_unique() {
+        use crate::llm::ToolCall;
+        let call = |id: &str| {
+            Requested::Call(ToolCall {
+                id: id.into(),
+                name: "python".into(),
+                arguments: serde_json::json!({}),
+            })
+        };
+        let mut requested = vec![
+            call("call_SAME"),
+            call("call_SAME"),
+            call("call_SAME-2"),
+            Requested::Malformed {
+                id: "call_SAME".into(),
+                name: "python".into(),
+                raw: "{".into(),
+                error: "eof".into(),
+            },
+        ];
+        unique_call_ids(&mut requested);
+        let ids: Vec<&str> = requested.iter().map(|r| r.ids().0).collect();
+        assert_eq!(
+            ids,
+            ["call_SAME", "call_SAME-2", "call_SAME-2-2", "call_SAME-3"]
+        );
+    }
+
+    use super::{Requested, cap, unique_call_ids};
 
     #[test]
     fn long_output_is_cut_on_a_char_boundary_and_says_so() {

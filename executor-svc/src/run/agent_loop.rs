@@ -48,6 +48,12 @@ pub enum LoopEnd {
     Cancelled,
 }
 
+/// The most text one model turn may answer. Far above any model's output limit (128k tokens
+/// are under 1 MiB of text), it bounds what one response makes the executor hold, store (twice:
+/// the answer and its message) and send (a 100 MB answer took 1 GB, could not be read back
+/// through the gateway's 64 MiB limit, and pushed every other session out of the store).
+pub const MAX_ANSWER_BYTES: usize = 8 * 1024 * 1024;
+
 /// Token and call counts of one run.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Counts {
@@ -179,6 +185,14 @@ pub async fn run(
             };
             match next {
                 Some(Ok(LlmEvent::TextDelta(delta))) => {
+                    if text.len() + delta.len() > MAX_ANSWER_BYTES {
+                        let message = format!(
+                            "{}: the model's answer is longer than {} MiB, the most a run keeps",
+                            ctx.model.provider.name(),
+                            MAX_ANSWER_BYTES >> 20
+                        );
+                        return llm_failed(ctx, &llm_span, message);
+                    }
                     text.push_str(&delta);
                     ctx.sink.emit(events::token(delta)).await;
                 }

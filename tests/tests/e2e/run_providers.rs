@@ -400,3 +400,29 @@ async fn a_session_cancelled_on_its_question_goes_on_with_its_own_model() {
         .unwrap_or_else(|| panic!("the question's call is answered: {messages:#?}"));
     assert!(answered.to_string().contains("cancelled"), "{answered}");
 }
+
+/// A model that answers without end (9 MiB of text here) fails the run at the executor's cap
+/// (8 MiB) with an error that says so, instead of an answer nobody can read back through the
+/// gateway and that pushes every other session out of the store.
+#[tokio::test]
+async fn an_answer_past_the_cap_fails_the_run_and_says_why() {
+    let piece = "x".repeat(1024 * 1024);
+    let pieces: Vec<&str> = std::iter::repeat_n(piece.as_str(), 9).collect();
+    let llm = FakeLlm::start(vec![openai::text(&pieces)]).await;
+    let (stack, _unused) = fake_llm::openai_stack(&llm).await;
+    create_agent_with_tools(&stack, "talker", &["file_read"]).await;
+    let events = run_to_end(&stack, "talker", "Talk").await;
+    let error = events
+        .iter()
+        .find(|(n, _)| n == "error")
+        .map(|(_, e)| e)
+        .unwrap_or_else(|| panic!("{:?}", event_names(&events)));
+    assert_eq!(error["code"], "LLM_ERROR", "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("longer than 8 MiB")),
+        "{error}"
+    );
+    assert_eq!(events[events.len() - 1].1["status"], "failed");
+}

@@ -274,7 +274,9 @@ fn backoff(settings: &HttpSettings, attempt: u32) -> Duration {
     step / 2 + step.mul_f64(fastrand::f64() / 2.0)
 }
 
-/// `retry-after-ms` (OpenAI) or `Retry-After` in seconds or as an HTTP date.
+/// `retry-after-ms` (OpenAI) or `Retry-After` in seconds or as an HTTP date. `None` (the
+/// backoff's own wait) for a negative or unreadable value and a date already past (a zero wait
+/// would retry at once, each time); a number too large for a `Duration` is the longest wait.
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let text = |name: &str| {
         headers
@@ -282,18 +284,20 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
             .and_then(|v| v.to_str().ok())
             .map(str::trim)
     };
+    let seconds = |secs: f64| match Duration::try_from_secs_f64(secs) {
+        Ok(wait) => Some(wait),
+        Err(_) if secs > 0.0 => Some(Duration::MAX),
+        Err(_) => None,
+    };
     if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
-        return Duration::try_from_secs_f64(ms / 1000.0).ok();
+        return seconds(ms / 1000.0);
     }
     let value = text("retry-after")?;
     if let Ok(secs) = value.parse::<f64>() {
-        return Duration::try_from_secs_f64(secs).ok();
+        return seconds(secs);
     }
     let when = httpdate::parse_http_date(value).ok()?;
-    Some(
-        when.duration_since(std::time::SystemTime::now())
-            .unwrap_or(Duration::ZERO),
-    )
+    when.duration_since(std::time::SystemTime::now()).ok()
 }
 
 /// An error and its sources on one line.
@@ -320,6 +324,30 @@ pub(crate) fn parse_url(provider: &str, url: &str) -> Result<Url, LlmError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_retry_after_past_negative_or_huge_is_read_as_no_wait_given_or_the_longest() {
+        let with = |name: &str, value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                reqwest::header::HeaderName::from_bytes(name.as_bytes()).expect("name"),
+                value.parse().expect("value"),
+            );
+            retry_after(&headers)
+        };
+        assert_eq!(with("retry-after", "2"), Some(Duration::from_secs(2)));
+        assert_eq!(
+            with("retry-after-ms", "1500"),
+            Some(Duration::from_millis(1500))
+        );
+        // The backoff's own wait, not a retry at once.
+        assert_eq!(with("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT"), None);
+        assert_eq!(with("retry-after", "-5"), None);
+        assert_eq!(with("retry-after", "soon"), None);
+        // Longer than any max_retry_after: not retried.
+        assert_eq!(with("retry-after", "1e20"), Some(Duration::MAX));
+        assert_eq!(with("retry-after-ms", "1e30"), Some(Duration::MAX));
+    }
 
     #[test]
     fn values_from_the_environment_are_scrubbed_from_server_messages() {

@@ -177,7 +177,8 @@ impl<D: Decode> Reader<D> {
             .headers()
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .filter(|ct| !ct.contains("event-stream"))
+            // Media types are the same in any case (`Text/Event-Stream`).
+            .filter(|ct| !ct.to_ascii_lowercase().contains("event-stream"))
             .map(str::to_owned);
         // Some proxies answer 200 with a JSON error; say what came instead of "stream ended".
         let refused = match content_type {

@@ -131,6 +131,59 @@ pub struct Usage {
     pub output_tokens: u64,
 }
 
+/// Parses a provider's JSON event. One that has a UTF-16 surrogate escape without its pair (a
+/// proxy built on UTF-16 strings cut a character between two deltas, or sent half of one)
+/// is read with each such escape as U+FFFD: serde refuses it, and the whole answer was lost.
+pub(crate) fn from_json<T: serde::de::DeserializeOwned>(data: &str) -> serde_json::Result<T> {
+    match serde_json::from_str(data) {
+        Err(e) if data.contains("\\u") => match without_lone_surrogates(data) {
+            Some(fixed) => serde_json::from_str(&fixed).map_err(|_| e),
+            None => Err(e),
+        },
+        parsed => parsed,
+    }
+}
+
+/// `data` (JSON text) with every `\uXXXX` escape of a surrogate that is not part of a pair
+/// replaced by `\uFFFD`; `None` when it has none.
+fn without_lone_surrogates(data: &str) -> Option<String> {
+    let escape = |at: usize| -> Option<u16> {
+        let hex = data.get(at + 2..at + 6)?;
+        (data.get(at..at + 2) == Some("\\u"))
+            .then(|| u16::from_str_radix(hex, 16).ok())
+            .flatten()
+    };
+    let bytes = data.as_bytes();
+    let mut out = String::with_capacity(data.len());
+    let (mut at, mut copied, mut changed) = (0, 0, false);
+    while at < bytes.len() {
+        if bytes[at] != b'\\' {
+            at += 1;
+            continue;
+        }
+        match escape(at) {
+            Some(0xD800..=0xDBFF)
+                if escape(at + 6).is_some_and(|low| (0xDC00..=0xDFFF).contains(&low)) =>
+            {
+                at += 12;
+            }
+            Some(0xD800..=0xDFFF) => {
+                out.push_str(&data[copied..at]);
+                out.push_str("\\uFFFD");
+                at += 6;
+                copied = at;
+                changed = true;
+            }
+            // Another escape (`\\`, `\"`, ...): its second character is not a backslash.
+            _ => at += 2,
+        }
+    }
+    changed.then(|| {
+        out.push_str(&data[copied..]);
+        out
+    })
+}
+
 /// The most tokens one model call is counted for: a provider's absurd count (`u64::MAX`) would
 /// otherwise overflow a run's totals and wrap the token counters.
 pub const MAX_CALL_TOKENS: u64 = 1_000_000_000;
@@ -278,6 +331,28 @@ pub(crate) fn assemble(id: String, name: String, raw: String) -> Result<LlmEvent
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_surrogate_without_its_pair_is_read_as_a_replacement_character() {
+        let text = |json: &str| {
+            from_json::<Value>(json)
+                .ok()
+                .and_then(|v| v["c"].as_str().map(str::to_owned))
+        };
+        // Half a character at a delta's end, the other half at the next's start.
+        assert_eq!(text(r#"{"c": "A\ud83d"}"#).as_deref(), Some("A\u{fffd}"));
+        assert_eq!(text(r#"{"c": "\ude00B"}"#).as_deref(), Some("\u{fffd}B"));
+        assert_eq!(
+            text(r#"{"c": "X\udc00Y\ud800"}"#).as_deref(),
+            Some("X\u{fffd}Y\u{fffd}")
+        );
+        // Whole pairs and escaped backslashes are left as they are.
+        assert_eq!(
+            text(r#"{"c": "\ud83d\ude00 \\ud800"}"#).as_deref(),
+            Some("😀 \\ud800")
+        );
+        assert!(from_json::<Value>(r#"{"c": "\u12"}"#).is_err());
+    }
 
     #[test]
     fn every_cut_or_declined_end_gets_its_warning() {

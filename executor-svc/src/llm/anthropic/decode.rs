@@ -107,7 +107,7 @@ impl EventDecoder {
 
 impl Decode for EventDecoder {
     fn event(&mut self, event: SseEvent, out: &mut Out) -> Result<Progress, LlmError> {
-        let wire: WireEvent = serde_json::from_str(&event.data).map_err(|e| {
+        let wire: WireEvent = crate::llm::types::from_json(&event.data).map_err(|e| {
             self.error(format!(
                 "invalid `{}` event ({e}): {}",
                 event.event,

@@ -181,7 +181,7 @@ impl Decode for ChunkDecoder {
             self.finish(out);
             return Ok(Progress::Complete);
         }
-        let chunk: Chunk = serde_json::from_str(data).map_err(|e| LlmError::Stream {
+        let chunk: Chunk = crate::llm::types::from_json(data).map_err(|e| LlmError::Stream {
             provider: self.provider.clone(),
             message: format!("invalid chunk ({e}): {}", excerpt(data)),
         })?;

@@ -299,11 +299,11 @@ fn running_detail(args: &Value) -> String {
 
 fn text_frame(text: &str) -> Event {
     // axum starts a new `data:` line after each CR and each LF, so a CRLF would reach the client
-    // as two line breaks; SSE cannot carry a CR anyway, so a line end is sent as one LF.
-    let text = text.replace("\r\n", "\n");
+    // as two line breaks; SSE cannot carry a CR anyway, so a line end is sent as one LF, and a
+    // lone CR as one too (on the wire it ended a line only for spec-following parsers: a client
+    // splitting on LF read `\rdata: ` as text).
+    let text = text.replace("\r\n", "\n").replace('\r', "\n");
     if reads_as_json(&text) {
-        // As on the `data:` lines: a lone CR is a line end too.
-        let text = text.replace('\r', "\n");
         // The seed's UIs parse JSON `data:` and show its `delta|content|text`: a token ` 5`,
         // `true` or `"quoted"` would parse to something with none of them and vanish, and a
         // `[DONE]` would end their stream. Such a text goes as `{"text": ...}`, which they show.
@@ -678,7 +678,8 @@ mod tests {
         let wire = axum::body::to_bytes(body, usize::MAX)
             .await
             .unwrap_or_default();
-        assert_eq!(&wire[..], b"data: line one\ndata: line two\rdata: \n\n");
+        // Line ends are LF only: a lone CR too (a client splitting on LF would read it as text).
+        assert_eq!(&wire[..], b"data: line one\ndata: line two\ndata: \n\n");
     }
 
     #[tokio::test]

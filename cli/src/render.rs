@@ -19,11 +19,20 @@ pub fn text(value: &Value) -> String {
 
 /// `s` safe for a terminal: control characters other than line breaks and tabs are shown as
 /// escapes (`\u{1b}`), so text from an agent's author or a model (names, answers) cannot move
-/// the cursor, set the title or clear the screen of whoever reads it.
+/// the cursor, set the title or clear the screen of whoever reads it; nor can bidirectional
+/// overrides and isolates (U+202A–U+202E, U+2066–U+2069) make a text read as another. A CR
+/// ending a line (CRLF, as in a file or tool output quoted from Windows, or at the end of a
+/// streamed piece) is a line end, not an escape on every line.
 pub fn printable(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if c.is_control() && !matches!(c, '\n' | '\t') {
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        let line_end = c == '\r' && matches!(chars.peek(), Some('\n') | None);
+        let bidi = matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        if line_end {
+            continue;
+        }
+        if (c.is_control() && !matches!(c, '\n' | '\t')) || bidi {
             out.extend(c.escape_unicode());
         } else {
             out.push(c);
@@ -399,8 +408,13 @@ mod tests {
     #[test]
     fn control_characters_are_shown_not_sent_to_the_terminal() {
         let evil = serde_json::json!("Evil\u{1b}]0;pwned\u{7}\r\nnext\tcol");
-        assert_eq!(text(&evil), "Evil\\u{1b}]0;pwned\\u{7}\\u{d}\nnext\tcol");
+        assert_eq!(text(&evil), "Evil\\u{1b}]0;pwned\\u{7}\nnext\tcol");
         assert_eq!(printable("plain é"), "plain é");
+        // A CR ending a line (or a streamed piece) is a line end; one inside a line is shown.
+        assert_eq!(printable("a\r\nb\r"), "a\nb");
+        assert_eq!(printable("over\rwrite"), "over\\u{d}write");
+        // A right-to-left override would make `exe.txt` read as `txt.exe`.
+        assert_eq!(printable("file\u{202e}txt.exe"), "file\\u{202e}txt.exe");
     }
 
     #[test]

@@ -112,11 +112,14 @@ impl Finished {
             }
             text.push_str(name);
             text.push_str(":\n");
-            text.push_str(&part(bytes, keep, from_end));
+            let piece = part(bytes, keep, from_end);
+            // What is shown, the cut moved back to a whole character (not `keep`, up to 3
+            // bytes more than was shown).
+            let shown = piece.len().min(bytes.len());
+            text.push_str(&piece);
             if !text.ends_with('\n') {
                 text.push('\n');
             }
-            let shown = keep.min(bytes.len());
             if shown < total {
                 let which = if from_end { "last" } else { "first" };
                 text.push_str(&format!(
@@ -492,6 +495,36 @@ mod tests {
         match outcome {
             ToolOutcome::Output { content, .. } => content,
             other => panic!("not an output: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_cut_inside_a_character_says_what_was_shown() {
+        // Two-byte characters: wherever the cut lands (odd and even limits), the count is of
+        // the bytes shown.
+        for max in 10_000..10_004 {
+            let stdout = "é".repeat(50_000).into_bytes();
+            let total = stdout.len();
+            let shown = text(
+                Finished {
+                    code: Some(0),
+                    signal: None,
+                    stdout,
+                    stderr: Vec::new(),
+                    stdout_total: 0,
+                    stderr_total: 0,
+                    lingered: false,
+                }
+                .into_outcome(max),
+            );
+            let kept = shown.lines().nth(2).map(str::len).unwrap_or_default();
+            assert!(
+                shown.contains(&format!(
+                    "[stdout cut: the first {kept} of {total} bytes shown]"
+                )),
+                "{max}, {kept}: {}",
+                &shown[shown.len().saturating_sub(120)..]
+            );
         }
     }
 

@@ -165,6 +165,11 @@ async fn run_one(
         "unknown"
     };
     let (outcome, audit_outcome) = match requested {
+        // A call without a name has nothing wrong with its arguments.
+        Requested::Malformed { .. } if name.is_empty() => (
+            Err("this call names no tool; call one of the tools offered, by its name".to_owned()),
+            audit::Outcome::Error,
+        ),
         Requested::Malformed { error, .. } => (
             Err(format!(
                 "the arguments of this `{name}` call are not valid JSON ({error}); call it \

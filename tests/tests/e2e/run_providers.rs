@@ -426,3 +426,29 @@ async fn an_answer_past_the_cap_fails_the_run_and_says_why() {
     );
     assert_eq!(events[events.len() - 1].1["status"], "failed");
 }
+
+/// A tool call without a name is answered as such (its arguments were fine), and the run goes
+/// on to the model's answer.
+#[tokio::test]
+async fn a_call_without_a_name_is_told_so() {
+    let llm = FakeLlm::start(vec![
+        openai::tool_call("call_1", "", &["{}"]),
+        openai::text(&["Done."]),
+    ])
+    .await;
+    let (stack, _unused) = fake_llm::openai_stack(&llm).await;
+    create_agent_with_tools(&stack, "nameless", &["file_read"]).await;
+    let events = run_to_end(&stack, "nameless", "Call something").await;
+    let error = events
+        .iter()
+        .find(|(n, _)| n == "tool_error")
+        .map(|(_, e)| e)
+        .unwrap_or_else(|| panic!("{:?}", event_names(&events)));
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("names no tool") && !m.contains("not valid JSON")),
+        "{error}"
+    );
+    assert_eq!(events[events.len() - 1].1["status"], "completed");
+}

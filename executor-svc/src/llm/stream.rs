@@ -180,16 +180,29 @@ impl<D: Decode> Reader<D> {
             // Media types are the same in any case (`Text/Event-Stream`).
             .filter(|ct| !ct.to_ascii_lowercase().contains("event-stream"))
             .map(str::to_owned);
+        // The request asks for none (`Accept-Encoding: identity`); a proxy that compresses
+        // anyway made "malformed event stream: invalid line" of it.
+        let coding = response
+            .headers()
+            .get(header::CONTENT_ENCODING)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|c| !c.is_empty() && !c.eq_ignore_ascii_case("identity"))
+            .map(str::to_owned);
         // Some proxies answer 200 with a JSON error; say what came instead of "stream ended".
-        let refused = match content_type {
-            Some(content_type) => {
+        let refused = match (content_type, coding) {
+            (Some(content_type), _) => {
                 let status = response.status();
                 let text = endpoint.error_message(&mut response).await;
                 Some(format!(
                     "expected an event stream, got HTTP {status} with {content_type}: {text}"
                 ))
             }
-            None => None,
+            (None, Some(coding)) => Some(format!(
+                "the event stream came compressed (Content-Encoding: {coding}) though none was \
+                 asked for: a proxy between the executor and the provider compresses it"
+            )),
+            (None, None) => None,
         };
         let provider = endpoint.provider.clone();
         let mut reader = Self::new(

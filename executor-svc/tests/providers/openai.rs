@@ -264,6 +264,33 @@ async fn an_odd_usage_report_is_read_leniently_and_never_fails_the_answer() {
 }
 
 #[tokio::test]
+async fn a_compressed_stream_or_a_content_type_in_capitals_is_said_plainly() {
+    let server = FakeServer::start(vec![
+        text_reply(&["hi"]).header("content-encoding", "gzip"),
+        Reply {
+            headers: vec![(
+                "content-type",
+                "Text/Event-Stream; charset=utf-8".to_owned(),
+            )],
+            ..text_reply(&["hi"])
+        },
+    ])
+    .await;
+    let events = drain(provider(&server, "").stream(&request())).await;
+    let err = events
+        .iter()
+        .find_map(|e| e.as_ref().err())
+        .expect("refused");
+    assert!(
+        err.to_string()
+            .contains("came compressed (Content-Encoding: gzip)"),
+        "{err}"
+    );
+    let events = drain(provider(&server, "").stream(&request())).await;
+    assert_eq!(events.first(), Some(&Ok(LlmEvent::TextDelta("hi".into()))));
+}
+
+#[tokio::test]
 async fn a_key_a_provider_echoes_inside_its_stream_is_not_repeated() {
     // An error chunk, and a line that is not JSON, each quoting the key.
     let error_chunk = data(

@@ -254,8 +254,8 @@ updated_at: "2026-11-22T09:00:00Z"
         assert_eq!(
             err,
             "the file has no `agent_id:`, so its name \"Release Notes\" was taken as the id, \
-             which is not a valid one (an id must start with a lowercase letter or digit); add \
-             an `agent_id:` field to the file or rename the file"
+             which is not a valid one (an id must start with a lowercase ASCII letter (a-z) or \
+             digit, found 'R'); add an `agent_id:` field to the file or rename the file"
         );
         // The file's own id wins, whatever the file is called.
         assert_eq!(

@@ -128,7 +128,9 @@ pub fn validate(s: &v1::McpServer) -> Result<(), String> {
                 return Err(format!("type {} takes no command, args or env", s.r#type));
             }
             let mut names = std::collections::BTreeSet::new();
-            for (name, value) in &s.headers {
+            // In name order: the same input is refused with the same words every time.
+            let headers: std::collections::BTreeMap<_, _> = s.headers.iter().collect();
+            for (name, value) in headers {
                 if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
                     return Err(format!("headers: {name:?} is not an HTTP header name"));
                 }

@@ -90,7 +90,27 @@ impl Store {
     fn reconcile_dirs(&self, stamps: &mut Stamps, stats: &mut ReconcileStats) -> Result<()> {
         for source in [AgentSource::Profile, AgentSource::Custom] {
             let dir = self.dir_of(source);
-            let paths = files::yaml_files(dir).map_err(|e| RegistryError::io(dir, e))?;
+            let paths = files::yaml_files(dir).map_err(|e| {
+                // Said where users look (the diagnostics), not only in the log; the agents of
+                // the directory stay served as they were last read. The next pass that reads
+                // the config directory forgets it.
+                let rel = self.rel(dir);
+                let key = if rel.is_empty() {
+                    "./".to_owned()
+                } else {
+                    format!("{rel}/")
+                };
+                if let Ok(mut d) = self.diagnostics.lock() {
+                    d.insert(
+                        key,
+                        format!(
+                            "the directory cannot be read ({e}); its agents are served as they \
+                             were last read"
+                        ),
+                    );
+                }
+                RegistryError::io(dir, e)
+            })?;
             let mut seen = HashSet::with_capacity(paths.len());
             for path in paths {
                 if source == AgentSource::Profile && is_not_profile(&path) {

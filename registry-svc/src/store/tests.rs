@@ -1061,6 +1061,31 @@ fn another_kind_of_yaml_beside_the_profiles_is_not_served_as_one() -> Result<()>
 }
 
 #[test]
+fn a_definitions_directory_that_cannot_be_read_is_named_in_the_diagnostics() -> Result<()> {
+    let (_dir, store) = store_with_dev_profile()?;
+    store.create("kept", agent_file(), "2026-11-22T09:00:00Z")?;
+    // `custom/` turned into something that is no directory (a volume mounted wrong).
+    let custom = store.custom_dir().to_path_buf();
+    let aside = custom.with_extension("aside");
+    fs::rename(&custom, &aside).map_err(|e| RegistryError::io(&custom, e))?;
+    write(&custom, "not a directory")?;
+    assert!(store.reconcile_all().is_err());
+    let said = store.diagnostics();
+    assert!(
+        said.iter()
+            .any(|(p, why)| p == "custom/" && why.contains("cannot be read")),
+        "{said:?}"
+    );
+    assert!(store.get("kept").is_ok(), "served as last read");
+    // Readable again: nothing is said of it any more.
+    fs::remove_file(&custom).map_err(|e| RegistryError::io(&custom, e))?;
+    fs::rename(&aside, &custom).map_err(|e| RegistryError::io(&aside, e))?;
+    store.reconcile_all()?;
+    assert!(store.diagnostics().is_empty(), "{:?}", store.diagnostics());
+    Ok(())
+}
+
+#[test]
 fn a_byte_order_mark_is_read_past_and_an_empty_file_says_so() -> Result<()> {
     let (_dir, store) = store_with_dev_profile()?;
     write(

@@ -683,12 +683,14 @@ fn bare_url(url: &str) -> String {
     }
 }
 
-/// A stdio server's command line (so two servers of one program differ), or a server's URL;
-/// as configured, placeholders not expanded. A long command line is cut at 160 characters.
+/// A stdio server's command line (so two servers of one program differ), or a server's URL
+/// without its user, password and query (a literal token there would be in every log line and
+/// warning event that names the server); as configured, placeholders not expanded. A long
+/// command line is cut at 160 characters.
 fn label(c: &v1::McpServer) -> String {
     const MOST: usize = 160;
     if c.r#type != "stdio" {
-        return c.url.clone();
+        return bare_url(&c.url);
     }
     let mut label = format!("stdio:{}", c.command);
     for arg in &c.args {
@@ -735,6 +737,13 @@ mod tests {
         c.args = vec!["é".repeat(200)];
         let long = label(&c);
         assert!(long.ends_with('…') && long.chars().count() == 161, "{long}");
+        // A URL server is named without what its URL carries as credentials.
+        let http = v1::McpServer {
+            r#type: "http".into(),
+            url: "https://user:s3cret@mcp.example/mcp?api_key=s3cret".into(),
+            ..Default::default()
+        };
+        assert_eq!(label(&http), "https://mcp.example/mcp");
     }
 
     #[test]

@@ -112,10 +112,7 @@ impl Finished {
             }
             text.push_str(name);
             text.push_str(":\n");
-            let piece = part(bytes, keep, from_end);
-            // What is shown, the cut moved back to a whole character (not `keep`, up to 3
-            // bytes more than was shown).
-            let shown = piece.len().min(bytes.len());
+            let (piece, shown) = part(bytes, keep, from_end);
             text.push_str(&piece);
             if !text.ends_with('\n') {
                 text.push('\n');
@@ -188,24 +185,47 @@ fn with_partial_output(
 }
 
 /// At most `keep` bytes of `bytes` as text, from the start or the end, on a character boundary.
-fn part(bytes: &[u8], keep: usize, from_end: bool) -> String {
-    let text = String::from_utf8_lossy(bytes);
-    if text.len() <= keep {
-        return text.into_owned();
-    }
-    if from_end {
-        let mut start = text.len() - keep;
-        while !text.is_char_boundary(start) {
-            start += 1;
-        }
-        text[start..].to_owned()
+fn part(bytes: &[u8], keep: usize, from_end: bool) -> (String, usize) {
+    // The tail starts at a character (not in the middle of one's bytes).
+    let mut start = if from_end {
+        bytes.len().saturating_sub(keep)
     } else {
-        let mut end = keep;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text[..end].to_owned()
+        0
+    };
+    while start < bytes.len() && start > 0 && bytes[start] & 0xC0 == 0x80 {
+        start += 1;
     }
+    leading_text(&bytes[start..], keep)
+}
+
+/// The longest start of `bytes` whose text (invalid bytes as U+FFFD) fits `budget` bytes, cut
+/// at a whole character, and how many of `bytes` it shows: a notice of the cut counts these,
+/// not the text's length (a replaced byte is 3 bytes of text).
+fn leading_text(bytes: &[u8], budget: usize) -> (String, usize) {
+    let mut text = String::with_capacity(budget.min(bytes.len()));
+    let mut used = 0;
+    for chunk in bytes.utf8_chunks() {
+        let valid = chunk.valid();
+        let room = budget - text.len();
+        if valid.len() > room {
+            let mut end = room;
+            while !valid.is_char_boundary(end) {
+                end -= 1;
+            }
+            text.push_str(&valid[..end]);
+            return (text, used + end);
+        }
+        text.push_str(valid);
+        used += valid.len();
+        if !chunk.invalid().is_empty() {
+            if text.len() + '\u{fffd}'.len_utf8() > budget {
+                return (text, used);
+            }
+            text.push('\u{fffd}');
+            used += chunk.invalid().len();
+        }
+    }
+    (text, used)
 }
 
 /// Runs `spec` to the end, its timeout, or `ctx.cancel`, keeping at most `cap` bytes of each
@@ -501,9 +521,12 @@ mod tests {
     #[test]
     fn a_cut_inside_a_character_says_what_was_shown() {
         // Two-byte characters: wherever the cut lands (odd and even limits), the count is of
-        // the bytes shown.
-        for max in 10_000..10_004 {
-            let stdout = "é".repeat(50_000).into_bytes();
+        // the bytes shown; bytes that are not UTF-8 (each shown as a 3-byte U+FFFD) count as
+        // the bytes they are.
+        for (max, stdout) in (10_000..10_004)
+            .map(|max| (max, "é".repeat(50_000).into_bytes()))
+            .chain([(10_000, vec![0xff; 30_000])])
+        {
             let total = stdout.len();
             let shown = text(
                 Finished {
@@ -517,7 +540,8 @@ mod tests {
                 }
                 .into_outcome(max),
             );
-            let kept = shown.lines().nth(2).map(str::len).unwrap_or_default();
+            let line = shown.lines().nth(2).unwrap_or_default();
+            let kept = line.len() - line.matches('\u{fffd}').count() * 2;
             assert!(
                 shown.contains(&format!(
                     "[stdout cut: the first {kept} of {total} bytes shown]"

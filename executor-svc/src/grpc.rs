@@ -44,7 +44,7 @@ impl Executor for ExecutorService {
         &self,
         request: Request<ExecuteRequest>,
     ) -> Result<Response<Self::ExecuteStream>, Status> {
-        let deadline = deadline_of(&request);
+        let deadline = deadline_of(&request).map(|d| tokio::time::Instant::now() + d);
         let stream = self
             .runner
             .execute(request.into_inner())
@@ -58,7 +58,7 @@ impl Executor for ExecutorService {
         &self,
         request: Request<AnswerRequest>,
     ) -> Result<Response<Self::AnswerStream>, Status> {
-        let deadline = deadline_of(&request);
+        let deadline = deadline_of(&request).map(|d| tokio::time::Instant::now() + d);
         let stream = self
             .runner
             .answer(request.into_inner())
@@ -168,8 +168,9 @@ fn deadline_of<T>(request: &Request<T>) -> Option<Duration> {
     })
 }
 
-/// A run's events until the call's deadline, if it has one: then the call ends with
-/// `DEADLINE_EXCEEDED`, and the run, its stream gone, is cancelled as when its client leaves.
+/// A run's events until the call's deadline (counted from the call's arrival), if it has one:
+/// then the call ends with `DEADLINE_EXCEEDED`, and the run, its stream gone, is cancelled as
+/// when its client leaves.
 pub struct WithinDeadline {
     events: ReceiverStream<StreamItem>,
     deadline: Option<Pin<Box<tokio::time::Sleep>>>,
@@ -178,12 +179,20 @@ pub struct WithinDeadline {
 }
 
 impl WithinDeadline {
-    fn new(events: ReceiverStream<StreamItem>, deadline: Option<Duration>) -> Self {
+    fn new(events: ReceiverStream<StreamItem>, deadline: Option<tokio::time::Instant>) -> Self {
         Self {
             events,
-            deadline: deadline.map(|d| Box::pin(tokio::time::sleep(d))),
+            deadline: deadline.map(|at| Box::pin(tokio::time::sleep_until(at))),
             ended: false,
         }
+    }
+
+    fn expired(&mut self) -> Poll<Option<StreamItem>> {
+        self.ended = true;
+        self.events.close();
+        Poll::Ready(Some(Err(Status::deadline_exceeded(
+            "the call's deadline (grpc-timeout) passed; the run is cancelled",
+        ))))
     }
 }
 
@@ -195,16 +204,18 @@ impl tokio_stream::Stream for WithinDeadline {
         if this.ended {
             return Poll::Ready(None);
         }
-        if let Some(deadline) = &mut this.deadline
-            && deadline.as_mut().poll(cx).is_ready()
-        {
-            this.ended = true;
-            this.events.close();
-            return Poll::Ready(Some(Err(Status::deadline_exceeded(
-                "the call's deadline (grpc-timeout) passed; the run is cancelled",
-            ))));
+        // The events first; the timer is looked at (no waker registered) when one is ready,
+        // and waited on only when none is.
+        let Some(deadline) = &mut this.deadline else {
+            return Pin::new(&mut this.events).poll_next(cx);
+        };
+        if deadline.is_elapsed() {
+            return this.expired();
         }
-        Pin::new(&mut this.events).poll_next(cx)
+        match Pin::new(&mut this.events).poll_next(cx) {
+            Poll::Pending if deadline.as_mut().poll(cx).is_ready() => this.expired(),
+            polled => polled,
+        }
     }
 }
 

@@ -302,7 +302,11 @@ fn text_frame(text: &str) -> Event {
     // as two line breaks; SSE cannot carry a CR anyway, so a line end is sent as one LF, and a
     // lone CR as one too (on the wire it ended a line only for spec-following parsers: a client
     // splitting on LF read `\rdata: ` as text).
-    let text = text.replace("\r\n", "\n").replace('\r', "\n");
+    let text = if text.contains('\r') {
+        std::borrow::Cow::Owned(text.replace("\r\n", "\n").replace('\r', "\n"))
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    };
     if reads_as_json(&text) {
         // The seed's UIs parse JSON `data:` and show its `delta|content|text`: a token ` 5`,
         // `true` or `"quoted"` would parse to something with none of them and vanish, and a

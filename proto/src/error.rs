@@ -372,8 +372,14 @@ impl ApiError {
             field_violations,
             extra,
         } = self.bounded();
-        let metadata: HashMap<String, String> =
-            extra.into_iter().map(|(k, v)| (k, v.to_string())).collect();
+        // A value's JSON text, cut again: escapes can make it longer than the text it holds.
+        let metadata: HashMap<String, String> = extra
+            .into_iter()
+            .map(|(k, v)| match v {
+                Value::Array(_) => (k, v.to_string()),
+                other => (k, cut(&other.to_string(), TRAILER_TEXT)),
+            })
+            .collect();
         let mut details = ErrorDetails::with_error_info(kind.reason(), DOMAIN, metadata);
         if !field_violations.is_empty() {
             details.set_bad_request(

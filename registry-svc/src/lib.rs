@@ -101,7 +101,12 @@ pub async fn run(
     let problem = match taskforce_runtime::read_config(&llm_config) {
         Ok(text) => taskforce_runtime::env::reserve_secrets_of_llm_config(&text)
             .err()
-            .map(|e| format!("is not YAML ({e}); only its ${{VAR}}s are refused in MCP servers")),
+            .map(|e| {
+                format!(
+                    "is not YAML ({e}); the ${{VAR}}s and api_key_env names written in it are \
+                     still refused in MCP servers"
+                )
+            }),
         Err(e) if named => Some(e.to_string()),
         Err(_) => None,
     };

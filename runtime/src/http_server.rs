@@ -104,7 +104,9 @@ async fn serve_within(
                     app: app.clone(),
                     activity: Arc::clone(&activity),
                 });
-                let (builder, stop) = (builder.clone(), shutdown.clone());
+                // A token of its own: waiting on the shared one would take its one lock at every
+                // wake of every connection.
+                let (builder, stop) = (builder.clone(), shutdown.child_token());
                 connections.spawn(async move {
                     let known = tokio::select! {
                         () = stop.cancelled() => false,
@@ -115,31 +117,51 @@ async fn serve_within(
                     if !known {
                         return;
                     }
+                    let io = Watched {
+                        io: tcp,
+                        activity: Arc::clone(&activity),
+                    };
                     let connection = builder
-                        .serve_connection_with_upgrades(TokioIo::new(tcp), service)
+                        .serve_connection_with_upgrades(TokioIo::new(io), service)
                         .into_owned();
                     let mut connection = std::pin::pin!(connection);
+                    let stopping = stop.cancelled();
+                    let mut stopping = std::pin::pin!(stopping);
+                    let timer = tokio::time::sleep(idle);
+                    let mut timer = std::pin::pin!(timer);
+                    // Until the connection ends, is idle for `idle` (then told to close), or the
+                    // service stops (the caller bounds that wait).
+                    let mut closing = false;
                     loop {
-                        let wait = activity.idle_left(idle).unwrap_or(idle);
                         tokio::select! {
                             // A connection's end (a client gone, a reset) is the client's
                             // business.
                             _ = connection.as_mut() => return,
-                            () = stop.cancelled() => {
-                                // The caller bounds a stop's wait.
+                            () = &mut stopping, if !closing => {
                                 connection.as_mut().graceful_shutdown();
                                 let _ = connection.await;
                                 return;
                             }
-                            () = tokio::time::sleep(wait) => {
-                                if activity.idle_left(idle) == Some(Duration::ZERO) {
-                                    break;
+                            () = &mut timer => {
+                                let limit = if closing { grace } else { idle };
+                                match activity.idle_left(limit) {
+                                    // Told to close and still quiet `grace` later (an HTTP/2
+                                    // client that does not answer the GOAWAY's ping): cut off.
+                                    Some(Duration::ZERO) if closing => return,
+                                    Some(Duration::ZERO) => {
+                                        connection.as_mut().graceful_shutdown();
+                                        closing = true;
+                                        timer.as_mut().reset(tokio::time::Instant::now() + grace);
+                                    }
+                                    // A request in flight (one that came in the GOAWAY's
+                                    // window too), or bytes moved lately: look again later.
+                                    left => timer
+                                        .as_mut()
+                                        .reset(tokio::time::Instant::now() + left.unwrap_or(limit)),
                                 }
                             }
                         }
                     }
-                    connection.as_mut().graceful_shutdown();
-                    let _ = tokio::time::timeout(grace, connection).await;
                 });
             }
         }
@@ -148,11 +170,12 @@ async fn serve_within(
     while connections.join_next().await.is_some() {}
 }
 
-/// The requests in flight on one connection, and when the last one ended.
+/// The requests in flight on one connection, and when it was last busy: a request ended, or
+/// bytes were read or written (a large answer is written long after its body was taken).
 struct Activity {
     opened: Instant,
     open: AtomicUsize,
-    /// When the last request ended, in milliseconds after `opened`.
+    /// When it was last busy, in milliseconds after `opened`.
     last_ms: AtomicU64,
 }
 
@@ -163,6 +186,12 @@ impl Activity {
             open: AtomicUsize::new(0),
             last_ms: AtomicU64::new(0),
         }
+    }
+
+    /// Notes that the connection is busy now.
+    fn busy(&self) {
+        let now = u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(now, Ordering::Release);
     }
 
     /// How long the connection may stay idle from now: `None` while a request is in flight,
@@ -188,9 +217,71 @@ impl InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        let now = u64::try_from(self.0.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.0.last_ms.store(now, Ordering::Release);
+        self.0.busy();
         self.0.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A connection's socket, noting in its [`Activity`] each read or write that moved bytes.
+struct Watched {
+    io: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl Watched {
+    fn moved<T>(&self, polled: Poll<std::io::Result<T>>, bytes: bool) -> Poll<std::io::Result<T>> {
+        if bytes && matches!(polled, Poll::Ready(Ok(_))) {
+            self.activity.busy();
+        }
+        polled
+    }
+}
+
+impl tokio::io::AsyncRead for Watched {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.io).poll_read(cx, buf);
+        let read = buf.filled().len() > before;
+        this.moved(polled, read)
+    }
+}
+
+impl tokio::io::AsyncWrite for Watched {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_write(cx, buf);
+        this.moved(polled, !buf.is_empty())
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.moved(polled, bufs.iter().any(|b| !b.is_empty()))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
     }
 }
 
@@ -290,7 +381,10 @@ mod tests {
                 Ok::<_, Infallible>("slow")
             }))
         };
-        let app = Router::new().route("/slow", axum::routing::get(slow));
+        let big = || async { vec![b'x'; 16 << 20] };
+        let app = Router::new()
+            .route("/slow", axum::routing::get(slow))
+            .route("/big", axum::routing::get(big));
         let shutdown = CancellationToken::new();
         let (idle, grace) = (Duration::from_millis(300), Duration::from_millis(300));
         let server = tokio::spawn(serve_within(listener, app, shutdown.clone(), idle, grace));
@@ -317,6 +411,28 @@ mod tests {
             .expect("answered in time")
             .expect("read");
         assert!(answer.contains("slow"), "{answer}");
+
+        // A large answer taken whole by hyper at once but read slowly: written long after its
+        // body was done, and not cut.
+        let mut reader = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        reader
+            .write_all(b"GET /big HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .await
+            .expect("write");
+        let mut got = 0usize;
+        let mut chunk = vec![0u8; 1 << 20];
+        loop {
+            let n = tokio::time::timeout(Duration::from_secs(5), reader.read(&mut chunk))
+                .await
+                .expect("read in time")
+                .expect("read");
+            if n == 0 {
+                break;
+            }
+            got += n;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(got > 16 << 20, "{got} bytes arrived");
 
         shutdown.cancel();
         tokio::time::timeout(Duration::from_secs(5), server)

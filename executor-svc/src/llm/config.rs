@@ -216,21 +216,22 @@ impl ProviderConfig {
         let Some(var) = &self.api_key_env else {
             return Ok(None);
         };
-        // A key pasted where its variable's name goes is said without being shown.
-        let name_like = var
+        // Any name a variable is set under works (`openai-key` too); one that is not set is
+        // named only when it reads as a plain variable name: a key pasted where its variable's
+        // name goes is said without being shown.
+        let plain_name = var
             .chars()
             .next()
             .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
             && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !name_like {
-            return Err(LlmError::Config(
-                "api_key_env is not the name of an environment variable (a key pasted in its \
-                 place? name the variable that holds the key); its value is not shown"
-                    .to_owned(),
-            ));
-        }
         match env.get(var) {
             Some(key) if !key.trim().is_empty() => Ok(Some(SecretString::from(key.trim()))),
+            _ if !plain_name => Err(LlmError::Config(
+                "api_key_env names no environment variable that is set, and is no plain \
+                 variable name (a key pasted in its place? name the variable that holds the \
+                 key); its value is not shown"
+                    .to_owned(),
+            )),
             _ => Err(LlmError::Config(format!(
                 "environment variable {var} is not set (api_key_env)"
             ))),

@@ -200,11 +200,23 @@ fn a_key_pasted_in_the_wrong_field_is_not_repeated() {
         .expect("router");
     let err = router.resolve(None).expect_err("no key");
     assert!(
-        err.to_string()
-            .contains("not the name of an environment variable"),
+        err.to_string().contains("is no plain variable name"),
         "{err}"
     );
     assert!(!err.to_string().contains(key), "{err}");
+    // A variable name a container runtime allows (a dash) works when it is set.
+    let config = LlmConfig::from_yaml(
+        "default_model: main\nfallback_to_scripted: false\nmodels: {main: {provider: o, model: m}}\n\
+         providers: {o: {type: openai, api_key_env: openai-key}}",
+    )
+    .expect("config");
+    let router = LlmRouter::new(
+        &config,
+        Path::new("."),
+        &Env::from_pairs([("openai-key", "sk-from-the-env")]),
+    )
+    .expect("router");
+    assert!(router.resolve(None).is_ok());
 }
 
 #[test]

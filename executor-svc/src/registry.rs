@@ -611,15 +611,10 @@ impl Registry {
 /// registry refuse the whole report, and the agent looked idle while it ran).
 fn last_task(mission: &str) -> String {
     let max = taskforce_proto::MAX_LAST_TASK;
+    // The `…` counts here: the registry refuses more than `max` characters in all.
     match mission.char_indices().nth(max) {
         None => mission.to_owned(),
-        Some(_) => {
-            let end = mission
-                .char_indices()
-                .nth(max - 1)
-                .map_or(mission.len(), |(i, _)| i);
-            format!("{}…", &mission[..end])
-        }
+        Some(_) => taskforce_proto::cut_chars(mission, max - 1),
     }
 }
 

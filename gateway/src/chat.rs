@@ -265,10 +265,7 @@ fn tool_frame(text: &str, event: &str, tool: &str) -> Event {
 /// At most `max` characters of `text`, on one line.
 pub(crate) fn short(text: &str, max: usize) -> String {
     let line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    match line.char_indices().nth(max) {
-        Some((end, _)) => format!("{}…", &line[..end]),
-        None => line,
-    }
+    taskforce_proto::cut_chars(&line, max)
 }
 
 /// What a tool call runs, for its `tool_start` text: every command-like argument it has (a

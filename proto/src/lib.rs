@@ -31,6 +31,15 @@ pub mod v1 {
 /// The longest mission (a chat's prompt) and answer a run takes, in bytes.
 pub const MAX_MISSION_BYTES: usize = 256 * 1024;
 
+/// `text`'s first `max` characters and `…` when it is longer (the `…` not counted), cut at a
+/// character: the one way previews, excerpts and labels are shortened.
+pub fn cut_chars(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
 /// The longest `last_task` the registry keeps, in characters: a status report's task is the
 /// run's mission cut to it.
 pub const MAX_LAST_TASK: usize = 2000;

@@ -97,11 +97,7 @@ impl LlmError {
 
 /// At most 200 characters of `text`, marked when cut.
 pub(crate) fn excerpt(text: &str) -> String {
-    const MAX: usize = 200;
-    match text.char_indices().nth(MAX) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text.to_owned(),
-    }
+    taskforce_proto::cut_chars(text, 200)
 }
 
 #[cfg(test)]

@@ -152,10 +152,7 @@ pub fn rfc3339(ms: i64) -> String {
 
 /// `text` cut to its first [`PREVIEW_CHARS`] characters, with `…` when it was longer.
 pub fn preview(text: &str) -> String {
-    match text.char_indices().nth(PREVIEW_CHARS) {
-        Some((end, _)) => format!("{}…", &text[..end]),
-        None => text.to_owned(),
-    }
+    taskforce_proto::cut_chars(text, PREVIEW_CHARS)
 }
 
 #[cfg(test)]

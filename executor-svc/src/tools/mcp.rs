@@ -697,11 +697,7 @@ fn label(c: &v1::McpServer) -> String {
         label.push(' ');
         label.push_str(arg);
     }
-    if let Some((cut, _)) = label.char_indices().nth(MOST) {
-        label.truncate(cut);
-        label.push('…');
-    }
-    label
+    taskforce_proto::cut_chars(&label, MOST)
 }
 
 #[cfg(test)]

@@ -1006,21 +1006,6 @@ mod tests {
 
     #[test]
     fn a_text_log_line_stays_one_line_whatever_its_values_hold() {
-        use std::sync::{Arc, Mutex};
-        #[derive(Clone, Default)]
-        struct Buffer(Arc<Mutex<Vec<u8>>>);
-        impl std::io::Write for Buffer {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0
-                    .lock()
-                    .map_err(|_| std::io::ErrorKind::Other)?
-                    .extend_from_slice(buf);
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
         let buffer = Buffer::default();
         let writer = buffer.clone();
         let subscriber = tracing_subscriber::fmt()
@@ -1032,8 +1017,7 @@ mod tests {
         tracing::subscriber::with_default(subscriber, || {
             tracing::warn!(error = %remote, kind = "x\ny", "run failed");
         });
-        let text = String::from_utf8(buffer.0.lock().map(|b| b.clone()).unwrap_or_default())
-            .unwrap_or_default();
+        let text = buffer.text();
         assert_eq!(text.lines().count(), 1, "{text}");
         assert!(
             text.contains(r#"run failed error=boom\n2026-11-30T05:00:00Z  INFO gateway: FORGED\r\n\u{1b}[2JRED kind="x\ny""#),
